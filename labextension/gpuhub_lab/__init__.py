@@ -1,6 +1,13 @@
-"""gpuhub_lab: the JupyterLab side of gpuhub (server extension, GPU metrics, magics)."""
+"""gpuhub_lab: the JupyterLab side of gpuhub.
+
+A Jupyter server extension (GPU metrics sampler, jobs REST API) and IPython magics. Imports
+are lazy: ``%load_ext gpuhub_lab`` must stay fast (DESIGN.md budget) and a plain ``import``
+must not start anything.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -9,6 +16,14 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "gpuhub_lab"}]
 
 
-def _load_jupyter_server_extension(server_app) -> None:  # type: ignore[no-untyped-def]
-    """Registered by jupyter_config/jupyter_server_config.d/gpuhub_lab.json."""
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "gpuhub"}]
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    """Enabled by jupyter_config/jupyter_server_config.d/gpuhub_lab.json."""
     server_app.log.info("gpuhub_lab %s loaded", __version__)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext gpuhub_lab``: register gpuhub's magics."""
