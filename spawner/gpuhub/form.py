@@ -17,7 +17,7 @@ import jinja2
 
 from .options import FIELDS, OptionsError
 from .policy import Policy
-from .quantity import format_cpu, format_memory
+from .quantity import QuantityError, format_memory, parse_cpu
 
 CUSTOM_IMAGE = "__custom__"
 
@@ -70,7 +70,7 @@ def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[
         "profile": options.get("profile") or "",
         "image": "",
         "custom_image": "",
-        "cpu": options.get("cpu", format_cpu(policy.cpu.default)),
+        "cpu": _plain_cpu(options.get("cpu", policy.cpu.default)),
         "memory": options.get("memory", format_memory(int(policy.memory.default))),
         "gpus": options.get("gpus", 0),
         "gpu_type": options.get("gpu_type") or "",
@@ -84,6 +84,14 @@ def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[
         k: v if isinstance(v, str | int | float) and not isinstance(v, bool) else ""
         for k, v in values.items()
     }
+
+
+def _plain_cpu(value: Any) -> Any:
+    """CPU as a plain number for ``<input type=number>`` (``500m`` -> ``0.5``)."""
+    try:
+        return f"{parse_cpu(value):g}"
+    except QuantityError:
+        return value  # shown as typed; validation explains what is wrong with it
 
 
 def render_form(
@@ -120,7 +128,7 @@ def render_form(
         values=form_values(policy, user_options),
         images=policy.allowed_images(limits),
         custom_image=policy.custom_image_pattern is not None,
-        cpu={"min": format_cpu(policy.cpu.min), "max": format_cpu(policy.cpu.max)},
+        cpu={"min": _plain_cpu(policy.cpu.min), "max": _plain_cpu(policy.cpu.max)},
         memory={
             "min": format_memory(int(policy.memory.min)),
             "max": format_memory(int(policy.memory.max)),

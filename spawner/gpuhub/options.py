@@ -51,7 +51,7 @@ class LaunchOptions:
     def as_user_options(self) -> dict[str, Any]:
         """Canonical ``user_options``: what the form pre-fills and the hub stores."""
         options: dict[str, Any] = {
-            "cpu": format_cpu(self.cpu),
+            "cpu": int(self.cpu) if self.cpu.is_integer() else self.cpu,
             "memory": format_memory(self.memory),
             "gpus": self.gpus,
         }

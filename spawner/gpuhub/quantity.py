@@ -83,12 +83,15 @@ def parse_memory(value: object) -> int:
 
 
 def format_memory(num_bytes: int) -> str:
-    """The shortest exact quantity for a byte count, preferring binary units (``8Gi``)."""
-    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki", "E", "P", "T", "G", "M", "k"):
+    """The shortest exact quantity for a byte count (``8Gi``, ``16G``); binary wins ties."""
+    best = str(num_bytes)
+    for suffix in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E"):
         unit = int(_SUFFIXES[suffix])
         if num_bytes and num_bytes % unit == 0:
-            return f"{num_bytes // unit}{suffix}"
-    return str(num_bytes)
+            candidate = f"{num_bytes // unit}{suffix}"
+            if len(candidate) < len(best) or (len(candidate) == len(best) and "i" in candidate):
+                best = candidate
+    return best
 
 
 def format_cpu(cores: float) -> str:
