@@ -3,6 +3,7 @@
 import html.parser
 
 import pytest
+
 from gpuhub.form import CUSTOM_IMAGE, GPUCapacity, Preset, options_from_formdata, render_form
 from gpuhub.options import OptionsError, parse_launch_options
 from gpuhub.policy import Policy

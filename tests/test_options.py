@@ -1,10 +1,11 @@
 """The one validation path for user_options: every refusal names its field."""
 
 import pytest
-from gpuhub.options import FIELDS, OptionsError, parse_launch_options
-from gpuhub.policy import Policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from gpuhub.options import FIELDS, OptionsError, parse_launch_options
+from gpuhub.policy import Policy
 
 from .policies import DESIGN_CONFIG, design_policy
 

@@ -1,4 +1,5 @@
 import pytest
+
 from gpuhub.policy import Policy, PolicyConfigError
 
 from .policies import DESIGN_CONFIG, design_policy

@@ -1,4 +1,7 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpuhub.quantity import (
     QuantityError,
     format_cpu,
@@ -7,8 +10,6 @@ from gpuhub.quantity import (
     parse_cpu,
     parse_memory,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(
