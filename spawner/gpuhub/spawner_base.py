@@ -17,6 +17,7 @@ from traitlets import Dict, Unicode, default
 from traitlets.config import Configurable
 
 from .form import GPUCapacity, Preset, options_from_formdata, render_form
+from .jobs.policy_env import policy_env
 from .options import LaunchOptions, OptionsError, parse_launch_options
 from .policy import Policy
 
@@ -131,6 +132,12 @@ class GPUSpawnerMixin(Configurable):
 
     def user_groups(self) -> list[str]:
         return [group.name for group in self.user.groups]
+
+    def get_env(self) -> dict[str, str]:
+        """Hand the policy and the user's groups to the server, for its jobs API and magics."""
+        env: dict[str, str] = super().get_env()  # type: ignore[misc]  # Spawner.get_env
+        env.update(policy_env(self.policy_config(), self.user_groups()))
+        return env
 
     # -- hooks for the concrete spawners -------------------------------------------------
     async def profile_presets(self) -> list[Preset]:

@@ -1,0 +1,411 @@
+"""The job model: what a submit asks for, what a job is, and how a backend answers.
+
+One request shape for every entry point (sidebar, magics, REST): :meth:`JobRequest.parse`
+turns the raw JSON body into a validated request or raises :class:`JobError` with one
+sentence naming the field. Resources (image, cpu, memory, gpu_type, gpus) go through
+:func:`gpuhub.options.parse_launch_options`, the same path as the spawn form; this module
+only adds what is particular to jobs (notebook, kind, name, workers, parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from ..options import LaunchOptions, OptionsError, parse_launch_options
+from ..policy import Policy
+from ..quantity import format_cpu, format_memory
+
+Kind = Literal["job", "pytorchjob", "tfjob", "pipeline"]
+KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "pipeline")
+DISTRIBUTED_KINDS = frozenset({"pytorchjob", "tfjob"})
+KIND_NAMES = {
+    "job": "training job",
+    "pytorchjob": "PyTorchJob",
+    "tfjob": "TFJob",
+    "pipeline": "pipeline step",
+}
+
+Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = ("pending", "running", "succeeded", "failed", "cancelled")
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+
+# Keys of the REST body besides the launch options that parse_launch_options checks.
+JOB_FIELDS = ("notebook", "kind", "workers", "parameters", "name")
+
+MAX_WORKERS = 64
+MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024
+MAX_PARAMETERS_BYTES = 64 * 1024
+# A DNS-1123 label: Kubernetes object names and labels derive from it, so it is checked
+# here for every backend, local included, and a job keeps its name wherever it runs.
+_DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+MAX_NAME = 52  # leaves room for the suffixes backends append (e.g. "-worker-12", "-x7k2p")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class JobError(OptionsError):
+    """A job request or operation was refused.
+
+    ``field`` names the offending input ("notebook", "gpus", "id", ...), ``message`` is one
+    sentence for the user and ``status`` the HTTP status the REST API answers with.
+    Because it is an :class:`OptionsError`, code that already reports launch-option
+    errors reports these too.
+    """
+
+    def __init__(self, field: str, message: str, status: int = 400) -> None:
+        super().__init__(field, message)
+        self.status = status
+
+
+class JobNotFound(JobError):
+    def __init__(self, job_id: str) -> None:
+        shown = job_id if len(job_id) <= 40 else job_id[:37] + "..."
+        super().__init__("id", f"There is no job {shown!r} among your jobs.", status=404)
+        self.job_id = job_id
+
+
+def check_job_id(job_id: str) -> str:
+    """Job ids travel in URLs; refuse anything that could not be one of ours."""
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+        raise JobNotFound(str(job_id))
+    return job_id
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parse_iso(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- the request ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NotebookRef:
+    """A notebook inside the server root: ``path`` for the API, ``os_path`` on disk."""
+
+    path: str  # relative to the server root, "/"-separated, as the contents API spells it
+    os_path: Path  # resolved absolute path
+    size: int
+
+    @property
+    def stem(self) -> str:
+        return PurePosixPath(self.path).stem
+
+    @property
+    def directory(self) -> str:
+        parent = str(PurePosixPath(self.path).parent)
+        return "" if parent == "." else parent
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A validated submit. Build it with :meth:`parse`; every field is safe to use as is."""
+
+    notebook: NotebookRef
+    kind: Kind
+    name: str  # DNS-1123 label
+    resources: LaunchOptions  # per worker for distributed kinds
+    workers: int  # 1 unless kind is pytorchjob/tfjob
+    parameters: Mapping[str, Any]  # papermill parameters, JSON-serialisable
+
+    @property
+    def total_gpus(self) -> int:
+        return self.resources.gpus * self.workers
+
+    def gpu_summary(self) -> str:
+        return gpu_summary(self.resources, self.workers)
+
+    @classmethod
+    def parse(
+        cls,
+        raw: object,
+        *,
+        policy: Policy,
+        groups: Iterable[str] = (),
+        root_dir: str | os.PathLike[str],
+        max_notebook_bytes: int = MAX_NOTEBOOK_BYTES,
+        max_workers: int = MAX_WORKERS,
+    ) -> JobRequest:
+        """Validate a REST body. Raises :class:`JobError` (or its parent ``OptionsError``).
+
+        Checks run in the order a person would fix them: kind, notebook, name, workers,
+        parameters, then resources. Nothing here touches anything but the filesystem's
+        metadata, so a refused request has created nothing.
+        """
+        if not isinstance(raw, Mapping):
+            raise JobError("body", "The request body must be a JSON object.")
+        kind = parse_kind(raw.get("kind", "job"))
+        notebook = resolve_notebook(raw.get("notebook"), root_dir, max_bytes=max_notebook_bytes)
+        name = parse_name(raw.get("name"), default_from=notebook.stem)
+        workers = parse_workers(raw.get("workers"), kind, max_workers)
+        parameters = parse_parameters(raw.get("parameters"))
+        try:
+            resources = parse_launch_options(raw, policy, groups, ignore=JOB_FIELDS)
+        except JobError:
+            raise
+        except OptionsError as exc:
+            raise JobError(exc.field, exc.message) from None
+        return cls(
+            notebook=notebook,
+            kind=kind,
+            name=name,
+            resources=resources,
+            workers=workers,
+            parameters=parameters,
+        )
+
+
+def parse_kind(value: Any) -> Kind:
+    if value in (None, ""):
+        return "job"
+    if not isinstance(value, str) or value not in KINDS:
+        raise JobError("kind", f"kind {_short(value)} is not one of {', '.join(KINDS)}.")
+    return value
+
+
+def resolve_notebook(
+    value: Any, root_dir: str | os.PathLike[str], *, max_bytes: int = MAX_NOTEBOOK_BYTES
+) -> NotebookRef:
+    """Resolve a notebook path (API path, or absolute OS path) that must stay inside root.
+
+    Symlinks are resolved before the check, so a link pointing out of the root is refused
+    like ``../`` is.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise JobError("notebook", "notebook must be the path of a notebook, such as train.ipynb.")
+    if len(value) > 4096 or "\0" in value:
+        raise JobError("notebook", "notebook is not a valid path.")
+    root = Path(root_dir).resolve()
+    candidate = Path(value)
+    if not candidate.is_absolute():
+        candidate = root / value
+    try:
+        resolved = candidate.resolve(strict=False)
+    except (OSError, RuntimeError):  # symlink loops
+        raise JobError("notebook", f"notebook {_short(value)} is not a valid path.") from None
+    if resolved != root and root not in resolved.parents:
+        raise JobError(
+            "notebook", f"notebook {_short(value)} is outside this server's root directory."
+        )
+    if resolved.suffix != ".ipynb":
+        raise JobError("notebook", f"notebook {_short(value)} is not a notebook (an .ipynb file).")
+    try:
+        stat = resolved.stat()
+    except OSError:
+        raise JobError("notebook", f"notebook {_short(value)} does not exist.", 404) from None
+    if not resolved.is_file():
+        raise JobError("notebook", f"notebook {_short(value)} is not a file.")
+    if stat.st_size > max_bytes:
+        raise JobError(
+            "notebook",
+            f"notebook {_short(value)} is {format_memory(stat.st_size)}, over the "
+            f"{format_memory(max_bytes)} a job may take; clear large outputs and try again.",
+            413,
+        )
+    return NotebookRef(
+        path=resolved.relative_to(root).as_posix(), os_path=resolved, size=stat.st_size
+    )
+
+
+def default_name(stem: str) -> str:
+    """A DNS-1123 name from a notebook's file name ("Train ResNet (v2)" -> "train-resnet-v2")."""
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:MAX_NAME].strip("-")
+    return slug or "notebook"
+
+
+def parse_name(value: Any, *, default_from: str) -> str:
+    if value in (None, ""):
+        return default_name(default_from)
+    if not isinstance(value, str) or len(value) > MAX_NAME or not _DNS_1123_LABEL.fullmatch(value):
+        raise JobError(
+            "name",
+            f"name {_short(value)} must be at most {MAX_NAME} lower-case letters, digits or '-', "
+            "starting and ending with a letter or digit.",
+        )
+    return value
+
+
+def parse_workers(value: Any, kind: Kind, max_workers: int = MAX_WORKERS) -> int:
+    if value in (None, ""):
+        return 1
+    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 4:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobError("workers", f"workers must be a whole number (got {_short(value)}).")
+    if kind not in DISTRIBUTED_KINDS:
+        if value != 1:
+            raise JobError(
+                "workers",
+                f"workers applies only to pytorchjob and tfjob; a {KIND_NAMES[kind]} runs once.",
+            )
+        return 1
+    if not 1 <= value <= max_workers:
+        raise JobError("workers", f"workers must be between 1 and {max_workers} (got {value}).")
+    return value
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def parse_parameters(value: Any) -> dict[str, Any]:
+    """Papermill parameters: a JSON object whose keys are Python identifiers."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise JobError(
+            "parameters",
+            f"parameters must be a mapping of names to values, such as "
+            f'{{"epochs": 10}} (got {type(value).__name__}).',
+        )
+    for key in value:
+        if not isinstance(key, str) or not _IDENTIFIER.fullmatch(key) or key == "__builtins__":
+            raise JobError(
+                "parameters",
+                f"parameter name {_short(key)} must be a Python identifier such as learning_rate.",
+            )
+    try:
+        text = json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise JobError(
+            "parameters",
+            f"parameters must be JSON values (numbers, strings, lists, objects): {exc}.",
+        ) from None
+    if len(text) > MAX_PARAMETERS_BYTES:
+        raise JobError(
+            "parameters",
+            f"parameters take {len(text)} bytes as JSON, over the limit of {MAX_PARAMETERS_BYTES}.",
+        )
+    parsed: dict[str, Any] = json.loads(text)  # a plain, detached copy
+    return parsed
+
+
+def gpu_summary(resources: LaunchOptions, workers: int = 1) -> str:
+    """What a person reads in the jobs list: "2 x NVIDIA A100 80GB", or "CPU only"."""
+    if resources.gpu_type is None or resources.gpus == 0:
+        summary = "CPU only"
+    else:
+        summary = f"{resources.gpus} x {resources.gpu_type.display_name}"
+    if workers > 1:
+        summary = f"{workers} workers, {summary} each"
+    return summary
+
+
+# -- the job ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FailedCell:
+    """Where a notebook failed (papermill's ``PapermillExecutionError``)."""
+
+    index: int  # 0-based index of the cell in the executed notebook
+    execution_count: int | None
+    source: str  # truncated to a readable length
+    ename: str
+    evalue: str
+
+
+@dataclass
+class JobRecord:
+    """One job as every backend reports it and the REST API returns it (:meth:`to_json`).
+
+    ``id`` is opaque to clients and unique per backend deployment; ``output`` is the
+    executed notebook's path relative to the user's server root (None until there is one
+    the server can open); ``url`` a page about the job elsewhere (e.g. the KFP run page).
+    """
+
+    id: str
+    name: str
+    kind: Kind
+    backend: str  # "local", "kubernetes", "kfp": which backend owns it
+    status: Status
+    owner: str
+    notebook: str  # source notebook, relative to the server root
+    created: datetime
+    started: datetime | None = None
+    finished: datetime | None = None
+    image: str | None = None
+    cpu: str | None = None  # Kubernetes quantities, per worker
+    memory: str | None = None
+    gpu_type: str | None = None
+    gpus: int = 0  # per worker
+    workers: int = 1
+    gpu: str = "CPU only"  # human summary
+    parameters: dict[str, Any] = field(default_factory=dict)
+    output: str | None = None
+    url: str | None = None
+    message: str | None = None  # progress a person understands ("waiting for a free A100")
+    error: str | None = None  # one sentence, when status is failed
+    failed_cell: FailedCell | None = None
+    progress: dict[str, int] | None = None  # {"done": cells run, "total": cells}, if known
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @classmethod
+    def new(
+        cls, job_id: str, request: JobRequest, *, backend: str, owner: str, **extra: Any
+    ) -> JobRecord:
+        """A pending record for a request just accepted."""
+        res = request.resources
+        return cls(
+            id=job_id,
+            name=request.name,
+            kind=request.kind,
+            backend=backend,
+            status="pending",
+            owner=owner,
+            notebook=request.notebook.path,
+            created=utcnow(),
+            image=res.image,
+            cpu=format_cpu(res.cpu),
+            memory=format_memory(res.memory),
+            gpu_type=res.gpu_type.key if res.gpu_type else None,
+            gpus=res.gpus,
+            workers=request.workers,
+            gpu=request.gpu_summary(),
+            parameters=dict(request.parameters),
+            **extra,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("created", "started", "finished"):
+            data[key] = _iso(getattr(self, key))
+        data["elapsed"] = self.elapsed()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        for key in ("created", "started", "finished"):
+            values[key] = _parse_iso(values.get(key))
+        if values.get("failed_cell"):
+            values["failed_cell"] = FailedCell(**values["failed_cell"])
+        return cls(**values)
+
+    def elapsed(self, now: datetime | None = None) -> float | None:
+        """Seconds run so far (or in total, once finished)."""
+        if self.started is None:
+            return None
+        end = self.finished or now or utcnow()
+        seconds = (end - self.started).total_seconds()
+        return None if math.isnan(seconds) else max(0.0, round(seconds, 1))
