@@ -1,0 +1,462 @@
+"""The ``local`` backend: papermill runs the notebook in a child process on this machine.
+
+What kind ``job`` means on a Jupyter server that is not in Kubernetes mode (standalone
+``jupyter lab``, or a server started by ``LocalGPUSpawner``). Each job:
+
+* runs ``python -m gpuhub.jobs.run_notebook`` in its own session (process group), so it
+  outlives the request, the browser and the sidebar, and cancel can kill its whole tree
+  (runner, kernel, and whatever the notebook started);
+* sees this server's GPUs only (the first ``gpus`` of the server's ``CUDA_VISIBLE_DEVICES``,
+  none for a CPU-only job), never more than the server has;
+* writes ``<notebook dir>/gpuhub-runs/<job id>/``: the executed notebook (same file name as
+  the source), ``job.log`` (papermill's log with cell output), ``progress.json`` and
+  ``result.json``. The directory is deliberately not hidden: Jupyter's contents API refuses
+  hidden paths by default, and "open result" must work;
+* is remembered in ``<root>/.gpuhub/jobs.json``, so a restarted server still lists it, keeps
+  following one that is still running, and marks one that died without a result failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backend import JobBackend
+from .model import (
+    FailedCell,
+    JobError,
+    JobNotFound,
+    JobRecord,
+    JobRequest,
+    _parse_iso,
+    check_job_id,
+    utcnow,
+)
+from .run_notebook import write_json
+
+log = logging.getLogger(__name__)
+
+RUNS_DIR = "gpuhub-runs"
+STORE = Path(".gpuhub") / "jobs.json"
+MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
+KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL on cancel
+
+
+def server_gpu_ids(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs this server may use: its ``CUDA_VISIBLE_DEVICES``, else what NVML sees.
+
+    Entries stay strings: they may be indices, ``GPU-<uuid>`` or ``MIG-<uuid>``.
+    """
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+    from ..devices import discover
+
+    return [str(d.index) for d in discover().devices]
+
+
+@dataclass
+class _LocalJob:
+    record: JobRecord
+    run_dir: Path
+    pid: int | None = None
+    create_time: float | None = None  # psutil's, to tell our pid from a reused one
+    cancelled: bool = False
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    waiter: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def to_store(self) -> dict[str, Any]:
+        return {
+            "record": self.record.to_json(),
+            "run_dir": str(self.run_dir),
+            "pid": self.pid,
+            "create_time": self.create_time,
+            "cancelled": self.cancelled,
+        }
+
+    @classmethod
+    def from_store(cls, data: Mapping[str, Any]) -> _LocalJob:
+        return cls(
+            record=JobRecord.from_json(data["record"]),
+            run_dir=Path(data["run_dir"]),
+            pid=data.get("pid"),
+            create_time=data.get("create_time"),
+            cancelled=bool(data.get("cancelled")),
+        )
+
+
+class LocalBackend(JobBackend):
+    """Papermill jobs on this machine, owned by this server's user."""
+
+    name = "local"
+    kinds = frozenset({"job"})
+
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str],
+        *,
+        owner: str,
+        gpu_ids: list[str] | None = None,
+        gpu_type: str | None = None,
+        python: str = sys.executable,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.root = Path(root_dir).resolve()
+        self.owner = owner
+        self.gpu_ids = server_gpu_ids() if gpu_ids is None else list(gpu_ids)
+        self.gpu_type = gpu_type or None  # the type LocalGPUSpawner gave this server
+        self.python = python
+        self.env = dict(os.environ if env is None else env)
+        self.store_path = self.root / STORE
+        self._jobs: dict[str, _LocalJob] = {}
+        self._loaded = False
+        self._lock = asyncio.Lock()
+
+    # -- the store ----------------------------------------------------------------------------
+    async def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        async with self._lock:
+            if not self._loaded:
+                self._jobs = await asyncio.to_thread(self._read_store)
+                self._loaded = True
+
+    def _read_store(self) -> dict[str, _LocalJob]:
+        try:
+            data = json.loads(self.store_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            # Keep the unreadable file for the admin and start afresh rather than fail.
+            log.error("gpuhub jobs: cannot read %s (%s); starting a new one", self.store_path, exc)
+            with contextlib.suppress(OSError):
+                self.store_path.replace(self.store_path.with_suffix(".json.broken"))
+            return {}
+        jobs = {}
+        for entry in data.get("jobs", []):
+            try:
+                job = _LocalJob.from_store(entry)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("gpuhub jobs: skipping a bad entry in %s: %s", self.store_path, exc)
+                continue
+            jobs[job.record.id] = job
+        return jobs
+
+    async def _save(self) -> None:
+        data = {"version": 1, "jobs": [job.to_store() for job in self._jobs.values()]}
+
+        def write() -> None:
+            self.store_path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.store_path, data)
+
+        await asyncio.to_thread(write)
+
+    # -- the interface ------------------------------------------------------------------------
+    def request_defaults(self) -> dict[str, Any]:
+        """A local job's GPUs are this server's: default to the type the server has."""
+        return {"gpu_type": self.gpu_type} if self.gpu_type else {}
+
+    async def check(self, request: JobRequest, owner: str) -> None:
+        wanted, have = request.resources.gpus, len(self.gpu_ids)
+        if wanted > have:
+            if have == 0:
+                raise JobError(
+                    "gpus",
+                    f"This server has no GPU, and a job on it runs on this server's GPUs; "
+                    f"ask for 0 GPUs (asked for {wanted}).",
+                )
+            raise JobError(
+                "gpus",
+                f"This server has {have} GPU{'s' if have != 1 else ''}, and a job on it runs on "
+                f"this server's GPUs; ask for at most {have} (asked for {wanted}).",
+            )
+        gpu_type = request.resources.gpu_type
+        if wanted and self.gpu_type and gpu_type is not None and gpu_type.key != self.gpu_type:
+            raise JobError(
+                "gpu_type",
+                f"A job on this server runs on its {self.gpu_type!r} GPUs; ask for gpu_type "
+                f"{self.gpu_type!r} or start a server with {gpu_type.key!r} GPUs.",
+            )
+
+    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+        self._check_owner(owner)
+        await self._ensure_loaded()
+        job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
+        while job_id in self._jobs:  # pragma: no cover - 16M to one
+            job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
+        notebook_dir = request.notebook.os_path.parent
+        run_dir = notebook_dir / RUNS_DIR / job_id
+        output = run_dir / request.notebook.os_path.name
+        record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
+        record.image = None  # a local job runs in this server's own environment
+        record.message = "Starting the kernel."
+        spec = {
+            "input": str(request.notebook.os_path),
+            "output": str(output),
+            "cwd": str(notebook_dir),
+            "parameters": dict(request.parameters),
+            "progress": str(run_dir / "progress.json"),
+            "result": str(run_dir / "result.json"),
+        }
+        env = dict(self.env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids[: request.resources.gpus])
+        env["GPUHUB_JOB_ID"] = job_id
+        env["GPUHUB_GPUS"] = str(request.resources.gpus)
+        env.pop("JPY_SESSION_NAME", None)
+        try:
+            await asyncio.to_thread(_prepare_run_dir, run_dir, spec)
+            log_file = await asyncio.to_thread(open, run_dir / "job.log", "ab")
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    self.python,
+                    "-m",
+                    "gpuhub.jobs.run_notebook",
+                    str(run_dir / "spec.json"),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=asyncio.subprocess.STDOUT,
+                    cwd=str(notebook_dir),
+                    env=env,
+                    start_new_session=True,  # its own process group: survives us, killable as one
+                )
+            finally:
+                log_file.close()
+        except OSError as exc:
+            log.error("gpuhub jobs: could not start %s: %s", job_id, exc)
+            await asyncio.to_thread(shutil.rmtree, run_dir, True)
+            raise JobError(
+                "notebook", f"The job could not start on this server: {exc.strerror or exc}.", 500
+            ) from None
+        job = _LocalJob(record=record, run_dir=run_dir, pid=process.pid, process=process)
+        job.create_time = _create_time(process.pid)
+        record.status, record.started = "running", utcnow()
+        record.output = _relative(output, self.root)
+        self._jobs[job_id] = job
+        job.waiter = asyncio.create_task(self._wait(job))
+        await self._save()
+        log.info(
+            "gpuhub jobs: started %s (%s, pid %s, GPUs %r)",
+            job_id,
+            request.notebook.path,
+            process.pid,
+            env["CUDA_VISIBLE_DEVICES"],
+        )
+        return record
+
+    async def list(self, owner: str) -> list[JobRecord]:
+        if owner != self.owner:
+            return []
+        await self._ensure_loaded()
+        for job in list(self._jobs.values()):
+            await self._refresh(job)
+        return sorted(
+            (j.record for j in self._jobs.values()), key=lambda r: r.created, reverse=True
+        )
+
+    async def get(self, owner: str, job_id: str) -> JobRecord:
+        job = await self._job(owner, job_id)
+        await self._refresh(job)
+        return job.record
+
+    async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
+        job = await self._job(owner, job_id)
+        return await asyncio.to_thread(_read_log, job.run_dir / "job.log", tail)
+
+    async def cancel(self, owner: str, job_id: str) -> JobRecord:
+        job = await self._job(owner, job_id)
+        await self._refresh(job)
+        if job.record.is_final:
+            return job.record
+        job.cancelled = True
+        if job.pid is not None:
+            await asyncio.to_thread(_kill_tree, job.pid, job.create_time)
+        if job.waiter is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(job.waiter), KILL_GRACE * 2)
+        else:
+            await self._finish(job, returncode=None)
+        return job.record
+
+    async def close(self) -> None:
+        """Stop following; the jobs themselves keep running (the store remembers them)."""
+        for job in self._jobs.values():
+            if job.waiter is not None:
+                job.waiter.cancel()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _check_owner(self, owner: str) -> None:
+        if owner != self.owner:
+            raise JobError("owner", "Local jobs run only for this server's own user.", 403)
+
+    async def _job(self, owner: str, job_id: str) -> _LocalJob:
+        check_job_id(job_id)
+        await self._ensure_loaded()
+        job = self._jobs.get(job_id)
+        if job is None or owner != self.owner:
+            raise JobNotFound(job_id)
+        return job
+
+    async def _wait(self, job: _LocalJob) -> None:
+        assert job.process is not None
+        code = await job.process.wait()
+        await self._finish(job, returncode=code)
+
+    async def _refresh(self, job: _LocalJob) -> None:
+        """Bring a running job's record up to date (progress, or its end if it ended)."""
+        if job.record.is_final:
+            return
+        if job.process is not None:
+            if job.process.returncode is not None:
+                await self._finish(job, job.process.returncode)
+                return
+        elif not await asyncio.to_thread(_alive, job.pid, job.create_time):
+            # Started by an earlier run of this server and gone since.
+            await self._finish(job, returncode=None)
+            return
+        progress = await asyncio.to_thread(_read_json, job.run_dir / "progress.json")
+        if isinstance(progress, dict) and {"done", "total"} <= progress.keys():
+            job.record.progress = {"done": int(progress["done"]), "total": int(progress["total"])}
+            job.record.message = f"Ran {progress['done']} of {progress['total']} cells."
+
+    async def _finish(self, job: _LocalJob, returncode: int | None) -> None:
+        if job.record.is_final:
+            return
+        record = job.record
+        result = await asyncio.to_thread(_read_json, job.run_dir / "result.json")
+        progress = await asyncio.to_thread(_read_json, job.run_dir / "progress.json")
+        if isinstance(progress, dict) and {"done", "total"} <= progress.keys():
+            record.progress = {"done": int(progress["done"]), "total": int(progress["total"])}
+        record.finished = utcnow()
+        record.message = None
+        if job.cancelled:
+            record.status = "cancelled"
+            record.message = "Cancelled; the output notebook holds the cells that ran."
+        elif isinstance(result, dict) and result.get("status") in ("succeeded", "failed"):
+            record.status = result["status"]
+            record.finished = _parse_iso(result.get("finished")) or record.finished
+            record.error = result.get("error")
+            cell = result.get("failed_cell")
+            record.failed_cell = FailedCell(**cell) if isinstance(cell, dict) else None
+        else:
+            record.status = "failed"
+            if returncode is None:
+                record.error = (
+                    "The job's process ended without reporting a result "
+                    "(was the machine or this server restarted?)."
+                )
+            elif returncode < 0:
+                record.error = f"The job's process was killed by signal {-returncode}."
+            else:
+                record.error = (
+                    f"The job's process exited with code {returncode} before it finished."
+                )
+        output = job.run_dir / Path(record.notebook).name
+        if not await asyncio.to_thread(output.is_file):
+            record.output = None
+        job.process = None
+        await self._save()
+        log.info(
+            "gpuhub jobs: %s %s%s",
+            record.id,
+            record.status,
+            f": {record.error}" if record.error else "",
+        )
+
+
+# -- helpers run in threads ------------------------------------------------------------------------
+def _prepare_run_dir(run_dir: Path, spec: dict[str, Any]) -> None:
+    run_dir.mkdir(parents=True, exist_ok=False)
+    write_json(run_dir / "spec.json", spec)
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.resolve().relative_to(root).as_posix()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_log(path: Path, tail: int | None) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - MAX_LOG_BYTES))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if size > MAX_LOG_BYTES:
+        text = text.split("\n", 1)[-1]  # drop the partial first line
+    if tail is not None:
+        text = "\n".join(text.splitlines()[-tail:]) + ("\n" if text.endswith("\n") else "")
+    return text
+
+
+def _create_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _alive(pid: int | None, create_time: float | None) -> bool:
+    import psutil
+
+    if pid is None:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if create_time is not None and abs(process.create_time() - create_time) > 1:
+            return False  # the pid was reused by something else
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _kill_tree(pid: int, create_time: float | None) -> None:
+    """SIGTERM the job's process and every descendant, then SIGKILL what is left.
+
+    The kernel papermill starts is in its own session (jupyter_client does that), so the
+    process group alone would miss it; walk the tree instead, and signal the runner's
+    group too for anything that was re-parented.
+    """
+    import psutil
+
+    if not _alive(pid, create_time):
+        return
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=KILL_GRACE)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=KILL_GRACE)
