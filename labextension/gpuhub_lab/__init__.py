@@ -23,6 +23,9 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 def _load_jupyter_server_extension(server_app: Any) -> None:
     """Enabled by jupyter_config/jupyter_server_config.d/gpuhub_lab.json."""
     server_app.log.info("gpuhub_lab %s loaded", __version__)
+    from .jobs_api import setup_jobs
+
+    setup_jobs(server_app)
 
 
 def load_ipython_extension(ipython: Any) -> None:

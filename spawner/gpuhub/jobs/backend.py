@@ -41,6 +41,11 @@ class JobBackend(abc.ABC):
     name: ClassVar[str] = "abstract"
     kinds: ClassVar[frozenset[str]] = frozenset()
 
+    def request_defaults(self) -> dict[str, object]:
+        """Values for fields the body leaves out, before validation (e.g. the local
+        backend's ``gpu_type`` is the server's own). The default adds none."""
+        return {}
+
     async def check(self, request: JobRequest, owner: str) -> None:  # noqa: B027 (optional hook)
         """Refuse (raise :class:`JobError`) what is valid but cannot run on this backend.
 

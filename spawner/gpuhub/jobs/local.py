@@ -164,7 +164,7 @@ class LocalBackend(JobBackend):
         await asyncio.to_thread(write)
 
     # -- the interface ------------------------------------------------------------------------
-    def request_defaults(self) -> dict[str, Any]:
+    def request_defaults(self) -> dict[str, object]:
         """A local job's GPUs are this server's: default to the type the server has."""
         return {"gpu_type": self.gpu_type} if self.gpu_type else {}
 

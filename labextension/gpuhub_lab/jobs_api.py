@@ -1,0 +1,282 @@
+"""``/gpuhub/api/jobs``: submit and follow jobs from the user's own Jupyter server.
+
+Every route needs Jupyter's authentication (token, cookie + XSRF for browsers). Errors are
+JSON ``{"message": one sentence, "field": what was wrong}`` with a 4xx status. Bodies:
+
+* ``POST /gpuhub/api/jobs`` (DESIGN.md body) -> ``201 {"id", "status", "url", "job"}``
+* ``GET /gpuhub/api/jobs`` -> ``{"jobs": [job, ...]}``, newest first
+* ``GET /gpuhub/api/jobs/options`` -> the choices the submit dialog offers (see
+  :func:`job_options`): the same images, GPU types and ranges as the spawn form
+* ``GET /gpuhub/api/jobs/<id>`` -> job (see :meth:`gpuhub.jobs.JobRecord.to_json`)
+* ``GET /gpuhub/api/jobs/<id>/logs?tail=N`` -> ``{"id", "status", "logs"}``
+* ``DELETE /gpuhub/api/jobs/<id>`` -> the job, cancelled (unchanged if it had finished)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+
+from gpuhub.jobs.backend import JobRouter
+from gpuhub.jobs.local import server_gpu_ids
+from gpuhub.jobs.model import (
+    KIND_NAMES,
+    KINDS,
+    JobError,
+    JobRequest,
+    parse_kind,
+)
+from gpuhub.options import OptionsError
+from gpuhub.policy import Policy, PolicyConfigError
+from gpuhub.quantity import format_cpu, format_memory
+
+from .jobs_config import GPUHubJobs
+
+SETTINGS_KEY = "gpuhub_jobs"
+
+
+class JobsContext:
+    """What the handlers share, built once per server: policy, router, settings."""
+
+    def __init__(self, config: GPUHubJobs, root_dir: str) -> None:
+        self.config = config
+        self.root_dir = root_dir
+        self.local_gpu_ids = [] if config.kubernetes_mode else server_gpu_ids()
+        self.policy_error: str | None = None
+        self._policy: Policy | None = None
+        try:
+            self._policy = config.policy(self.local_gpu_ids)
+        except PolicyConfigError as exc:
+            config.log.error("gpuhub jobs: invalid policy: %s", exc)
+            self.policy_error = (
+                "Jobs are unavailable because this server's gpuhub settings are invalid; "
+                "tell your admin."
+            )
+        self.router: JobRouter = config.router(root_dir, self.local_gpu_ids)
+
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            raise JobError("policy", self.policy_error or "Jobs are unavailable.", 503)
+        return self._policy
+
+
+Handler = Callable[..., Awaitable[None]]
+
+
+def _json_errors(method: Handler) -> Handler:
+    """Authenticate, then turn refusals into ``{"message", "field"}`` with their status."""
+
+    @functools.wraps(method)
+    async def wrapper(self: JobsHandlerBase, *args: Any, **kwargs: Any) -> None:
+        if not self.current_user:
+            self._refuse(
+                403, "auth", "Log in to this Jupyter server, or send its token, to use jobs."
+            )
+            return
+        try:
+            await method(self, *args, **kwargs)
+        except JobError as exc:
+            self._refuse(exc.status, exc.field, exc.message)
+        except OptionsError as exc:
+            self._refuse(400, exc.field, exc.message)
+
+    return wrapper
+
+
+class JobsHandlerBase(APIHandler):
+    @property
+    def jobs(self) -> JobsContext:
+        context: JobsContext = self.settings[SETTINGS_KEY]
+        return context
+
+    @property
+    def owner(self) -> str:
+        return self.jobs.config.owner
+
+    def _refuse(self, status: int, field: str, message: str) -> None:
+        self.log.info(
+            "gpuhub jobs: %s %s refused (%s): %s",
+            self.request.method,
+            self.request.path,
+            field,
+            message,
+        )
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": message, "field": field}))
+
+    def _reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(data))
+
+    def _body(self) -> Any:
+        try:
+            return json.loads(self.request.body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise JobError("body", "The request body is not valid JSON.") from None
+
+
+class JobsHandler(JobsHandlerBase):
+    @_json_errors
+    async def get(self) -> None:
+        records = await self.jobs.router.list(self.owner)
+        self._reply({"jobs": [r.to_json() for r in records]})
+
+    @_json_errors
+    async def post(self) -> None:
+        body = self._body()
+        if not isinstance(body, dict):
+            raise JobError("body", "The request body must be a JSON object.")
+        router = self.jobs.router
+        kind = parse_kind(body.get("kind"))
+        backend = router.backend_for(kind)
+        for key, value in backend.request_defaults().items():
+            if body.get(key) in (None, ""):
+                body[key] = value
+        request = JobRequest.parse(
+            body,
+            policy=self.jobs.policy,
+            groups=self.jobs.config.groups,
+            root_dir=self.jobs.root_dir,
+            max_notebook_bytes=self.jobs.config.max_notebook_size,
+            max_workers=self.jobs.config.max_workers,
+        )
+        record = await router.submit(request, self.owner)
+        self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
+        self._reply(
+            {"id": record.id, "status": record.status, "url": record.url, "job": record.to_json()},
+            201,
+        )
+
+
+class JobOptionsHandler(JobsHandlerBase):
+    @_json_errors
+    async def get(self) -> None:
+        self._reply(job_options(self.jobs))
+
+
+class JobHandler(JobsHandlerBase):
+    @_json_errors
+    async def get(self, job_id: str) -> None:
+        record = await self.jobs.router.get(self.owner, job_id)
+        self._reply(record.to_json())
+
+    @_json_errors
+    async def delete(self, job_id: str) -> None:
+        record = await self.jobs.router.cancel(self.owner, job_id)
+        self._reply(record.to_json())
+
+
+class JobLogsHandler(JobsHandlerBase):
+    @_json_errors
+    async def get(self, job_id: str) -> None:
+        tail_arg = self.get_argument("tail", "")
+        tail = None
+        if tail_arg:
+            if not tail_arg.isdigit() or not 0 < int(tail_arg) <= 100_000:
+                raise JobError("tail", "tail must be a number of lines between 1 and 100000.")
+            tail = int(tail_arg)
+        router = self.jobs.router
+        record = await router.get(self.owner, job_id)
+        logs = await router.logs(self.owner, job_id, tail=tail)
+        self._reply({"id": record.id, "status": record.status, "logs": logs})
+
+
+def job_options(context: JobsContext) -> dict[str, Any]:
+    """The submit dialog's choices for this user: what the spawn form would offer.
+
+    ``kinds`` lists every kind with ``available`` and, when not, the sentence why;
+    ``local`` describes this server's GPUs when kind ``job`` runs here.
+    """
+    router = context.router
+    kinds = [
+        {
+            "kind": kind,
+            "label": KIND_NAMES[kind],
+            "available": kind in router.backends,
+            "reason": None if kind in router.backends else router.unavailable.get(kind),
+        }
+        for kind in KINDS
+    ]
+    options: dict[str, Any] = {
+        "kinds": kinds,
+        "available": context._policy is not None,
+        "reason": context.policy_error,
+        "kubernetes": context.config.kubernetes_mode,
+        "max_workers": context.config.max_workers,
+        "local": None
+        if context.config.kubernetes_mode
+        else {
+            "gpus": len(context.local_gpu_ids),
+            "gpu_type": router.backends["job"].request_defaults().get("gpu_type")
+            if "job" in router.backends
+            else None,
+        },
+    }
+    if context._policy is None:
+        return options
+    policy = context.policy
+    limits = policy.limits_for(context.config.groups)
+    allowed_types = policy.allowed_gpu_types(limits)
+    options.update(
+        {
+            "images": [
+                {"key": i.key, "display_name": i.display_name, "description": i.description}
+                for i in policy.allowed_images(limits)
+            ],
+            "custom_images": policy.custom_image_pattern is not None,
+            "gpu_types": [
+                {
+                    "key": t.key,
+                    "display_name": t.display_name,
+                    "description": t.description,
+                    "max_gpus": policy.max_gpus_for(limits, t),
+                    "mig": t.is_mig,
+                }
+                for t in allowed_types
+            ],
+            "max_gpus": max((policy.max_gpus_for(limits, t) for t in allowed_types), default=0),
+            "cpu": {
+                "min": float(policy.cpu.min),
+                "max": float(policy.cpu.max),
+                "default": format_cpu(policy.cpu.default),
+            },
+            "memory": {
+                "min": format_memory(int(policy.memory.min)),
+                "max": format_memory(int(policy.memory.max)),
+                "default": format_memory(int(policy.memory.default)),
+            },
+        }
+    )
+    return options
+
+
+def setup_jobs(server_app: Any) -> None:
+    """Register the jobs routes on a Jupyter server (called by the server extension)."""
+    config = GPUHubJobs(parent=server_app)
+    web_app = server_app.web_app
+    context = JobsContext(config, server_app.root_dir)
+    web_app.settings[SETTINGS_KEY] = context
+    base = url_path_join(web_app.settings["base_url"], "gpuhub/api/jobs")
+    job_id = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+    web_app.add_handlers(
+        ".*$",
+        [
+            (base, JobsHandler),
+            (url_path_join(base, "options"), JobOptionsHandler),
+            (url_path_join(base, job_id, "logs"), JobLogsHandler),
+            (url_path_join(base, job_id), JobHandler),
+        ],
+    )
+    mode = f"Kubernetes mode via {config.jobs_url}" if config.kubernetes_mode else "local mode"
+    server_app.log.info(
+        "gpuhub jobs: %s; kinds %s", mode, ", ".join(context.router.kinds) or "none"
+    )
