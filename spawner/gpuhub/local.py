@@ -184,6 +184,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         env["SHELL"] = "/bin/bash"
         return env
 
+    def get_args(self) -> list[str]:
+        args = super().get_args()
+        if self.run_as_hub_user and os.geteuid() == 0:
+            # A hub run as root (containers, CI) runs servers as root too in this mode;
+            # jupyter_server refuses that unless told it is deliberate.
+            args.append("--ServerApp.allow_root=True")
+        return args
+
     async def move_certs(self, paths: dict[str, str]) -> dict[str, str]:
         if self.run_as_hub_user:
             return paths
