@@ -30,3 +30,6 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext gpuhub_lab``: register gpuhub's magics."""
+    from .jobs_magics import register as register_job_magics
+
+    register_job_magics(ipython)

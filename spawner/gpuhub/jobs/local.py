@@ -197,7 +197,7 @@ class LocalBackend(JobBackend):
         while job_id in self._jobs:  # pragma: no cover - 16M to one
             job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
         notebook_dir = request.notebook.os_path.parent
-        run_dir = notebook_dir / RUNS_DIR / job_id
+        run_dir = _runs_dir(notebook_dir, self.root) / job_id
         output = run_dir / request.notebook.os_path.name
         record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
         record.image = None  # a local job runs in this server's own environment
@@ -373,6 +373,17 @@ class LocalBackend(JobBackend):
             record.status,
             f": {record.error}" if record.error else "",
         )
+
+
+def _runs_dir(notebook_dir: Path, root: Path) -> Path:
+    """``<notebook dir>/gpuhub-runs``, or the enclosing one for a notebook already inside one
+    (``%%train`` writes its notebooks to ``gpuhub-runs/train/``): no runs in runs."""
+    for folder in (notebook_dir, *notebook_dir.parents):
+        if folder == root or root not in folder.parents:
+            break
+        if folder.name == RUNS_DIR:
+            return folder
+    return notebook_dir / RUNS_DIR
 
 
 # -- helpers run in threads ------------------------------------------------------------------------
