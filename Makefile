@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install demo test lint typecheck pytest benchmarks clean
+.PHONY: install demo test lint typecheck pytest benchmarks clean wheel images
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,21 @@ pytest: install
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest
+
+# Container images (needs Docker with BuildKit): the hub image, the CUDA notebook image (also
+# the default job image) and the CPU notebook image, each installing the wheel built here.
+IMAGE_PREFIX ?= ghcr.io/gpuhub
+GPUHUB_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+DOCKER ?= docker
+
+wheel: install
+	rm -f dist/gpuhub-*.whl
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation . -w dist
+
+images: wheel
+	$(DOCKER) build -f images/hub/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-hub:$(GPUHUB_VERSION) .
+	$(DOCKER) build -f images/notebook/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-notebook:$(GPUHUB_VERSION) .
+	$(DOCKER) build -f images/notebook-cpu/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-notebook-cpu:$(GPUHUB_VERSION) .
 
 benchmarks: install
 	$(BIN)/python -m benchmarks
