@@ -1,0 +1,1 @@
+"""Browser tests: Debian's Chromium driven by Playwright (never a downloaded browser)."""
