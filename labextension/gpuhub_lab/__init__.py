@@ -23,13 +23,26 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 def _load_jupyter_server_extension(server_app: Any) -> None:
     """Enabled by jupyter_config/jupyter_server_config.d/gpuhub_lab.json."""
     server_app.log.info("gpuhub_lab %s loaded", __version__)
+    from .metrics.handlers import setup_metrics
+
+    setup_metrics(server_app)
     from .jobs_api import setup_jobs
 
     setup_jobs(server_app)
 
 
+def _unload_jupyter_server_extension(server_app: Any) -> None:
+    """Called by jupyter_server on shutdown: stop background threads."""
+    from .metrics.handlers import teardown_metrics
+
+    teardown_metrics(server_app)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext gpuhub_lab``: register gpuhub's magics."""
+    from .gpu_magic import register as register_gpu_magic
+
+    register_gpu_magic(ipython)
     from .jobs_magics import register as register_job_magics
 
     register_job_magics(ipython)

@@ -2,10 +2,15 @@
  * gpuhub's JupyterLab extension: every frontend plugin, in one array.
  *
  * To add a plugin (for example the jobs panel under `src/jobs/`), import it
- * here and append it to `plugins`.
+ * here and append it to `plugins`. Its settings schema goes in
+ * `labextension/schema/<name>.json` and its plugin id is `gpuhub:<name>`.
  */
 import { JupyterFrontEndPlugin } from '@jupyterlab/application';
 
-const plugins: JupyterFrontEndPlugin<any>[] = [];
+import { gpuPlugin } from './gpu/plugin';
+
+export { requestAPI, GpuhubAPIError } from './api';
+
+const plugins: JupyterFrontEndPlugin<any>[] = [gpuPlugin];
 
 export default plugins;

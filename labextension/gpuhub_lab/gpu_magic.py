@@ -1,0 +1,208 @@
+"""``%gpu``: this server's GPUs, as a table in the notebook.
+
+It asks the kernel's own Jupyter server for ``/gpuhub/api/metrics`` (the same sampler as the
+sidebar, with notebook paths for the GPU memory); when that server cannot be reached (a plain
+IPython, a server without gpuhub) it reads NVML directly with the same reading code.
+
+``%gpu --watch [SECONDS]`` keeps the table live in an ipywidgets output for that long.
+
+Imports stay inside the functions: ``%load_ext gpuhub_lab`` must be fast.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from typing import Any
+
+GIB = 2**30
+
+
+def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
+    """Metrics from this kernel's Jupyter server, else from NVML in this process."""
+    try:
+        return _from_server(timeout)
+    except Exception as exc:  # no server, no gpuhub there, refused...: fall back
+        data = _from_nvml()
+        data["note"] = f"Read NVML directly ({exc}); notebook names are not known here."
+        return data
+
+
+def _from_server(timeout: float) -> dict[str, Any]:
+    from urllib import request
+
+    from .jobs_client import find_server
+
+    server = find_server()
+    headers = {"Accept": "application/json"}
+    if server.token:
+        headers["Authorization"] = f"token {server.token}"
+    req = request.Request(server.url + "gpuhub/api/metrics?since=9e99", headers=headers)
+    with request.urlopen(req, timeout=timeout) as response:
+        data: dict[str, Any] = json.loads(response.read())
+    return data
+
+
+def _from_nvml() -> dict[str, Any]:
+    from .metrics.nvml import NVMLSource
+
+    source = NVMLSource(
+        os.environ.get("GPUHUB_NVML_MODULE", "pynvml"),
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+    try:
+        gpus, reason = source.read()
+    finally:
+        source.close()
+    return {"available": bool(gpus), "reason": reason, "gpus": gpus}
+
+
+def _own_pids() -> set[int]:
+    """This kernel and its children: their GPU memory is "this notebook"."""
+    pids = {os.getpid()}
+    try:
+        import psutil
+
+        pids.update(p.pid for p in psutil.Process().children(recursive=True))
+    except Exception:
+        pass
+    return pids
+
+
+def _gib(value: int | None) -> str:
+    return "?" if value is None else f"{value / GIB:.1f} GiB"
+
+
+def _num(value: float | None, unit: str) -> str:
+    return "n/a" if value is None else f"{value:g}{unit}"
+
+
+def _owner(process: dict[str, Any], own: set[int]) -> str:
+    if process["pid"] in own:
+        return "this notebook"
+    if process.get("path"):
+        return str(process["path"])
+    if process.get("kernel_id"):
+        return f"kernel {str(process['kernel_id'])[:8]}"
+    return f"pid {process['pid']} (not a kernel of this server)"
+
+
+class GPUReport:
+    """What ``%gpu`` displays: HTML in JupyterLab, a text table elsewhere."""
+
+    def __init__(self, data: dict[str, Any], own_pids: set[int] | None = None) -> None:
+        self.data = data
+        self.own = own_pids if own_pids is not None else _own_pids()
+
+    def _label(self, gpu: dict[str, Any]) -> str:
+        kind = "MIG slice of GPU" if gpu.get("mig") else "GPU"
+        return f"{kind} {gpu['index']}: {gpu['name']}"
+
+    def __repr__(self) -> str:
+        if not self.data.get("available"):
+            return f"No GPU: {self.data.get('reason') or 'unknown reason'}"
+        lines = []
+        for gpu in self.data["gpus"]:
+            lines.append(self._label(gpu))
+            if gpu.get("error"):
+                lines.append(f"  {gpu['error']}")
+                continue
+            lines.append(
+                f"  utilization {_num(gpu['utilization'], '%')}  memory "
+                f"{_gib(gpu['memory_used'])} / {_gib(gpu['memory_total'])}  "
+                f"{_num(gpu['temperature'], ' °C')}  {_num(gpu['power'], ' W')}"
+            )
+            for p in gpu["processes"]:
+                lines.append(f"    {_gib(p['memory_used']):>10}  {_owner(p, self.own)}")
+        if self.data.get("note"):
+            lines.append(self.data["note"])
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        if not self.data.get("available"):
+            reason = self.data.get("reason") or "unknown reason"
+            return f'<div class="gpuhub-gpu-magic"><b>No GPU</b>: {esc(reason)}</div>'
+        rows = []
+        for gpu in self.data["gpus"]:
+            if gpu.get("error"):
+                rows.append(
+                    f"<tr><td>{esc(self._label(gpu))}</td><td colspan='4'>"
+                    f"{esc(gpu['error'])}</td></tr>"
+                )
+                continue
+            used, total = gpu["memory_used"], gpu["memory_total"]
+            share = 100 * used / total if used is not None and total else 0
+            util = gpu["utilization"]
+            procs = "".join(
+                f"<li>{esc(_gib(p['memory_used']))}: {esc(_owner(p, self.own))}</li>"
+                for p in gpu["processes"]
+            )
+            rows.append(
+                "<tr>"
+                f"<td>{esc(self._label(gpu))}</td>"
+                f"<td>{_bar(util or 0)} {esc(_num(util, '%'))}</td>"
+                f"<td>{_bar(share)} {esc(_gib(used))} / {esc(_gib(total))}</td>"
+                f"<td>{esc(_num(gpu['temperature'], ' °C'))}, {esc(_num(gpu['power'], ' W'))}</td>"
+                f"<td><ul style='margin:0;padding-left:1em'>{procs or '<li>none</li>'}</ul></td>"
+                "</tr>"
+            )
+        note = self.data.get("note")
+        return (
+            '<table class="gpuhub-gpu-magic"><thead><tr><th>GPU</th><th>Utilization</th>'
+            "<th>Memory</th><th>Temp, power</th><th>Memory held by</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            + (f"<div><small>{esc(note)}</small></div>" if note else "")
+        )
+
+
+def _bar(percent: float) -> str:
+    width = max(0.0, min(100.0, float(percent)))
+    return (
+        "<span style='display:inline-block;width:5em;height:0.7em;border:1px solid "
+        "var(--jp-border-color1,#999);vertical-align:middle'><span style='display:block;"
+        f"height:100%;width:{width:.0f}%;background:var(--jp-brand-color1,#1976d2)'></span></span>"
+    )
+
+
+def gpu(line: str = "") -> GPUReport | None:
+    """%gpu [--watch [SECONDS]]: show this server's GPUs and which notebooks hold their memory."""
+    args = line.split()
+    if args and args[0] in ("--watch", "-w"):
+        try:
+            seconds = float(args[1]) if len(args) > 1 else 60.0
+        except ValueError:
+            raise ValueError(f"%gpu --watch takes a number of seconds, not {args[1]!r}.") from None
+        if not 0 < seconds <= 3600:
+            raise ValueError("%gpu --watch takes between 0 and 3600 seconds.")
+        _watch(seconds)
+        return None
+    if args:
+        raise ValueError(f"%gpu does not understand {line.strip()!r}; use %gpu or %gpu --watch.")
+    return GPUReport(fetch_metrics())
+
+
+def _watch(seconds: float) -> None:
+    """Refresh an ipywidgets HTML view from a background thread, leaving the kernel free."""
+    import threading
+    import time
+
+    import ipywidgets
+    from IPython.display import display
+
+    view = ipywidgets.HTML(GPUReport(fetch_metrics())._repr_html_())
+    display(view)
+    own = _own_pids()
+
+    def refresh() -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            view.value = GPUReport(fetch_metrics(), own)._repr_html_()
+
+    threading.Thread(target=refresh, name="gpuhub-gpu-watch", daemon=True).start()
+
+
+def register(ipython: Any) -> None:
+    ipython.register_magic_function(gpu, magic_kind="line", magic_name="gpu")

@@ -1,0 +1,9 @@
+"""Live GPU metrics for the JupyterLab sidebar, the status bar and ``%gpu``.
+
+* :mod:`.nvml` / :mod:`.dcgm`: read the GPUs (NVML on this machine, or a DCGM exporter);
+* :mod:`.sampler`: the one background sampler per server, with its ring buffer;
+* :mod:`.kernels`: GPU process -> kernel -> notebook;
+* :mod:`.handlers`: ``GET /gpuhub/api/metrics``.
+
+Import the submodules directly; this package imports nothing heavy on purpose.
+"""

@@ -1,0 +1,131 @@
+"""``GET /gpuhub/api/metrics``: the latest GPU sample and recent history.
+
+Response (DESIGN.md)::
+
+    {"available": bool, "reason": str|null, "interval": s, "time": epoch s,
+     "gpus": [{"index", "uuid", "name", "utilization", "memory_used", "memory_total",
+               "temperature", "power", "mig", "processes": [{"pid", "memory_used",
+               "kernel_id", "path"}], "error"}],
+     "history": [{"time", "gpus": [{"uuid", "utilization", "memory_used", "temperature",
+                                    "power"}]}]}
+
+Memory in bytes, power in watts, temperature in degrees Celsius, utilization in percent;
+``null`` where the GPU does not report a figure. ``?since=<time>`` returns only the history
+newer than ``time`` (what a poller already has is not sent again).
+
+Many clients poll the same server: the part of the answer that only depends on the sample is
+serialized once per sample and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .kernels import KernelPids, SessionPaths
+from .sampler import MIN_INTERVAL, GPUSampler, Sample
+
+
+class MetricsService:
+    """Sampler + notebook paths + the shared serialized answer."""
+
+    def __init__(self, sampler: GPUSampler, paths: SessionPaths | None) -> None:
+        self.sampler = sampler
+        self.paths = paths
+        self._head_key: tuple[int, int] | None = None
+        self._head = ""
+
+    async def response(self, since: float | None) -> str:
+        sample = await self.sampler.latest()
+        paths: dict[str, str] = {}
+        if sample is not None and self.paths is not None:
+            kernel_ids = sample.kernel_ids()
+            if kernel_ids:
+                paths = await self.paths.lookup(kernel_ids)
+        key = (
+            sample.seq if sample is not None else -1,
+            self.paths.version if self.paths is not None else 0,
+        )
+        if key != self._head_key:
+            self._head = self._serialize_head(sample, paths)
+            self._head_key = key
+        history = self.sampler.history_since(since)
+        return f'{self._head[:-1]},"history":[{",".join(history)}]}}'
+
+    def _serialize_head(self, sample: Sample | None, paths: dict[str, str]) -> str:
+        if sample is None:
+            body: dict[str, Any] = {
+                "available": False,
+                "reason": "The GPU sampler has not produced a first sample yet.",
+                "gpus": [],
+            }
+        else:
+            gpus = [
+                {
+                    **g,
+                    "processes": [
+                        {**p, "path": paths.get(p["kernel_id"]) if p["kernel_id"] else None}
+                        for p in g["processes"]
+                    ],
+                }
+                for g in sample.gpus
+            ]
+            body = {
+                "available": sample.available,
+                "reason": sample.reason,
+                "time": round(sample.time, 3),
+                "gpus": gpus,
+            }
+        body["interval"] = self.sampler.interval
+        body["min_interval"] = MIN_INTERVAL
+        body["source"] = self.sampler.source
+        return json.dumps(body, separators=(",", ":"))
+
+
+class MetricsHandler(APIHandler):
+    auth_resource = "gpuhub"
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        since_arg = self.get_argument("since", None)
+        since: float | None = None
+        if since_arg is not None:
+            try:
+                since = float(since_arg)
+            except ValueError:
+                since = math.nan
+            if not math.isfinite(since):
+                raise web.HTTPError(400, "since must be a time in seconds since the epoch.")
+        service: MetricsService = self.settings["gpuhub_metrics"]
+        body = await service.response(since)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        await self.finish(body)
+
+
+def setup_metrics(server_app: Any) -> MetricsService:
+    """Create the server's one sampler and route ``/gpuhub/api/metrics`` to it."""
+    web_app = server_app.web_app
+    sampler = GPUSampler(parent=server_app, pid_mapper=KernelPids(server_app.kernel_manager))
+    paths = SessionPaths(server_app.session_manager)
+    service = MetricsService(sampler, paths)
+    web_app.settings["gpuhub_metrics"] = service
+    route = url_path_join(web_app.settings["base_url"], "gpuhub", "api", "metrics")
+    web_app.add_handlers(".*$", [(route, MetricsHandler)])
+    server_app.log.info(
+        "gpuhub: GPU metrics from %s every %ss at %s", sampler.source, sampler.interval, route
+    )
+    return service
+
+
+def teardown_metrics(server_app: Any) -> None:
+    service = server_app.web_app.settings.get("gpuhub_metrics")
+    if service is not None:
+        service.sampler.stop()

@@ -1,0 +1,288 @@
+"""One background GPU sampler per Jupyter server process.
+
+A daemon thread reads the GPUs (NVML or a DCGM exporter) every ``interval`` seconds into a
+ring buffer, so requests never wait on NVML and never block the event loop. It only runs
+while someone is looking: each request calls :meth:`GPUSampler.touch`; after
+``idle_timeout`` seconds without one the thread sleeps until the next request wakes it.
+Every request between two samples shares the same, already-serialized sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traitlets import Enum, Float, Unicode, default, validate
+from traitlets.config import LoggingConfigurable
+
+#: Admins cannot make the sampler run faster than this (NVML calls cost a few ms per GPU).
+MIN_INTERVAL = 0.25
+#: Nor keep more history entries than this, whatever ``history_seconds`` says.
+MAX_HISTORY = 3600
+
+PidMapper = Callable[[set[int]], dict[int, str]]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of every GPU, immutable once published."""
+
+    seq: int
+    time: float  # epoch seconds
+    mono: float  # monotonic seconds, for staleness
+    available: bool
+    reason: str | None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    cost: float = 0.0  # seconds the read took, for benchmarks and logs
+
+    def kernel_ids(self) -> set[str]:
+        return {p["kernel_id"] for g in self.gpus for p in g["processes"] if p["kernel_id"]}
+
+
+def history_entry(sample: Sample) -> str:
+    """The compact per-sample record kept in history, serialized once."""
+    return json.dumps(
+        {
+            "time": round(sample.time, 3),
+            "gpus": [
+                {
+                    "uuid": g["uuid"],
+                    "utilization": g["utilization"],
+                    "memory_used": g["memory_used"],
+                    "temperature": g["temperature"],
+                    "power": g["power"],
+                }
+                for g in sample.gpus
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+class GPUSampler(LoggingConfigurable):
+    """Samples this server's GPUs in the background while clients are polling."""
+
+    source = Enum(
+        ["nvml", "dcgm"],
+        default_value="nvml",
+        config=True,
+        help="Where GPU figures come from: 'nvml' (the NVIDIA driver on this machine) or "
+        "'dcgm' (a DCGM exporter, see dcgm_url).",
+    )
+    interval = Float(
+        1.0,
+        config=True,
+        help=f"Seconds between two samples (at least {MIN_INTERVAL}). Clients never get "
+        "fresher data than this, however often they poll.",
+    )
+    history_seconds = Float(
+        600.0,
+        config=True,
+        help=f"How many seconds of history to keep and serve (capped at {MAX_HISTORY} samples).",
+    )
+    idle_timeout = Float(
+        30.0,
+        config=True,
+        help="Stop sampling when no client has asked for this many seconds.",
+    )
+    nvml_module = Unicode(
+        "pynvml",
+        config=True,
+        help="Python module with the NVML API (nvidia-ml-py's 'pynvml'). Tests point it at a "
+        "stand-in.",
+    )
+    dcgm_url = Unicode(
+        "",
+        config=True,
+        help="Metrics URL of a DCGM exporter, e.g. http://nvidia-dcgm-exporter.gpu-operator:9400"
+        "/metrics. Used when source='dcgm'.",
+    )
+    dcgm_pod = Unicode(
+        config=True,
+        help="Only count DCGM series whose 'pod' label is this (default: $HOSTNAME, the pod's "
+        "name on Kubernetes). Empty: every GPU the exporter reports.",
+    )
+
+    @default("dcgm_pod")
+    def _default_pod(self) -> str:
+        return os.environ.get("HOSTNAME", "") if os.environ.get("KUBERNETES_SERVICE_HOST") else ""
+
+    @validate("interval")
+    def _check_interval(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value < MIN_INTERVAL:
+            self.log.warning(
+                "GPUSampler.interval=%s is below the minimum; using %s s", value, MIN_INTERVAL
+            )
+            return MIN_INTERVAL
+        return value
+
+    @validate("history_seconds", "idle_timeout")
+    def _check_positive(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise ValueError(f"{proposal['trait'].name} must be positive, not {value}")
+        return value
+
+    def __init__(self, pid_mapper: PidMapper | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pid_mapper = pid_mapper
+        self._source: Any = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._last_request = 0.0
+        self._seq = 0
+        self._latest: Sample | None = None
+        self._history: deque[tuple[float, str]] = deque(maxlen=self.history_length)
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.samples_taken = 0
+
+    @property
+    def history_length(self) -> int:
+        return max(1, min(MAX_HISTORY, int(self.history_seconds / self.interval)))
+
+    # -- the source ----------------------------------------------------------------------
+    def make_source(self) -> Any:
+        if self.source == "dcgm":
+            from .dcgm import DCGMSource
+
+            if not self.dcgm_url:
+                raise ValueError("GPUSampler.source is 'dcgm' but GPUSampler.dcgm_url is not set")
+            return DCGMSource(self.dcgm_url, pod=self.dcgm_pod)
+        from .nvml import NVMLSource
+
+        return NVMLSource(self.nvml_module, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    def sample_once(self) -> Sample:
+        """Read the GPUs now and publish the result (the thread's step; tests call it too)."""
+        if self._source is None:
+            self._source = self.make_source()
+        start = time.perf_counter()
+        try:
+            gpus, reason = self._source.read()
+        except Exception as exc:  # a source must never kill the thread
+            self.log.exception("gpuhub: reading GPU metrics failed")
+            gpus, reason = [], f"Reading GPU metrics failed: {exc}."
+        if gpus and self.pid_mapper is not None:
+            self._map_processes(gpus)
+        cost = time.perf_counter() - start
+        with self._lock:
+            self._seq += 1
+            sample = Sample(
+                seq=self._seq,
+                time=time.time(),
+                mono=time.monotonic(),
+                available=bool(gpus),
+                reason=None if gpus else reason,
+                gpus=gpus,
+                cost=cost,
+            )
+            self._latest = sample
+            if gpus:
+                self._history.append((sample.time, history_entry(sample)))
+            waiters, self._waiters = self._waiters, []
+        self.samples_taken += 1
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+        return sample
+
+    def _map_processes(self, gpus: list[dict[str, Any]]) -> None:
+        pids = {p["pid"] for g in gpus for p in g["processes"]}
+        if not pids or self.pid_mapper is None:
+            return
+        try:
+            kernels = self.pid_mapper(pids)
+        except Exception:
+            self.log.exception("gpuhub: mapping GPU processes to kernels failed")
+            return
+        for g in gpus:
+            for p in g["processes"]:
+                p["kernel_id"] = kernels.get(p["pid"])
+
+    # -- the thread ----------------------------------------------------------------------
+    def touch(self) -> None:
+        """A client asked: keep sampling (start or wake the thread)."""
+        was_sleeping = self.sleeping
+        self._last_request = time.monotonic()
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="gpuhub-gpu-sampler", daemon=True
+                    )
+                    self._thread.start()
+                    return
+        if was_sleeping:
+            self._wake.set()
+
+    @property
+    def sleeping(self) -> bool:
+        return time.monotonic() - self._last_request > self.idle_timeout
+
+    def _run(self) -> None:
+        while not self._stopping:
+            if self.sleeping:
+                self._wake.clear()
+                if self.sleeping:  # re-check: a touch() may have raced the clear()
+                    self._wake.wait()
+                continue
+            started = time.monotonic()
+            self.sample_once()
+            # Sleep the rest of the interval; wake early only to stop.
+            self._wake.clear()
+            remaining = self.interval - (time.monotonic() - started)
+            deadline = time.monotonic() + remaining
+            while not self._stopping and (left := deadline - time.monotonic()) > 0:
+                self._wake.wait(left)
+                self._wake.clear()
+        if self._source is not None:
+            self._source.close()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- what requests read --------------------------------------------------------------
+    async def latest(self, timeout: float = 3.0) -> Sample | None:
+        """The newest sample, waiting (without blocking the loop) for one after an idle spell."""
+        self.touch()
+        sample = self._latest
+        if sample is not None and time.monotonic() - sample.mono <= 2 * self.interval + 0.5:
+            return sample
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._waiters.append((loop, future))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        return self._latest
+
+    def history_since(self, since: float | None) -> list[str]:
+        """Serialized history entries newer than ``since`` (all when None), oldest first."""
+        with self._lock:
+            if since is None:
+                return [entry for _, entry in self._history]
+            newer: list[str] = []
+            for t, entry in reversed(self._history):
+                if t <= since:
+                    break
+                newer.append(entry)
+        newer.reverse()
+        return newer
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

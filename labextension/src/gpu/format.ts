@@ -1,0 +1,23 @@
+/** Human figures for the GPU panel and the status bar. */
+
+const GIB = 1024 ** 3;
+
+export function gib(bytes: number | null | undefined, digits = 1): string {
+  return bytes === null || bytes === undefined
+    ? '–'
+    : `${(bytes / GIB).toFixed(digits)} GiB`;
+}
+
+export function percent(value: number | null | undefined): string {
+  return value === null || value === undefined ? 'n/a' : `${Math.round(value)} %`;
+}
+
+export function unit(value: number | null | undefined, suffix: string): string {
+  return value === null || value === undefined ? '' : `${Math.round(value)} ${suffix}`;
+}
+
+/** The last path segment: what a person calls the notebook. */
+export function basename(path: string): string {
+  const parts = path.split('/');
+  return parts[parts.length - 1] || path;
+}

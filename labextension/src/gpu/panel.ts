@@ -1,0 +1,371 @@
+/**
+ * The "GPU" sidebar panel: one card per GPU with live charts, and which of
+ * this server's notebooks hold how much GPU memory.
+ *
+ * Plain DOM, updated in place (cards are keyed by GPU UUID and a process list
+ * is only rebuilt when it changed), so keyboard focus survives the updates.
+ * All text goes through `textContent`: nothing from the server is parsed as
+ * HTML.
+ */
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
+import { Kernel } from '@jupyterlab/services';
+import { CommandRegistry } from '@lumino/commands';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { basename, gib, percent, unit } from './format';
+import { gpuIcon } from './icon';
+import { GpuMetricsModel } from './model';
+import { Sparkline } from './sparkline';
+import { IGpu } from './types';
+
+export namespace GpuPanel {
+  export interface IOptions {
+    model: GpuMetricsModel;
+    commands: CommandRegistry;
+    kernels: Kernel.IManager;
+  }
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/** One notebook (kernel) or "other processes" on one GPU. */
+interface IHolder {
+  kernelId: string | null;
+  path: string | null;
+  memory: number | null;
+  pids: number[];
+}
+
+function holders(gpu: IGpu): IHolder[] {
+  const byKernel = new Map<string, IHolder>();
+  const others: IHolder = { kernelId: null, path: null, memory: null, pids: [] };
+  for (const p of gpu.processes) {
+    let h = others;
+    if (p.kernel_id) {
+      h = byKernel.get(p.kernel_id) ?? {
+        kernelId: p.kernel_id,
+        path: p.path,
+        memory: null,
+        pids: []
+      };
+      byKernel.set(p.kernel_id, h);
+    }
+    h.pids.push(p.pid);
+    if (p.memory_used !== null) {
+      h.memory = (h.memory ?? 0) + p.memory_used;
+    }
+  }
+  const list = Array.from(byKernel.values()).sort(
+    (a, b) => (b.memory ?? 0) - (a.memory ?? 0)
+  );
+  if (others.pids.length) {
+    list.push(others);
+  }
+  return list;
+}
+
+class GpuCard {
+  constructor(private _panel: GpuPanel) {
+    this.node = el('section', 'gpuhub-GpuCard');
+    this.node.tabIndex = 0;
+    const header = el('header', 'gpuhub-GpuCard-header');
+    this._title = el('h3', 'gpuhub-GpuCard-title');
+    this._badge = el('span', 'gpuhub-GpuCard-badge', 'MIG');
+    this._badge.title = 'A MIG slice: a hardware partition of a larger GPU';
+    header.append(this._title, this._badge);
+    this._error = el('p', 'gpuhub-GpuCard-error');
+    this._error.setAttribute('role', 'alert');
+
+    this._utilValue = el('span', 'gpuhub-GpuCard-value');
+    this._memValue = el('span', 'gpuhub-GpuCard-value');
+    this._utilChart = new Sparkline('gpuhub-Sparkline-util', 'Utilization');
+    this._memChart = new Sparkline('gpuhub-Sparkline-memory', 'Memory');
+    const util = el('div', 'gpuhub-GpuCard-metric');
+    util.append(el('span', 'gpuhub-GpuCard-label', 'Utilization'), this._utilValue);
+    const mem = el('div', 'gpuhub-GpuCard-metric');
+    mem.append(el('span', 'gpuhub-GpuCard-label', 'Memory'), this._memValue);
+    this._vitals = el('div', 'gpuhub-GpuCard-vitals');
+    this._figures = el('div', 'gpuhub-GpuCard-figures');
+    this._figures.append(util, this._utilChart.node, mem, this._memChart.node, this._vitals);
+
+    this._holdersTitle = el('h4', 'gpuhub-GpuCard-subtitle', 'GPU memory held by');
+    this._holders = el('ul', 'gpuhub-GpuCard-holders');
+    this.node.append(header, this._error, this._figures, this._holdersTitle, this._holders);
+  }
+
+  readonly node: HTMLElement;
+
+  update(gpu: IGpu, model: GpuMetricsModel): void {
+    const kind = gpu.mig ? `GPU ${gpu.index} slice` : `GPU ${gpu.index}`;
+    this._title.textContent = `${kind} · ${gpu.name}`;
+    this._title.title = gpu.uuid;
+    this.node.setAttribute('aria-label', `${kind}, ${gpu.name}`);
+    this._badge.hidden = !gpu.mig;
+    this._error.hidden = !gpu.error;
+    this._error.textContent = gpu.error ?? '';
+    this._figures.hidden = !!gpu.error;
+    if (gpu.error) {
+      this._holdersTitle.hidden = true;
+      this._holders.hidden = true;
+      return;
+    }
+    const util = percent(gpu.utilization);
+    this._utilValue.textContent =
+      gpu.utilization === null && gpu.mig ? 'not reported for MIG slices' : util;
+    const memText = `${gib(gpu.memory_used)} of ${gib(gpu.memory_total)}`;
+    this._memValue.textContent = memText;
+    this._vitals.textContent = [unit(gpu.temperature, '°C'), unit(gpu.power, 'W')]
+      .filter(Boolean)
+      .join(' · ');
+
+    const times = model.times;
+    const series = model.series(gpu.uuid);
+    const end = times.length ? times[times.length - 1] : 0;
+    const window = model.windowSeconds;
+    const gap = Math.max(3 * (model.metrics?.interval ?? 1), 5);
+    const minutes = Math.round(window / 60);
+    this._utilChart.node.style.display = gpu.utilization === null ? 'none' : '';
+    this._utilChart.update(
+      times,
+      series.utilization,
+      100,
+      end,
+      window,
+      gap,
+      `Utilization over the last ${minutes} minutes, now ${util}`
+    );
+    this._memChart.update(
+      times,
+      series.memory_used,
+      gpu.memory_total ?? 0,
+      end,
+      window,
+      gap,
+      `Memory over the last ${minutes} minutes, now ${memText}`
+    );
+    this._updateHolders(gpu);
+  }
+
+  private _updateHolders(gpu: IGpu): void {
+    const list = holders(gpu);
+    const signature = JSON.stringify(list);
+    if (signature === this._signature) {
+      return;
+    }
+    this._signature = signature;
+    this._holdersTitle.hidden = false;
+    this._holders.hidden = false;
+    this._holders.replaceChildren();
+    if (!list.length) {
+      this._holders.append(
+        el('li', 'gpuhub-GpuCard-holder gpuhub-mod-empty', 'No process uses this GPU.')
+      );
+      return;
+    }
+    for (const h of list) {
+      const item = el('li', 'gpuhub-GpuCard-holder');
+      const name = h.kernelId
+        ? h.path
+          ? basename(h.path)
+          : `Kernel ${h.kernelId.slice(0, 8)}`
+        : h.pids.length === 1
+          ? `Other process (pid ${h.pids[0]})`
+          : `${h.pids.length} other processes`;
+      const label = el('span', 'gpuhub-GpuCard-holderName', name);
+      label.title = h.path ?? `pid ${h.pids.join(', ')}`;
+      const memory = el('span', 'gpuhub-GpuCard-holderMemory', gib(h.memory));
+      item.append(label, memory);
+      if (h.kernelId) {
+        const actions = el('span', 'gpuhub-GpuCard-actions');
+        if (h.path) {
+          const open = el('button', 'jp-Button jp-mod-minimal gpuhub-Button', 'Open');
+          open.title = `Open ${h.path}`;
+          open.setAttribute('aria-label', `Open ${h.path}`);
+          const path = h.path;
+          open.onclick = () => void this._panel.openNotebook(path);
+          actions.append(open);
+        }
+        const stop = el('button', 'jp-Button jp-mod-minimal gpuhub-Button', 'Shut down');
+        stop.title = 'Shut down this kernel and free its GPU memory';
+        stop.setAttribute('aria-label', `Shut down the kernel of ${name}`);
+        const kernelId = h.kernelId;
+        stop.onclick = () => void this._panel.shutDownKernel(kernelId, name);
+        actions.append(stop);
+        item.append(actions);
+      }
+      this._holders.append(item);
+    }
+  }
+
+  private _badge: HTMLElement;
+  private _error: HTMLElement;
+  private _figures: HTMLElement;
+  private _holders: HTMLElement;
+  private _holdersTitle: HTMLElement;
+  private _memChart: Sparkline;
+  private _memValue: HTMLElement;
+  private _signature = '';
+  private _title: HTMLElement;
+  private _utilChart: Sparkline;
+  private _utilValue: HTMLElement;
+  private _vitals: HTMLElement;
+}
+
+/** What a person can do about having no GPU here. */
+function emptyHint(): string {
+  if (PageConfig.getOption('hubPrefix')) {
+    return 'To get one, stop this server (File › Hub Control Panel) and start it again with a GPU type selected, or submit the notebook as a training job.';
+  }
+  return 'Run JupyterLab on a machine with an NVIDIA GPU and driver, or submit the notebook as a training job.';
+}
+
+export class GpuPanel extends Widget {
+  constructor(options: GpuPanel.IOptions) {
+    super();
+    this._model = options.model;
+    this._commands = options.commands;
+    this._kernels = options.kernels;
+    this.id = 'gpuhub-gpu-panel';
+    this.addClass('gpuhub-GpuPanel');
+    this.title.icon = gpuIcon;
+    this.title.caption = 'GPU usage';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'GPU usage');
+
+    const header = el('header', 'gpuhub-GpuPanel-header');
+    header.append(el('h2', 'gpuhub-GpuPanel-title', 'GPUs'));
+    this._status = el('p', 'gpuhub-GpuPanel-status');
+    this._status.setAttribute('aria-live', 'polite');
+    header.append(this._status);
+    this._banner = el('p', 'gpuhub-GpuPanel-banner');
+    this._banner.setAttribute('role', 'alert');
+    this._empty = el('div', 'gpuhub-GpuPanel-empty');
+    this._cardsNode = el('div', 'gpuhub-GpuPanel-cards');
+    this.node.append(header, this._banner, this._empty, this._cardsNode);
+    this._model.changed.connect(this._onChanged, this);
+    this._render();
+  }
+
+  async openNotebook(path: string): Promise<void> {
+    await this._commands.execute('docmanager:open', { path });
+  }
+
+  async shutDownKernel(kernelId: string, name: string): Promise<void> {
+    const result = await showDialog({
+      title: 'Shut down kernel?',
+      body: `Shutting down the kernel of ${name} frees its GPU memory; its variables are lost.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut down' })]
+    });
+    if (!result.button.accept) {
+      return;
+    }
+    try {
+      await this._kernels.shutdown(kernelId);
+    } catch (error) {
+      await showDialog({
+        title: 'Could not shut the kernel down',
+        body: (error as Error).message,
+        buttons: [Dialog.okButton()]
+      });
+    }
+    await this._model.refresh();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._model.wake();
+    this._render();
+  }
+
+  private _onChanged(): void {
+    if (this.isVisible) {
+      this._render();
+    }
+  }
+
+  private _render(): void {
+    const model = this._model;
+    const metrics = model.metrics;
+    this._banner.hidden = model.error === null;
+    if (model.error !== null) {
+      this._banner.textContent = `Cannot reach gpuhub's metrics service: ${model.error}. Retrying…`;
+    }
+    if (metrics === null) {
+      this._status.textContent = model.error === null ? 'Loading…' : '';
+      this._showEmpty(null);
+      return;
+    }
+    const when = metrics.time ? new Date(metrics.time * 1000).toLocaleTimeString() : '';
+    this._status.textContent = metrics.available
+      ? `Sampled every ${metrics.interval} s from ${metrics.source.toUpperCase()}` +
+        (when ? ` · ${when}` : '')
+      : '';
+    if (!metrics.available) {
+      this._showEmpty(metrics.reason);
+      return;
+    }
+    this._empty.hidden = true;
+    this._cardsNode.hidden = false;
+    const seen = new Set<string>();
+    for (const gpu of metrics.gpus) {
+      seen.add(gpu.uuid);
+      let card = this._cards.get(gpu.uuid);
+      if (!card) {
+        card = new GpuCard(this);
+        this._cards.set(gpu.uuid, card);
+      }
+      this._cardsNode.append(card.node); // keeps server order; a no-op move if in place
+      card.update(gpu, model);
+    }
+    for (const [uuid, card] of this._cards) {
+      if (!seen.has(uuid)) {
+        card.node.remove();
+        this._cards.delete(uuid);
+      }
+    }
+  }
+
+  private _showEmpty(reason: string | null): void {
+    this._cardsNode.hidden = true;
+    this._empty.hidden = false;
+    if (reason === this._emptyReason && this._empty.childElementCount) {
+      return;
+    }
+    this._emptyReason = reason;
+    this._empty.replaceChildren();
+    if (reason === null) {
+      return;
+    }
+    const icon = el('div', 'gpuhub-GpuPanel-emptyIcon');
+    gpuIcon.element({ container: icon, width: '48px', height: '48px' });
+    this._empty.append(
+      icon,
+      el('h3', 'gpuhub-GpuPanel-emptyTitle', 'No GPU on this server'),
+      el('p', 'gpuhub-GpuPanel-emptyReason', reason),
+      el('p', 'gpuhub-GpuPanel-emptyHint', emptyHint())
+    );
+  }
+
+  private _banner: HTMLElement;
+  private _cards = new Map<string, GpuCard>();
+  private _cardsNode: HTMLElement;
+  private _commands: CommandRegistry;
+  private _empty: HTMLElement;
+  private _emptyReason: string | null | undefined = undefined;
+  private _kernels: Kernel.IManager;
+  private _model: GpuMetricsModel;
+  private _status: HTMLElement;
+}

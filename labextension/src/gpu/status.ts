@@ -1,0 +1,57 @@
+/**
+ * The status bar item: one compact GPU figure ("GPU 37% · 12.3/80 GiB"),
+ * a click opens the GPU panel.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { gib } from './format';
+import { GpuMetricsModel } from './model';
+
+export class GpuStatus extends Widget {
+  constructor(
+    private _model: GpuMetricsModel,
+    private _open: () => void
+  ) {
+    super({ node: document.createElement('button') });
+    this.addClass('gpuhub-GpuStatus');
+    this.addClass('jp-StatusBar-TextItem');
+    this.node.setAttribute('type', 'button');
+    this.node.addEventListener('click', () => this._open());
+    _model.changed.connect(this._update, this);
+    this._update();
+  }
+
+  private _update(): void {
+    const metrics = this._model.metrics;
+    const node = this.node;
+    if (metrics === null) {
+      node.textContent = 'GPU …';
+      node.title = this._model.error ?? 'Loading GPU metrics';
+      return;
+    }
+    if (!metrics.available) {
+      node.textContent = 'No GPU';
+      node.title = metrics.reason ?? 'No GPU on this server';
+      return;
+    }
+    const gpus = metrics.gpus.filter(g => !g.error);
+    const used = gpus.reduce((s, g) => s + (g.memory_used ?? 0), 0);
+    const total = gpus.reduce((s, g) => s + (g.memory_total ?? 0), 0);
+    const utils = gpus
+      .map(g => g.utilization)
+      .filter((u): u is number => u !== null);
+    const util = utils.length
+      ? `${Math.round(utils.reduce((a, b) => a + b, 0) / utils.length)}% · `
+      : '';
+    const count = metrics.gpus.length > 1 ? ` ×${metrics.gpus.length}` : '';
+    node.textContent = `GPU${count} ${util}${gib(used, 1).replace(' GiB', '')}/${gib(total, 0)}`;
+    node.title = metrics.gpus
+      .map(
+        g =>
+          `GPU ${g.index} ${g.name}: ${
+            g.error ? g.error : `${g.utilization ?? 'n/a'}% busy, ${gib(g.memory_used)} of ${gib(g.memory_total)}`
+          }`
+      )
+      .join('\n');
+  }
+}

@@ -1,0 +1,64 @@
+/** Small formatting helpers for the jobs UI. */
+import { JobKind, JobStatus } from './types';
+
+export const KIND_LABELS: Record<JobKind, string> = {
+  job: 'Training job',
+  pytorchjob: 'PyTorchJob',
+  tfjob: 'TFJob',
+  pipeline: 'Pipeline step'
+};
+
+export const STATUS_LABELS: Record<JobStatus, string> = {
+  pending: 'Pending',
+  running: 'Running',
+  succeeded: 'Succeeded',
+  failed: 'Failed',
+  cancelled: 'Cancelled'
+};
+
+/** "42 s", "3 min 07 s", "2 h 05 min". */
+export function formatDuration(seconds: number | null): string {
+  if (seconds === null || !isFinite(seconds)) {
+    return '';
+  }
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  const m = Math.floor(s / 60);
+  if (m < 60) {
+    return `${m} min ${String(s % 60).padStart(2, '0')} s`;
+  }
+  const h = Math.floor(m / 60);
+  return `${h} h ${String(m % 60).padStart(2, '0')} min`;
+}
+
+/** Seconds a job has run: from the server's figure, moved on locally while it runs. */
+export function elapsedSeconds(
+  started: string | null,
+  finished: string | null,
+  now: number = Date.now()
+): number | null {
+  if (!started) {
+    return null;
+  }
+  const start = Date.parse(started);
+  const end = finished ? Date.parse(finished) : now;
+  return isNaN(start) || isNaN(end) ? null : Math.max(0, (end - start) / 1000);
+}
+
+/** A local date-time a person reads, e.g. "21 Nov, 14:03". */
+export function formatTime(iso: string | null): string {
+  if (!iso) {
+    return '';
+  }
+  const date = new Date(iso);
+  return isNaN(date.getTime())
+    ? ''
+    : date.toLocaleString(undefined, {
+        day: 'numeric',
+        month: 'short',
+        hour: '2-digit',
+        minute: '2-digit'
+      });
+}

@@ -1,0 +1,219 @@
+/**
+ * The user's jobs, kept fresh with a lumino `Poll`: fast while a job is
+ * pending or running, slow once all have finished, backing off after errors
+ * and in standby while nobody can see the panel.
+ */
+import { IDisposable } from '@lumino/disposable';
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { JobAPIError, JobsAPI } from './client';
+import { FINAL_STATUSES, IJob } from './types';
+
+export namespace JobsModel {
+  export interface IOptions {
+    /** Seconds between polls while a job is pending or running. */
+    activeInterval: number;
+    /** Seconds between polls when every job has finished. */
+    idleInterval: number;
+    /** True when nobody can see the jobs: polling pauses. */
+    hidden: () => boolean;
+  }
+}
+
+export class JobsModel implements IDisposable {
+  constructor(options: JobsModel.IOptions) {
+    this._options = { ...options };
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this._fetch(),
+      frequency: {
+        interval: this._intervalMs(),
+        backoff: true,
+        max: 5 * 60 * 1000
+      },
+      name: 'gpuhub:jobs',
+      standby: () => document.hidden || options.hidden()
+    });
+  }
+
+  /** Emitted after every poll, successful or not. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** Newest first; null until the first answer. */
+  get jobs(): IJob[] | null {
+    return this._jobs;
+  }
+
+  /** Why the last poll failed (one sentence), or null. */
+  get error(): string | null {
+    return this._error;
+  }
+
+  get active(): boolean {
+    return (this._jobs ?? []).some(job => !FINAL_STATUSES.has(job.status));
+  }
+
+  configure(activeInterval: number, idleInterval: number): void {
+    this._options.activeInterval = activeInterval;
+    this._options.idleInterval = idleInterval;
+    this._applyFrequency();
+  }
+
+  /** Poll now (after a submit or cancel, or when the panel is shown). */
+  refresh(): Promise<void> {
+    return this._poll.refresh();
+  }
+
+  /** Put a job the server just answered with into the list at once. */
+  upsert(job: IJob): void {
+    const jobs = (this._jobs ?? []).filter(j => j.id !== job.id);
+    this._jobs = [job, ...jobs].sort((a, b) =>
+      b.created.localeCompare(a.created)
+    );
+    this._applyFrequency();
+    this._changed.emit();
+  }
+
+  async cancel(id: string): Promise<IJob> {
+    const job = await JobsAPI.cancel(id);
+    this.upsert(job);
+    return job;
+  }
+
+  get isDisposed(): boolean {
+    return this._poll.isDisposed;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._poll.dispose();
+    Signal.clearData(this);
+  }
+
+  private _intervalMs(): number {
+    const seconds = this.active
+      ? this._options.activeInterval
+      : this._options.idleInterval;
+    return Math.max(0.5, seconds) * 1000;
+  }
+
+  private _applyFrequency(): void {
+    const interval = this._intervalMs();
+    if (this._poll.frequency.interval !== interval) {
+      this._poll.frequency = { ...this._poll.frequency, interval };
+    }
+  }
+
+  private async _fetch(): Promise<void> {
+    try {
+      this._jobs = await JobsAPI.list();
+      this._error = null;
+    } catch (error) {
+      this._error =
+        error instanceof JobAPIError ? error.message : String(error);
+      this._changed.emit();
+      throw error; // the poll backs off
+    }
+    this._applyFrequency();
+    this._changed.emit();
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _error: string | null = null;
+  private _jobs: IJob[] | null = null;
+  private _options: JobsModel.IOptions;
+  private _poll: Poll;
+}
+
+/**
+ * Follows one job's log: polls the last `tail` lines while the job runs
+ * (and the log is on screen), once more when it ends, then stops.
+ */
+export class LogFollower implements IDisposable {
+  constructor(
+    readonly jobId: string,
+    options: { interval: number; tail: number; hidden: () => boolean }
+  ) {
+    this._tail = options.tail;
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this._fetch(),
+      frequency: {
+        interval: Math.max(0.5, options.interval) * 1000,
+        backoff: true,
+        max: 60 * 1000
+      },
+      name: `gpuhub:job-log:${jobId}`,
+      standby: () => document.hidden || options.hidden()
+    });
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get text(): string {
+    return this._text;
+  }
+
+  get error(): string | null {
+    return this._error;
+  }
+
+  /** Fetch now (e.g. when the log is opened again). */
+  refresh(): Promise<void> {
+    return this._poll.isDisposed ? Promise.resolve() : this._poll.refresh();
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._poll.dispose();
+    Signal.clearData(this);
+  }
+
+  private async _fetch(): Promise<void> {
+    try {
+      const answer = await JobsAPI.logs(this.jobId, this._tail);
+      this._error = null;
+      if (answer.logs !== this._text) {
+        this._text = answer.logs;
+      }
+      if (FINAL_STATUSES.has(answer.status as any)) {
+        // The run is over and this was its last word: stop asking.
+        this._poll.dispose();
+      }
+    } catch (error) {
+      this._error =
+        error instanceof JobAPIError ? error.message : String(error);
+      if (error instanceof JobAPIError && error.status === 404) {
+        this._poll.dispose();
+      }
+      if (!this._disposed) {
+        this._changed.emit();
+      }
+      throw error;
+    }
+    if (!this._disposed) {
+      this._changed.emit();
+    }
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _disposed = false;
+  private _error: string | null = null;
+  private _poll: Poll;
+  private _tail: number;
+  private _text = '';
+}

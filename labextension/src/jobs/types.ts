@@ -1,0 +1,112 @@
+/**
+ * Shapes of `/gpuhub/api/jobs` answers (see `gpuhub_lab/jobs_api.py` and
+ * `gpuhub.jobs.model.JobRecord.to_json`).
+ */
+
+export type JobKind = 'job' | 'pytorchjob' | 'tfjob' | 'pipeline';
+export type JobStatus =
+  | 'pending'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled';
+
+export const FINAL_STATUSES: ReadonlySet<JobStatus> = new Set([
+  'succeeded',
+  'failed',
+  'cancelled'
+]);
+
+export interface IFailedCell {
+  index: number;
+  execution_count: number | null;
+  source: string;
+  ename: string;
+  evalue: string;
+}
+
+export interface IJob {
+  id: string;
+  name: string;
+  kind: JobKind;
+  backend: string;
+  status: JobStatus;
+  owner: string;
+  notebook: string;
+  created: string;
+  started: string | null;
+  finished: string | null;
+  elapsed: number | null;
+  image: string | null;
+  cpu: string | null;
+  memory: string | null;
+  gpu_type: string | null;
+  gpus: number;
+  workers: number;
+  gpu: string;
+  parameters: Record<string, unknown>;
+  output: string | null;
+  url: string | null;
+  message: string | null;
+  error: string | null;
+  failed_cell: IFailedCell | null;
+  progress: { done: number; total: number } | null;
+}
+
+export interface IKindOption {
+  kind: JobKind;
+  label: string;
+  available: boolean;
+  reason: string | null;
+}
+
+export interface IImageOption {
+  key: string;
+  display_name: string;
+  description?: string | null;
+}
+
+export interface IGpuTypeOption {
+  key: string;
+  display_name: string;
+  description?: string | null;
+  max_gpus: number;
+  mig: boolean;
+}
+
+/** `GET /gpuhub/api/jobs/options`: what this user may choose. */
+export interface IJobOptions {
+  kinds: IKindOption[];
+  available: boolean;
+  reason: string | null;
+  kubernetes: boolean;
+  max_workers: number;
+  local: { gpus: number; gpu_type: string | null } | null;
+  images?: IImageOption[];
+  custom_images?: boolean;
+  gpu_types?: IGpuTypeOption[];
+  max_gpus?: number;
+  cpu?: { min: number; max: number; default: string };
+  memory?: { min: string; max: string; default: string };
+}
+
+/** The body of `POST /gpuhub/api/jobs` (DESIGN.md). */
+export interface ISubmitBody {
+  notebook: string;
+  kind: JobKind;
+  image?: string;
+  cpu?: number | string;
+  memory?: string;
+  gpu_type?: string;
+  gpus?: number | string;
+  workers?: number | string;
+  parameters: Record<string, unknown>;
+  name?: string;
+}
+
+export interface ISubmitReply {
+  id: string;
+  status: JobStatus;
+  url: string | null;
+  job: IJob;
+}
