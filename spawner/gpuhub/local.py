@@ -45,6 +45,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def _home_dir_template_default(self) -> str:
         return os.path.join(os.getcwd(), "gpuhub-users", "{username}")
 
+    _told_no_gpus = False
+
     # -- devices and policy ---------------------------------------------------------------
     def device_indices(self) -> list[int]:
         if isinstance(self.gpu_devices, list):
@@ -54,8 +56,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 f'gpu_devices must be "auto" or a list of indices, not {self.gpu_devices!r}'
             )
         found = gpu_devices_mod.discover()
-        if found.reason:
-            self.log.info("LocalGPUSpawner: no GPUs to hand out: %s", found.reason)
+        if found.reason and not LocalGPUSpawner._told_no_gpus:
+            LocalGPUSpawner._told_no_gpus = True  # once per hub process, not per form view
+            self.log.warning("LocalGPUSpawner: no GPUs to hand out: %s", found.reason)
         return [d.index for d in found.devices]
 
     def policy_config(self) -> dict[str, Any]:
