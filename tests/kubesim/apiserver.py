@@ -98,6 +98,8 @@ class APIServer:
             defaults.job_defaults(obj, uid)
         elif rt.kind == "Namespace":
             defaults.namespace_defaults(obj)
+        elif rt.kind == "Secret":
+            defaults.secret_defaults(obj)
         elif rt.kind == "CustomResourceDefinition":
             validation.check_crd(obj)
         if dry_run:

@@ -61,9 +61,8 @@ class Scheduler:
             if kind == "DELETED":
                 self.last_failure.pop(meta["uid"], None)
         # New pending pods, and freed resources, are reasons to try again.
-        if (waiting and kind == "ADDED") or (
-            old is not None and _bound_and_active(old) and not _bound_and_active(obj)
-        ):
+        freed = _bound_and_active(old) and (kind == "DELETED" or not _bound_and_active(obj))
+        if (waiting and kind == "ADDED") or freed:
             self._kick()
 
     def _account(self, pod: Obj, sign: int) -> None:

@@ -102,3 +102,14 @@ def namespace_defaults(ns: Obj) -> None:
     ns["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = ns["metadata"]["name"]
     ns["spec"] = {"finalizers": ["kubernetes"]}
     ns["status"] = {"phase": "Active"}
+
+
+def secret_defaults(secret: Obj) -> None:
+    """``stringData`` is write-only: merged into ``data`` (base64), as the apiserver does."""
+    import base64
+
+    secret.setdefault("type", "Opaque")
+    strings = secret.pop("stringData", None) or {}
+    data = secret.setdefault("data", {})
+    for key, value in strings.items():
+        data[key] = base64.b64encode(str(value).encode()).decode()

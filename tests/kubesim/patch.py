@@ -179,7 +179,10 @@ def _remove(doc: Any, path: str) -> Any:
 
 def json_patch(target: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
-        raise PatchError("json patch must be a list of operations", bad_request=True)
+        raise PatchError(
+            f"json: cannot unmarshal {type(operations).__name__} into Go value of type jsonpatch.Patch",
+            bad_request=True,
+        )
     doc = copy.deepcopy(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:

@@ -219,7 +219,22 @@ class Server:
             if name is None:
                 return _json(self._delete_collection(rt, namespace, query, options))
             obj = self.api.delete(rt, namespace or "", name, options)
-            return _json(obj)
+            if rt.kind == "Pod" or self.store.peek(rt, namespace or "", name) is not None:
+                return _json(obj)  # pods, and deletions still pending, return the object
+            return _json(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": {
+                        "name": name,
+                        **({"group": rt.group} if rt.group else {}),
+                        "kind": rt.plural,
+                        "uid": obj["metadata"]["uid"],
+                    },
+                }
+            )
         raise APIError(
             405,
             "MethodNotAllowed",

@@ -33,6 +33,9 @@ def now_micro() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# Kinds whose removal after deletionTimestamp is up to a component (kubelet, namespace
+# controller), not just to metadata.finalizers being empty.
+_GRACEFUL = ("Pod", "Namespace")
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the apiserver's generateName alphabet
 
 
@@ -170,7 +173,11 @@ class Store:
             return old  # no-op updates do not bump resourceVersion
         meta["resourceVersion"] = str(self._next_rv())
         self.objects[rt.key][(meta.get("namespace", ""), meta["name"])] = obj
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and rt.kind != "Pod":
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and rt.kind not in _GRACEFUL
+        ):
             return self.remove(rt, obj)
         self._changed(rt, "MODIFIED", obj, old)
         return obj
@@ -190,7 +197,11 @@ class Store:
             return old
         meta["resourceVersion"] = str(self._next_rv())
         self.objects[rt.key][(meta.get("namespace", ""), meta["name"])] = obj
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and rt.kind != "Pod":
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and rt.kind not in _GRACEFUL
+        ):
             return self.remove(rt, obj)
         self._changed(rt, "MODIFIED", obj, old)
         return obj

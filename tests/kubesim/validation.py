@@ -233,6 +233,26 @@ def pod_spec_causes(spec: Mapping[str, Any], path: str) -> list[Cause]:
                             f'Not found: "{mount.get("name")}"',
                         )
                     )
+    policy = spec.get("restartPolicy")
+    if policy is not None and policy not in ("Always", "OnFailure", "Never"):
+        causes.append(
+            (
+                f"{path}.restartPolicy",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
+    for group in ("initContainers", "containers"):
+        for n, container in enumerate(spec.get(group) or []):
+            pull = container.get("imagePullPolicy")
+            if pull is not None and pull not in ("Always", "IfNotPresent", "Never"):
+                causes.append(
+                    (
+                        f"{path}.{group}[{n}].imagePullPolicy",
+                        "FieldValueNotSupported",
+                        f'Unsupported value: "{pull}": supported values: "Always", "IfNotPresent", "Never"',
+                    )
+                )
     for n, toleration in enumerate(spec.get("tolerations") or []):
         operator = toleration.get("operator", "Equal")
         if operator == "Exists" and toleration.get("value"):
