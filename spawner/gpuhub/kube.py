@@ -9,12 +9,11 @@ from typing import Any
 from kubespawner import KubeSpawner
 
 from .form import Preset
+from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
 from .options import FIELDS, LaunchOptions
-from .quantity import format_memory
 from .spawner_base import GPUSpawnerMixin
 
-# Where the memory-backed /dev/shm goes; PyTorch DataLoader workers need far more than 64M.
-SHM_VOLUME = "gpuhub-dshm"
+__all__ = ["SHM_VOLUME", "GPUSpawner"]
 
 
 class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
@@ -77,47 +76,27 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         # first under node pressure, and memory use is predictable.
         self.cpu_guarantee = self.cpu_limit = options.cpu
         self.mem_guarantee = self.mem_limit = options.memory
-        limits = {k: v for k, v in self.extra_resource_limits.items() if not _is_gpu_resource(k)}
+        # The GPU rules shared with job pods (gpuhub.gpu_pod): limit == request, the type's
+        # node selector and tolerations, a memory-backed /dev/shm.
+        limits = {k: v for k, v in self.extra_resource_limits.items() if not is_gpu_resource(k)}
         guarantees = {
-            k: v for k, v in self.extra_resource_guarantees.items() if not _is_gpu_resource(k)
+            k: v for k, v in self.extra_resource_guarantees.items() if not is_gpu_resource(k)
         }
-        gpu_type = options.gpu_type
-        if gpu_type is not None:
-            # Extended resources must have request == limit in Kubernetes.
-            limits[gpu_type.resource_name] = str(options.gpus)
-            guarantees[gpu_type.resource_name] = str(options.gpus)
-            self.node_selector = {**self.node_selector, **gpu_type.node_selector}
-            self.tolerations = [*self._sorted_dict_values(self.tolerations), *gpu_type.tolerations]
-            self.volumes = [
-                *self._sorted_dict_values(self.volumes),
-                {
-                    "name": SHM_VOLUME,
-                    "emptyDir": {
-                        "medium": "Memory",
-                        "sizeLimit": format_memory(options.memory // 2),
-                    },
-                },
-            ]
-            self.volume_mounts = [
-                *self._sorted_dict_values(self.volume_mounts),
-                {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-            ]
+        limits.update(gpu_resources(options))
+        guarantees.update(gpu_resources(options))
+        selector, tolerations = placement(options)
+        shm = shm_volume(options)
+        if shm is not None:
+            self.node_selector = {**self.node_selector, **selector}
+            self.tolerations = [*self._sorted_dict_values(self.tolerations), *tolerations]
+            self.volumes = [*self._sorted_dict_values(self.volumes), shm[0]]
+            self.volume_mounts = [*self._sorted_dict_values(self.volume_mounts), shm[1]]
         self.extra_resource_limits = limits
         self.extra_resource_guarantees = guarantees
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
-        options = self.launch_options
-        if options is None or options.gpu_type is None:
-            # On a GPU node the NVIDIA runtime would otherwise expose every GPU to images that
-            # set NVIDIA_VISIBLE_DEVICES=all (all CUDA images do): "void" exposes none.
-            env["NVIDIA_VISIBLE_DEVICES"] = "void"
-            env["CUDA_VISIBLE_DEVICES"] = ""
-            env["GPUHUB_GPUS"] = "0"
-            env["GPUHUB_GPU_TYPE"] = ""
-        else:
-            env["GPUHUB_GPUS"] = str(options.gpus)
-            env["GPUHUB_GPU_TYPE"] = options.gpu_type.key
+        env.update(gpu_env(self.launch_options))
         return env
 
     async def load_user_options(self) -> None:
@@ -125,6 +104,3 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         await self.ensure_launch_options()
         await super().load_user_options()
 
-
-def _is_gpu_resource(name: str) -> bool:
-    return name == "nvidia.com/gpu" or name.startswith("nvidia.com/mig-")
