@@ -51,7 +51,7 @@ def history_entry(sample: Sample) -> str:
     """The compact per-sample record kept in history, serialized once."""
     return json.dumps(
         {
-            "time": round(sample.time, 3),
+            "time": sample.time,
             "gpus": [
                 {
                     "uuid": g["uuid"],
@@ -180,7 +180,7 @@ class GPUSampler(LoggingConfigurable):
             self._seq += 1
             sample = Sample(
                 seq=self._seq,
-                time=time.time(),
+                time=round(time.time(), 3),  # the precision clients echo in ?since=
                 mono=time.monotonic(),
                 available=bool(gpus),
                 reason=None if gpus else reason,

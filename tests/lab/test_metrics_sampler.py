@@ -1,0 +1,140 @@
+"""The background sampler: interval floor, ring buffer, idle sleep, error survival, service."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from traitlets.config import Config
+
+from gpuhub_lab.metrics.handlers import MetricsService
+from gpuhub_lab.metrics.sampler import MAX_HISTORY, MIN_INTERVAL, GPUSampler
+from tests.lab import fake_nvml as fake
+
+FAKE = "tests.lab.fake_nvml"
+
+
+def make_sampler(**config: object) -> GPUSampler:
+    c = Config()
+    for key, value in {"nvml_module": FAKE, **config}.items():
+        c.GPUSampler[key] = value
+    return GPUSampler(config=c)
+
+
+def test_admin_config_and_interval_floor():
+    sampler = make_sampler(interval=0.01, history_seconds=60)
+    assert sampler.interval == MIN_INTERVAL
+    assert sampler.history_length == int(60 / MIN_INTERVAL)
+    assert make_sampler(interval=0.5, history_seconds=1e9).history_length == MAX_HISTORY
+    with pytest.raises(Exception, match="idle_timeout must be positive"):
+        make_sampler(idle_timeout=0)
+
+
+def test_history_is_a_capped_ring_buffer_of_compact_entries():
+    fake.install(fake.a100s(2, utilization=5))
+    sampler = make_sampler(interval=1, history_seconds=3)
+    for _ in range(5):
+        sampler.sample_once()
+        time.sleep(0.002)  # times are kept to the millisecond
+    history = [json.loads(e) for e in sampler.history_since(None)]
+    assert len(history) == 3
+    assert [t["time"] for t in history] == sorted(t["time"] for t in history)
+    assert set(history[0]["gpus"][0]) == {
+        "uuid",
+        "utilization",
+        "memory_used",
+        "temperature",
+        "power",
+    }
+    newest = history[-1]["time"]
+    assert sampler.history_since(newest) == []
+    assert [json.loads(e)["time"] for e in sampler.history_since(history[0]["time"])] == [
+        h["time"] for h in history[1:]
+    ]
+
+
+def test_a_crashing_source_becomes_a_reason_and_sampling_goes_on():
+    sampler = make_sampler()
+
+    class Broken:
+        def read(self) -> None:
+            raise RuntimeError("boom")
+
+        def close(self) -> None:
+            pass
+
+    sampler._source = Broken()
+    sample = sampler.sample_once()
+    assert not sample.available and sample.reason == "Reading GPU metrics failed: boom."
+    fake.install(fake.a100s(1))
+    sampler._source = None
+    assert sampler.sample_once().available
+
+
+def test_pid_mapper_labels_processes_and_its_failure_does_not_lose_the_sample():
+    scenario = fake.a100s(1)
+    scenario.gpus[0].processes = [fake.FakeProcess(11, 1), fake.FakeProcess(12, 2)]
+    fake.install(scenario)
+    sampler = make_sampler()
+    sampler.pid_mapper = lambda pids: {11: "kernel-a"} if pids == {11, 12} else {}
+    sample = sampler.sample_once()
+    assert [p["kernel_id"] for p in sample.gpus[0]["processes"]] == ["kernel-a", None]
+    assert sample.kernel_ids() == {"kernel-a"}
+
+    def broken(pids: set[int]) -> dict[int, str]:
+        raise OSError("no /proc")
+
+    sampler.pid_mapper = broken
+    assert sampler.sample_once().available
+
+
+async def test_samples_only_while_clients_poll_then_sleeps_and_wakes():
+    fake.install(fake.a100s(1))
+    sampler = make_sampler(interval=MIN_INTERVAL, idle_timeout=0.6)
+    try:
+        assert sampler.samples_taken == 0  # nothing runs before the first request
+        first = await sampler.latest()
+        assert first is not None and first.available
+        await asyncio.sleep(0.5)
+        assert sampler.samples_taken >= 2  # sampling in the background while polled
+        await asyncio.sleep(1.2)  # nobody asks: it goes to sleep
+        asleep = sampler.samples_taken
+        await asyncio.sleep(1.0)
+        assert sampler.samples_taken == asleep
+        assert sampler.sleeping
+        woken = await sampler.latest()  # a request wakes it and gets a fresh sample
+        assert woken is not None and woken.seq > first.seq
+        assert time.monotonic() - woken.mono < 1.0
+    finally:
+        sampler.stop()
+    assert not sampler._thread.is_alive()
+
+
+async def test_service_shares_one_serialized_answer_per_sample():
+    scenario = fake.a100s(1, utilization=50)
+    scenario.gpus[0].processes = [fake.FakeProcess(21, 2**30)]
+    fake.install(scenario)
+    sampler = make_sampler(interval=5, idle_timeout=60)
+
+    class Paths:
+        version = 1
+
+        async def lookup(self, kernel_ids: set[str]) -> dict[str, str]:
+            return {"k1": "work/train.ipynb"}
+
+    sampler.pid_mapper = lambda pids: {21: "k1"}
+    service = MetricsService(sampler, Paths())  # type: ignore[arg-type]
+    try:
+        body = json.loads(await service.response(None))
+        head = service._head
+        again = json.loads(await service.response(body["history"][-1]["time"]))
+        assert service._head is head  # same sample: not serialized again
+    finally:
+        sampler.stop()
+    assert body["available"] is True and body["interval"] == 5
+    assert body["gpus"][0]["processes"] == [
+        {"pid": 21, "memory_used": 2**30, "kernel_id": "k1", "path": "work/train.ipynb"}
+    ]
+    assert len(body["history"]) == 1 and again["history"] == []
