@@ -141,20 +141,27 @@ class JobRequest:
         *,
         policy: Policy,
         groups: Iterable[str] = (),
-        root_dir: str | os.PathLike[str],
+        root_dir: str | os.PathLike[str] | None,
         max_notebook_bytes: int = MAX_NOTEBOOK_BYTES,
         max_workers: int = MAX_WORKERS,
+        notebook: NotebookRef | None = None,
     ) -> JobRequest:
         """Validate a REST body. Raises :class:`JobError` (or its parent ``OptionsError``).
 
         Checks run in the order a person would fix them: kind, notebook, name, workers,
         parameters, then resources. Nothing here touches anything but the filesystem's
-        metadata, so a refused request has created nothing.
+        metadata, so a refused request has created nothing. ``notebook``: an already
+        resolved notebook (the hub service has the user's notebook as content, not on
+        disk; see :func:`gpuhub.service.notebook.shipped_notebook`), then ``root_dir`` is
+        not used.
         """
         if not isinstance(raw, Mapping):
             raise JobError("body", "The request body must be a JSON object.")
         kind = parse_kind(raw.get("kind", "job"))
-        notebook = resolve_notebook(raw.get("notebook"), root_dir, max_bytes=max_notebook_bytes)
+        if notebook is None:
+            if root_dir is None:
+                raise TypeError("JobRequest.parse needs root_dir or notebook")
+            notebook = resolve_notebook(raw.get("notebook"), root_dir, max_bytes=max_notebook_bytes)
         name = parse_name(raw.get("name"), default_from=notebook.stem)
         workers = parse_workers(raw.get("workers"), kind, max_workers)
         parameters = parse_parameters(raw.get("parameters"))

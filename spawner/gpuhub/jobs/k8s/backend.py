@@ -1,0 +1,692 @@
+"""The Kubernetes backend: kind ``job`` as a batch/v1 Job, ``pytorchjob``/``tfjob`` as Kubeflow
+Training Operator v1 objects, created with the hub service's own credentials.
+
+State lives in the cluster, not in the service: a job is its workload object (labels
+``gpuhub.io/user`` and ``gpuhub.io/job-id``, annotations with the exact owner and the
+record), its input ConfigMap (owned by the workload, so the garbage collector removes it)
+and its pods. The service can restart at any time and still answers for every job.
+
+* **Idempotent submit**: object names derive from the owner and the request's idempotency
+  key, so a retried request meets ``AlreadyExists`` and returns the job made the first time.
+* **No orphans**: the ConfigMap is created first, then the workload, then the ConfigMap is
+  given its ownerReference; whatever step fails, what was made before it is deleted.
+* **Quota**: a per-user lock around "count GPUs held (servers + unfinished jobs), then
+  create", so two concurrent submits cannot both squeeze under the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ...gpu_pod import is_gpu_resource
+from ..backend import JobBackend
+from ..model import (
+    KIND_NAMES,
+    JobError,
+    JobNotFound,
+    JobRecord,
+    JobRequest,
+    check_job_id,
+    utcnow,
+)
+from . import manifests as m
+from .status import Obj, Phase, PodLog, job_phase, parse_pod_log, parse_time, training_phase
+
+log = logging.getLogger(__name__)
+
+SERVER_SELECTOR = "component=singleuser-server"  # KubeSpawner's label on user server pods
+DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
+MAX_LOG_BYTES = 1024 * 1024
+_FINAL_CACHE = 512  # parsed logs of finished jobs kept (they never change)
+_TOMBSTONE_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class GPUQuota:
+    """GPUs one user may hold at once, servers and jobs together (``gpu_quota``)."""
+
+    default: int = 2
+    groups: Mapping[str, int] = field(default_factory=dict)
+
+    def limit_for(self, groups: list[str] | tuple[str, ...]) -> int:
+        """The largest limit among the user's groups, else the default."""
+        values = [int(self.groups[g]) for g in groups if g in self.groups]
+        return max(values) if values else int(self.default)
+
+
+async def _json(call: Any) -> Any:
+    """Await a kubernetes_asyncio call made with ``_preload_content=False``: plain JSON,
+    which keeps the objects as the apiserver wrote them (no model round trip)."""
+    return json.loads(await _body(call))
+
+
+async def _body(call: Any) -> bytes:
+    """The raw body of a ``_preload_content=False`` call; non-2xx raise ``ApiException`` as
+    the preloading path would (kubernetes_asyncio skips that check without preloading)."""
+    response = await call
+    try:
+        data: bytes = await response.read()
+        if not 200 <= response.status <= 299:
+            exc = ApiException(status=response.status, reason=response.reason)
+            exc.body = data
+            raise exc
+        return data
+    finally:
+        response.release()
+
+
+def _pod_gpus(pod: Obj) -> int:
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        total += sum(int(v) for k, v in limits.items() if is_gpu_resource(k))
+    return total
+
+
+def _workload_gpus(obj: Obj) -> int:
+    if obj["kind"] == "Job":
+        parallelism = int(obj.get("spec", {}).get("parallelism") or 1)
+        return _pod_gpus(obj["spec"]["template"]) * parallelism
+    total = 0
+    for spec in m.CUSTOM_KINDS.values():
+        for replica in (obj.get("spec") or {}).get(spec.specs_key, {}).values():
+            total += _pod_gpus(replica.get("template") or {}) * int(replica.get("replicas") or 1)
+    return total
+
+
+def _resources(obj: Obj) -> dict[str, Any]:
+    """image, cpu, memory, gpu type resource and count of the (primary) container."""
+    if obj["kind"] == "Job":
+        template = obj["spec"]["template"]
+    else:
+        custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
+        template = obj["spec"][custom.specs_key][custom.master]["template"]
+    container = template["spec"]["containers"][0]
+    limits = (container.get("resources") or {}).get("limits") or {}
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    return {
+        "image": container.get("image"),
+        "cpu": limits.get("cpu"),
+        "memory": limits.get("memory"),
+        "gpus": sum(int(v) for k, v in limits.items() if is_gpu_resource(k)),
+        "gpu_type": env.get("GPUHUB_GPU_TYPE") or None,
+    }
+
+
+class KubernetesBackend(JobBackend):
+    """Jobs, PyTorchJobs and TFJobs in one namespace, for many users (the hub service)."""
+
+    name = "kubernetes"
+    kinds = frozenset({"job", "pytorchjob", "tfjob"})
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        settings: m.KubeJobSettings,
+        *,
+        gpu_names: Mapping[str, str] | None = None,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        # Typed Any: the generated stubs want models, the apiserver takes the plain dicts
+        # these manifests are (and validated as such).
+        self.core: Any = client.CoreV1Api(api)
+        self.batch: Any = client.BatchV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._discovered: tuple[float, frozenset[str]] | None = None
+        self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
+        self._tombstones: dict[str, tuple[float, JobRecord]] = {}
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.namespace
+
+    # -- discovery ------------------------------------------------------------------------
+    async def served_custom_kinds(self) -> frozenset[str]:
+        """Which of pytorchjob/tfjob the cluster serves (``/apis/kubeflow.org/v1``), cached."""
+        now = time.monotonic()
+        if self._discovered and now - self._discovered[0] < DISCOVERY_TTL:
+            return self._discovered[1]
+        try:
+            doc = await _json(
+                self.api.call_api(
+                    f"/apis/{m.KUBEFLOW_GROUP}/{m.KUBEFLOW_VERSION}",
+                    "GET",
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                )
+            )
+            plurals = {r.get("name") for r in doc.get("resources") or []}
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            plurals = set()
+        served = frozenset(k for k, c in m.CUSTOM_KINDS.items() if c.plural in plurals)
+        self._discovered = (now, served)
+        return served
+
+    async def check(self, request: JobRequest, owner: str) -> None:
+        if request.kind in m.CUSTOM_KINDS:
+            served = await self.served_custom_kinds()
+            if request.kind not in served:
+                if served:
+                    other = ", ".join(sorted(KIND_NAMES[k] for k in served))
+                    message = (
+                        f"This cluster does not run {KIND_NAMES[request.kind]}s (the Kubeflow "
+                        f"training operator serves only {other} here)."
+                    )
+                else:
+                    message = (
+                        f"This cluster cannot run a {KIND_NAMES[request.kind]}: the Kubeflow "
+                        "training operator is not installed (no kubeflow.org/v1 PyTorchJob or "
+                        "TFJob resource); submit a training job (kind job) instead."
+                    )
+                raise JobError("kind", message, 422)
+
+    # -- quota ----------------------------------------------------------------------------
+    async def gpus_in_use(self, owner: str) -> int:
+        """GPUs ``owner`` holds now: running or pending servers plus unfinished jobs."""
+        slug = m.user_label(owner)
+        pods = await _json(
+            self.core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"{SERVER_SELECTOR},hub.jupyter.org/username={slug}",
+                _preload_content=False,
+            )
+        )
+        total = 0
+        for pod in pods.get("items") or []:
+            annotations = pod["metadata"].get("annotations") or {}
+            if annotations.get("hub.jupyter.org/username", owner) != owner:
+                continue  # a slug collision: someone else's server
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            total += _pod_gpus(pod)
+        for obj in await self._workloads(owner):
+            if self._phase(obj, []).status in ("pending", "running"):
+                total += _workload_gpus(obj)
+        return total
+
+    async def check_quota(self, request: JobRequest, owner: str, limit: int) -> None:
+        wanted = request.total_gpus
+        if wanted == 0:
+            return
+        held = await self.gpus_in_use(owner)
+        if held + wanted > limit:
+            raise JobError(
+                "gpus",
+                f"This job needs {wanted} GPU{'s' if wanted != 1 else ''} and you already hold "
+                f"{held} (servers and jobs together) of your quota of {limit}; stop a server or "
+                "wait for a job to finish.",
+                429 if held else 403,
+            )
+
+    # -- submit ---------------------------------------------------------------------------
+    async def submit(
+        self,
+        request: JobRequest,
+        owner: str,
+        *,
+        notebook: bytes | None = None,
+        key: str | None = None,
+        gpu_quota: int | None = None,
+    ) -> JobRecord:
+        """Create the job's objects. ``key`` makes a retried submit return the same job."""
+        key = key or secrets.token_hex(16)
+        job_id = m.make_job_id(request.name, owner, key, request.kind)
+        lock = self._locks.setdefault(owner, asyncio.Lock())
+        async with lock:
+            existing = await self._existing(job_id, owner, key, request.kind)
+            if existing is not None:
+                return self._record(existing, [])
+            if gpu_quota is not None:
+                await self.check_quota(request, owner, gpu_quota)
+            created = utcnow().isoformat().replace("+00:00", "Z")
+            configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
+            workload = m.workload(request, owner, job_id, self.settings, key=key, created=created)
+            made = await self._create_all(configmap, workload, owner, key)
+        log.info(
+            "gpuhub: %s created %s %s/%s (%s)",
+            owner,
+            workload["kind"],
+            self.namespace,
+            job_id,
+            request.gpu_summary(),
+        )
+        return self._record(made, [])
+
+    async def _existing(self, job_id: str, owner: str, key: str, kind: str) -> Obj | None:
+        try:
+            obj = await self._read_workload(job_id, kind)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        annotations = obj["metadata"].get("annotations") or {}
+        if (
+            annotations.get(m.ANNOTATION_USERNAME) != owner
+            or annotations.get(m.ANNOTATION_KEY) != key
+        ):
+            raise JobError("name", f"A job named {job_id!r} already exists.", 409)
+        return obj
+
+    async def _create_all(self, configmap: Obj, workload: Obj, owner: str, key: str) -> Obj:
+        """ConfigMap, workload, ownerReference: each step undone if a later one fails."""
+        name = workload["metadata"]["name"]
+        try:
+            await _json(
+                self.core.create_namespaced_config_map(
+                    self.namespace, configmap, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise self._refusal("create the job's input", exc) from None
+            # A retry after a half-finished first attempt: adopt its ConfigMap if it is ours.
+            mine = await _json(
+                self.core.read_namespaced_config_map(
+                    configmap["metadata"]["name"], self.namespace, _preload_content=False
+                )
+            )
+            notes = mine["metadata"].get("annotations") or {}
+            if notes.get(m.ANNOTATION_USERNAME) != owner or notes.get(m.ANNOTATION_KEY) != key:
+                raise JobError("name", f"A job named {name!r} already exists.", 409) from None
+        made: Obj | None = None
+        try:
+            made = await self._create_workload(workload)
+            await _json(
+                self.core.patch_namespaced_config_map(
+                    configmap["metadata"]["name"],
+                    self.namespace,
+                    {"metadata": {"ownerReferences": [m.owner_reference(made)]}},
+                    _preload_content=False,
+                )
+            )
+        except BaseException as exc:
+            await self._roll_back(configmap["metadata"]["name"], made)
+            if isinstance(exc, ApiException):
+                raise self._refusal("create the job", exc) from None
+            raise
+        return made
+
+    async def _create_workload(self, workload: Obj) -> Obj:
+        if workload["kind"] == "Job":
+            return await _json(
+                self.batch.create_namespaced_job(self.namespace, workload, _preload_content=False)
+            )
+        custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == workload["kind"])
+        return await _json(
+            self.custom.create_namespaced_custom_object(
+                m.KUBEFLOW_GROUP,
+                m.KUBEFLOW_VERSION,
+                self.namespace,
+                custom.plural,
+                workload,
+                _preload_content=False,
+            )
+        )
+
+    async def _roll_back(self, configmap: str, workload: Obj | None) -> None:
+        """Delete what a failed submit made; log (never raise) if that fails too."""
+        if workload is not None:
+            try:
+                await self._delete_workload(workload, "Background")
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.error(
+                        "gpuhub: could not roll back %s: %s", workload["metadata"]["name"], exc
+                    )
+        try:
+            await _json(
+                self.core.delete_namespaced_config_map(
+                    configmap, self.namespace, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                log.error("gpuhub: could not roll back ConfigMap %s: %s", configmap, exc)
+
+    @staticmethod
+    def _refusal(doing: str, exc: ApiException) -> JobError:
+        """One sentence for the user; the apiserver's detail goes to the admin's log."""
+        log.error("gpuhub: Kubernetes refused to %s: %s %s", doing, exc.status, exc.body)
+        message = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(exc.body or "{}").get("message") or ""
+        if exc.status in (400, 422) and message:
+            return JobError("job", f"Kubernetes refused the job: {message.rstrip('.')}.", 422)
+        return JobError(
+            "job",
+            f"The cluster could not {doing} (HTTP {exc.status}); nothing was left behind, "
+            "try again in a moment.",
+            503,
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+    async def _read_workload(self, job_id: str, kind: str | None = None) -> Obj:
+        kinds = [kind] if kind else ["job", *m.CUSTOM_KINDS]
+        last: ApiException | None = None
+        for k in kinds:
+            try:
+                if k == "job":
+                    return await _json(
+                        self.batch.read_namespaced_job(
+                            job_id, self.namespace, _preload_content=False
+                        )
+                    )
+                custom = m.CUSTOM_KINDS[k]
+                return await _json(
+                    self.custom.get_namespaced_custom_object(
+                        m.KUBEFLOW_GROUP,
+                        m.KUBEFLOW_VERSION,
+                        self.namespace,
+                        custom.plural,
+                        job_id,
+                        _preload_content=False,
+                    )
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    async def _workloads(self, owner: str) -> list[Obj]:
+        selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)}"
+        jobs = await _json(
+            self.batch.list_namespaced_job(
+                self.namespace, label_selector=selector, _preload_content=False
+            )
+        )
+        items = [{"kind": "Job", "apiVersion": "batch/v1", **o} for o in jobs.get("items") or []]
+        for kind in await self.served_custom_kinds():
+            custom = m.CUSTOM_KINDS[kind]
+            listed = await _json(
+                self.custom.list_namespaced_custom_object(
+                    m.KUBEFLOW_GROUP,
+                    m.KUBEFLOW_VERSION,
+                    self.namespace,
+                    custom.plural,
+                    label_selector=selector,
+                    _preload_content=False,
+                )
+            )
+            items.extend(listed.get("items") or [])
+        return [o for o in items if self._owned(o, owner)]
+
+    @staticmethod
+    def _owned(obj: Obj, owner: str) -> bool:
+        annotations = obj["metadata"].get("annotations") or {}
+        return annotations.get(m.ANNOTATION_USERNAME) == owner
+
+    async def _pods(self, owner: str, job_id: str | None = None) -> list[Obj]:
+        selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)}"
+        if job_id:
+            selector += f",{m.LABEL_JOB_ID}={job_id}"
+        pods = await _json(
+            self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _preload_content=False
+            )
+        )
+        return list(pods.get("items") or [])
+
+    async def _get_owned(self, owner: str, job_id: str) -> Obj:
+        check_job_id(job_id)
+        try:
+            obj = await self._read_workload(job_id)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise JobNotFound(job_id) from None
+            raise
+        if not self._owned(obj, owner):
+            raise JobNotFound(job_id)  # never confirm that someone else's job exists
+        return obj
+
+    def _phase(self, obj: Obj, pods: list[Obj]) -> Phase:
+        gpu = self._gpu_summary(obj)
+        if obj["kind"] == "Job":
+            return job_phase(obj, pods, gpu)
+        return training_phase(obj, pods, gpu, obj["kind"])
+
+    def _gpu_summary(self, obj: Obj) -> str:
+        res = _resources(obj)
+        if not res["gpus"]:
+            return "CPU only"
+        name = self.gpu_names.get(res["gpu_type"] or "", res["gpu_type"] or "GPU")
+        return f"{res['gpus']} x {name}"
+
+    def _record(self, obj: Obj, pods: list[Obj], pod_log: PodLog | None = None) -> JobRecord:
+        meta = obj["metadata"]
+        saved = json.loads((meta.get("annotations") or {}).get(m.ANNOTATION_RECORD) or "{}")
+        res = _resources(obj)
+        phase = self._phase(obj, pods)
+        kind = meta.get("labels", {}).get(m.LABEL_KIND, "job")
+        workers = 1
+        if obj["kind"] != "Job":
+            workers = sum(
+                int(r.get("replicas") or 1)
+                for r in obj["spec"][m.CUSTOM_KINDS[kind].specs_key].values()
+            )
+        summary = self._gpu_summary(obj)
+        record = JobRecord(
+            id=meta["name"],
+            name=saved.get("name") or meta["name"],
+            kind=kind,
+            backend=self.name,
+            status=phase.status,
+            owner=meta["annotations"][m.ANNOTATION_USERNAME],
+            notebook=saved.get("notebook") or "",
+            created=parse_time(saved.get("created") or meta.get("creationTimestamp")) or utcnow(),
+            started=parse_time(phase.started),
+            finished=parse_time(phase.finished),
+            image=res["image"],
+            cpu=res["cpu"],
+            memory=res["memory"],
+            gpu_type=res["gpu_type"],
+            gpus=res["gpus"],
+            workers=workers,
+            gpu=f"{workers} workers, {summary} each" if workers > 1 else summary,
+            parameters=saved.get("parameters") or {},
+            message=phase.message,
+            error=phase.error,
+        )
+        if phase.status == "succeeded":
+            record.output = saved.get("output")
+        if pod_log is not None and pod_log.result:
+            if phase.status == "failed" and pod_log.result.get("error"):
+                record.error = pod_log.result["error"]
+            record.failed_cell = pod_log.failed_cell
+        if phase.status in ("succeeded", "failed"):
+            record.message = None
+        return record
+
+    async def _final_log(self, obj: Obj, pods: list[Obj]) -> PodLog | None:
+        """The parsed log of a finished job's primary pod, read once and kept."""
+        job_id = obj["metadata"]["name"]
+        cache_key = f"{job_id}/{obj['metadata'].get('uid')}"
+        if cache_key in self._final_logs:
+            self._final_logs.move_to_end(cache_key)
+            return self._final_logs[cache_key]
+        pod = self._primary_pod(obj, pods)
+        if pod is None:
+            return None
+        text = await self._read_log(pod)
+        parsed = parse_pod_log(text)
+        self._final_logs[cache_key] = parsed
+        while len(self._final_logs) > _FINAL_CACHE:
+            self._final_logs.popitem(last=False)
+        return parsed
+
+    @staticmethod
+    def _primary_pod(obj: Obj, pods: list[Obj]) -> Obj | None:
+        mine = [
+            p
+            for p in pods
+            if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == obj["metadata"]["name"]
+        ]
+        if obj["kind"] != "Job":
+            masters = [
+                p
+                for p in mine
+                if p["metadata"].get("labels", {}).get("training.kubeflow.org/replica-type")
+                in ("master", "chief")
+            ]
+            mine = masters or mine
+        if not mine:
+            return None
+        return max(mine, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+
+    async def _read_log(self, pod: Obj, tail: int | None = None) -> str:
+        try:
+            data = await _body(
+                self.core.read_namespaced_pod_log(
+                    pod["metadata"]["name"],
+                    self.namespace,
+                    container=pod["spec"]["containers"][0]["name"],
+                    tail_lines=tail,
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # not started yet, or gone
+                return ""
+            raise
+        return data.decode("utf-8", errors="replace")
+
+    def _tombstone(self, owner: str, job_id: str) -> JobRecord | None:
+        now = time.monotonic()
+        for key, (when, _) in list(self._tombstones.items()):
+            if now - when > _TOMBSTONE_SECONDS:
+                del self._tombstones[key]
+        entry = self._tombstones.get(job_id)
+        if entry is not None and entry[1].owner == owner:
+            return entry[1]
+        return None
+
+    # -- the interface ------------------------------------------------------------------
+    async def list(self, owner: str) -> list[JobRecord]:
+        objects = await self._workloads(owner)
+        pods = await self._pods(owner) if objects else []
+        records = []
+        seen = set()
+        for obj in objects:
+            name = obj["metadata"]["name"]
+            seen.add(name)
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == name]
+            phase = self._phase(obj, mine)
+            pod_log = await self._final_log(obj, mine) if phase.status == "failed" else None
+            records.append(self._record(obj, mine, pod_log))
+        for _when, record in self._tombstones.values():
+            if record.owner == owner and record.id not in seen:
+                records.append(record)
+        records.sort(key=lambda r: r.created, reverse=True)
+        return records
+
+    async def get(self, owner: str, job_id: str) -> JobRecord:
+        try:
+            obj = await self._get_owned(owner, job_id)
+        except JobNotFound:
+            tomb = self._tombstone(owner, job_id)
+            if tomb is not None:
+                return tomb
+            raise
+        pods = await self._pods(owner, job_id)
+        phase = self._phase(obj, pods)
+        pod_log = await self._final_log(obj, pods) if phase.status == "failed" else None
+        return self._record(obj, pods, pod_log)
+
+    async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
+        try:
+            obj = await self._get_owned(owner, job_id)
+        except JobNotFound:
+            if self._tombstone(owner, job_id) is not None:
+                return ""
+            raise
+        pods = await self._pods(owner, job_id)
+        pod = self._primary_pod(obj, pods)
+        if pod is None:
+            return ""
+        text = parse_pod_log(await self._read_log(pod)).text
+        if tail is not None:
+            text = "".join(text.splitlines(keepends=True)[-tail:])
+        return text[-MAX_LOG_BYTES:]
+
+    async def output(self, owner: str, job_id: str) -> bytes:
+        """The executed notebook of a finished job that ran without a shared home."""
+        obj = await self._get_owned(owner, job_id)
+        pods = await self._pods(owner, job_id)
+        phase = self._phase(obj, pods)
+        if phase.status not in ("succeeded", "failed"):
+            raise JobError("id", "The job has not finished; its output is not ready yet.", 409)
+        pod_log = await self._final_log(obj, pods)
+        if pod_log is None or pod_log.notebook is None:
+            where = "in your home directory" if self.settings.home_volume.shared else "in its log"
+            raise JobError("id", f"The job left no executed notebook {where}.", 404)
+        return pod_log.notebook
+
+    async def cancel(self, owner: str, job_id: str) -> JobRecord:
+        try:
+            obj = await self._get_owned(owner, job_id)
+        except JobNotFound:
+            tomb = self._tombstone(owner, job_id)
+            if tomb is not None:
+                return tomb
+            raise
+        pods = await self._pods(owner, job_id)
+        record = self._record(obj, pods)
+        if record.is_final:
+            return record
+        # Foreground: the workload stays (with deletionTimestamp) until its pods are gone,
+        # so nothing keeps running unseen; its ConfigMap goes with it (ownerReference).
+        try:
+            await self._delete_workload(obj, "Foreground")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise self._refusal("cancel the job", exc) from None
+        record.status = "cancelled"
+        record.finished = utcnow()
+        record.message = "Cancelled."
+        self._tombstones[job_id] = (time.monotonic(), record)
+        log.info("gpuhub: %s cancelled %s/%s", owner, self.namespace, job_id)
+        return record
+
+    async def _delete_workload(self, obj: Obj, propagation: str) -> None:
+        name = obj["metadata"]["name"]
+        body = {"propagationPolicy": propagation}
+        if obj["kind"] == "Job":
+            await _json(
+                self.batch.delete_namespaced_job(
+                    name, self.namespace, body=body, _preload_content=False
+                )
+            )
+            return
+        custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
+        await _json(
+            self.custom.delete_namespaced_custom_object(
+                m.KUBEFLOW_GROUP,
+                m.KUBEFLOW_VERSION,
+                self.namespace,
+                custom.plural,
+                name,
+                body=body,
+                _preload_content=False,
+            )
+        )
+
+    async def close(self) -> None:
+        await self.api.close()

@@ -1,0 +1,362 @@
+"""Kubernetes objects for a job: a batch/v1 Job or a Kubeflow PyTorchJob / TFJob, plus the
+ConfigMap that carries the runner, the parameters and (without a shared home) the notebook.
+
+Pure functions from a validated :class:`~gpuhub.jobs.model.JobRequest` to plain dicts, so the
+manifests are checked against the official schemas in tests without a cluster. The pod of
+each follows the same GPU rules as a single-user server (:mod:`gpuhub.gpu_pod`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import PurePosixPath
+from typing import Any
+
+from kubespawner.slugs import is_valid_label, safe_slug
+
+from ...gpu_pod import container_resources, gpu_env, placement, shm_volume
+from ...quantity import format_memory
+from ..model import JobError, JobRequest, Kind
+
+MANAGED_BY = "gpuhub"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_USER = "gpuhub.io/user"
+LABEL_JOB_ID = "gpuhub.io/job-id"
+LABEL_KIND = "gpuhub.io/kind"
+ANNOTATION_USERNAME = "gpuhub.io/username"  # the exact name; the label is a slug of it
+ANNOTATION_RECORD = "gpuhub.io/record"
+ANNOTATION_KEY = "gpuhub.io/idempotency-key"
+
+RUN_DIR = "/var/run/gpuhub"  # the ConfigMap, read-only
+WORK_DIR = "/var/run/gpuhub-work"  # an emptyDir for the output when there is no shared home
+RUNS_DIR = "gpuhub-runs"  # as the local backend: <notebook dir>/gpuhub-runs/<id>/<name>.ipynb
+CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes refuses ConfigMaps whose data exceed 1 MiB
+_CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
+
+KUBEFLOW_GROUP = "kubeflow.org"
+KUBEFLOW_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class CustomKind:
+    """How the Training Operator names things for one kind."""
+
+    kind: str
+    plural: str
+    specs_key: str
+    master: str
+    container: str
+
+
+CUSTOM_KINDS: dict[str, CustomKind] = {
+    "pytorchjob": CustomKind(
+        "PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", "Master", "pytorch"
+    ),
+    "tfjob": CustomKind("TFJob", "tfjobs", "tfReplicaSpecs", "Chief", "tensorflow"),
+}
+
+
+@dataclass(frozen=True)
+class HomeVolume:
+    """The user's home volume as zero-to-jupyterhub makes it (``jobs.homeVolume``)."""
+
+    claim_name_template: str = "claim-{username}"
+    mount_path: str = "/home/jovyan"
+    shared: bool = False  # ReadWriteMany: a job may mount it while the server runs
+
+    def claim_name(self, owner: str) -> str:
+        # The same expansions as KubeSpawner 7's pvc_name_template.
+        return self.claim_name_template.format(
+            username=safe_slug(owner, max_length=48),
+            unescaped_username=owner,
+            servername="",
+        )
+
+
+@dataclass(frozen=True)
+class KubeJobSettings:
+    """What the Kubernetes backends need from the service's configuration."""
+
+    namespace: str = "default"
+    job_image: str = "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20"
+    home_volume: HomeVolume = field(default_factory=HomeVolume)
+    max_notebook_bytes: int = 1024 * 1024
+
+    @property
+    def shipped_notebook_limit(self) -> int:
+        """Largest notebook that can travel in the ConfigMap."""
+        return min(self.max_notebook_bytes, CONFIGMAP_LIMIT - _CONFIGMAP_SLACK)
+
+
+def user_label(owner: str) -> str:
+    """The ``gpuhub.io/user`` label value: KubeSpawner's slug of the name (label-safe)."""
+    return safe_slug(owner, is_valid=is_valid_label)
+
+
+def make_job_id(name: str, owner: str, key: str, kind: Kind) -> str:
+    """A namespace-unique object name from the job's name, its owner and the idempotency key.
+
+    Deterministic, so a retried submit with the same key names the same object and the
+    apiserver's ``AlreadyExists`` makes it idempotent. Distributed kinds keep room for the
+    Training Operator's ``-worker-63`` suffix within the 63 characters of a Service name.
+    """
+    digest = hashlib.sha256(f"{owner}\0{key}".encode()).digest()
+    suffix = base64.b32encode(digest).decode().lower()[:6]
+    room = 63 - len("-worker-63") - 7 if kind in CUSTOM_KINDS else 63 - 7
+    stem = name[:room].rstrip("-") or "job"
+    return f"{stem}-{suffix}"
+
+
+def labels(owner: str, job_id: str, kind: str) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_USER: user_label(owner),
+        LABEL_JOB_ID: job_id,
+        LABEL_KIND: kind,
+    }
+
+
+def output_path(request: JobRequest, job_id: str) -> str:
+    """Where the executed notebook goes, relative to the user's home (as the local backend)."""
+    directory = PurePosixPath(request.notebook.directory or ".")
+    return str(directory / RUNS_DIR / job_id / f"{request.notebook.stem}.ipynb").removeprefix("./")
+
+
+def runner_source() -> str:
+    return resources.files("gpuhub.jobs.k8s").joinpath("pod_runner.py").read_text()
+
+
+def configmap_name(job_id: str) -> str:
+    return f"{job_id}-input"
+
+
+def input_configmap(
+    request: JobRequest,
+    owner: str,
+    job_id: str,
+    settings: KubeJobSettings,
+    notebook: bytes | None,
+    key: str,
+) -> dict[str, Any]:
+    """The runner, the parameters and, without a shared home, the notebook itself.
+
+    Raises :class:`JobError` (413) when the notebook is over what a ConfigMap can carry.
+    """
+    data = {
+        "run.py": runner_source(),
+        "parameters.json": json.dumps(dict(request.parameters)),
+    }
+    if not settings.home_volume.shared:
+        if notebook is None:
+            raise JobError("notebook", "The notebook's content did not reach the jobs service.")
+        limit = settings.shipped_notebook_limit
+        if len(notebook) > limit:
+            raise JobError(
+                "notebook",
+                f"notebook {request.notebook.path!r} is {format_memory(len(notebook))}, over the "
+                f"{format_memory(limit)} a cluster job can carry without a shared home volume; "
+                "clear large outputs and try again.",
+                413,
+            )
+        try:
+            data["notebook.ipynb"] = notebook.decode("utf-8")
+        except UnicodeDecodeError:
+            raise JobError("notebook", "The notebook is not UTF-8 text.") from None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": configmap_name(job_id),
+            "namespace": settings.namespace,
+            "labels": labels(owner, job_id, request.kind),
+            "annotations": {ANNOTATION_USERNAME: owner, ANNOTATION_KEY: key},
+        },
+        "data": data,
+    }
+
+
+def owner_reference(workload: dict[str, Any]) -> dict[str, Any]:
+    """An ownerReference to a created workload, so the garbage collector removes dependents."""
+    meta = workload["metadata"]
+    return {
+        "apiVersion": workload["apiVersion"],
+        "kind": workload["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+
+
+def _pod_spec(
+    request: JobRequest,
+    owner: str,
+    job_id: str,
+    settings: KubeJobSettings,
+    *,
+    container_name: str,
+    primary: bool,
+) -> dict[str, Any]:
+    """The pod of one replica. Only the primary one (the Job's pod, the master/chief) writes
+    the executed notebook; the others run the same code and keep their output to themselves."""
+    options = request.resources
+    home = settings.home_volume
+    notebook = PurePosixPath(request.notebook.path)
+    volumes: list[dict[str, Any]] = [
+        {"name": "gpuhub-input", "configMap": {"name": configmap_name(job_id)}},
+        {"name": "gpuhub-work", "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "gpuhub-input", "mountPath": RUN_DIR, "readOnly": True},
+        {"name": "gpuhub-work", "mountPath": WORK_DIR},
+    ]
+    if home.shared:
+        volumes.append(
+            {"name": "home", "persistentVolumeClaim": {"claimName": home.claim_name(owner)}}
+        )
+        mounts.append({"name": "home", "mountPath": home.mount_path})
+        source = f"{home.mount_path}/{notebook}"
+        cwd = str(PurePosixPath(source).parent)
+        output = (
+            f"{home.mount_path}/{output_path(request, job_id)}"
+            if primary
+            else f"{WORK_DIR}/{notebook.name}"
+        )
+    else:
+        source = f"{RUN_DIR}/notebook.ipynb"
+        cwd = WORK_DIR
+        output = f"{WORK_DIR}/{notebook.name}"
+    shm = shm_volume(options)
+    if shm is not None:
+        volumes.append(shm[0])
+        mounts.append(shm[1])
+    env = {
+        "GPUHUB_INPUT": source,
+        "GPUHUB_OUTPUT": output,
+        "GPUHUB_PARAMETERS": f"{RUN_DIR}/parameters.json",
+        "GPUHUB_CWD": cwd,
+        "GPUHUB_PRINT_OUTPUT": "1" if primary and not home.shared else "0",
+        "GPUHUB_JOB_ID": job_id,
+        "JUPYTERHUB_USER": owner,
+        "PYTHONUNBUFFERED": "1",
+        **gpu_env(options),
+    }
+    selector, tolerations = placement(options)
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # User code holds no cluster credentials (DESIGN: "User pods hold no cluster credentials").
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [
+            {
+                "name": container_name,
+                "image": options.image or settings.job_image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["python", f"{RUN_DIR}/run.py"],
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+                "resources": container_resources(options),
+                "volumeMounts": mounts,
+                "workingDir": cwd,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if selector:
+        spec["nodeSelector"] = selector
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return spec
+
+
+def record_annotation(request: JobRequest, created: str, shared: bool, job_id: str) -> str:
+    """What the job's record keeps that the objects do not say plainly."""
+    return json.dumps(
+        {
+            "name": request.name,
+            "notebook": request.notebook.path,
+            "created": created,
+            "parameters": dict(request.parameters),
+            "output": output_path(request, job_id) if shared else None,
+            "profile": request.resources.profile,
+        },
+        sort_keys=True,
+    )
+
+
+def workload(
+    request: JobRequest,
+    owner: str,
+    job_id: str,
+    settings: KubeJobSettings,
+    *,
+    key: str,
+    created: str,
+) -> dict[str, Any]:
+    """The Job, PyTorchJob or TFJob for ``request``."""
+    meta_labels = labels(owner, job_id, request.kind)
+    metadata = {
+        "name": job_id,
+        "namespace": settings.namespace,
+        "labels": meta_labels,
+        "annotations": {
+            ANNOTATION_USERNAME: owner,
+            ANNOTATION_KEY: key,
+            ANNOTATION_RECORD: record_annotation(
+                request, created, settings.home_volume.shared, job_id
+            ),
+        },
+    }
+    if request.kind == "job":
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": metadata,
+            "spec": {
+                # A notebook that failed would fail again: no retries.
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": dict(meta_labels)},
+                    "spec": _pod_spec(
+                        request, owner, job_id, settings, container_name="notebook", primary=True
+                    ),
+                },
+            },
+        }
+    custom = CUSTOM_KINDS[request.kind]
+
+    def replica(replicas: int, primary: bool) -> dict[str, Any]:
+        return {
+            "replicas": replicas,
+            "restartPolicy": "Never",
+            "template": {
+                "metadata": {"labels": dict(meta_labels)},
+                "spec": _pod_spec(
+                    request,
+                    owner,
+                    job_id,
+                    settings,
+                    container_name=custom.container,
+                    primary=primary,
+                ),
+            },
+        }
+
+    specs = {custom.master: replica(1, True)}
+    if request.workers > 1:
+        specs["Worker"] = replica(request.workers - 1, False)
+    spec: dict[str, Any] = {
+        # Keep finished pods: their logs are the job's logs. Cancel deletes everything.
+        "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+        custom.specs_key: specs,
+    }
+    if request.kind == "pytorchjob":
+        # torchrun's processes per node: one per GPU of each worker.
+        spec["nprocPerNode"] = str(max(request.resources.gpus, 1))
+    return {
+        "apiVersion": f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}",
+        "kind": custom.kind,
+        "metadata": metadata,
+        "spec": spec,
+    }
