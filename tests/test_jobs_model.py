@@ -184,6 +184,7 @@ def test_policy_travels_from_spawner_env_to_server():
     config, groups = read_policy_env(env)
     assert groups == ["staff", "students"]
     assert Policy.from_config(**config) == POLICY
+    assert list(config["images"]) == ["pytorch", "cpu"]  # the first image is the default
     with pytest.raises(ValueError, match=POLICY_ENV):
         read_policy_env({POLICY_ENV: "{not json"})
     with pytest.raises(ValueError, match=GROUPS_ENV):
