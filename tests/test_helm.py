@@ -338,9 +338,68 @@ def test_hub_registration_and_token_scope(chart: Path) -> None:
     hub = hub_values(render(chart))["hub"]
     assert hub["config"]["JupyterHub"]["spawner_class"] == "gpu"
     assert "access:services!service=gpuhub" in hub["config"]["Spawner"]["server_token_scopes"]
+    assert hub["loadRoles"]["user"]["scopes"] == ["self", "access:services!service=gpuhub"]
     role = hub["loadRoles"]["gpuhub-service"]
     assert role["services"] == ["gpuhub"]
     assert set(role["scopes"]) == {"read:users:name", "read:users:groups"}
+
+
+def z2jh_hub_config(hub: dict[str, Any], service_url: str) -> str:
+    """What z2jh's jupyterhub_config.py makes of hub.services/loadRoles/config, as Python."""
+    services = []
+    for name, service in hub["services"].items():
+        services.append(
+            {**service, "name": name, "url": service_url, "api_token": "gpuhub-svc-" + "x" * 32}
+        )
+    roles = [{**role, "name": name} for name, role in hub["loadRoles"].items()]
+    return "\n".join(
+        [
+            f"c.JupyterHub.services.extend({services!r})",
+            f"c.JupyterHub.load_roles.extend({roles!r})",
+            f"c.Spawner.server_token_scopes = {hub['config']['Spawner']['server_token_scopes']!r}",
+            "c.JupyterHub.load_groups = {'staff': {'users': ['alice']}}",
+        ]
+    )
+
+
+def test_real_hub_gives_user_servers_access_to_the_service(chart: Path, tmp_path: Path) -> None:
+    """Start JupyterHub with the rendered registration and roles: a token with the server
+    scopes can be made for a user (JupyterHub would silently drop scopes the user lacks), it
+    reaches the service's scope, and the service learns the user's groups."""
+    import requests
+
+    from tests.hub.process import free_port, running_hub
+
+    hub_config = hub_values(render(chart))["hub"]
+    scopes = hub_config["config"]["Spawner"]["server_token_scopes"]
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: only the scopes are tested
+    with running_hub(tmp_path / "hub", z2jh_hub_config(hub_config, url)) as hub:
+        # alice exists: load_groups made her, in group staff.
+        made = hub.api("POST", "/users/alice/tokens", json={"scopes": scopes})
+        assert made.status_code == 201, made.text
+        token = made.json()["token"]
+        assert "access:services!service=gpuhub" in made.json()["scopes"]
+        # Control: a service the user may not access is refused, not silently granted.
+        refused = hub.api(
+            "POST", "/users/alice/tokens", json={"scopes": ["access:services!service=other"]}
+        )
+        assert refused.status_code == 400
+        # What the jobs service's HubAuth does with the token a request carries.
+        who = requests.get(
+            f"{hub.api_url}/user", headers={"Authorization": f"token {token}"}, timeout=30
+        )
+        assert who.status_code == 200, who.text
+        assert who.json()["name"] == "alice"
+        assert who.json()["groups"] == ["staff"]
+        assert "access:services!service=gpuhub" in who.json()["scopes"]
+        # And with its own token (role gpuhub-service) it may read users' groups.
+        service = requests.get(
+            f"{hub.api_url}/users/alice",
+            headers={"Authorization": "token gpuhub-svc-" + "x" * 32},
+            timeout=30,
+        )
+        assert service.status_code == 200, service.text
+        assert service.json()["groups"] == ["staff"]
 
 
 def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
