@@ -1,0 +1,357 @@
+"""The ``gpuhub`` hub service's HTTP API: the user-server jobs API, one level up.
+
+Callers are users' Jupyter servers (and anything else holding a user's JupyterHub token
+with the ``access:services!service=gpuhub`` scope), authenticated by JupyterHub's
+:class:`~jupyterhub.services.auth.HubAuth` (``Authorization: token ...``). The routes,
+under ``JUPYTERHUB_SERVICE_PREFIX`` (``/services/gpuhub/``), answer with the same shapes as
+``/gpuhub/api/jobs`` in the user's server, so its :class:`~gpuhub.jobs.remote.HubServiceBackend`
+is a thin forwarder:
+
+* ``POST jobs`` (body: the user API's body plus ``notebook_content``, the notebook's text;
+  header ``Idempotency-Key``) -> ``201 {"id", "status", "url", "job"}``
+* ``GET jobs`` -> ``{"jobs": [...]}``; ``GET jobs/kinds`` -> which kinds run here, and why not
+* ``GET|DELETE jobs/<id>``; ``GET jobs/<id>/logs?tail=N`` -> ``{"id", "status", "logs"}``
+* ``GET jobs/<id>/output`` -> the executed notebook (jobs without a shared home volume)
+* ``GET jobs/<id>/pipeline.yaml``, ``POST jobs/pipeline.yaml`` (compile only) -> KFP YAML
+* ``GET health`` -> ``{"ok": true}`` (no authentication; for probes)
+
+Errors: ``{"message": one sentence, "field"}`` with a 4xx status; another user's job is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from typing import Any
+
+from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
+from jupyterhub.utils import url_path_join
+from tornado import web
+
+from ..jobs.backend import JobBackend, JobRouter
+from ..jobs.k8s.backend import KubernetesBackend
+from ..jobs.model import KIND_NAMES, KINDS, JobError, JobRecord, JobRequest, parse_kind
+from ..jobs.pipeline import NOT_CONFIGURED, KFPBackend
+from ..options import OptionsError
+from .config import ServiceConfig
+from .notebook import shipped_notebook
+
+log = logging.getLogger("gpuhub.service")
+
+_KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_BODY = 32 * 1024 * 1024  # tornado's cap on a request body; the notebook cap is smaller
+
+
+class Jobs:
+    """What the handlers share: configuration and backends."""
+
+    def __init__(self, config: ServiceConfig, kube: KubernetesBackend, kfp: KFPBackend) -> None:
+        self.config = config
+        self.kube = kube
+        self.kfp = kfp
+        self.router = JobRouter({"job": kube, "pytorchjob": kube, "tfjob": kube, "pipeline": kfp})
+
+    def backend(self, kind: str) -> JobBackend:
+        return self.kfp if kind == "pipeline" else self.kube
+
+    async def kinds(self) -> list[dict[str, Any]]:
+        served = await self.kube.served_custom_kinds()
+        out = []
+        for kind in KINDS:
+            reason = None
+            if kind in ("pytorchjob", "tfjob") and kind not in served:
+                reason = f"This cluster does not run {KIND_NAMES[kind]}s (no Kubeflow training operator)."
+            if kind == "pipeline" and not self.config.kfp.configured:
+                reason = NOT_CONFIGURED
+            out.append(
+                {
+                    "kind": kind,
+                    "label": KIND_NAMES[kind],
+                    "available": reason is None,
+                    "reason": reason,
+                }
+            )
+        return out
+
+    def record_json(self, record: JobRecord) -> dict[str, Any]:
+        data = record.to_json()
+        # The executed notebook comes back through GET jobs/<id>/output when no shared home
+        # volume put it next to the source; the forwarder fetches it into the user's files.
+        data["output_ready"] = bool(
+            record.kind != "pipeline"
+            and record.status in ("succeeded", "failed")
+            and not self.config.jobs.home_volume.shared
+        )
+        return data
+
+
+class JobsHandler(HubAuthenticated, web.RequestHandler):
+    """Token-authenticated JSON handler; ``self.owner`` is the caller's user name."""
+
+    owner: str = ""
+    groups: list[str]
+
+    def initialize(self, jobs: Jobs, hub_auth: HubAuth) -> None:
+        self.jobs = jobs
+        self.hub_auth = hub_auth
+
+    def check_xsrf_cookie(self) -> None:
+        """Token-only API (no cookies are accepted), so there is no XSRF to check."""
+
+    def get_login_url(self) -> str:
+        raise web.HTTPError(403)
+
+    async def prepare(self) -> None:
+        # HubAuth's async path: never block the loop on the hub's API (answers are cached).
+        model = None
+        if self.hub_auth.get_token(self, in_cookie=False):
+            model = await self.hub_auth.get_user(self, sync=False)
+        if model:
+            try:
+                model = self.check_hub_user(model)
+            except UserNotAllowed:
+                model = None
+        self._hub_auth_user_cache = model
+        if not model:
+            self.refuse(
+                403,
+                "auth",
+                "Send a JupyterHub token of yours that may use the gpuhub service "
+                "(Authorization: token ...).",
+            )
+            return
+        if model.get("kind", "user") != "user":
+            self.refuse(403, "auth", "Only users have jobs; this token belongs to a service.")
+            return
+        self.owner = model["name"]
+        self.groups = list(model.get("groups") or [])
+
+    def refuse(self, status: int, field: str, message: str) -> None:
+        log.info(
+            "%s %s by %s refused (%s %s): %s",
+            self.request.method,
+            self.request.path,
+            self.owner or "anonymous",
+            status,
+            field,
+            message,
+        )
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": message, "field": field}))
+
+    def reply(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(data))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        message = "The jobs service failed on this request; the admin's log has the detail."
+        if status_code < 500:
+            message = self._reason
+        self.finish(json.dumps({"message": message, "field": "request"}))
+
+    async def guarded(self, action: Any) -> None:
+        try:
+            await action()
+        except JobError as exc:
+            self.refuse(exc.status, exc.field, exc.message)
+        except OptionsError as exc:
+            self.refuse(400, exc.field, exc.message)
+
+    def body(self) -> dict[str, Any]:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise JobError("body", "The request body is not valid JSON.") from None
+        if not isinstance(body, dict):
+            raise JobError("body", "The request body must be a JSON object.")
+        return body
+
+    def parse(self, body: dict[str, Any]) -> tuple[JobRequest, bytes | None]:
+        """The one validation path: the user API's checks with the hub's own policy."""
+        config = self.jobs.config
+        kind = parse_kind(body.get("kind"))
+        content = body.pop("notebook_content", None)
+        shared = config.jobs.home_volume.shared
+        limit = config.jobs.max_notebook_bytes
+        if kind == "job" and not shared:
+            limit = config.jobs.shipped_notebook_limit
+        notebook, data = shipped_notebook(
+            body.get("notebook"),
+            content,
+            max_bytes=limit,
+            mount_path=config.jobs.home_volume.mount_path,
+            required=kind == "pipeline" or not shared,
+        )
+        request = JobRequest.parse(
+            body,
+            policy=config.policy,
+            groups=self.groups,
+            root_dir=None,
+            notebook=notebook,
+            max_notebook_bytes=limit,
+        )
+        return request, data
+
+    def idempotency_key(self) -> str | None:
+        key = self.request.headers.get("Idempotency-Key")
+        if key is None:
+            return None
+        if not _KEY.fullmatch(key):
+            raise JobError(
+                "Idempotency-Key",
+                "The Idempotency-Key header must be 1 to 128 letters, digits or . _ : -.",
+            )
+        return key
+
+
+class JobsListHandler(JobsHandler):
+    async def get(self) -> None:
+        async def action() -> None:
+            records = await self.jobs.router.list(self.owner)
+            self.reply({"jobs": [self.jobs.record_json(r) for r in records]})
+
+        await self.guarded(action)
+
+    async def post(self) -> None:
+        async def action() -> None:
+            key = self.idempotency_key()
+            request, data = self.parse(self.body())
+            backend = self.jobs.backend(request.kind)
+            await backend.check(request, self.owner)
+            limit = self.jobs.config.quota.limit_for(self.groups)
+            if request.kind == "pipeline":
+                # Runs live in Kubeflow's namespace: check the quota at submit time.
+                await self.jobs.kube.check_quota(request, self.owner, limit)
+            record = await backend.submit(  # type: ignore[call-arg]
+                request, self.owner, notebook=data, key=key, gpu_quota=limit
+            )
+            location = url_path_join(self.request.path, record.id)
+            self.set_header("Location", location)
+            self.reply(
+                {
+                    "id": record.id,
+                    "status": record.status,
+                    "url": record.url,
+                    "job": self.jobs.record_json(record),
+                },
+                201,
+            )
+
+        await self.guarded(action)
+
+
+class KindsHandler(JobsHandler):
+    async def get(self) -> None:
+        async def action() -> None:
+            self.reply({"kinds": await self.jobs.kinds()})
+
+        await self.guarded(action)
+
+
+class CompileHandler(JobsHandler):
+    async def post(self) -> None:
+        async def action() -> None:
+            body = self.body()
+            body["kind"] = "pipeline"
+            request, data = self.parse(body)
+            assert data is not None
+            text = await asyncio.to_thread(self.jobs.kfp.compile, request, data)
+            self.set_header("Content-Type", "application/yaml")
+            self.set_header(
+                "Content-Disposition", f'attachment; filename="{request.name}.pipeline.yaml"'
+            )
+            self.finish(text)
+
+        await self.guarded(action)
+
+
+class JobHandler(JobsHandler):
+    async def get(self, job_id: str) -> None:
+        async def action() -> None:
+            self.reply(self.jobs.record_json(await self.jobs.router.get(self.owner, job_id)))
+
+        await self.guarded(action)
+
+    async def delete(self, job_id: str) -> None:
+        async def action() -> None:
+            self.reply(self.jobs.record_json(await self.jobs.router.cancel(self.owner, job_id)))
+
+        await self.guarded(action)
+
+
+class LogsHandler(JobsHandler):
+    async def get(self, job_id: str) -> None:
+        async def action() -> None:
+            tail_arg = self.get_argument("tail", "")
+            tail = None
+            if tail_arg:
+                if not tail_arg.isdigit() or not 0 < int(tail_arg) <= 100_000:
+                    raise JobError("tail", "tail must be a number of lines between 1 and 100000.")
+                tail = int(tail_arg)
+            record = await self.jobs.router.get(self.owner, job_id)
+            logs = await self.jobs.router.logs(self.owner, job_id, tail=tail)
+            self.reply({"id": record.id, "status": record.status, "logs": logs})
+
+        await self.guarded(action)
+
+
+class OutputHandler(JobsHandler):
+    async def get(self, job_id: str) -> None:
+        async def action() -> None:
+            record = await self.jobs.router.get(self.owner, job_id)
+            if record.kind == "pipeline":
+                raise JobError(
+                    "id",
+                    "A pipeline step's executed notebook is its output artifact "
+                    "(executed_notebook) on the run page.",
+                    404,
+                )
+            data = await self.jobs.kube.output(self.owner, job_id)
+            self.set_header("Content-Type", "application/x-ipynb+json")
+            self.set_header("Cache-Control", "no-store")
+            self.finish(data)
+
+        await self.guarded(action)
+
+
+class PipelineYAMLHandler(JobsHandler):
+    async def get(self, job_id: str) -> None:
+        async def action() -> None:
+            text = await self.jobs.kfp.pipeline_yaml(self.owner, job_id)
+            self.set_header("Content-Type", "application/yaml")
+            self.set_header("Content-Disposition", f'attachment; filename="{job_id}.yaml"')
+            self.finish(text)
+
+        await self.guarded(action)
+
+
+class HealthHandler(web.RequestHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish('{"ok": true}')
+
+
+def make_app(jobs: Jobs, hub_auth: HubAuth, prefix: str) -> web.Application:
+    """The tornado application, routes under ``prefix`` (``JUPYTERHUB_SERVICE_PREFIX``)."""
+    base = url_path_join(prefix, "jobs")
+    job_id = r"(?P<job_id>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+    kwargs = {"jobs": jobs, "hub_auth": hub_auth}
+    return web.Application(
+        [
+            (url_path_join(prefix, "health"), HealthHandler),
+            (base, JobsListHandler, kwargs),
+            (url_path_join(base, "kinds"), KindsHandler, kwargs),
+            (url_path_join(base, "pipeline.yaml"), CompileHandler, kwargs),
+            (url_path_join(base, job_id, "logs"), LogsHandler, kwargs),
+            (url_path_join(base, job_id, "output"), OutputHandler, kwargs),
+            (url_path_join(base, job_id, "pipeline.yaml"), PipelineYAMLHandler, kwargs),
+            (url_path_join(base, job_id), JobHandler, kwargs),
+        ],
+        max_body_size=MAX_BODY,
+    )

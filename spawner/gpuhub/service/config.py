@@ -1,0 +1,135 @@
+"""The jobs service's configuration: ``/etc/gpuhub/service.yaml`` as the Helm chart writes it.
+
+::
+
+    namespace: jupyterhub                  # where user servers and jobs run
+    policy: {images, custom_image_pattern, gpu_types, cpu_range, memory_range,
+             group_limits, default_limits}  # the GPUSpawner traits, copied by the chart
+    gpu_quota: {default: 2, groups: {staff: 8}}
+    job_image: ghcr.io/gpuhub/gpuhub-notebook:0.1.0
+    home_volume: {claim_name_template: "claim-{username}", mount_path: /home/jovyan, shared: false}
+    kfp: {endpoint: "", ui_url: "", namespace: kubeflow}
+    max_notebook_bytes: 1048576
+
+Every problem is reported as one :class:`ServiceConfigError` naming the key, at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..jobs.k8s.backend import GPUQuota
+from ..jobs.k8s.manifests import HomeVolume, KubeJobSettings
+from ..jobs.pipeline import KFPSettings
+from ..jobs.policy_env import POLICY_KEYS
+from ..policy import Policy, PolicyConfigError
+
+
+class ServiceConfigError(ValueError):
+    """The configuration file is wrong; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    policy: Policy
+    quota: GPUQuota
+    jobs: KubeJobSettings
+    kfp: KFPSettings
+
+    @property
+    def namespace(self) -> str:
+        return self.jobs.namespace
+
+    @classmethod
+    def load(cls, path: str | Path) -> ServiceConfig:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ServiceConfigError(f"cannot read {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ServiceConfigError(f"{path} is not valid YAML: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ServiceConfig:
+        if not isinstance(data, Mapping):
+            raise ServiceConfigError("the configuration must be a mapping of keys to values")
+        known = {"namespace", "policy", "gpu_quota", "job_image", "home_volume", "kfp"}
+        known |= {"max_notebook_bytes"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ServiceConfigError(f"unknown key {unknown[0]!r}; the keys are {sorted(known)}")
+        namespace = _text(data, "namespace", "default")
+        policy_config = _mapping(data, "policy")
+        extra = sorted(set(policy_config) - set(POLICY_KEYS))
+        if extra:
+            raise ServiceConfigError(f"policy.{extra[0]} is not a policy setting")
+        try:
+            policy = Policy.from_config(**policy_config)
+        except PolicyConfigError as exc:
+            raise ServiceConfigError(f"policy: {exc}") from None
+        quota = _mapping(data, "gpu_quota")
+        groups = quota.get("groups") or {}
+        if not isinstance(groups, Mapping) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in groups.values()
+        ):
+            raise ServiceConfigError("gpu_quota.groups must map group names to GPU counts")
+        default = quota.get("default", 2)
+        if not isinstance(default, int) or isinstance(default, bool) or default < 0:
+            raise ServiceConfigError("gpu_quota.default must be a GPU count (0 or more)")
+        home = _mapping(data, "home_volume")
+        template = _text(home, "claim_name_template", "claim-{username}", "home_volume.")
+        if "{username}" not in template and "{unescaped_username}" not in template:
+            raise ServiceConfigError("home_volume.claim_name_template must contain {username}")
+        shared = home.get("shared", False)
+        if not isinstance(shared, bool):
+            raise ServiceConfigError("home_volume.shared must be true or false")
+        max_bytes = data.get("max_notebook_bytes", 1024 * 1024)
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+            raise ServiceConfigError("max_notebook_bytes must be a positive number of bytes")
+        kfp = _mapping(data, "kfp")
+        job_image = _text(data, "job_image", "")
+        if not job_image:
+            raise ServiceConfigError("job_image must name the image jobs run in by default")
+        return cls(
+            policy=policy,
+            quota=GPUQuota(default=default, groups=dict(groups)),
+            jobs=KubeJobSettings(
+                namespace=namespace,
+                job_image=job_image,
+                home_volume=HomeVolume(
+                    claim_name_template=template,
+                    mount_path=_text(home, "mount_path", "/home/jovyan", "home_volume.").rstrip(
+                        "/"
+                    ),
+                    shared=shared,
+                ),
+                max_notebook_bytes=max_bytes,
+            ),
+            kfp=KFPSettings(
+                endpoint=_text(kfp, "endpoint", "", "kfp."),
+                ui_url=_text(kfp, "ui_url", "", "kfp."),
+                namespace=_text(kfp, "namespace", "kubeflow", "kfp."),
+            ),
+        )
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ServiceConfigError(f"{key} must be a mapping")
+    return value
+
+
+def _text(data: Mapping[str, Any], key: str, default: str, prefix: str = "") -> str:
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ServiceConfigError(f"{prefix}{key} must be a string")
+    return value or default
