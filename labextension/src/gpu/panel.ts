@@ -77,6 +77,14 @@ function holders(gpu: IGpu): IHolder[] {
   return list;
 }
 
+/** The time scale under a chart: "−5 min ... now". */
+function axis(): HTMLElement {
+  const node = el('div', 'gpuhub-GpuCard-axis');
+  node.setAttribute('aria-hidden', 'true');
+  node.append(el('span', '', ''), el('span', '', 'now'));
+  return node;
+}
+
 class GpuCard {
   constructor(private _panel: GpuPanel) {
     this.node = el('section', 'gpuhub-GpuCard');
@@ -99,7 +107,17 @@ class GpuCard {
     mem.append(el('span', 'gpuhub-GpuCard-label', 'Memory'), this._memValue);
     this._vitals = el('div', 'gpuhub-GpuCard-vitals');
     this._figures = el('div', 'gpuhub-GpuCard-figures');
-    this._figures.append(util, this._utilChart.node, mem, this._memChart.node, this._vitals);
+    this._utilAxis = axis();
+    this._memAxis = axis();
+    this._figures.append(
+      util,
+      this._utilChart.node,
+      this._utilAxis,
+      mem,
+      this._memChart.node,
+      this._memAxis,
+      this._vitals
+    );
 
     this._holdersTitle = el('h4', 'gpuhub-GpuCard-subtitle', 'GPU memory held by');
     this._holders = el('ul', 'gpuhub-GpuCard-holders');
@@ -123,8 +141,13 @@ class GpuCard {
       return;
     }
     const util = percent(gpu.utilization);
-    this._utilValue.textContent =
-      gpu.utilization === null && gpu.mig ? 'not reported for MIG slices' : util;
+    this._utilValue.textContent = util;
+    this._utilValue.title =
+      gpu.utilization === null
+        ? gpu.mig
+          ? 'NVML reports no utilization for a MIG slice (a DCGM exporter does).'
+          : 'This GPU does not report its utilization.'
+        : '';
     const memText = `${gib(gpu.memory_used)} of ${gib(gpu.memory_total)}`;
     this._memValue.textContent = memText;
     this._vitals.textContent = [unit(gpu.temperature, '°C'), unit(gpu.power, 'W')]
@@ -134,10 +157,18 @@ class GpuCard {
     const times = model.times;
     const series = model.series(gpu.uuid);
     const end = times.length ? times[times.length - 1] : 0;
-    const window = model.windowSeconds;
+    // Until there is a full window of history, show what there is (at least a minute),
+    // rather than a chart that is empty but for its right edge.
+    const kept = times.length ? end - times[0] : 0;
+    const window = Math.min(model.windowSeconds, Math.max(60, kept));
     const gap = Math.max(3 * (model.metrics?.interval ?? 1), 5);
-    const minutes = Math.round(window / 60);
-    this._utilChart.node.style.display = gpu.utilization === null ? 'none' : '';
+    const minutes = Math.max(1, Math.round(window / 60));
+    const noUtil = gpu.utilization === null;
+    this._utilChart.node.style.display = noUtil ? 'none' : '';
+    this._utilAxis.hidden = noUtil;
+    for (const node of [this._utilAxis, this._memAxis]) {
+      node.firstElementChild!.textContent = `−${minutes} min`;
+    }
     this._utilChart.update(
       times,
       series.utilization,
@@ -187,7 +218,9 @@ class GpuCard {
       const label = el('span', 'gpuhub-GpuCard-holderName', name);
       label.title = h.path ?? `pid ${h.pids.join(', ')}`;
       const memory = el('span', 'gpuhub-GpuCard-holderMemory', gib(h.memory));
-      item.append(label, memory);
+      const row = el('div', 'gpuhub-GpuCard-holderRow');
+      row.append(memory);
+      item.append(label, row);
       if (h.kernelId) {
         const actions = el('span', 'gpuhub-GpuCard-actions');
         if (h.path) {
@@ -204,7 +237,7 @@ class GpuCard {
         const kernelId = h.kernelId;
         stop.onclick = () => void this._panel.shutDownKernel(kernelId, name);
         actions.append(stop);
-        item.append(actions);
+        row.append(actions);
       }
       this._holders.append(item);
     }
@@ -215,10 +248,12 @@ class GpuCard {
   private _figures: HTMLElement;
   private _holders: HTMLElement;
   private _holdersTitle: HTMLElement;
+  private _memAxis: HTMLElement;
   private _memChart: Sparkline;
   private _memValue: HTMLElement;
   private _signature = '';
   private _title: HTMLElement;
+  private _utilAxis: HTMLElement;
   private _utilChart: Sparkline;
   private _utilValue: HTMLElement;
   private _vitals: HTMLElement;
