@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -104,9 +105,14 @@ class MetricsHandler(APIHandler):
             if not math.isfinite(since):
                 raise web.HTTPError(400, "since must be a time in seconds since the epoch.")
         service: MetricsService = self.settings["gpuhub_metrics"]
+        started = time.perf_counter()
         body = await service.response(since)
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
+        # How long gpuhub itself took, for benchmarks and browser devtools.
+        self.set_header(
+            "Server-Timing", f"metrics;dur={(time.perf_counter() - started) * 1000:.3f}"
+        )
         await self.finish(body)
 
 
