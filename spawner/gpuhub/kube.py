@@ -2,22 +2,53 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 from typing import Any
 
 from kubespawner import KubeSpawner
+from traitlets import Bool, Float
 
-from .form import Preset
+from .capacity import CapacityUnavailable, shared_capacity
+from .form import GPUCapacity, Preset
 from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
 from .options import FIELDS, LaunchOptions
-from .spawner_base import GPUSpawnerMixin
+from .progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
+from .quantity import format_cpu, format_memory
+from .spawner_base import GPUSpawnerMixin, refusal
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
+
+CAPACITY_UNAVAILABLE = (
+    "Live GPU availability cannot be shown right now (the cluster did not answer). "
+    "You can still start a server; it will wait for free GPUs."
+)
+
+
+class NeverSchedulable(Exception):
+    """The scheduler says no node can run this pod, and waiting will not change that."""
 
 
 class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
     """Spawns single-user pods with the GPUs, node selector and tolerations of a GPU type."""
+
+    capacity_wait = Float(
+        2.0,
+        config=True,
+        help="""Seconds the spawn form waits for the first view of the cluster's GPUs (once per
+        hub process); after that the figures come from a watch-backed cache at once.""",
+    )
+    fail_fast_unschedulable = Bool(
+        True,
+        config=True,
+        help="""Fail a spawn at once when the scheduler reports that no node can ever run the pod
+        (labels or taints no node satisfies). Turn off with a cluster autoscaler that adds such
+        nodes on demand.""",
+    )
+
+    _gpuhub_last_step: Step | None = None
+    _gpuhub_starting = False
 
     # -- presets from profile_list --------------------------------------------------------
     async def _profile_list(self) -> list[dict[str, Any]]:
@@ -104,3 +135,149 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         await self.ensure_launch_options()
         await super().load_user_options()
 
+    # -- live capacity ----------------------------------------------------------------------
+    async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
+        """Free/total GPUs per type from the shared watch of the cluster (no LIST per view)."""
+        if not self.gpu_policy.gpu_types:
+            return {}, ""
+        cache = shared_capacity(self.api)
+        if not await cache.wait_ready(self.capacity_wait):
+            return {}, CAPACITY_UNAVAILABLE
+        try:
+            return cache.capacity(self.gpu_policy.gpu_types.values()), ""
+        except CapacityUnavailable:
+            return {}, CAPACITY_UNAVAILABLE
+
+    async def check_launch_options(self, options: LaunchOptions) -> None:
+        """Refuse, before any pod exists, a request no node of the cluster could ever hold."""
+        gpu_type = options.gpu_type
+        if gpu_type is None or options.gpus == 0:
+            return
+        cache = shared_capacity(self.api)
+        if not await cache.wait_ready(self.capacity_wait):
+            return  # cannot tell now; the scheduler will
+        try:
+            fit = cache.fit(gpu_type, options.gpus)
+        except CapacityUnavailable:
+            return
+        name = gpu_type.display_name
+        if fit.nodes == 0:
+            raise refusal(
+                f"This cluster has no nodes with {name} GPUs, so the server could never start; "
+                "pick another GPU type."
+            )
+        if options.gpus > fit.max_gpus:
+            raise refusal(
+                f"No node in this cluster has {options.gpus} {name} GPUs (the most on one node "
+                f"is {fit.max_gpus}); ask for {fit.max_gpus} or fewer."
+            )
+        if options.cpu > fit.max_cpu:
+            raise refusal(
+                f"No node with {options.gpus} {name} GPUs has {format_cpu(options.cpu)} CPUs "
+                f"(the most is {format_cpu(fit.max_cpu)}); ask for fewer CPUs."
+            )
+        if options.memory > fit.max_memory:
+            raise refusal(
+                f"No node with {options.gpus} {name} GPUs has {format_memory(options.memory)} "
+                f"of memory (the most is {format_memory(fit.max_memory)}); ask for less memory."
+            )
+
+    # -- progress ---------------------------------------------------------------------------
+    def spawn_request(self) -> SpawnRequest:
+        """What this spawn asked for, in the words of the form."""
+        options = self.launch_options
+        if options is None:
+            return SpawnRequest(image=self.image)
+        image = options.image or self.image
+        images = self.gpu_policy.images
+        if options.image_key and options.image_key in images:
+            image = images[options.image_key].display_name
+        gpu_type = options.gpu_type
+        return SpawnRequest(
+            image=image,
+            gpus=options.gpus,
+            gpu_name=gpu_type.display_name if gpu_type else "",
+            gpu_resource=gpu_type.resource_name if gpu_type else "",
+            cpu=options.cpu,
+            memory=options.memory,
+        )
+
+    def _type_capacity(self) -> GPUCapacity | None:
+        options = self.launch_options
+        if options is None or options.gpu_type is None:
+            return None
+        try:
+            figures = shared_capacity(self.api).capacity([options.gpu_type])
+        except CapacityUnavailable:
+            return None
+        return figures.get(options.gpu_type.key)
+
+    def _steps(self) -> list[tuple[str, Step]]:
+        """This pod's events so far, told as steps: ``(event uid, step)``."""
+        request = self.spawn_request()
+        capacity = self._type_capacity()
+        steps = []
+        for event in self.events:
+            step = describe(event, request, capacity)
+            if step is not None:
+                steps.append((event["metadata"]["uid"], step))
+        return steps
+
+    async def progress(self) -> Any:
+        """Spawn progress in words for the hub's progress bar (see :mod:`gpuhub.progress`)."""
+        if not self.events_enabled:
+            return
+        await self._start_watching_events()
+        shown: set[str] = set()
+        last_message = ""
+        request = self.spawn_request()
+        while True:
+            start_future = self._start_future
+            done = start_future is not None and start_future.done()
+            for uid, step in self._steps():
+                if uid in shown:
+                    continue
+                shown.add(uid)
+                self._gpuhub_last_step = step
+                if step.message != last_message:
+                    last_message = step.message
+                    yield {"progress": step.progress, "message": step.message}
+            last = self._gpuhub_last_step
+            if last is not None and last.waiting_for_gpus and not done:
+                # GPUs come and go while we wait: keep the "N free now" figure current.
+                message = waiting_for_gpus(request, self._type_capacity())
+                if message != last_message:
+                    last_message = message
+                    yield {"progress": last.progress, "message": message}
+            if done:
+                break
+            await asyncio.sleep(0.5)
+
+    def is_pod_running(self, pod: Any) -> bool:
+        # KubeSpawner polls this while it waits for the pod: the place to notice, from the
+        # scheduler's and kubelet's events, that waiting longer is pointless.
+        if self._gpuhub_starting and self.fail_fast_unschedulable and pod is not None:
+            for _, step in self._steps():
+                self._gpuhub_last_step = step
+                if step.fatal:
+                    raise NeverSchedulable(step.message)
+        return bool(super().is_pod_running(pod))
+
+    async def _start(self) -> Any:
+        self._gpuhub_last_step = None
+        self._gpuhub_starting = True
+        # End before JupyterHub's own start_timeout, so that the user reads why, not "Timeout".
+        limit = max(self.start_timeout - 2, 1)
+        try:
+            return await asyncio.wait_for(super()._start(), limit)
+        except NeverSchedulable as exc:
+            self.log.warning("Spawn of %s cannot succeed: %s", self._log_name, exc)
+            raise refusal(str(exc), 503) from None
+        except TimeoutError:
+            message = timeout_message(self._gpuhub_last_step, self.start_timeout)
+            self.log.warning("Spawn of %s timed out: %s", self._log_name, message)
+            error = TimeoutError(message)
+            error.jupyterhub_message = message  # type: ignore[attr-defined]
+            raise error from None
+        finally:
+            self._gpuhub_starting = False

@@ -337,7 +337,11 @@ class Server:
         response = web.StreamResponse(
             headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
         )
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:  # the client went away already
+            self.store.unwatch(watcher)
+            return response
         entry = (watcher, response)
         self.active_watches.add(entry)
         loop = asyncio.get_running_loop()

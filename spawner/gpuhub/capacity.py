@@ -1,0 +1,405 @@
+"""Live GPU capacity of a Kubernetes cluster, from one shared watch of nodes and pods.
+
+One :class:`ClusterCapacity` per hub process and cluster (:func:`shared_capacity`) lists and
+then watches nodes and the pods that hold resources, keeping only what the figures need: per
+node its labels, taints, allocatable GPUs/CPU/memory, and the GPUs its running pods use. Every
+change updates those counters in O(1); a form render reads a snapshot that is recomputed
+only after something changed (O(nodes) then, O(1) otherwise) — never a LIST per page view.
+
+Pods count against a node from the moment they are bound until they finish or are gone,
+exactly as the scheduler counts them (a pod being deleted still holds its GPUs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .form import GPUCapacity
+from .policy import GPUType
+from .quantity import QuantityError, parse_cpu, parse_memory
+
+log = logging.getLogger("gpuhub.capacity")
+
+GPU_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/")
+# Terminal pods hold nothing; the apiserver filters them out of the watch for us.
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name.startswith(GPU_PREFIXES)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(float(str(value)))
+    except ValueError:
+        return 0
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+    gpus: dict[str, int]  # allocatable per GPU resource
+    cpu: float
+    memory: int
+    usable: bool  # Ready and not cordoned
+    used: dict[str, int] = field(default_factory=dict)  # GPUs held by pods bound here
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    node: str
+    gpus: tuple[tuple[str, int], ...]
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    meta, spec, status = (
+        node.get("metadata") or {},
+        node.get("spec") or {},
+        node.get("status") or {},
+    )
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    gpus = {k: _int(v) for k, v in allocatable.items() if is_gpu_resource(k)}
+    try:
+        cpu = parse_cpu(allocatable.get("cpu", 0))
+    except QuantityError:
+        cpu = 0.0
+    try:
+        memory = int(parse_memory(allocatable.get("memory", 0)))
+    except QuantityError:
+        memory = 0
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return NodeInfo(
+        name=meta.get("name", ""),
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple(spec.get("taints") or ()),
+        gpus=gpus,
+        cpu=cpu,
+        memory=memory,
+        usable=ready and not spec.get("unschedulable"),
+    )
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
+    """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    node = spec.get("nodeName")
+    if not node or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    totals: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        # Extended resources: requests == limits, and either may be given alone.
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in values.items():
+            if is_gpu_resource(name):
+                totals[name] = totals.get(name, 0) + _int(value)
+    for container in spec.get("initContainers") or []:
+        resources = container.get("resources") or {}
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in values.items():
+            if is_gpu_resource(name):
+                totals[name] = max(totals.get(name, 0), _int(value))
+    gpus = tuple(sorted((k, v) for k, v in totals.items() if v > 0))
+    return PodInfo(node, gpus) if gpus else None
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        operator = toleration.get("operator", "Equal")
+        key = toleration.get("key")
+        if not key and operator == "Exists":
+            return True
+        if key == taint.get("key") and (
+            operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
+        ):
+            return True
+    return False
+
+
+def node_serves(node: NodeInfo, gpu_type: GPUType) -> bool:
+    """Whether pods of ``gpu_type`` may run on ``node``: its resource, labels and taints."""
+    if node.gpus.get(gpu_type.resource_name, 0) <= 0:
+        return False
+    if any(node.labels.get(k) != v for k, v in gpu_type.node_selector.items()):
+        return False
+    return all(
+        tolerates(gpu_type.tolerations, taint)
+        for taint in node.taints
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The biggest request of a GPU type the cluster could ever run (empty cluster)."""
+
+    nodes: int  # nodes that serve the type
+    max_gpus: int  # most GPUs of the type on one such node
+    max_cpu: float  # most allocatable CPU / memory among nodes with max_gpus or more
+    max_memory: int
+
+
+class CapacityUnavailable(RuntimeError):
+    """The cluster cannot be read now; the message says why, for the form."""
+
+
+class ClusterCapacity:
+    """A watch-backed cache of nodes and GPU-holding pods (start once, read often)."""
+
+    def __init__(self, api: Any, *, request_timeout: float = 30, watch_timeout: int = 300) -> None:
+        self.api = api  # a kubernetes_asyncio CoreV1Api
+        self.request_timeout = request_timeout
+        self.watch_timeout = watch_timeout
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[tuple[str, str], PodInfo] = {}
+        self.synced = {"nodes": False, "pods": False}
+        self.error: str | None = None
+        self.generation = 0  # bumped on every change that can move a figure
+        self._snapshot: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run("nodes"), name="gpuhub-capacity-nodes"),
+                asyncio.create_task(self._run("pods"), name="gpuhub-capacity-pods"),
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def available(self) -> bool:
+        return all(self.synced.values()) and self.error is None
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait (up to ``timeout``) for the first complete view; True if there is one."""
+        self.start()
+        if not self.available:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), timeout)
+        return self.available
+
+    # -- list + watch ------------------------------------------------------------------------
+    def _list_call(self, kind: str) -> Any:
+        if kind == "nodes":
+            return self.api.list_node, {}
+        return self.api.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}
+
+    async def _run(self, kind: str) -> None:
+        from kubernetes_asyncio import watch
+        from kubernetes_asyncio.client import ApiException
+
+        backoff = 0.5
+        while True:
+            try:
+                version = await self._relist(kind)
+                backoff = 0.5
+                method, kwargs = self._list_call(kind)
+                while True:
+                    stream = watch.Watch(return_type="object")
+                    async with stream:
+                        async for event in stream.stream(
+                            method,
+                            resource_version=version,
+                            allow_watch_bookmarks=True,
+                            timeout_seconds=self.watch_timeout,
+                            _request_timeout=self.watch_timeout + 30,
+                            **kwargs,
+                        ):
+                            version = self._apply(kind, event) or version
+                    # The server ended the watch (timeout or a dropped connection): resume.
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("Capacity watch of %s expired; listing again", kind)
+                    continue
+                self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
+            except Exception as exc:  # network errors of every kind
+                self._failed(kind, f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30)
+
+    def _failed(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            log.warning("Live GPU capacity unavailable (%s): %s", kind, detail)
+        self.error = detail
+        self.synced[kind] = False
+
+    async def _relist(self, kind: str) -> str:
+        method, kwargs = self._list_call(kind)
+        response = await method(
+            _preload_content=False, _request_timeout=self.request_timeout, **kwargs
+        )
+        # Raw JSON: deserialising 20,000 pods into client models would cost seconds.
+        body = json.loads(await response.read())
+        items = body.get("items") or []
+        if kind == "nodes":
+            self.nodes = {n.name: n for n in map(node_info, items)}
+            self._recount()
+        else:
+            pods: dict[tuple[str, str], PodInfo] = {}
+            for item in items:
+                info = pod_info(item)
+                if info is not None:
+                    meta = item.get("metadata") or {}
+                    pods[(meta.get("namespace", ""), meta.get("name", ""))] = info
+            self.pods = pods
+            self._recount()
+        self.synced[kind] = True
+        if all(self.synced.values()):
+            self.error = None
+            self._ready.set()
+        self._bump()
+        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
+        obj = event.get("raw_object") or event.get("object") or {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if event.get("type") == "BOOKMARK":
+            return version
+        meta = obj.get("metadata") or {}
+        if kind == "nodes":
+            name = meta.get("name", "")
+            old = self.nodes.pop(name, None)
+            if event.get("type") != "DELETED":
+                info = node_info(obj)
+                info.used = old.used if old else self._used_on(name)
+                self.nodes[name] = info
+        else:
+            key = (meta.get("namespace", ""), meta.get("name", ""))
+            before = self.pods.pop(key, None)
+            after = None if event.get("type") == "DELETED" else pod_info(obj)
+            if before == after and before is not None:
+                self.pods[key] = before
+                return version
+            if before is not None:
+                self._count(before, -1)
+            if after is not None:
+                self.pods[key] = after
+                self._count(after, +1)
+        self._bump()
+        return version
+
+    def _used_on(self, node: str) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.node == node:
+                for name, count in pod.gpus:
+                    used[name] = used.get(name, 0) + count
+        return used
+
+    def _recount(self) -> None:
+        for node in self.nodes.values():
+            node.used = {}
+        for pod in self.pods.values():
+            self._count(pod, +1)
+
+    def _count(self, pod: PodInfo, sign: int) -> None:
+        node = self.nodes.get(pod.node)
+        if node is None:
+            return  # a pod on a node we have not seen (yet); the node's arrival recounts it
+        for name, count in pod.gpus:
+            node.used[name] = node.used.get(name, 0) + sign * count
+
+    def _bump(self) -> None:
+        self.generation += 1
+
+    # -- reading -----------------------------------------------------------------------------
+    def _cached(self, key: tuple[Any, ...], compute: Any) -> Any:
+        hit = self._snapshot.get(key)
+        if hit is not None and hit[0] == self.generation:
+            return hit[1]
+        value = compute()
+        if len(self._snapshot) > 256:
+            self._snapshot.clear()
+        self._snapshot[key] = (self.generation, value)
+        return value
+
+    def _require(self) -> None:
+        if not self.available:
+            raise CapacityUnavailable(
+                self.error or "the cluster's nodes and pods are still loading"
+            )
+
+    def capacity(self, gpu_types: Iterable[GPUType]) -> dict[str, GPUCapacity]:
+        """Free and total GPUs of each type now, and the most free together on one node."""
+        self._require()
+        types = tuple(gpu_types)
+        key = ("capacity", *map(_type_key, types))
+        return self._cached(key, lambda: {t.key: self._capacity(t) for t in types})
+
+    def _capacity(self, gpu_type: GPUType) -> GPUCapacity:
+        free = total = largest = 0
+        resource = gpu_type.resource_name
+        for node in self.nodes.values():
+            if not node.usable or not node_serves(node, gpu_type):
+                continue
+            have = node.gpus[resource]
+            left = max(have - node.used.get(resource, 0), 0)
+            total += have
+            free += left
+            largest = max(largest, left)
+        return GPUCapacity(free=free, total=total, largest_free=largest)
+
+    def fit(self, gpu_type: GPUType, gpus: int = 1) -> Fit:
+        """What the biggest node serving ``gpu_type`` could hold if it were empty."""
+        self._require()
+        return self._cached(("fit", _type_key(gpu_type), gpus), lambda: self._fit(gpu_type, gpus))
+
+    def _fit(self, gpu_type: GPUType, gpus: int) -> Fit:
+        serving = [n for n in self.nodes.values() if node_serves(n, gpu_type)]
+        big_enough = [n for n in serving if n.gpus[gpu_type.resource_name] >= gpus]
+        return Fit(
+            nodes=len(serving),
+            max_gpus=max((n.gpus[gpu_type.resource_name] for n in serving), default=0),
+            max_cpu=max((n.cpu for n in big_enough), default=0.0),
+            max_memory=max((n.memory for n in big_enough), default=0),
+        )
+
+
+def _type_key(gpu_type: GPUType) -> tuple[str, ...]:
+    """A hashable identity for what decides a type's figures."""
+    return (
+        gpu_type.key,
+        gpu_type.resource_name,
+        json.dumps(dict(gpu_type.node_selector), sort_keys=True),
+        json.dumps([dict(t) for t in gpu_type.tolerations], sort_keys=True),
+    )
+
+
+# One cache per event loop and API server: shared by every spawner of the hub process.
+_SHARED: dict[tuple[int, str], ClusterCapacity] = {}
+
+
+def shared_capacity(api: Any) -> ClusterCapacity:
+    """The process-wide capacity cache for the cluster ``api`` talks to (started lazily)."""
+    configuration = getattr(getattr(api, "api_client", None), "configuration", None)
+    host = str(getattr(configuration, "host", ""))
+    key = (id(asyncio.get_running_loop()), host)
+    cache = _SHARED.get(key)
+    if cache is None:
+        cache = _SHARED[key] = ClusterCapacity(api)
+    cache.start()
+    return cache
