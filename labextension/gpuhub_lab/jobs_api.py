@@ -10,12 +10,16 @@ JSON ``{"message": one sentence, "field": what was wrong}`` with a 4xx status. B
 * ``GET /gpuhub/api/jobs/<id>`` -> job (see :meth:`gpuhub.jobs.JobRecord.to_json`)
 * ``GET /gpuhub/api/jobs/<id>/logs?tail=N`` -> ``{"id", "status", "logs"}``
 * ``DELETE /gpuhub/api/jobs/<id>`` -> the job, cancelled (unchanged if it had finished)
+* ``POST /gpuhub/api/jobs/pipeline.yaml`` (submit body) -> the KFP pipeline YAML, nothing run;
+  ``GET /gpuhub/api/jobs/<id>/pipeline.yaml`` -> the pipeline a pipeline step ran
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,6 +35,7 @@ from gpuhub.jobs.model import (
     JobRequest,
     parse_kind,
 )
+from gpuhub.jobs.remote import HubServiceBackend
 from gpuhub.options import OptionsError
 from gpuhub.policy import Policy, PolicyConfigError
 from gpuhub.quantity import format_cpu, format_memory
@@ -190,6 +195,60 @@ class JobLogsHandler(JobsHandlerBase):
         self._reply({"id": record.id, "status": record.status, "logs": logs})
 
 
+class PipelineYAMLHandler(JobsHandlerBase):
+    """KFP pipeline YAML: ``POST jobs/pipeline.yaml`` compiles a submit body without running
+    it (the Kubeflow docs' "compile, then upload" way); ``GET jobs/<id>/pipeline.yaml`` is
+    the pipeline a submitted pipeline step ran."""
+
+    @_json_errors
+    async def post(self) -> None:
+        body = self._body()
+        if not isinstance(body, dict):
+            raise JobError("body", "The request body must be a JSON object.")
+        body["kind"] = "pipeline"
+        request = JobRequest.parse(
+            body,
+            policy=self.jobs.policy,
+            groups=self.jobs.config.groups,
+            root_dir=self.jobs.root_dir,
+            max_notebook_bytes=self.jobs.config.max_notebook_size,
+            max_workers=self.jobs.config.max_workers,
+        )
+        backend = self.jobs.router.backends.get("pipeline")
+        if isinstance(backend, HubServiceBackend):
+            text = await backend.compile_pipeline(request)
+        else:
+            text = await compile_here(request)
+        self._yaml(text, f"{request.name}.pipeline.yaml")
+
+    @_json_errors
+    async def get(self, job_id: str) -> None:
+        backend = self.jobs.router.backends.get("pipeline")
+        if not isinstance(backend, HubServiceBackend):
+            raise JobError("id", "Pipeline steps run on the cluster; this server has none.", 404)
+        self._yaml(await backend.pipeline_yaml(job_id), f"{job_id}.pipeline.yaml")
+
+    def _yaml(self, text: str, filename: str) -> None:
+        self.set_header("Content-Type", "application/yaml")
+        self.set_header("Content-Disposition", f'attachment; filename="{filename}"')
+        self.finish(text)
+
+
+async def compile_here(request: JobRequest) -> str:
+    """Compile on this server (no cluster): the image is the one chosen, else this server's."""
+    image = request.resources.image or os.environ.get("JUPYTER_IMAGE_SPEC") or ""
+    if not image:
+        raise JobError("image", "Choose an image for the pipeline step (image).")
+    try:
+        from gpuhub.jobs.pipeline import compile_pipeline
+    except ImportError:  # pragma: no cover - kfp is in the lab images
+        raise JobError(
+            "kind", "Compiling pipelines needs kfp: pip install 'gpuhub[kfp]'.", 501
+        ) from None
+    notebook = await asyncio.to_thread(request.notebook.os_path.read_bytes)
+    return await asyncio.to_thread(compile_pipeline, request, notebook, image=image)
+
+
 def job_options(context: JobsContext) -> dict[str, Any]:
     """The submit dialog's choices for this user: what the spawn form would offer.
 
@@ -272,7 +331,9 @@ def setup_jobs(server_app: Any) -> None:
         [
             (base, JobsHandler),
             (url_path_join(base, "options"), JobOptionsHandler),
+            (url_path_join(base, "pipeline.yaml"), PipelineYAMLHandler),
             (url_path_join(base, job_id, "logs"), JobLogsHandler),
+            (url_path_join(base, job_id, "pipeline.yaml"), PipelineYAMLHandler),
             (url_path_join(base, job_id), JobHandler),
         ],
     )

@@ -152,7 +152,7 @@ class GPUHubJobs(LoggingConfigurable):
                     "hub service; tell your admin."
                 )
                 return JobRouter({}, {kind: reason for kind in KINDS})
-            remote = cls(self.jobs_url, token)
+            remote = cls(self.jobs_url, token, root_dir=root_dir)
             served = {kind: remote for kind in KINDS if kind in remote.kinds}
             return JobRouter(
                 served,

@@ -99,9 +99,17 @@ class RemoteBackend(JobBackend):
     name = "remote"
     kinds = frozenset(KINDS)
 
-    def __init__(self, jobs_url: str, api_token: str, *, kinds: Iterable[str] | None = None):
+    def __init__(
+        self,
+        jobs_url: str,
+        api_token: str,
+        *,
+        kinds: Iterable[str] | None = None,
+        root_dir: str | None = None,
+    ):
         self.jobs_url = jobs_url.rstrip("/")
         self.api_token = api_token
+        self.root_dir = root_dir  # the server's root, where fetched outputs are written
         if kinds is not None:
             self.kinds = frozenset(kinds)  # type: ignore[misc]  # narrowed per deployment
 

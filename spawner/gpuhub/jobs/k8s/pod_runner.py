@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import logging
 import os
 import re
 import sys
@@ -98,6 +99,10 @@ def run(environ: dict[str, str]) -> tuple[int, dict[str, Any]]:
 
 
 def main() -> int:
+    # papermill logs each cell's output (log_output=True): that is the job's log.
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
+    )
     environ = dict(os.environ)
     code, result = run(environ)
     if environ.get("GPUHUB_PRINT_OUTPUT") == "1" and os.path.exists(environ["GPUHUB_OUTPUT"]):

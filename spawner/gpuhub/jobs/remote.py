@@ -1,0 +1,194 @@
+"""The user's server side of Kubernetes mode: forward jobs to the ``gpuhub`` hub service.
+
+:class:`HubServiceBackend` is the :class:`~gpuhub.jobs.backend.RemoteBackend` the jobs API
+loads when ``GPUHUB_JOBS_URL`` is set. It sends the already validated request, plus the
+notebook's text (the service cannot read the user's files), with the server's
+``JUPYTERHUB_API_TOKEN``; the service validates again with the hub's policy. Its refusals
+come back as the same :class:`~gpuhub.jobs.model.JobError` sentences and statuses.
+
+A submit carries an ``Idempotency-Key``, and is retried once with the same key when the
+service cannot be reached or answers 502/503/504, so a flaky network never makes two jobs.
+When a job that ran without a shared home volume finishes, its executed notebook is fetched
+once into ``<notebook dir>/gpuhub-runs/<id>/<name>.ipynb``, where "open result" finds it (the
+same place the local backend and a shared home volume use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
+
+from .backend import RemoteBackend
+from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id
+from .run_notebook import write_json
+
+log = logging.getLogger(__name__)
+
+RUNS_DIR = "gpuhub-runs"
+_RETRY_CODES = frozenset({599, 502, 503, 504})
+UNREACHABLE = "The gpuhub jobs service cannot be reached right now; try again in a moment."
+
+
+class HubServiceBackend(RemoteBackend):
+    """Every kind, run by the hub service; answers are the service's own."""
+
+    timeout = 60.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fetched: set[str] = set()
+
+    # -- HTTP -----------------------------------------------------------------------------
+    async def _fetch(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        *,
+        job_id: str | None = None,
+    ) -> HTTPResponse:
+        request = HTTPRequest(
+            f"{self.jobs_url}/{path}",
+            method=method,
+            headers={
+                "Authorization": f"token {self.api_token}",
+                "Accept": "application/json",
+                **({"Content-Type": "application/json"} if body is not None else {}),
+                **(headers or {}),
+            },
+            body=None if body is None else json.dumps(body),
+            request_timeout=self.timeout,
+            follow_redirects=False,
+        )
+        response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        if response.code >= 400 or response.code == 599:
+            raise self._error(response, job_id)
+        return response
+
+    @staticmethod
+    def _error(response: HTTPResponse, job_id: str | None) -> JobError:
+        if response.code == 599:
+            log.warning("gpuhub jobs service unreachable: %s", response.error)
+            return JobError("service", UNREACHABLE, 503)
+        try:
+            detail = json.loads(response.body or b"{}")
+        except ValueError:
+            detail = {}
+        message = detail.get("message") if isinstance(detail, dict) else None
+        field = detail.get("field") if isinstance(detail, dict) else None
+        if response.code == 404 and job_id is not None and field in (None, "id"):
+            error: JobError = JobNotFound(job_id)
+            if message:
+                error.message = message
+                error.args = (message,)
+            return error
+        if 400 <= response.code < 500 and message:
+            return JobError(field or "request", message, response.code)
+        log.error("gpuhub jobs service answered %s: %s", response.code, response.body[:500])
+        if response.code in _RETRY_CODES:
+            return JobError("service", UNREACHABLE, 503)
+        return JobError(
+            "service", "The gpuhub jobs service failed on this request; tell your admin.", 502
+        )
+
+    async def _json(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        response = await self._fetch(method, path, body, **kw)
+        return json.loads(response.body)
+
+    # -- the interface ------------------------------------------------------------------
+    async def _body(self, request: JobRequest) -> dict[str, Any]:
+        body = self.request_body(request)
+        body["notebook_content"] = await asyncio.to_thread(
+            request.notebook.os_path.read_text, encoding="utf-8"
+        )
+        return body
+
+    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+        body = await self._body(request)
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        try:
+            answer = await self._json("POST", "jobs", body, headers=headers)
+        except JobError as exc:
+            if exc.status != 503:
+                raise
+            await asyncio.sleep(1.0)  # once, with the same key: no second job
+            answer = await self._json("POST", "jobs", body, headers=headers)
+        return await self._local(answer["job"])
+
+    async def list(self, owner: str) -> list[JobRecord]:
+        answer = await self._json("GET", "jobs")
+        return [await self._local(job) for job in answer.get("jobs") or []]
+
+    async def get(self, owner: str, job_id: str) -> JobRecord:
+        check_job_id(job_id)
+        return await self._local(await self._json("GET", f"jobs/{job_id}", job_id=job_id))
+
+    async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
+        check_job_id(job_id)
+        query = f"?tail={tail}" if tail else ""
+        answer = await self._json("GET", f"jobs/{job_id}/logs{query}", job_id=job_id)
+        return str(answer.get("logs") or "")
+
+    async def cancel(self, owner: str, job_id: str) -> JobRecord:
+        check_job_id(job_id)
+        return await self._local(await self._json("DELETE", f"jobs/{job_id}", job_id=job_id))
+
+    async def pipeline_yaml(self, job_id: str) -> str:
+        """The compiled pipeline of a submitted pipeline step."""
+        check_job_id(job_id)
+        response = await self._fetch("GET", f"jobs/{quote(job_id)}/pipeline.yaml", job_id=job_id)
+        return response.body.decode("utf-8")
+
+    async def compile_pipeline(self, request: JobRequest) -> str:
+        """Compile only: the pipeline YAML of ``request``, nothing submitted."""
+        response = await self._fetch("POST", "jobs/pipeline.yaml", await self._body(request))
+        return response.body.decode("utf-8")
+
+    # -- the executed notebook ------------------------------------------------------------
+    def _output_path(self, record: JobRecord) -> Path | None:
+        """Where this server keeps a job's executed notebook (inside its root), or None."""
+        if self.root_dir is None or not record.notebook:
+            return None
+        source = PurePosixPath(record.notebook)
+        if source.is_absolute() or ".." in source.parts or source.suffix != ".ipynb":
+            return None
+        root = Path(self.root_dir).resolve()
+        path = (root / source.parent / RUNS_DIR / record.id / source.name).resolve()
+        return path if root in path.parents else None
+
+    async def _local(self, data: dict[str, Any]) -> JobRecord:
+        record = JobRecord.from_json(data)
+        if not data.get("output_ready") or record.output:
+            return record
+        path = self._output_path(record)
+        if path is None:
+            return record
+        root = Path(self.root_dir or ".").resolve()
+        if record.id not in self._fetched and not await asyncio.to_thread(path.exists):
+            try:
+                response = await self._fetch("GET", f"jobs/{record.id}/output", job_id=record.id)
+            except JobError as exc:
+                log.info("gpuhub: no executed notebook for %s: %s", record.id, exc.message)
+                self._fetched.add(record.id)  # do not ask again on every poll
+                return record
+            notebook = json.loads(response.body)
+            await asyncio.to_thread(_write, path, notebook)
+            self._fetched.add(record.id)
+        if await asyncio.to_thread(path.exists):
+            record.output = path.relative_to(root).as_posix()
+        return record
+
+
+def _write(path: Path, notebook: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, notebook)
+    os.chmod(path, 0o644)
