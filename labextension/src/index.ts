@@ -8,9 +8,10 @@
 import { JupyterFrontEndPlugin } from '@jupyterlab/application';
 
 import { gpuPlugin } from './gpu/plugin';
+import { jobsPlugin } from './jobs/plugin';
 
 export { requestAPI, GpuhubAPIError } from './api';
 
-const plugins: JupyterFrontEndPlugin<any>[] = [gpuPlugin];
+const plugins: JupyterFrontEndPlugin<any>[] = [gpuPlugin, jobsPlugin];
 
 export default plugins;

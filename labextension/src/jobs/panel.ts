@@ -1,0 +1,505 @@
+/**
+ * The Jobs sidebar panel: the user's jobs with live status, elapsed time,
+ * GPUs, a log that follows the run, cancel, the KFP run link, the executed
+ * notebook, and the failing cell of a failed run.
+ *
+ * Items are kept by job id and updated in place, so focus, open logs and
+ * scroll positions survive every poll.
+ */
+import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { h } from './dom';
+import {
+  elapsedSeconds,
+  formatDuration,
+  formatTime,
+  KIND_LABELS,
+  STATUS_LABELS
+} from './format';
+import { jobsIcon } from './icon';
+import { JobsModel, LogFollower } from './model';
+import { formatParameterValue } from './params';
+import { FINAL_STATUSES, IJob } from './types';
+
+export namespace JobsPanel {
+  export interface IOptions {
+    model: JobsModel;
+    /** Open the "Run on cluster" dialog for the current notebook. */
+    runCurrent: () => void;
+    /** Whether there is a notebook to run (the header button's state). */
+    currentNotebook: () => string | null;
+    /** Open a file (the executed notebook, or the source) in JupyterLab. */
+    open: (path: string) => void;
+    logInterval: number;
+    logLines: number;
+  }
+}
+
+export class JobsPanel extends Widget {
+  constructor(options: JobsPanel.IOptions) {
+    super();
+    this._opts = options;
+    this.id = 'gpuhub-jobs-panel';
+    this.addClass('gpuhub-JobsPanel');
+    this.title.icon = jobsIcon;
+    this.title.caption = 'Jobs: notebooks running on the cluster';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'Jobs');
+
+    this._runButton = h(
+      'button',
+      { type: 'button', className: 'jp-mod-styled jp-mod-accept gpuhub-JobsPanel-run' },
+      'Run notebook on cluster…'
+    );
+    this._runButton.addEventListener('click', () => options.runCurrent());
+    this._runHint = h('div', { className: 'gpuhub-JobsPanel-hint' });
+    this._error = h('div', { className: 'gpuhub-JobsPanel-error', role: 'status', hidden: true });
+    this._empty = h(
+      'div',
+      { className: 'gpuhub-JobsPanel-empty', hidden: true },
+      h('p', {}, h('strong', {}, 'No jobs yet.')),
+      h(
+        'p',
+        {},
+        'A job runs a copy of a notebook from top to bottom on the GPUs you choose, ' +
+          'while you keep working here. You can follow its log, and open the executed ' +
+          'notebook, with every output, when it is done.'
+      ),
+      h(
+        'p',
+        {},
+        'To start one, open a notebook and choose ',
+        h('em', {}, 'Run on cluster'),
+        ' in its toolbar, the button above, or the command palette (GPU section). ' +
+          'Tag a cell \u201cparameters\u201d to set values per run.'
+      )
+    );
+    this._loading = h('div', { className: 'gpuhub-JobsPanel-hint' }, 'Loading jobs…');
+    this._list = h('ul', { className: 'gpuhub-JobsPanel-list', 'aria-label': 'Your jobs' });
+    this.node.append(
+      h(
+        'div',
+        { className: 'gpuhub-JobsPanel-header' },
+        h('h2', { className: 'gpuhub-JobsPanel-title' }, 'Jobs'),
+        this._runButton,
+        this._runHint
+      ),
+      this._error,
+      this._loading,
+      this._empty,
+      this._list
+    );
+    options.model.changed.connect(this._render, this);
+    this._render();
+  }
+
+  /** Re-check whether a notebook is open (the shell's current widget changed). */
+  updateRunButton(): void {
+    const path = this._opts.currentNotebook();
+    this._runButton.disabled = path === null;
+    this._runHint.textContent = path
+      ? `Current notebook: ${path}`
+      : 'Open a notebook to run it as a job.';
+  }
+
+  /** Open a job's log and bring it into view (after a submit). */
+  follow(jobId: string): void {
+    this._followOnArrival = jobId;
+    this._render();
+  }
+
+  configure(logInterval: number, logLines: number): void {
+    this._opts.logInterval = logInterval;
+    this._opts.logLines = logLines;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    window.clearInterval(this._ticker);
+    for (const item of this._items.values()) {
+      item.dispose();
+    }
+    this._items.clear();
+    super.dispose();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.updateRunButton();
+    void this._opts.model.refresh();
+    for (const item of this._items.values()) {
+      item.wake();
+    }
+    this._startTicker();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    window.clearInterval(this._ticker);
+  }
+
+  private _startTicker(): void {
+    window.clearInterval(this._ticker);
+    // Elapsed times move every second between polls, and only while seen.
+    this._ticker = window.setInterval(() => {
+      for (const item of this._items.values()) {
+        item.tick();
+      }
+    }, 1000);
+  }
+
+  private _render(): void {
+    const { model } = this._opts;
+    this.updateRunButton();
+    this._error.hidden = model.error === null;
+    this._error.textContent = model.error
+      ? `Could not refresh the jobs: ${model.error} Retrying.`
+      : '';
+    const jobs = model.jobs;
+    this._loading.hidden = jobs !== null || model.error !== null;
+    this._empty.hidden = jobs === null || jobs.length > 0;
+    if (jobs === null) {
+      return;
+    }
+    const seen = new Set<string>();
+    let previous: ChildNode | null = null;
+    for (const job of jobs) {
+      seen.add(job.id);
+      let item = this._items.get(job.id);
+      if (!item) {
+        item = new JobItem(job, this._opts, model);
+        this._items.set(job.id, item);
+      } else {
+        item.update(job);
+      }
+      // Keep DOM order = list order without re-appending nodes that are in place.
+      const expected: ChildNode | null = previous
+        ? previous.nextSibling
+        : this._list.firstChild;
+      if (expected !== item.node) {
+        this._list.insertBefore(item.node, expected);
+      }
+      previous = item.node;
+    }
+    for (const [id, item] of this._items) {
+      if (!seen.has(id)) {
+        item.node.remove();
+        item.dispose();
+        this._items.delete(id);
+      }
+    }
+    if (this._followOnArrival) {
+      const item = this._items.get(this._followOnArrival);
+      if (item) {
+        this._followOnArrival = null;
+        item.showLog(true);
+        item.node.scrollIntoView({ block: 'nearest' });
+      }
+    }
+  }
+
+  private _empty: HTMLElement;
+  private _error: HTMLElement;
+  private _followOnArrival: string | null = null;
+  private _items = new Map<string, JobItem>();
+  private _list: HTMLElement;
+  private _loading: HTMLElement;
+  private _opts: JobsPanel.IOptions;
+  private _runButton: HTMLButtonElement;
+  private _runHint: HTMLElement;
+  private _ticker = 0;
+}
+
+/** One job in the list. */
+class JobItem {
+  constructor(
+    job: IJob,
+    private _opts: JobsPanel.IOptions,
+    private _model: JobsModel
+  ) {
+    this._job = job;
+    const titleId = `gpuhub-job-${cssSafe(job.id)}-title`;
+    this.node = h('li', {
+      className: 'gpuhub-Job',
+      'aria-labelledby': titleId,
+      'data-job-id': job.id
+    });
+    this._title = h('span', { className: 'gpuhub-Job-name', id: titleId });
+    this._badge = h('span', { className: 'gpuhub-Job-badge' });
+    this._meta = h('div', { className: 'gpuhub-Job-meta' });
+    this._message = h('div', { className: 'gpuhub-Job-message' });
+    this._failure = h('div', { className: 'gpuhub-Job-failure', hidden: true });
+    this._progress = h('progress', { className: 'gpuhub-Job-progress', max: 1, value: 0 });
+    this._actions = h('div', { className: 'gpuhub-Job-actions' });
+    this._logToggle = this._button('Show log', () => this.showLog(!this._logOpen));
+    this._logToggle.setAttribute('aria-expanded', 'false');
+    this._openResult = this._button('Open result', () => {
+      if (this._job.output) {
+        this._opts.open(this._job.output);
+      }
+    });
+    this._runPage = h('a', {
+      className: 'gpuhub-Job-link',
+      target: '_blank',
+      rel: 'noopener noreferrer'
+    }, 'Run page');
+    this._cancel = this._button('Cancel', () => void this._confirmCancel(), 'gpuhub-mod-warn');
+    this._actions.append(this._logToggle, this._openResult, this._runPage, this._cancel);
+
+    const logId = `gpuhub-job-${cssSafe(job.id)}-log`;
+    this._logToggle.setAttribute('aria-controls', logId);
+    this._log = h('pre', {
+      className: 'gpuhub-Job-log',
+      id: logId,
+      role: 'log',
+      tabindex: 0,
+      'aria-label': `Log of ${job.name}`,
+      hidden: true
+    });
+    this._logStatus = h('div', { className: 'gpuhub-Job-logStatus', hidden: true });
+    this._jumpToEnd = this._button('Follow the end', () => {
+      this._log.scrollTop = this._log.scrollHeight;
+      this._jumpToEnd.hidden = true;
+    }, 'gpuhub-Job-jump');
+    this._jumpToEnd.hidden = true;
+    this._log.addEventListener('scroll', () => {
+      this._jumpToEnd.hidden = this._atBottom();
+    });
+
+    this.node.append(
+      h('div', { className: 'gpuhub-Job-head' }, this._title, this._badge),
+      this._meta,
+      this._progress,
+      this._message,
+      this._failure,
+      this._actions,
+      this._logStatus,
+      this._log,
+      this._jumpToEnd
+    );
+    this.update(job);
+  }
+
+  readonly node: HTMLLIElement;
+
+  update(job: IJob): void {
+    this._job = job;
+    this._receivedAt = Date.now();
+    this._title.textContent = job.name;
+    this._title.title = `${job.notebook} (${job.id})`;
+    this._badge.textContent = STATUS_LABELS[job.status] ?? job.status;
+    this._badge.className = `gpuhub-Job-badge gpuhub-mod-${job.status}`;
+    this._badge.setAttribute('aria-label', `Status: ${STATUS_LABELS[job.status] ?? job.status}`);
+    this.node.dataset.status = job.status;
+    this.tick();
+
+    const done = job.progress?.done ?? 0;
+    const total = job.progress?.total ?? 0;
+    this._progress.hidden = !(job.status === 'running' && total > 0);
+    this._progress.max = Math.max(total, 1);
+    this._progress.value = done;
+    this._progress.setAttribute('aria-label', `${done} of ${total} cells run`);
+
+    this._message.textContent =
+      job.status === 'failed' ? job.error ?? job.message ?? '' : job.message ?? '';
+    this._message.hidden = !this._message.textContent;
+    this._message.classList.toggle('gpuhub-mod-error', job.status === 'failed');
+
+    this._renderFailure(job);
+
+    this._openResult.hidden = !job.output;
+    this._openResult.title = job.output ? `Open ${job.output}` : '';
+    const url = safeUrl(job.url);
+    this._runPage.hidden = url === null;
+    if (url) {
+      this._runPage.href = url;
+      this._runPage.textContent = job.kind === 'pipeline' ? 'KFP run page' : 'Run page';
+    }
+    this._cancel.hidden = FINAL_STATUSES.has(job.status);
+    this._cancel.setAttribute('aria-label', `Cancel ${job.name}`);
+    if (this._follower && FINAL_STATUSES.has(job.status)) {
+      void this._follower.refresh(); // its last word
+    }
+  }
+
+  /** Move the elapsed time on between polls. */
+  tick(): void {
+    const job = this._job;
+    let seconds = job.elapsed;
+    if (seconds !== null && !FINAL_STATUSES.has(job.status)) {
+      seconds += (Date.now() - this._receivedAt) / 1000;
+    } else if (seconds === null) {
+      seconds = elapsedSeconds(job.started, job.finished);
+    }
+    const parts = [
+      KIND_LABELS[job.kind] ?? job.kind,
+      job.workers > 1 ? `${job.workers} workers` : null,
+      job.gpu,
+      seconds === null ? `submitted ${formatTime(job.created)}` : formatDuration(seconds)
+    ].filter(Boolean);
+    const text = parts.join(' \u00b7 ');
+    if (this._meta.textContent !== text) {
+      this._meta.textContent = text;
+    }
+    const params = Object.entries(job.parameters ?? {});
+    this._meta.title = params.length
+      ? `Parameters: ${params.map(([k, v]) => `${k} = ${formatParameterValue(v)}`).join(', ')}`
+      : 'No parameters';
+  }
+
+  showLog(open: boolean): void {
+    this._logOpen = open;
+    this._log.hidden = !open;
+    this._logToggle.textContent = open ? 'Hide log' : 'Show log';
+    this._logToggle.setAttribute('aria-expanded', String(open));
+    if (open && !this._follower) {
+      this._follower = new LogFollower(this._job.id, {
+        interval: this._opts.logInterval,
+        tail: this._opts.logLines,
+        hidden: () => !this._logOpen || !this.node.isConnected
+      });
+      this._follower.changed.connect(this._renderLog, this);
+      this._logStatus.hidden = false;
+      this._logStatus.textContent = 'Loading the log…';
+    } else if (open) {
+      void this._follower?.refresh();
+    }
+    if (!open) {
+      this._logStatus.hidden = true;
+      this._jumpToEnd.hidden = true;
+    }
+  }
+
+  /** The panel became visible again: refresh an open log at once. */
+  wake(): void {
+    if (this._logOpen) {
+      void this._follower?.refresh();
+    }
+  }
+
+  dispose(): void {
+    this._follower?.dispose();
+    this._follower = null;
+  }
+
+  private _renderLog(follower: LogFollower): void {
+    const stick = this._atBottom();
+    if (this._log.textContent !== follower.text) {
+      this._log.textContent = follower.text;
+    }
+    if (stick) {
+      this._log.scrollTop = this._log.scrollHeight;
+    }
+    this._jumpToEnd.hidden = !this._logOpen || this._atBottom();
+    let status = '';
+    if (follower.error) {
+      status = `Could not load the log: ${follower.error}`;
+    } else if (!follower.text) {
+      status = FINAL_STATUSES.has(this._job.status)
+        ? 'The job wrote no log.'
+        : 'Waiting for the first lines…';
+    } else if (!FINAL_STATUSES.has(this._job.status)) {
+      status = `Following the last ${this._opts.logLines} lines.`;
+    }
+    this._logStatus.textContent = status;
+    this._logStatus.hidden = !this._logOpen || !status;
+  }
+
+  private _atBottom(): boolean {
+    const log = this._log;
+    return log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
+  }
+
+  private _renderFailure(job: IJob): void {
+    const cell = job.status === 'failed' ? job.failed_cell : null;
+    this._failure.hidden = cell === null;
+    if (cell === null) {
+      this._failure.textContent = '';
+      return;
+    }
+    const key = JSON.stringify(cell);
+    if (this._failureKey === key) {
+      return;
+    }
+    this._failureKey = key;
+    const where =
+      cell.execution_count !== null
+        ? `Failed in cell ${cell.index + 1} (In [${cell.execution_count}])`
+        : `Failed in cell ${cell.index + 1}`;
+    this._failure.replaceChildren(
+      h('div', { className: 'gpuhub-Job-failureHead' }, `${where}: `, h('strong', {}, cell.ename), cell.evalue ? `: ${cell.evalue}` : ''),
+      h('pre', { className: 'gpuhub-Job-cell', 'aria-label': 'Source of the failing cell', tabindex: 0 }, cell.source)
+    );
+  }
+
+  private async _confirmCancel(): Promise<void> {
+    const job = this._job;
+    const result = await showDialog({
+      title: `Cancel ${job.name}?`,
+      body:
+        job.backend === 'local'
+          ? 'The run stops now. The executed notebook keeps the cells that already ran.'
+          : 'The run stops now and its pods are removed. Outputs written so far stay where the job wrote them.',
+      buttons: [
+        Dialog.cancelButton({ label: 'Keep running' }),
+        Dialog.warnButton({ label: 'Cancel job', ariaLabel: `Cancel job ${job.name}` })
+      ],
+      defaultButton: 0
+    });
+    if (!result.button.accept) {
+      return;
+    }
+    try {
+      await this._model.cancel(job.id);
+    } catch (error) {
+      void showErrorMessage('Could not cancel the job', (error as Error).message);
+    }
+  }
+
+  private _button(label: string, onClick: () => void, extra = ''): HTMLButtonElement {
+    const button = h('button', { type: 'button', className: `jp-mod-styled gpuhub-Job-action ${extra}` }, label);
+    button.addEventListener('click', onClick);
+    return button;
+  }
+
+  private _actions: HTMLElement;
+  private _badge: HTMLElement;
+  private _cancel: HTMLButtonElement;
+  private _failure: HTMLElement;
+  private _failureKey = '';
+  private _follower: LogFollower | null = null;
+  private _job: IJob;
+  private _jumpToEnd: HTMLButtonElement;
+  private _log: HTMLElement;
+  private _logOpen = false;
+  private _logStatus: HTMLElement;
+  private _logToggle: HTMLButtonElement;
+  private _message: HTMLElement;
+  private _meta: HTMLElement;
+  private _openResult: HTMLButtonElement;
+  private _progress: HTMLProgressElement;
+  private _receivedAt = Date.now();
+  private _runPage: HTMLAnchorElement;
+  private _title: HTMLElement;
+}
+
+/** Only http(s) links leave the page; anything else (javascript:, data:) is dropped. */
+function safeUrl(url: string | null): string | null {
+  if (!url) {
+    return null;
+  }
+  try {
+    const parsed = new URL(url, window.location.href);
+    return parsed.protocol === 'http:' || parsed.protocol === 'https:' ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+function cssSafe(id: string): string {
+  return id.replace(/[^A-Za-z0-9_-]/g, '_');
+}

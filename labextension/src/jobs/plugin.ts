@@ -1,0 +1,194 @@
+/**
+ * The jobs plugin: "Run on cluster" (command palette, notebook toolbar,
+ * Jobs panel) and the Jobs sidebar panel, with settings.
+ */
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  ICommandPalette,
+  Notification,
+  showErrorMessage
+} from '@jupyterlab/apputils';
+import type { DocumentRegistry, IDocumentWidget } from '@jupyterlab/docregistry';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { Widget } from '@lumino/widgets';
+
+import { JobsAPI } from './client';
+import { jobsIcon, runOnClusterIcon } from './icon';
+import { JobsModel } from './model';
+import { JobsPanel } from './panel';
+import { parametersFromSource } from './params';
+import { showSubmitDialog } from './submit';
+
+export const JOBS_PLUGIN_ID = 'gpuhub:jobs';
+
+export namespace JobsCommandIDs {
+  /** Submit the current notebook (the toolbar button and palette entry). */
+  export const runOnCluster = 'gpuhub:run-on-cluster';
+  export const showJobs = 'gpuhub:show-jobs';
+}
+
+interface ISettings {
+  activeInterval: number;
+  idleInterval: number;
+  logLines: number;
+}
+
+const DEFAULTS: ISettings = { activeInterval: 2, idleInterval: 30, logLines: 2000 };
+
+type NotebookWidget = IDocumentWidget<Widget, DocumentRegistry.IModel>;
+
+/** The widget if it is an open notebook document. */
+function asNotebook(widget: Widget | null): NotebookWidget | null {
+  const context = (widget as Partial<NotebookWidget> | null)?.context;
+  if (context && typeof context.path === 'string' && context.path.endsWith('.ipynb')) {
+    return widget as NotebookWidget;
+  }
+  return null;
+}
+
+/** `name = value` lines of the notebook's cell tagged "parameters", if any. */
+function suggestedParameters(widget: NotebookWidget): Array<[string, string]> {
+  try {
+    const content = widget.context.model.toJSON() as {
+      cells?: { cell_type: string; metadata?: { tags?: string[] }; source: string | string[] }[];
+    };
+    const cell = (content.cells ?? []).find(
+      c => c.cell_type === 'code' && (c.metadata?.tags ?? []).includes('parameters')
+    );
+    if (!cell) {
+      return [];
+    }
+    const source = Array.isArray(cell.source) ? cell.source.join('') : cell.source;
+    return parametersFromSource(source);
+  } catch {
+    return [];
+  }
+}
+
+export const jobsPlugin: JupyterFrontEndPlugin<void> = {
+  id: JOBS_PLUGIN_ID,
+  description: 'Run the open notebook as a training job or pipeline step, and follow its jobs.',
+  autoStart: true,
+  optional: [ILabShell, ILayoutRestorer, ICommandPalette, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    labShell: ILabShell | null,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null
+  ) => {
+    let settings: ISettings = { ...DEFAULTS };
+    // The last notebook the user worked in: the sidebar button still knows it
+    // while focus is in the sidebar, a terminal or the file browser.
+    let lastNotebook: NotebookWidget | null = null;
+    const currentNotebook = (): NotebookWidget | null => {
+      const current = asNotebook(app.shell.currentWidget);
+      if (current) {
+        lastNotebook = current;
+      }
+      if (lastNotebook?.isDisposed) {
+        lastNotebook = null;
+      }
+      return current ?? lastNotebook;
+    };
+
+    let panel: JobsPanel | null = null;
+    const model = new JobsModel({
+      activeInterval: settings.activeInterval,
+      idleInterval: settings.idleInterval,
+      hidden: () => !(panel?.isVisible ?? false)
+    });
+
+    const runOnCluster = async (): Promise<void> => {
+      const widget = currentNotebook();
+      if (!widget) {
+        await showErrorMessage(
+          'No notebook to run',
+          'Open the notebook you want to run, then choose Run on cluster again.'
+        );
+        return;
+      }
+      const context = widget.context;
+      let options;
+      try {
+        options = await JobsAPI.options();
+      } catch (error) {
+        await showErrorMessage('Jobs are unavailable', (error as Error).message);
+        return;
+      }
+      const reply = await showSubmitDialog({
+        notebook: context.localPath ?? context.path,
+        options,
+        suggested: suggestedParameters(widget),
+        beforeSubmit: async () => {
+          if (context.model.dirty && !context.model.readOnly) {
+            await context.save();
+          }
+        }
+      });
+      if (!reply) {
+        return;
+      }
+      model.upsert(reply.job);
+      panel!.follow(reply.id);
+      app.shell.activateById(panel!.id);
+      Notification.success(`Submitted ${reply.job.name}: ${reply.job.gpu}.`, { autoClose: 4000 });
+      void model.refresh();
+    };
+
+    panel = new JobsPanel({
+      model,
+      runCurrent: () => void app.commands.execute(JobsCommandIDs.runOnCluster),
+      currentNotebook: () => currentNotebook()?.context.path ?? null,
+      open: path => void app.commands.execute('docmanager:open', { path }),
+      logInterval: settings.activeInterval,
+      logLines: settings.logLines
+    });
+    app.shell.add(panel, 'left', { rank: 910, type: 'Jobs' });
+    restorer?.add(panel, panel.id);
+
+    app.commands.addCommand(JobsCommandIDs.runOnCluster, {
+      label: args => (args.toolbar ? 'Run on cluster' : 'Run Notebook on Cluster…'),
+      caption: 'Run this notebook as a training job or pipeline step, with the GPUs you choose',
+      icon: args => (args.toolbar ? runOnClusterIcon : undefined),
+      isEnabled: () => currentNotebook() !== null,
+      execute: () => runOnCluster()
+    });
+    app.commands.addCommand(JobsCommandIDs.showJobs, {
+      label: 'Show Jobs',
+      caption: 'Open the Jobs panel in the left sidebar',
+      icon: jobsIcon,
+      execute: () => app.shell.activateById(panel!.id)
+    });
+    if (palette) {
+      palette.addItem({ command: JobsCommandIDs.runOnCluster, category: 'GPU' });
+      palette.addItem({ command: JobsCommandIDs.showJobs, category: 'GPU' });
+    }
+
+    labShell?.currentChanged.connect(() => {
+      currentNotebook();
+      panel!.updateRunButton();
+      app.commands.notifyCommandChanged(JobsCommandIDs.runOnCluster);
+    });
+
+    if (settingRegistry) {
+      const apply = (loaded: ISettingRegistry.ISettings): void => {
+        settings = { ...DEFAULTS, ...(loaded.composite as Partial<ISettings>) };
+        model.configure(settings.activeInterval, settings.idleInterval);
+        panel!.configure(settings.activeInterval, settings.logLines);
+      };
+      settingRegistry
+        .load(JOBS_PLUGIN_ID)
+        .then(loaded => {
+          apply(loaded);
+          loaded.changed.connect(apply);
+        })
+        .catch(reason => console.warn('gpuhub: jobs settings not loaded', reason));
+    }
+  }
+};
