@@ -1,8 +1,9 @@
-"""``python -m benchmarks [NAME ...]``: run the named benchmarks, or all of them."""
+"""``python -m benchmarks [NAME ...] [--options]``: run the named benchmarks, or all of them."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import sys
 from pathlib import Path
@@ -10,18 +11,17 @@ from pathlib import Path
 
 def _module_for(name: str) -> str:
     for candidate in (f"benchmarks.bench_{name}", f"benchmarks.{name}"):
-        try:
-            importlib.util.find_spec(candidate)
-        except ModuleNotFoundError:
-            continue
         if importlib.util.find_spec(candidate) is not None:
             return candidate
     raise SystemExit(f"No benchmark named {name!r} in benchmarks/.")
 
 
 def main(argv: list[str]) -> int:
-    if argv:
-        modules = [_module_for(name) for name in argv]
+    # Leading names pick benchmarks; options after them go to each one's main().
+    split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    names, options = argv[:split], argv[split:]
+    if names:
+        modules = [_module_for(name) for name in names]
     else:
         here = str(Path(__file__).parent)
         modules = [
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
         if not hasattr(module, "main"):
             continue
         print(f"== {name}", flush=True)
-        if module.main([]) not in (0, None):
+        if module.main(options) not in (0, None):
             failed.append(name)
     if failed:
         print(f"Over budget or failed: {', '.join(failed)}", file=sys.stderr)

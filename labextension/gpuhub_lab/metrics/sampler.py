@@ -146,6 +146,7 @@ class GPUSampler(LoggingConfigurable):
         self._history: deque[tuple[float, str]] = deque(maxlen=self.history_length)
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.samples_taken = 0
+        self.cpu_seconds = 0.0  # CPU time the thread spent sampling (benchmarks, logs)
 
     @property
     def history_length(self) -> int:
@@ -237,7 +238,9 @@ class GPUSampler(LoggingConfigurable):
                     self._wake.wait()
                 continue
             started = time.monotonic()
+            cpu = time.thread_time()
             self.sample_once()
+            self.cpu_seconds += time.thread_time() - cpu
             # Sleep the rest of the interval; wake early only to stop.
             self._wake.clear()
             remaining = self.interval - (time.monotonic() - started)
