@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -16,8 +14,6 @@ from gpuhub.jobs.policy_env import policy_env
 from .jupyter.notebooks import read_outputs, write_notebook
 from .jupyter.server import TOKEN, JupyterServer, jupyter_server
 from .policies import DESIGN_CONFIG
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def wait_final(server: JupyterServer, job_id: str, timeout: float = 90) -> dict:
@@ -208,7 +204,6 @@ def test_kubernetes_mode_forwards_every_kind_to_the_remote_backend(tmp_path):
         "GPUHUB_JOBS_URL": "http://127.0.0.1:9/services/gpuhub/api",
         "JUPYTERHUB_API_TOKEN": "user-token",
         "JUPYTERHUB_USER": "ada",
-        "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "GPUHUB_TEST_FORWARD_LOG": str(record),
     }
     config = (

@@ -386,11 +386,16 @@ class JobMagics(Magics):
             text = answer.get("logs") or ""
             print(text if text else f"No log output from {args.id} yet.", end="" if text else "\n")
         elif args.action == "cancel":
+            job = self._call("get", args.id)
+            if job.get("status") in ("succeeded", "failed", "cancelled"):
+                print(f"{job['id']} has already {job['status']}; nothing to cancel.")
+                return
             job = self._call("cancel", args.id)
-            if job.get("status") == "cancelled":
-                print(f"Cancelled {job['id']}.")
-            else:
-                print(f"{job['id']} had already {job.get('status')}; nothing to cancel.")
+            print(
+                f"Cancelled {job['id']}."
+                if job.get("status") == "cancelled"
+                else f"{job['id']} is {job.get('status')}."
+            )
         elif args.action == "status":
             self._report(self._call("get", args.id))
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from typing import Any
 
 from gpuhub.jobs import JobNotFound, JobRecord, JobRequest, RemoteBackend
 
@@ -17,8 +18,8 @@ from gpuhub.jobs import JobNotFound, JobRecord, JobRequest, RemoteBackend
 class RecordingBackend(RemoteBackend):
     name = "kubernetes"
 
-    def __init__(self, jobs_url: str, api_token: str) -> None:
-        super().__init__(jobs_url, api_token)
+    def __init__(self, jobs_url: str, api_token: str, **kwargs: Any) -> None:
+        super().__init__(jobs_url, api_token, **kwargs)
         self.records: dict[str, JobRecord] = {}
 
     async def submit(self, request: JobRequest, owner: str) -> JobRecord:

@@ -23,6 +23,8 @@ import requests
 from tests.hub.process import free_port
 
 TOKEN = "gpuhub-jobs-test-token-0123456789"
+REPO = Path(__file__).resolve().parents[2]
+SOURCE_PATHS = [str(REPO / "spawner"), str(REPO / "labextension"), str(REPO)]
 
 
 @dataclass
@@ -75,6 +77,8 @@ def jupyter_server(
             "JUPYTER_RUNTIME_DIR": str(jupyter_dirs["runtime"]),
             "JUPYTER_PLATFORM_DIRS": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            # The sources themselves, whether or not an editable install is present.
+            "PYTHONPATH": os.pathsep.join([*SOURCE_PATHS, os.environ.get("PYTHONPATH", "")]),
             **(env or {}),
         }
     )

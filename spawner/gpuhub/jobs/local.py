@@ -3,7 +3,7 @@
 What kind ``job`` means on a Jupyter server that is not in Kubernetes mode (standalone
 ``jupyter lab``, or a server started by ``LocalGPUSpawner``). Each job:
 
-* runs ``python -m gpuhub.jobs.run_notebook`` in its own session (process group), so it
+* runs :mod:`gpuhub.jobs.run_notebook` (by file) in its own session (process group), so it
   outlives the request, the browser and the sidebar, and cancel can kill its whole tree
   (runner, kernel, and whatever the notebook started);
 * sees this server's GPUs only (the first ``gpus`` of the server's ``CUDA_VISIBLE_DEVICES``,
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import run_notebook
 from .backend import JobBackend
 from .model import (
     FailedCell,
@@ -51,6 +52,9 @@ RUNS_DIR = "gpuhub-runs"
 STORE = Path(".gpuhub") / "jobs.json"
 MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL on cancel
+# Run by file, not ``-m gpuhub...``: it imports nothing from gpuhub, so it works whatever
+# Python path the server was started with.
+RUNNER = run_notebook.__file__
 
 
 def server_gpu_ids(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -221,8 +225,8 @@ class LocalBackend(JobBackend):
             try:
                 process = await asyncio.create_subprocess_exec(
                     self.python,
-                    "-m",
-                    "gpuhub.jobs.run_notebook",
+                    "-P",  # the runner needs only papermill; keep its folder off sys.path
+                    RUNNER,
                     str(run_dir / "spec.json"),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=log_file,

@@ -1,4 +1,4 @@
-"""The process a local job runs: ``python -m gpuhub.jobs.run_notebook SPEC.json``.
+"""The process a local job runs: ``python -P .../gpuhub/jobs/run_notebook.py SPEC.json``.
 
 It executes the notebook with papermill (parameters injected, cell output logged to
 stderr, which the backend captures as the job's log) and reports through two small files
@@ -141,7 +141,7 @@ def run(spec: dict[str, Any]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m gpuhub.jobs.run_notebook SPEC.json", file=sys.stderr)
+        print("usage: python -P run_notebook.py SPEC.json", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
