@@ -387,6 +387,14 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
     assert await backend.gpus_in_use("alice") == 2
     with pytest.raises(JobError):
         await backend.submit(one, "alice", gpu_quota=2, **submit_args(root))
+    with pytest.raises(JobError) as caught:
+        await backend.submit(
+            make_request(root, gpus=3, gpu_type="a100"), "bob", gpu_quota=2, **submit_args(root)
+        )
+    assert caught.value.status == 403
+    assert caught.value.message == (
+        "This job needs 3 GPUs, more than your quota of 2 GPUs at once (servers and jobs together)."
+    )
     # A finished job frees its GPUs; CPU-only jobs never count.
     await wait_status(backend, "alice", record.id, "running")
     kubesim.finish_job(record.id, succeed=True)

@@ -225,6 +225,13 @@ class KubernetesBackend(JobBackend):
         wanted = request.total_gpus
         if wanted == 0:
             return
+        if wanted > limit:
+            raise JobError(
+                "gpus",
+                f"This job needs {wanted} GPU{'s' if wanted != 1 else ''}, more than your quota "
+                f"of {limit} GPU{'s' if limit != 1 else ''} at once (servers and jobs together).",
+                403,
+            )
         held = await self.gpus_in_use(owner)
         if held + wanted > limit:
             raise JobError(
@@ -232,7 +239,7 @@ class KubernetesBackend(JobBackend):
                 f"This job needs {wanted} GPU{'s' if wanted != 1 else ''} and you already hold "
                 f"{held} (servers and jobs together) of your quota of {limit}; stop a server or "
                 "wait for a job to finish.",
-                429 if held else 403,
+                429,
             )
 
     # -- submit ---------------------------------------------------------------------------
