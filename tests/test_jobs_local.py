@@ -22,7 +22,10 @@ POLICY = Policy.from_config(
     gpu_types={"a100": {"display_name": "NVIDIA A100", "max_gpus": 4}},
     default_limits={"max_gpus": 4},
 )
-SHOW_ENV = "import os\nprint('epochs', epochs, 'gpus', repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+SHOW_ENV = (
+    "import os\nprint('epochs', epochs, 'gpus', repr(os.environ['CUDA_VISIBLE_DEVICES']))\n"
+    "print('cpu', os.environ['CPU_LIMIT'], 'memory', os.environ['MEM_LIMIT'])"
+)
 
 
 def request(root: Path, **body) -> JobRequest:
@@ -55,7 +58,9 @@ def root(tmp_path: Path) -> Path:
 
 async def test_runs_with_parameters_and_this_servers_gpus(root):
     backend = LocalBackend(root, owner="ada", gpu_ids=["2", "5"])
-    job = request(root, notebook="exp/train.ipynb", gpus=1, parameters={"epochs": 7})
+    job = request(
+        root, notebook="exp/train.ipynb", gpus=1, cpu=2, memory="3G", parameters={"epochs": 7}
+    )
     await backend.check(job, "ada")
     record = await backend.submit(job, "ada")
     assert record.status == "running" and record.id.startswith("train-")
@@ -65,6 +70,7 @@ async def test_runs_with_parameters_and_this_servers_gpus(root):
     output = read_outputs(root / done.output)
     # The parameter was injected, and the job saw only the first of the server's GPUs.
     assert "epochs 7 gpus '2'" in output
+    assert "cpu 2 memory 3000000000" in output  # the request, for thread pools and the UI
     assert done.progress == {"done": 4, "total": 4}  # markdown, parameters, injected, code
     assert done.started and done.finished and done.elapsed() is not None
     logs = await backend.logs("ada", record.id)

@@ -218,6 +218,12 @@ class LocalBackend(JobBackend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids[: request.resources.gpus])
         env["GPUHUB_JOB_ID"] = job_id
         env["GPUHUB_GPUS"] = str(request.resources.gpus)
+        # Nothing caps a local job's CPU or memory (nor the server's: LocalGPUSpawner only
+        # advertises them), but libraries size their thread pools from these, and
+        # jupyter-resource-usage shows the request against what the job uses.
+        env["CPU_LIMIT"] = f"{request.resources.cpu:g}"
+        env["MEM_LIMIT"] = str(request.resources.memory)
+        env.setdefault("OMP_NUM_THREADS", str(max(1, int(request.resources.cpu))))
         env.pop("JPY_SESSION_NAME", None)
         try:
             await asyncio.to_thread(_prepare_run_dir, run_dir, spec)
