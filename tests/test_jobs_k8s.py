@@ -496,3 +496,16 @@ async def test_missing_training_operator_is_said_plainly(kubesim, backend, root)
     )
     assert await backend.served_custom_kinds() == frozenset()
     assert await backend.list("alice") == []  # listing does not trip over the missing group
+
+
+async def test_image_pull_failure_is_said_in_words(kubesim, backend, root):
+    image = "registry.example.org/me/missing:1"
+    kubesim.fail_image(image)
+    record = await backend.submit(make_request(root, image=image), "alice", **submit_args(root))
+    for _ in range(100):
+        pending = await backend.get("alice", record.id)
+        if pending.message and pending.message.startswith("Cannot pull"):
+            break
+        await asyncio.sleep(0.05)
+    assert pending.status == "pending"
+    assert pending.message.startswith(f"Cannot pull the image {image}")
