@@ -299,6 +299,14 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
     with jupyter_server(root, tmp_path / "jupyter", env=env) as server:
         options = server.api("GET", "gpuhub/api/jobs/options").json()
         assert options["kubernetes"] is True
+        kinds = {k["kind"]: k for k in options["kinds"]}
+        assert kinds["job"]["available"] and kinds["tfjob"]["available"]
+        assert kinds["pipeline"] == {
+            "kind": "pipeline",
+            "label": "pipeline step",
+            "available": False,
+            "reason": NOT_CONFIGURED,
+        }
         created = server.api(
             "POST",
             "gpuhub/api/jobs",

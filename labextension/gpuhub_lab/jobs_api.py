@@ -165,7 +165,16 @@ class JobsHandler(JobsHandlerBase):
 class JobOptionsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self) -> None:
-        self._reply(job_options(self.jobs))
+        options = job_options(self.jobs)
+        remote = self.jobs.router.backends.get("job")
+        if isinstance(remote, HubServiceBackend):
+            # In Kubernetes mode the cluster decides which kinds run (training operator, KFP).
+            try:
+                options["kinds"] = await remote.kinds_available()
+            except JobError as exc:
+                for kind in options["kinds"]:
+                    kind.update(available=False, reason=exc.message)
+        self._reply(options)
 
 
 class JobHandler(JobsHandlerBase):

@@ -16,9 +16,11 @@ same place the local backend and a shared home volume use).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import logging
 import os
+import time
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -45,6 +47,7 @@ class HubServiceBackend(RemoteBackend):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fetched: set[str] = set()
+        self._kinds: tuple[float, builtins.list[dict[str, Any]]] | None = None
 
     # -- HTTP -----------------------------------------------------------------------------
     async def _fetch(
@@ -141,6 +144,15 @@ class HubServiceBackend(RemoteBackend):
     async def cancel(self, owner: str, job_id: str) -> JobRecord:
         check_job_id(job_id)
         return await self._local(await self._json("DELETE", f"jobs/{job_id}", job_id=job_id))
+
+    async def kinds_available(self) -> builtins.list[dict[str, Any]]:
+        """``[{"kind", "label", "available", "reason"}]`` as the service sees the cluster,
+        kept for a minute (the submit dialog asks each time it opens)."""
+        now = time.monotonic()
+        if self._kinds is None or now - self._kinds[0] > 60:
+            answer = await self._json("GET", "jobs/kinds")
+            self._kinds = (now, list(answer.get("kinds") or []))
+        return [dict(k) for k in self._kinds[1]]
 
     async def pipeline_yaml(self, job_id: str) -> str:
         """The compiled pipeline of a submitted pipeline step."""

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 SERVER_SELECTOR = "component=singleuser-server"  # KubeSpawner's label on user server pods
 DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 MAX_LOG_BYTES = 1024 * 1024
-_FINAL_CACHE = 512  # parsed logs of finished jobs kept (they never change)
+_FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a few KB each)
 _TOMBSTONE_SECONDS = 24 * 3600
 
 
@@ -522,19 +522,22 @@ class KubernetesBackend(JobBackend):
             record.message = None
         return record
 
-    async def _final_log(self, obj: Obj, pods: list[Obj]) -> PodLog | None:
-        """The parsed log of a finished job's primary pod, read once and kept."""
+    async def _final_log(self, obj: Obj, pods: list[Obj], *, full: bool = False) -> PodLog | None:
+        """The parsed log of a finished job's primary pod.
+
+        Only the result line (status, error, failing cell) is kept, per job uid: it is all a
+        status needs and never changes. ``full`` reads the log again for the notebook.
+        """
         job_id = obj["metadata"]["name"]
         cache_key = f"{job_id}/{obj['metadata'].get('uid')}"
-        if cache_key in self._final_logs:
+        if not full and cache_key in self._final_logs:
             self._final_logs.move_to_end(cache_key)
             return self._final_logs[cache_key]
         pod = self._primary_pod(obj, pods)
         if pod is None:
             return None
-        text = await self._read_log(pod)
-        parsed = parse_pod_log(text)
-        self._final_logs[cache_key] = parsed
+        parsed = parse_pod_log(await self._read_log(pod))
+        self._final_logs[cache_key] = PodLog("", parsed.result, None)
         while len(self._final_logs) > _FINAL_CACHE:
             self._final_logs.popitem(last=False)
         return parsed
@@ -640,7 +643,7 @@ class KubernetesBackend(JobBackend):
         phase = self._phase(obj, pods)
         if phase.status not in ("succeeded", "failed"):
             raise JobError("id", "The job has not finished; its output is not ready yet.", 409)
-        pod_log = await self._final_log(obj, pods)
+        pod_log = await self._final_log(obj, pods, full=True)
         if pod_log is None or pod_log.notebook is None:
             where = "in your home directory" if self.settings.home_volume.shared else "in its log"
             raise JobError("id", f"The job left no executed notebook {where}.", 404)
