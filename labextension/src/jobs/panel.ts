@@ -388,8 +388,9 @@ class JobItem {
 
   private _renderLog(follower: LogFollower): void {
     const stick = this._atBottom();
-    if (this._log.textContent !== follower.text) {
-      this._log.textContent = follower.text;
+    const text = tidyLog(follower.text);
+    if (this._log.textContent !== text) {
+      this._log.textContent = text;
     }
     if (stick) {
       this._log.scrollTop = this._log.scrollHeight;
@@ -426,13 +427,18 @@ class JobItem {
       return;
     }
     this._failureKey = key;
+    // The server's sentence (in the message line) says what failed; here is where.
     const where =
       cell.execution_count !== null
-        ? `Failed in cell ${cell.index + 1} (In [${cell.execution_count}])`
-        : `Failed in cell ${cell.index + 1}`;
+        ? `Failing cell (In [${cell.execution_count}]):`
+        : `Failing cell (cell ${cell.index + 1}):`;
     this._failure.replaceChildren(
-      h('div', { className: 'gpuhub-Job-failureHead' }, `${where}: `, h('strong', {}, cell.ename), cell.evalue ? `: ${cell.evalue}` : ''),
-      h('pre', { className: 'gpuhub-Job-cell', 'aria-label': 'Source of the failing cell', tabindex: 0 }, cell.source)
+      h('div', { className: 'gpuhub-Job-failureHead' }, where),
+      h(
+        'pre',
+        { className: 'gpuhub-Job-cell', 'aria-label': 'Source of the failing cell', tabindex: 0 },
+        cell.source
+      )
     );
   }
 
@@ -498,6 +504,15 @@ function safeUrl(url: string | null): string | null {
   } catch {
     return null;
   }
+}
+
+/**
+ * Papermill ends its "Executing Cell 3" lines with a ruler of dashes and
+ * logs each output with a trailing blank line; in a narrow sidebar both are
+ * noise. Drop rulers that follow text, and blank lines.
+ */
+export function tidyLog(text: string): string {
+  return text.replace(/(\S)-{8,}$/gm, '$1').replace(/\n(?:[ \t]*\n)+/g, '\n');
 }
 
 function cssSafe(id: string): string {

@@ -1,0 +1,313 @@
+"""The jobs UI in a real JupyterLab: Run on cluster -> status -> log -> open result.
+
+A real ``jupyter server`` with JupyterLab and the built gpuhub lab extension, driven by
+Playwright in Debian's Chromium; jobs run with the local backend (papermill, real kernels).
+Screenshots of the dialog and the Jobs panel go to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from tests.browser.chromium import artifact, chromium
+from tests.jupyter.notebooks import write_notebook
+from tests.jupyter.server import TOKEN, JupyterServer, jupyter_server
+
+pytestmark = pytest.mark.browser
+
+BUILT = Path(__file__).resolve().parents[1] / "labextension" / "gpuhub_lab" / "labextension"
+CONFIG = """
+c.GPUHubJobs.images = {
+    "scipy": {"display_name": "SciPy (CPU)", "image": "quay.io/jupyter/scipy-notebook:2025-10-20"},
+}
+c.GPUHubJobs.cpu_range = {"min": 0.5, "max": 4, "default": 1}
+c.GPUHubJobs.memory_range = {"min": "512M", "max": "8G", "default": "2G"}
+"""
+# The parameters cell is replaced per run; the last cell shows what the run saw.
+TRAIN = "print(f'trained for {epochs} epochs at rate {rate}')"
+BROKEN = ("x = 1", "raise ValueError('the data has no rows')", "print('never')")
+SLOW = (
+    "import time\nfor step in range(600):\n    print('step', step, flush=True)\n    time.sleep(0.5)"
+)
+TIMEOUT = 120_000  # ms: papermill starts a kernel on a 2-core machine
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+    if not (BUILT / "package.json").exists():
+        pytest.fail("The lab extension is not built; run `npm run build`.")
+    tmp = tmp_path_factory.mktemp("jobs-browser")
+    root = tmp / "home"
+    write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
+    write_notebook(root / "broken.ipynb", *BROKEN)
+    write_notebook(root / "slow.ipynb", SLOW)
+    # This server's data dir is isolated: expose the built extension there, as the
+    # wheel's shared-data does in an installed environment.
+    labextensions = tmp / "data" / "labextensions"
+    labextensions.mkdir(parents=True)
+    (labextensions / "gpuhub").symlink_to(BUILT, target_is_directory=True)
+    # No "news" question covering the page.
+    labconfig = tmp / "config" / "labconfig"
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
+    with jupyter_server(root, tmp, lab=True, config=CONFIG) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as browser:
+        yield browser
+
+
+@contextmanager
+def notebook_page(browser: Any, lab: JupyterServer, path: str, name: str) -> Iterator[Any]:
+    """A page with ``path`` open in JupyterLab; on failure a screenshot tells what was seen."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        # A workspace per page, so the layout another test left does not come back.
+        page.goto(f"{lab.url}lab/workspaces/{name}/tree/{path}?token={TOKEN}")
+        page.locator(f'.lm-TabBar-tab.lm-mod-current[title*="{path}"]').wait_for(timeout=TIMEOUT)
+        page.wait_for_selector(".jp-NotebookPanel:visible .jp-Cell", timeout=TIMEOUT)
+        yield page
+    except BaseException:
+        page.screenshot(path=str(artifact(f"{name}-failure.png")))
+        raise
+    finally:
+        page.close()
+
+
+def jobs_panel(page: Any) -> Any:
+    """Open the Jobs sidebar panel (its tab in the left bar) and return it."""
+    panel = page.locator("#gpuhub-jobs-panel")
+    if not panel.is_visible():
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-jobs-panel"]').click()
+    panel.wait_for(state="visible")
+    return panel
+
+
+def test_submit_follow_and_open_result(browser: Any, lab: JupyterServer) -> None:
+    with notebook_page(browser, lab, "train.ipynb", "jobs-submit") as page:
+        submit_follow_and_open_result(page, lab)
+
+
+def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
+    # Before any job: the panel explains what jobs are and how to start one.
+    panel = jobs_panel(page)
+    empty = panel.locator(".gpuhub-JobsPanel-empty")
+    empty.wait_for(state="visible")
+    assert "Run on cluster" in empty.inner_text()
+    assert "train.ipynb" in panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
+    page.screenshot(path=str(artifact("jobs-panel-empty.png")))
+
+    # The notebook toolbar button opens the dialog, filled from the options endpoint.
+    page.locator('.jp-NotebookPanel-toolbar [data-command="gpuhub:run-on-cluster"]').click()
+    dialog = page.locator(".gpuhub-JobDialog")
+    dialog.wait_for(state="visible")
+    form = dialog.locator(".gpuhub-JobForm")
+    assert form.get_by_label("Training job").is_checked()
+    pipeline = form.get_by_label("Pipeline step")
+    assert pipeline.is_disabled()  # not on a cluster here: the server's reason is shown
+    kinds = {k["kind"]: k for k in lab.api("GET", "gpuhub/api/jobs/options").json()["kinds"]}
+    reason = form.locator(".gpuhub-mod-disabled .gpuhub-JobForm-help").inner_text()
+    assert reason == kinds["pipeline"]["reason"]
+    assert form.get_by_label("Image").input_value() == "scipy"
+    assert form.get_by_label("Memory").input_value() == "2G"
+    assert form.get_by_label("GPUs").input_value() == "0"
+    # The notebook's parameters are offered, with their values as placeholders.
+    epochs = form.get_by_label("Value of epochs")
+    assert epochs.get_attribute("placeholder") == "1"
+
+    # Out of range: the server refuses; its sentence appears under Memory and the
+    # dialog stays open.
+    form.get_by_label("Memory").fill("64G")
+    epochs.fill("7")
+    dialog.get_by_role("button", name="Submit job").click()
+    memory_error = form.locator(".gpuhub-JobForm-error:not([hidden])")
+    memory_error.wait_for(state="visible")
+    assert "memory" in memory_error.inner_text().lower()
+    assert memory_error.locator("xpath=..").get_by_label("Memory").count() == 1
+    assert form.get_by_label("Memory").get_attribute("aria-invalid") == "true"
+    dialog.screenshot(path=str(artifact("jobs-dialog-error.png")))
+    assert lab.api("GET", "gpuhub/api/jobs").json()["jobs"] == []  # nothing was created
+
+    form.get_by_label("Memory").fill("1G")
+    assert memory_error.is_hidden()
+    dialog.screenshot(path=str(artifact("jobs-dialog.png")))
+    dialog.get_by_role("button", name="Submit job").click()
+    dialog.wait_for(state="detached")
+
+    # The Jobs panel shows the new job, its log opens and follows the run.
+    item = panel.locator(".gpuhub-Job").first
+    item.wait_for(state="visible")
+    assert item.locator(".gpuhub-Job-name").inner_text() == "train"
+    item.locator('[data-status="succeeded"]').or_(
+        page.locator('.gpuhub-Job[data-status="succeeded"]')
+    ).first.wait_for(timeout=TIMEOUT)
+    assert item.get_attribute("data-status") == "succeeded"
+    badge = item.locator(".gpuhub-Job-badge")
+    assert badge.inner_text() == "Succeeded"
+    assert badge.get_attribute("aria-label") == "Status: Succeeded"
+    meta = item.locator(".gpuhub-Job-meta").inner_text()
+    assert "Training job" in meta and "CPU only" in meta and re.search(r"\d+ s", meta)
+    log = item.get_by_role("log")
+    assert log.is_visible()
+    page.wait_for_function(
+        "el => el.textContent.includes('trained for 7 epochs')",
+        arg=log.element_handle(),
+        timeout=30_000,
+    )
+    # Following: the log is scrolled to its end.
+    assert log.evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 8")
+    assert item.get_by_role("button", name="Cancel train").is_hidden()
+    page.screenshot(path=str(artifact("jobs-panel.png")))
+
+    # Open result: the executed notebook opens in JupyterLab, with the injected parameter.
+    job = lab.api("GET", "gpuhub/api/jobs").json()["jobs"][0]
+    assert job["status"] == "succeeded" and job["parameters"] == {"epochs": 7}
+    item.get_by_role("button", name="Open result").click()
+    result_tab = page.locator(f'.lm-TabBar-tab[title*="{job["output"].split("/")[-2]}"]')
+    result_tab.wait_for(timeout=30_000)
+    result = page.locator(".jp-NotebookPanel:visible")
+    result.locator("text=trained for 7 epochs at rate 0.1").wait_for(timeout=30_000)
+    assert "epochs = 7" in result.locator(".jp-Cell").nth(2).inner_text()
+    executed = nbformat.read(lab.root / job["output"], as_version=4)
+    assert "injected-parameters" in executed.cells[2].metadata.get("tags", [])
+    page.screenshot(path=str(artifact("jobs-result.png")))
+
+
+def test_failed_job_shows_the_failing_cell(browser: Any, lab: JupyterServer) -> None:
+    with notebook_page(browser, lab, "broken.ipynb", "jobs-failed") as page:
+        failed_job_shows_the_failing_cell(page)
+
+
+def failed_job_shows_the_failing_cell(page: Any) -> None:
+    # The command palette entry (category GPU) opens the same dialog. The palette is
+    # opened from the View menu and filled directly: stray keys would edit the notebook.
+    page.locator(".lm-MenuBar-item", has_text="View").click()
+    page.locator(".lm-Menu-item", has_text="Activate Command Palette").click()
+    page.locator(".lm-CommandPalette-input").fill("Run Notebook on Cluster")
+    palette_item = page.locator(".lm-CommandPalette-item", has_text="Run Notebook on Cluster")
+    palette_item.first.wait_for()
+    page.screenshot(path=str(artifact("jobs-palette.png")))
+    palette_item.first.click()
+    dialog = page.locator(".gpuhub-JobDialog")
+    dialog.wait_for(state="visible")
+    assert dialog.locator(".gpuhub-JobForm-param").count() == 0  # no parameters cell
+    page.keyboard.press("Enter")  # the default button submits
+    dialog.wait_for(state="detached")
+
+    panel = jobs_panel(page)
+    item = panel.locator('.gpuhub-Job[data-job-id^="broken-"]')
+    page.locator('.gpuhub-Job[data-job-id^="broken-"][data-status="failed"]').wait_for(
+        timeout=TIMEOUT
+    )
+    # The server's sentence names the error; below it, the failing cell's source.
+    assert "ValueError: the data has no rows" in item.locator(".gpuhub-Job-message").inner_text()
+    failure = item.locator(".gpuhub-Job-failure")
+    assert failure.is_visible()
+    assert "Failing cell (In [2])" in failure.inner_text()
+    assert failure.locator("pre").inner_text() == "raise ValueError('the data has no rows')"
+    assert item.locator(".gpuhub-Job-badge").inner_text() == "Failed"
+    # The executed notebook (up to the failure) can still be opened.
+    assert item.get_by_role("button", name="Open result").is_visible()
+    page.screenshot(path=str(artifact("jobs-panel-failed.png")))
+
+
+def test_cancel_from_the_sidebar_and_dark_theme(browser: Any, lab: JupyterServer) -> None:
+    with notebook_page(browser, lab, "slow.ipynb", "jobs-cancel") as page:
+        cancel_from_the_sidebar_and_dark_theme(page, lab)
+
+
+def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> None:
+    panel = jobs_panel(page)
+    # The sidebar's own entry point runs the notebook the user was working in.
+    assert "slow.ipynb" in panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
+    panel.get_by_role("button", name="Run notebook on cluster…").click()
+    dialog = page.locator(".gpuhub-JobDialog")
+    dialog.get_by_role("button", name="Submit job").click()
+    dialog.wait_for(state="detached")
+
+    item = panel.locator('.gpuhub-Job[data-job-id^="slow-"]')
+    page.locator('.gpuhub-Job[data-job-id^="slow-"][data-status="running"]').wait_for(
+        timeout=TIMEOUT
+    )
+    log = item.get_by_role("log")
+    page.wait_for_function(
+        "el => /step [3-9]/.test(el.textContent)", arg=log.element_handle(), timeout=TIMEOUT
+    )
+    # Scrolled up, the log stays where the reader is; "Follow the end" brings it back.
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    page.wait_for_function(
+        "el => el.textContent.split('\\n').length > 40", arg=log.element_handle(), timeout=60_000
+    )
+    assert log.evaluate("el => el.scrollTop") == 0
+    follow = item.get_by_role("button", name="Follow the end")
+    assert follow.is_visible()
+    follow.click()
+    assert log.evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 8")
+    assert re.search(r"\d+ s", item.locator(".gpuhub-Job-meta").inner_text())
+
+    # Dark theme: status words keep their contrast.
+    page.locator(".lm-MenuBar-item", has_text="Settings").click()
+    page.locator(".lm-Menu-item", has_text=re.compile(r"^Theme$")).hover()
+    page.locator(".lm-Menu-item", has_text=re.compile(r"^JupyterLab Dark$")).click()
+    page.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    page.wait_for_timeout(500)  # the theme's stylesheet applies
+    badge = item.locator(".gpuhub-Job-badge")
+    assert contrast(badge) >= 4.5
+    page.screenshot(path=str(artifact("jobs-panel-dark.png")))
+
+    # Cancel asks first; "Keep running" keeps it running.
+    item.get_by_role("button", name="Cancel slow").click()
+    confirm = page.locator(".jp-Dialog").last
+    assert "Cancel slow?" in confirm.inner_text()
+    confirm.get_by_role("button", name="Keep running").click()
+    assert item.get_attribute("data-status") == "running"
+    item.get_by_role("button", name="Cancel slow").click()
+    page.locator(".jp-Dialog").last.get_by_role("button", name="Cancel job slow").click()
+    page.locator('.gpuhub-Job[data-job-id^="slow-"][data-status="cancelled"]').wait_for(
+        timeout=30_000
+    )
+    assert item.locator(".gpuhub-Job-badge").inner_text() == "Cancelled"
+    assert item.get_by_role("button", name="Cancel slow").is_hidden()
+    jobs = lab.api("GET", "gpuhub/api/jobs").json()["jobs"]
+    assert [j["status"] for j in jobs if j["name"] == "slow"] == ["cancelled"]
+    # Back to the light theme for whoever opens this workspace next.
+    page.locator(".lm-MenuBar-item", has_text="Settings").click()
+    page.locator(".lm-Menu-item", has_text=re.compile(r"^Theme$")).hover()
+    page.locator(".lm-Menu-item", has_text=re.compile(r"^JupyterLab Light$")).click()
+
+
+# WCAG contrast of an element's text against the first opaque background behind it.
+CONTRAST = """el => {
+  const fg = getComputedStyle(el).color;
+  let node = el, bg = 'rgba(0, 0, 0, 0)';
+  while (node && /rgba\\(.*, 0\\)|transparent/.test(bg)) {
+    bg = getComputedStyle(node).backgroundColor;
+    node = node.parentElement;
+  }
+  const lum = c => {
+    const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map(v => {
+      v = Number(v) / 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const [hi, lo] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+  return (hi + 0.05) / (lo + 0.05);
+}"""
+
+
+def contrast(locator: Any) -> float:
+    return float(locator.evaluate(CONTRAST))
