@@ -43,3 +43,25 @@ def test_admin_mistakes_name_the_setting(override, named):
     config = {**DESIGN_CONFIG, **override}
     with pytest.raises(PolicyConfigError, match=named.replace("[", r"\[").replace("]", r"\]")):
         Policy.from_config(**config)
+
+
+def test_explicit_default_beats_order():
+    """Helm hands maps over sorted by key, so order alone cannot choose the default."""
+    config = {
+        **DESIGN_CONFIG,
+        "images": {
+            "a-cpu": {"image": "scipy:1"},
+            "b-pytorch": {"image": "pytorch:1", "default": True},
+        },
+        "gpu_types": {
+            **DESIGN_CONFIG["gpu_types"],
+            "a100-1g": {"resource_name": "nvidia.com/mig-1g.10gb", "default": True},
+        },
+    }
+    policy = Policy.from_config(**config)
+    limits = policy.limits_for(["staff"])
+    assert [i.key for i in policy.allowed_images(limits)] == ["b-pytorch", "a-cpu"]
+    assert policy.default_image.key == "b-pytorch"
+    assert [t.key for t in policy.allowed_gpu_types(limits)] == ["a100-1g", "a100"]
+    with pytest.raises(PolicyConfigError, match=r"images\['a-cpu'\].default must be true or false"):
+        Policy.from_config(images={"a-cpu": {"image": "x", "default": "yes"}})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
 
@@ -36,6 +36,7 @@ class ImageChoice:
     display_name: str
     image: str
     description: str = ""
+    default: bool = False  # explicit default; Helm hands maps over sorted, so order can't say it
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class GPUType:
     description: str = ""
     # LocalGPUSpawner only: which device indices of the workstation are of this type.
     devices: tuple[int, ...] | None = None
+    default: bool = False
 
     @property
     def is_mig(self) -> bool:
@@ -112,20 +114,21 @@ class Policy:
         return merged
 
     def allowed_gpu_types(self, limits: Limits) -> list[GPUType]:
-        """GPU types a user with ``limits`` may pick, in the admin's order."""
+        """GPU types a user with ``limits`` may pick: the default first, then the admin's order."""
         if limits.max_gpus <= 0:
             return []
-        return [t for t in self.gpu_types.values() if limits.allows_gpu_type(t.key)]
+        return _default_first(t for t in self.gpu_types.values() if limits.allows_gpu_type(t.key))
 
     def allowed_images(self, limits: Limits) -> list[ImageChoice]:
-        return [i for i in self.images.values() if limits.allows_image(i.key)]
+        """Images a user with ``limits`` may pick: the default first, then the admin's order."""
+        return _default_first(i for i in self.images.values() if limits.allows_image(i.key))
 
     def max_gpus_for(self, limits: Limits, gpu_type: GPUType) -> int:
         return min(limits.max_gpus, gpu_type.max_gpus)
 
     @property
     def default_image(self) -> ImageChoice | None:
-        return next(iter(self.images.values()), None)
+        return next(iter(_default_first(self.images.values())), None)
 
     @classmethod
     def from_config(
@@ -178,6 +181,20 @@ class Policy:
         return f"{format_memory(int(self.memory.min))} to {format_memory(int(self.memory.max))}"
 
 
+_Choice = TypeVar("_Choice", ImageChoice, GPUType)
+
+
+def _default_first(items: Iterable[_Choice]) -> list[_Choice]:
+    ordered = list(items)
+    return sorted(ordered, key=lambda item: not item.default)  # stable: admin order otherwise
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyConfigError(f"{name} must be true or false")
+    return value
+
+
 def _mapping(name: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise PolicyConfigError(f"{name} must be a dict, not {type(value).__name__}")
@@ -210,7 +227,7 @@ def _image(key: str, value: Any) -> ImageChoice:
     if isinstance(value, str):
         value = {"image": value}
     entry = _mapping(name, value)
-    _unknown(name, entry, {"display_name", "image", "description"})
+    _unknown(name, entry, {"display_name", "image", "description", "default"})
     image = _text(f"{name}.image", entry.get("image"))
     if not image:
         raise PolicyConfigError(f"{name}.image is required")
@@ -219,6 +236,7 @@ def _image(key: str, value: Any) -> ImageChoice:
         display_name=_text(f"{name}.display_name", entry.get("display_name"), image),
         image=image,
         description=_text(f"{name}.description", entry.get("description")),
+        default=_flag(f"{name}.default", entry.get("default", False)),
     )
 
 
@@ -237,6 +255,7 @@ def _gpu_type(key: str, value: Any) -> GPUType:
             "tolerations",
             "description",
             "devices",
+            "default",
         },
     )
     resource = _text(f"{name}.resource_name", entry.get("resource_name"), DEFAULT_GPU_RESOURCE)
@@ -269,6 +288,7 @@ def _gpu_type(key: str, value: Any) -> GPUType:
         tolerations=tuple(dict(t) for t in tolerations),
         description=_text(f"{name}.description", entry.get("description")),
         devices=devices,
+        default=_flag(f"{name}.default", entry.get("default", False)),
     )
 
 
