@@ -74,12 +74,23 @@ def browser() -> Iterator[Any]:
 def notebook_page(browser: Any, lab: JupyterServer, path: str, name: str) -> Iterator[Any]:
     """A page with ``path`` open in JupyterLab; on failure a screenshot tells what was seen."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on(
+        "console",
+        lambda msg: (
+            errors.append(msg.text)
+            if msg.type in ("error", "warning") and "gpuhub" in msg.text
+            else None
+        ),
+    )
     try:
         # A workspace per page, so the layout another test left does not come back.
         page.goto(f"{lab.url}lab/workspaces/{name}/tree/{path}?token={TOKEN}")
         page.locator(f'.lm-TabBar-tab.lm-mod-current[title*="{path}"]').wait_for(timeout=TIMEOUT)
         page.wait_for_selector(".jp-NotebookPanel:visible .jp-Cell", timeout=TIMEOUT)
         yield page
+        assert errors == [], "the page logged errors"
     except BaseException:
         page.screenshot(path=str(artifact(f"{name}-failure.png")))
         raise
@@ -132,6 +143,13 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     # dialog stays open.
     form.get_by_label("Memory").fill("64G")
     epochs.fill("7")
+    # Values are JSON when they look like JSON, text otherwise.
+    form.get_by_role("button", name="Add parameter").click()
+    form.get_by_label("Parameter name").last.fill("layers")
+    form.get_by_label("Value of layers").fill("[64, 32]")
+    form.get_by_role("button", name="Add parameter").click()
+    form.get_by_label("Parameter name").last.fill("optimizer")
+    form.get_by_label("Value of optimizer").fill("adam")
     dialog.get_by_role("button", name="Submit job").click()
     memory_error = form.locator(".gpuhub-JobForm-error:not([hidden])")
     memory_error.wait_for(state="visible")
@@ -174,7 +192,11 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
 
     # Open result: the executed notebook opens in JupyterLab, with the injected parameter.
     job = lab.api("GET", "gpuhub/api/jobs").json()["jobs"][0]
-    assert job["status"] == "succeeded" and job["parameters"] == {"epochs": 7}
+    assert job["status"] == "succeeded" and job["parameters"] == {
+        "epochs": 7,
+        "layers": [64, 32],
+        "optimizer": "adam",
+    }
     item.get_by_role("button", name="Open result").click()
     result_tab = page.locator(f'.lm-TabBar-tab[title*="{job["output"].split("/")[-2]}"]')
     result_tab.wait_for(timeout=30_000)

@@ -218,9 +218,10 @@ export class SubmitForm extends Widget {
     // "Run as" inside the training choice.
     const modeId = uid('gpuhub-mode');
     this._mode = h('select', { id: modeId, 'aria-describedby': `${modeId}-help` });
-    // Unavailable kinds stay in the list, disabled, with the server's reason
-    // below (once per distinct reason: usually one sentence covers both).
-    const reasons = new Map<string, string[]>();
+    // Unavailable kinds stay in the list, disabled; the server's reasons sit
+    // behind a short "why" that keyboard and screen reader users can open.
+    const unavailable: string[] = [];
+    const reasons: string[] = [];
     for (const { kind, label } of TRAINING_KINDS) {
       const info = kinds.get(kind);
       const available = info?.available ?? false;
@@ -228,11 +229,22 @@ export class SubmitForm extends Widget {
         h('option', { value: kind, disabled: !available }, available ? label : `${label} (unavailable)`)
       );
       if (!available) {
-        const reason = info?.reason ?? 'Not offered on this server.';
-        reasons.set(reason, [...(reasons.get(reason) ?? []), KIND_SHORT[kind]]);
+        unavailable.push(KIND_SHORT[kind]);
+        reasons.push(info?.reason ?? `${KIND_SHORT[kind]} is not offered on this server.`);
       }
     }
-    const reasonText = Array.from(reasons, ([reason, names]) => `${names.join(' and ')}: ${reason}`).join(' ');
+    const why: HTMLElement | string = unavailable.length
+      ? h(
+          'details',
+          { className: 'gpuhub-JobForm-why' },
+          h(
+            'summary',
+            {},
+            `${unavailable.join(' and ')} ${unavailable.length > 1 ? 'are' : 'is'} unavailable here; why?`
+          ),
+          ...reasons.map(reason => h('p', {}, reason))
+        )
+      : '';
     this._mode.addEventListener('change', () => this._sync());
     const workersId = uid('gpuhub-workers');
     this._workers = h('input', {
@@ -249,7 +261,7 @@ export class SubmitForm extends Widget {
       this._workers,
       `Each worker gets the CPU, memory and GPUs below; up to ${this._opts.options.max_workers} workers.`
     );
-    const modeRow = this._row('kind', 'Run as', this._mode, reasonText);
+    const modeRow = this._row('kind', 'Run as', this._mode, why);
     training.node.append(
       h('div', { className: 'gpuhub-JobForm-nested' }, modeRow, this._workersRow)
     );
