@@ -322,7 +322,9 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
         job = cluster.get("Job", job_id)
         assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
         cluster.wait_for(
-            lambda: server.api("GET", f"gpuhub/api/jobs/{job_id}").json()["status"] == "running"
+            lambda: server.api("GET", f"gpuhub/api/jobs/{job_id}").json()["status"] == "running",
+            timeout=60,
+            message=f"the job did not start:\n{server.log()[-3000:]}",
         )
         pod_log = run_job_pod(
             cluster.get("ConfigMap", m.configmap_name(job_id)), job, tmp_path / "pod"
@@ -333,7 +335,8 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
                 (r := server.api("GET", f"gpuhub/api/jobs/{job_id}").json())["status"]
                 == "succeeded"
                 and r
-            )
+            ),
+            timeout=60,
         )
         # The executed notebook came back through the API into the user's files.
         assert done["output"] == f"gpuhub-runs/{job_id}/train.ipynb"
@@ -375,3 +378,21 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
         assert compiled.status_code == 200 and "nvidia.com/gpu" in compiled.text
         listed = server.api("GET", "gpuhub/api/jobs").json()["jobs"]
         assert job_id in [j["id"] for j in listed]
+
+        # The cluster fails the first create: the service rolls back and answers 503, the
+        # forwarder retries once with the same Idempotency-Key, and there is one job.
+        cluster.fail_requests(500, method="POST", path="/apis/batch/v1/namespaces/default/jobs")
+        retried = server.api(
+            "POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "name": "retried"}
+        )
+        assert retried.status_code == 201, retried.text
+        made = [
+            j
+            for j in cluster.list("Job", "default")
+            if j["metadata"]["name"].startswith("retried-")
+        ]
+        assert [j["metadata"]["name"] for j in made] == [retried.json()["id"]]
+        assert (
+            len(cluster.list("ConfigMap", "default", labels={m.LABEL_JOB_ID: retried.json()["id"]}))
+            == 1
+        )
