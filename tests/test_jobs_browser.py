@@ -60,7 +60,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     (labconfig / "page_config.json").write_text(
         json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
     )
-    with jupyter_server(root, tmp, lab=True, config=CONFIG) as server:
+    # Two GPUs by CUDA_VISIBLE_DEVICES: the local backend offers them (no GPU is touched;
+    # the notebooks only see the variable).
+    env = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    with jupyter_server(root, tmp, lab=True, config=CONFIG, env=env) as server:
         yield server
 
 
@@ -134,7 +137,15 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     assert reason == kinds["pipeline"]["reason"]
     assert form.get_by_label("Image").input_value() == "scipy"
     assert form.get_by_label("Memory").input_value() == "2G"
-    assert form.get_by_label("GPUs").input_value() == "0"
+    assert form.get_by_label("GPUs").input_value() == "1"
+    gpu_type = form.get_by_label("GPU type")
+    assert gpu_type.is_visible() and gpu_type.input_value() == "gpu"
+    assert (
+        "up to 2"
+        in form.locator(f"#{form.get_by_label('GPUs').get_attribute('id')}-help").inner_text()
+    )
+    form.get_by_label("GPUs").fill("0")
+    assert gpu_type.is_hidden()  # a CPU-only job has no GPU type
     # The notebook's parameters are offered, with their values as placeholders.
     epochs = form.get_by_label("Value of epochs")
     assert epochs.get_attribute("placeholder") == "1"
@@ -159,8 +170,18 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     dialog.screenshot(path=str(artifact("jobs-dialog-error.png")))
     assert lab.api("GET", "gpuhub/api/jobs").json()["jobs"] == []  # nothing was created
 
+    # More GPUs than this server has: the hint says so, the server refuses under GPUs.
     form.get_by_label("Memory").fill("1G")
     assert memory_error.is_hidden()
+    gpus = form.get_by_label("GPUs")
+    gpus.fill("3")
+    assert "3 is more than that" in form.locator(f"#{gpus.get_attribute('id')}-help").inner_text()
+    dialog.get_by_role("button", name="Submit job").click()
+    gpus_error = form.locator(f"#{gpus.get_attribute('id')}-error")
+    gpus_error.wait_for(state="visible")
+    assert "at most 2" in gpus_error.inner_text()
+    gpus.fill("1")
+
     dialog.screenshot(path=str(artifact("jobs-dialog.png")))
     dialog.get_by_role("button", name="Submit job").click()
     dialog.wait_for(state="detached")
@@ -177,7 +198,7 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     assert badge.inner_text() == "Succeeded"
     assert badge.get_attribute("aria-label") == "Status: Succeeded"
     meta = item.locator(".gpuhub-Job-meta").inner_text()
-    assert "Training job" in meta and "CPU only" in meta and re.search(r"\d+ s", meta)
+    assert "Training job" in meta and "1 x NVIDIA" in meta and re.search(r"\d+ s", meta)
     log = item.get_by_role("log")
     assert log.is_visible()
     page.wait_for_function(
