@@ -211,3 +211,18 @@ def test_timeout_messages():
         timeout_message(None, 90)
         == "Your server did not start within 90 seconds, and the cluster reported no progress."
     )
+
+
+def test_waiting_when_gpus_just_became_free():
+    step = describe(
+        event(
+            "FailedScheduling",
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu." + PREEMPT,
+            "Warning",
+        ),
+        A100,
+        GPUCapacity(free=7, total=16, largest_free=6),
+    )
+    assert (
+        step is not None and step.message == "2 NVIDIA A100 80GB GPUs free now; placing your server"
+    )

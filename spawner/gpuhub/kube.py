@@ -26,6 +26,10 @@ CAPACITY_UNAVAILABLE = (
 )
 
 
+# Answers after which the same request may well succeed.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
 class NeverSchedulable(Exception):
     """The scheduler says no node can run this pod, and waiting will not change that."""
 
@@ -134,6 +138,38 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         # KubeSpawner calls this at the top of start(): make sure gpuhub validated first.
         await self.ensure_launch_options()
         await super().load_user_options()
+
+    # -- resilience -------------------------------------------------------------------------
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        # KubeSpawner gives up on any error but 409; an apiserver that is briefly unwell
+        # (429, 5xx) is worth another try within k8s_api_request_retry_timeout. Should the
+        # pod have been created after all, the retry's 409 makes KubeSpawner replace it.
+        from kubernetes_asyncio.client.rest import ApiException
+
+        try:
+            return bool(await super()._make_create_pod_request(pod, request_timeout))
+        except ApiException as exc:
+            if exc.status in TRANSIENT_STATUSES:
+                self.log.warning("Creating pod %s: HTTP %s, retrying", self.pod_name, exc.status)
+                return False
+            raise
+
+    async def _make_delete_pod_request(
+        self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
+    ) -> bool:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        try:
+            return bool(
+                await super()._make_delete_pod_request(
+                    pod_name, delete_options, grace_seconds, request_timeout
+                )
+            )
+        except ApiException as exc:
+            if exc.status in TRANSIENT_STATUSES:
+                self.log.warning("Deleting pod %s: HTTP %s, retrying", pod_name, exc.status)
+                return False
+            raise
 
     # -- live capacity ----------------------------------------------------------------------
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:

@@ -79,6 +79,10 @@ def waiting_for_gpus(request: SpawnRequest, capacity: GPUCapacity | None) -> str
     text = f"Waiting for {gpus_wanted(request)}"
     if capacity is None:
         return text
+    if capacity.largest_free is not None and capacity.largest_free >= request.gpus:
+        return f"{request.gpus} {request.gpu_name or ''} GPU{'' if request.gpus == 1 else 's'} free now; placing your server".replace(
+            "  ", " "
+        )
     if capacity.free >= request.gpus and capacity.largest_free is not None:
         return f"{text} on one node ({capacity.free} free now, at most {capacity.largest_free} on one node)"
     return f"{text} ({capacity.free} free now)"

@@ -398,6 +398,18 @@ class KubeSimThread:
     def set_pull_seconds(self, image: str, seconds: float) -> None:
         self.call(lambda: self.sim.kubelet.pull_seconds.__setitem__(image, seconds))
 
+    def forget_images(self) -> None:
+        """Nodes forget the images they pulled: the next pods pull again."""
+
+        def forget() -> None:
+            rt = self.sim.store.by_kind("Node")
+            for node in self.sim.store.list(rt):
+                self.sim.store.mutate(
+                    rt, "", node["metadata"]["name"], lambda o: o["status"].update(images=[])
+                )
+
+        self.call(forget)
+
     def fail_image(self, image: str) -> None:
         """Pulls of ``image`` fail (ErrImagePull, then ImagePullBackOff)."""
         self.call(lambda: self.sim.kubelet.failing_images.add(image))
