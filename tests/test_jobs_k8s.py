@@ -53,7 +53,7 @@ async def backend(kubesim):
         await backend.close()
 
 
-async def wait_status(backend, owner, job_id, *statuses, timeout=20.0):
+async def wait_status(backend, owner, job_id, *statuses, timeout=45.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         record = await backend.get(owner, job_id)
@@ -281,7 +281,7 @@ async def test_waiting_for_gpus_is_said_in_words(kubesim, backend, root):
         for _ in range(3)
     ]
     pending = await backend.get("alice", records[2].id)
-    for _ in range(100):
+    for _ in range(300):
         pending = await backend.get("alice", records[2].id)
         if pending.message and "Insufficient" in pending.message:
             break
@@ -502,7 +502,7 @@ async def test_image_pull_failure_is_said_in_words(kubesim, backend, root):
     image = "registry.example.org/me/missing:1"
     kubesim.fail_image(image)
     record = await backend.submit(make_request(root, image=image), "alice", **submit_args(root))
-    for _ in range(100):
+    for _ in range(300):
         pending = await backend.get("alice", record.id)
         if pending.message and pending.message.startswith("Cannot pull"):
             break
