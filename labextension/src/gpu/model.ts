@@ -14,6 +14,9 @@ import { requestAPI } from '../api';
 import { IGpu, IMetrics } from './types';
 
 /** One GPU's recent values, aligned with `GpuMetricsModel.times`. */
+/** Seconds between polls when only the status bar is showing figures. */
+const BACKGROUND_INTERVAL = 5;
+
 export interface ISeries {
   utilization: (number | null)[];
   memory_used: (number | null)[];
@@ -27,6 +30,8 @@ export namespace GpuMetricsModel {
     windowSeconds: number;
     /** True when nobody looks at the figures: polling pauses. */
     idle: () => boolean;
+    /** True when only the status bar shows figures: poll at most every 5 s. */
+    background?: () => boolean;
   }
 }
 
@@ -34,6 +39,7 @@ export class GpuMetricsModel implements IDisposable {
   constructor(options: GpuMetricsModel.IOptions) {
     this._interval = options.interval;
     this._window = options.windowSeconds;
+    this._background = options.background ?? (() => false);
     this._poll = new Poll({
       auto: true,
       factory: () => this._fetch(),
@@ -87,8 +93,12 @@ export class GpuMetricsModel implements IDisposable {
     return this._poll.refresh();
   }
 
-  /** Wake up from standby at once when someone starts looking again. */
+  /**
+   * Someone started (or stopped) looking: adjust the pace, and poll at once
+   * when coming back from standby.
+   */
   wake(): void {
+    this._applyFrequency();
     if (this._poll.state.phase === 'standby') {
       void this._poll.refresh();
     }
@@ -105,7 +115,8 @@ export class GpuMetricsModel implements IDisposable {
 
   private _pollMs(): number {
     const serverMin = this._metrics?.interval ?? 0;
-    return Math.max(this._interval, serverMin, 0.25) * 1000;
+    const floor = this._background() ? BACKGROUND_INTERVAL : 0.25;
+    return Math.max(this._interval, serverMin, floor) * 1000;
   }
 
   private _applyFrequency(): void {
@@ -181,6 +192,7 @@ export class GpuMetricsModel implements IDisposable {
     }
   }
 
+  private _background: () => boolean;
   private _changed = new Signal<this, void>(this);
   private _error: string | null = null;
   private _interval: number;

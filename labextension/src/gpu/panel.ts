@@ -325,6 +325,11 @@ export class GpuPanel extends Widget {
     this._render();
   }
 
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._model.wake(); // slows down to the status bar's pace
+  }
+
   private _onChanged(): void {
     if (this.isVisible) {
       this._render();

@@ -51,7 +51,8 @@ export const gpuPlugin: JupyterFrontEndPlugin<void> = {
       interval: settings.refreshInterval,
       windowSeconds: settings.windowMinutes * 60,
       idle: () =>
-        !(panel?.isVisible ?? false) && !(statusBar !== null && settings.showStatusBar)
+        !(panel?.isVisible ?? false) && !(statusBar !== null && settings.showStatusBar),
+      background: () => !(panel?.isVisible ?? false)
     });
     panel = new GpuPanel({
       model,
