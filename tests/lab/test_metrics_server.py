@@ -199,3 +199,11 @@ def test_gpu_magic_in_a_real_kernel_shows_this_notebook(rig: Rig, session: dict[
     assert "utilization 12%" in text
     errors = [m for m in _run(session["client"], "%gpu --bogus") if m["msg_type"] == "error"]
     assert errors and "does not understand" in errors[0]["content"]["evalue"]
+    out = _run(session["client"], "%gpu --watch 2")
+    views = [
+        m["content"]["data"]
+        for m in out
+        if m["msg_type"] == "display_data"
+        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
+    assert views, out  # a live ipywidgets view, refreshed from a thread for 2 s
