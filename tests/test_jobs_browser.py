@@ -218,6 +218,12 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
         "layers": [64, 32],
         "optimizer": "adam",
     }
+    # The end was announced; the details say what was asked for.
+    page.get_by_text("Job train succeeded.").wait_for(timeout=10_000)
+    item.locator(".gpuhub-Job-details > summary").click()
+    details = item.locator(".gpuhub-Job-detailsList").inner_text()
+    assert "epochs = 7, layers = [64,32], optimizer = adam" in details
+    assert "1 cores, 1G" in details and job["id"] in details
     item.get_by_role("button", name="Open result").click()
     result_tab = page.locator(f'.lm-TabBar-tab[title*="{job["output"].split("/")[-2]}"]')
     result_tab.wait_for(timeout=30_000)
@@ -300,6 +306,15 @@ def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> Non
     follow.click()
     assert log.evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 8")
     assert re.search(r"\d+ s", item.locator(".gpuhub-Job-meta").inner_text())
+
+    # The same log, followed in a main-area tab.
+    item.get_by_role("button", name="Open the log of slow in a tab").click()
+    tab_log = page.locator(".gpuhub-JobLogTab").get_by_role("log")
+    tab_log.wait_for()
+    page.wait_for_function(
+        "el => /step \\d+/.test(el.textContent)", arg=tab_log.element_handle(), timeout=30_000
+    )
+    assert page.locator(".lm-TabBar-tab", has_text="Log: slow").is_visible()
 
     # Dark theme: status words keep their contrast.
     page.locator(".lm-MenuBar-item", has_text="Settings").click()

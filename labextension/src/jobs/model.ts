@@ -1,7 +1,9 @@
 /**
  * The user's jobs, kept fresh with a lumino `Poll`: fast while a job is
- * pending or running, slow once all have finished, backing off after errors
- * and in standby while nobody can see the panel.
+ * pending or running and the panel is open, slow while the panel is closed
+ * but a job still runs (so its end can be announced), in standby when the
+ * browser tab is hidden or nothing runs and nobody looks, backing off after
+ * errors. `finished` fires for each job seen to end while the page is open.
  */
 import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
@@ -33,8 +35,13 @@ export class JobsModel implements IDisposable {
         max: 5 * 60 * 1000
       },
       name: 'gpuhub:jobs',
-      standby: () => document.hidden || options.hidden()
+      standby: () => document.hidden || (options.hidden() && !this.active)
     });
+  }
+
+  /** A job this page saw running has ended (succeeded, failed or cancelled). */
+  get finished(): ISignal<this, IJob> {
+    return this._finished;
   }
 
   /** Emitted after every poll, successful or not. */
@@ -70,8 +77,8 @@ export class JobsModel implements IDisposable {
   /** Put a job the server just answered with into the list at once. */
   upsert(job: IJob): void {
     const jobs = (this._jobs ?? []).filter(j => j.id !== job.id);
-    this._jobs = [job, ...jobs].sort((a, b) =>
-      b.created.localeCompare(a.created)
+    this._setJobs(
+      [job, ...jobs].sort((a, b) => b.created.localeCompare(a.created))
     );
     this._applyFrequency();
     this._changed.emit();
@@ -96,9 +103,10 @@ export class JobsModel implements IDisposable {
   }
 
   private _intervalMs(): number {
-    const seconds = this.active
-      ? this._options.activeInterval
-      : this._options.idleInterval;
+    const seconds =
+      this.active && !this._options.hidden()
+        ? this._options.activeInterval
+        : this._options.idleInterval;
     return Math.max(0.5, seconds) * 1000;
   }
 
@@ -111,7 +119,7 @@ export class JobsModel implements IDisposable {
 
   private async _fetch(): Promise<void> {
     try {
-      this._jobs = await JobsAPI.list();
+      this._setJobs(await JobsAPI.list());
       this._error = null;
     } catch (error) {
       this._error =
@@ -123,8 +131,21 @@ export class JobsModel implements IDisposable {
     this._changed.emit();
   }
 
+  /** Keep the list, and announce jobs that ended since the last answer. */
+  private _setJobs(jobs: IJob[]): void {
+    const before = new Map((this._jobs ?? []).map(j => [j.id, j.status]));
+    this._jobs = jobs;
+    for (const job of jobs) {
+      const was = before.get(job.id);
+      if (was && !FINAL_STATUSES.has(was) && FINAL_STATUSES.has(job.status)) {
+        this._finished.emit(job);
+      }
+    }
+  }
+
   private _changed = new Signal<this, void>(this);
   private _error: string | null = null;
+  private _finished = new Signal<this, IJob>(this);
   private _jobs: IJob[] | null = null;
   private _options: JobsModel.IOptions;
   private _poll: Poll;

@@ -19,7 +19,8 @@ import {
   STATUS_LABELS
 } from './format';
 import { jobsIcon } from './icon';
-import { JobsModel, LogFollower } from './model';
+import { LogPane } from './log';
+import { JobsModel } from './model';
 import { formatParameterValue } from './params';
 import { FINAL_STATUSES, IJob } from './types';
 
@@ -32,6 +33,8 @@ export namespace JobsPanel {
     currentNotebook: () => string | null;
     /** Open a file (the executed notebook, or the source) in JupyterLab. */
     open: (path: string) => void;
+    /** Open a job's log in a main-area tab. */
+    openLog: (job: IJob) => void;
     logInterval: number;
     logLines: number;
   }
@@ -249,26 +252,13 @@ class JobItem {
     }, 'Run page');
     this._cancel = this._button('Cancel', () => void this._confirmCancel(), 'gpuhub-mod-warn');
     this._actions.append(this._logToggle, this._openResult, this._runPage, this._cancel);
-
-    const logId = `gpuhub-job-${cssSafe(job.id)}-log`;
-    this._logToggle.setAttribute('aria-controls', logId);
-    this._log = h('pre', {
-      className: 'gpuhub-Job-log',
-      id: logId,
-      role: 'log',
-      tabindex: 0,
-      'aria-label': `Log of ${job.name}`,
-      hidden: true
-    });
-    this._logStatus = h('div', { className: 'gpuhub-Job-logStatus', hidden: true });
-    this._jumpToEnd = this._button('Follow the end', () => {
-      this._log.scrollTop = this._log.scrollHeight;
-      this._jumpToEnd.hidden = true;
-    }, 'gpuhub-Job-jump');
-    this._jumpToEnd.hidden = true;
-    this._log.addEventListener('scroll', () => {
-      this._jumpToEnd.hidden = this._atBottom();
-    });
+    this._detailsList = h('dl', { className: 'gpuhub-Job-detailsList' });
+    this._details = h(
+      'details',
+      { className: 'gpuhub-Job-details' },
+      h('summary', {}, 'Details'),
+      this._detailsList
+    );
 
     this.node.append(
       h('div', { className: 'gpuhub-Job-head' }, this._title, this._badge),
@@ -276,10 +266,8 @@ class JobItem {
       this._progress,
       this._message,
       this._failure,
-      this._actions,
-      this._logStatus,
-      this._log,
-      this._jumpToEnd
+      this._details,
+      this._actions
     );
     this.update(job);
   }
@@ -310,6 +298,7 @@ class JobItem {
     this._message.classList.toggle('gpuhub-mod-error', job.status === 'failed');
 
     this._renderFailure(job);
+    this._renderDetails(job);
 
     this._openResult.hidden = !job.output;
     this._openResult.title = job.output ? `Open ${job.output}` : '';
@@ -321,9 +310,10 @@ class JobItem {
     }
     this._cancel.hidden = FINAL_STATUSES.has(job.status);
     this._cancel.setAttribute('aria-label', `Cancel ${job.name}`);
-    if (this._follower && FINAL_STATUSES.has(job.status)) {
-      void this._follower.refresh(); // its last word
+    if (FINAL_STATUSES.has(job.status) && this._lastStatus !== job.status) {
+      this._log?.refresh(); // its last word
     }
+    this._lastStatus = job.status;
   }
 
   /** Move the elapsed time on between polls. */
@@ -345,74 +335,75 @@ class JobItem {
     if (this._meta.textContent !== text) {
       this._meta.textContent = text;
     }
-    const params = Object.entries(job.parameters ?? {});
-    this._meta.title = params.length
-      ? `Parameters: ${params.map(([k, v]) => `${k} = ${formatParameterValue(v)}`).join(', ')}`
-      : 'No parameters';
   }
 
   showLog(open: boolean): void {
     this._logOpen = open;
-    this._log.hidden = !open;
     this._logToggle.textContent = open ? 'Hide log' : 'Show log';
     this._logToggle.setAttribute('aria-expanded', String(open));
-    if (open && !this._follower) {
-      this._follower = new LogFollower(this._job.id, {
+    if (open && !this._log) {
+      this._log = new LogPane({
+        jobId: this._job.id,
+        jobName: this._job.name,
         interval: this._opts.logInterval,
-        tail: this._opts.logLines,
-        hidden: () => !this._logOpen || !this.node.isConnected
+        lines: this._opts.logLines,
+        hidden: () => !this._logOpen || !this.node.isConnected,
+        status: () => this._job.status,
+        openInTab: () => this._opts.openLog(this._job)
       });
-      this._follower.changed.connect(this._renderLog, this);
-      this._logStatus.hidden = false;
-      this._logStatus.textContent = 'Loading the log…';
+      this._logToggle.setAttribute('aria-controls', this._log.id);
+      this.node.append(this._log.node);
     } else if (open) {
-      void this._follower?.refresh();
+      this._log?.refresh();
     }
-    if (!open) {
-      this._logStatus.hidden = true;
-      this._jumpToEnd.hidden = true;
+    if (this._log) {
+      this._log.node.hidden = !open;
     }
   }
 
   /** The panel became visible again: refresh an open log at once. */
   wake(): void {
     if (this._logOpen) {
-      void this._follower?.refresh();
+      this._log?.refresh();
     }
   }
 
   dispose(): void {
-    this._follower?.dispose();
-    this._follower = null;
+    this._log?.dispose();
+    this._log = null;
   }
 
-  private _renderLog(follower: LogFollower): void {
-    const stick = this._atBottom();
-    const text = tidyLog(follower.text);
-    if (this._log.textContent !== text) {
-      this._log.textContent = text;
+  /** What was asked for: source notebook, resources, parameters, times, id. */
+  private _renderDetails(job: IJob): void {
+    const params = Object.entries(job.parameters ?? {});
+    const rows: [string, string | HTMLElement][] = [];
+    const source = h('button', { type: 'button', className: 'gpuhub-Job-linkButton', title: `Open ${job.notebook}` }, job.notebook);
+    source.addEventListener('click', () => this._opts.open(job.notebook));
+    rows.push(['Notebook', source]);
+    if (job.output) {
+      rows.push(['Result', job.output]);
     }
-    if (stick) {
-      this._log.scrollTop = this._log.scrollHeight;
+    rows.push(['Image', job.image ?? 'default']);
+    const each = job.workers > 1 ? ' per worker' : '';
+    rows.push(['CPU, memory', `${job.cpu ?? '?'} cores, ${job.memory ?? '?'}${each}`]);
+    rows.push(['GPUs', job.gpu]);
+    rows.push([
+      'Parameters',
+      params.length ? params.map(([k, v]) => `${k} = ${formatParameterValue(v)}`).join(', ') : 'none'
+    ]);
+    rows.push(['Submitted', formatTime(job.created)]);
+    if (job.finished) {
+      rows.push(['Finished', formatTime(job.finished)]);
     }
-    this._jumpToEnd.hidden = !this._logOpen || this._atBottom();
-    let status = '';
-    if (follower.error) {
-      status = `Could not load the log: ${follower.error}`;
-    } else if (!follower.text) {
-      status = FINAL_STATUSES.has(this._job.status)
-        ? 'The job wrote no log.'
-        : 'Waiting for the first lines…';
-    } else if (!FINAL_STATUSES.has(this._job.status)) {
-      status = `Following the last ${this._opts.logLines} lines.`;
+    rows.push(['Job id', job.id]);
+    const key = JSON.stringify(rows.map(([k, v]) => [k, typeof v === 'string' ? v : v.textContent]));
+    if (key === this._detailsKey) {
+      return;
     }
-    this._logStatus.textContent = status;
-    this._logStatus.hidden = !this._logOpen || !status;
-  }
-
-  private _atBottom(): boolean {
-    const log = this._log;
-    return log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
+    this._detailsKey = key;
+    this._detailsList.replaceChildren(
+      ...rows.flatMap(([term, value]) => [h('dt', {}, term), h('dd', {}, value)])
+    );
   }
 
   private _renderFailure(job: IJob): void {
@@ -475,14 +466,15 @@ class JobItem {
   private _actions: HTMLElement;
   private _badge: HTMLElement;
   private _cancel: HTMLButtonElement;
+  private _details: HTMLDetailsElement;
+  private _detailsKey = '';
+  private _detailsList: HTMLElement;
   private _failure: HTMLElement;
   private _failureKey = '';
-  private _follower: LogFollower | null = null;
   private _job: IJob;
-  private _jumpToEnd: HTMLButtonElement;
-  private _log: HTMLElement;
+  private _lastStatus: string | null = null;
+  private _log: LogPane | null = null;
   private _logOpen = false;
-  private _logStatus: HTMLElement;
   private _logToggle: HTMLButtonElement;
   private _message: HTMLElement;
   private _meta: HTMLElement;
@@ -504,15 +496,6 @@ function safeUrl(url: string | null): string | null {
   } catch {
     return null;
   }
-}
-
-/**
- * Papermill ends its "Executing Cell 3" lines with a ruler of dashes and
- * logs each output with a trailing blank line; in a narrow sidebar both are
- * noise. Drop rulers that follow text, and blank lines.
- */
-export function tidyLog(text: string): string {
-  return text.replace(/(\S)-{8,}$/gm, '$1').replace(/\n(?:[ \t]*\n)+/g, '\n');
 }
 
 function cssSafe(id: string): string {

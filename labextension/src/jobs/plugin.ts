@@ -19,6 +19,7 @@ import { Widget } from '@lumino/widgets';
 
 import { JobsAPI } from './client';
 import { jobsIcon, runOnClusterIcon } from './icon';
+import { JobLogWidget } from './log';
 import { JobsModel } from './model';
 import { JobsPanel } from './panel';
 import { parametersFromSource } from './params';
@@ -98,6 +99,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
     };
 
     let panel: JobsPanel | null = null;
+    const logTabs = new Map<string, JobLogWidget>();
     const model = new JobsModel({
       activeInterval: settings.activeInterval,
       idleInterval: settings.idleInterval,
@@ -146,6 +148,21 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       runCurrent: () => void app.commands.execute(JobsCommandIDs.runOnCluster),
       currentNotebook: () => currentNotebook()?.context.path ?? null,
       open: path => void app.commands.execute('docmanager:open', { path }),
+      openLog: job => {
+        let tab = logTabs.get(job.id);
+        if (!tab || tab.isDisposed) {
+          tab = new JobLogWidget({
+            jobId: job.id,
+            jobName: job.name,
+            interval: settings.activeInterval,
+            lines: settings.logLines,
+            status: () => model.jobs?.find(j => j.id === job.id)?.status ?? job.status
+          });
+          logTabs.set(job.id, tab);
+          app.shell.add(tab, 'main', { mode: 'split-right' });
+        }
+        app.shell.activateById(tab.id);
+      },
       logInterval: settings.activeInterval,
       logLines: settings.logLines
     });
@@ -169,6 +186,23 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       palette.addItem({ command: JobsCommandIDs.runOnCluster, category: 'GPU' });
       palette.addItem({ command: JobsCommandIDs.showJobs, category: 'GPU' });
     }
+
+    // A run that ends while the user works elsewhere is announced, with the
+    // next step one click away.
+    model.finished.connect((_, job) => {
+      logTabs.get(job.id)?.refresh();
+      const actions = job.output
+        ? [{ label: 'Open result', callback: () => void app.commands.execute('docmanager:open', { path: job.output }) }]
+        : [];
+      const options = { autoClose: job.status === 'succeeded' ? 8000 : (false as const), actions };
+      if (job.status === 'succeeded') {
+        Notification.success(`Job ${job.name} succeeded.`, options);
+      } else if (job.status === 'failed') {
+        Notification.error(`Job ${job.name} failed: ${job.error ?? 'see its log'}`, options);
+      } else {
+        Notification.info(`Job ${job.name} was cancelled.`, { autoClose: 5000 });
+      }
+    });
 
     labShell?.currentChanged.connect(() => {
       currentNotebook();
