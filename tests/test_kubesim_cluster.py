@@ -10,6 +10,7 @@ event reasons (Pulling, Pulled, Created, Started, Killing, Failed, BackOff); Job
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 import pytest
@@ -390,3 +391,121 @@ async def test_local_process_container(kubesim, kube_api):
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0
     log = await v1.read_namespaced_pod_log("local", "default")
     assert log == f"hello local http://{pod.status.pod_ip}:8888/\n"
+
+
+def training_job(kind: str, name: str, replicas: dict[str, int]) -> dict:
+    key, container = (
+        ("pytorchReplicaSpecs", "pytorch")
+        if kind == "PyTorchJob"
+        else ("tfReplicaSpecs", "tensorflow")
+    )
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "None"},
+            key: {
+                rtype: {
+                    "replicas": count,
+                    "restartPolicy": "OnFailure",
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": container,
+                                    "image": "pytorch:2",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                }
+                            ],
+                            "tolerations": [GPU_TOLERATION],
+                        }
+                    },
+                }
+                for rtype, count in replicas.items()
+            },
+        },
+    }
+
+
+def training_condition(kubesim, kind: str, name: str) -> list[str]:
+    obj = kubesim.get(kind, name) or {}
+    return [c["type"] for c in obj.get("status", {}).get("conditions", []) if c["status"] == "True"]
+
+
+async def test_pytorchjob_runs_replicas_to_success(kubesim, kube_api):
+    custom = client.CustomObjectsApi(kube_api)
+    await custom.create_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        "default",
+        "pytorchjobs",
+        training_job("PyTorchJob", "ddp", {"Master": 1, "Worker": 2}),
+    )
+    pods = kubesim.wait_for(
+        lambda: (
+            lambda ps: (
+                ps if len(ps) == 3 and all(p["status"]["phase"] == "Running" for p in ps) else None
+            )
+        )(kubesim.list("Pod", "default", labels={"training.kubeflow.org/job-name": "ddp"}))
+    )
+    assert sorted(p["metadata"]["name"] for p in pods) == [
+        "ddp-master-0",
+        "ddp-worker-0",
+        "ddp-worker-1",
+    ]
+    master = next(p for p in pods if p["metadata"]["name"] == "ddp-master-0")
+    env = {e["name"]: e["value"] for e in master["spec"]["containers"][0]["env"]}
+    assert env == {
+        "MASTER_PORT": "23456",
+        "MASTER_ADDR": "ddp-master-0",
+        "WORLD_SIZE": "3",
+        "RANK": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    assert master["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "master"
+    assert master["metadata"]["ownerReferences"][0]["kind"] == "PyTorchJob"
+    kubesim.wait_for(lambda: "Running" in training_condition(kubesim, "PyTorchJob", "ddp"))
+    kubesim.finish_job("ddp", logs="epoch 1\n")
+    kubesim.wait_for(lambda: "Succeeded" in training_condition(kubesim, "PyTorchJob", "ddp"))
+    job = await custom.get_namespaced_custom_object(
+        "kubeflow.org", "v1", "default", "pytorchjobs", "ddp"
+    )
+    assert job["status"]["replicaStatuses"] == {
+        "Master": {"succeeded": 1},
+        "Worker": {"succeeded": 2},
+    }
+    assert job["status"]["completionTime"]
+    succeeded = next(c for c in job["status"]["conditions"] if c["type"] == "Succeeded")
+    assert (succeeded["reason"], succeeded["message"]) == (
+        "PyTorchJobSucceeded",
+        "PyTorchJob default/ddp successfully completed.",
+    )
+    log = await client.CoreV1Api(kube_api).read_namespaced_pod_log("ddp-worker-1", "default")
+    assert log == "epoch 1\n"
+
+
+async def test_tfjob_fails_when_a_replica_fails(kubesim, kube_api):
+    custom = client.CustomObjectsApi(kube_api)
+    await custom.create_namespaced_custom_object(
+        "kubeflow.org", "v1", "default", "tfjobs", training_job("TFJob", "tf", {"Worker": 2})
+    )
+    kubesim.wait_for(lambda: "Running" in training_condition(kubesim, "TFJob", "tf"))
+    pod = kubesim.get("Pod", "tf-worker-1")
+    tf_config = json.loads(
+        next(e["value"] for e in pod["spec"]["containers"][0]["env"] if e["name"] == "TF_CONFIG")
+    )
+    assert tf_config["task"] == {"type": "worker", "index": 1}
+    assert tf_config["cluster"]["worker"] == [
+        "tf-worker-0.default.svc:2222",
+        "tf-worker-1.default.svc:2222",
+    ]
+    kubesim.finish_pod("tf-worker-1", exit_code=1)
+    kubesim.wait_for(lambda: "Failed" in training_condition(kubesim, "TFJob", "tf"))
+    job = kubesim.get("TFJob", "tf")
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["message"] == "TFJob default/tf has failed because 1 Worker replica(s) failed."
+    await custom.delete_namespaced_custom_object("kubeflow.org", "v1", "default", "tfjobs", "tf")
+    kubesim.wait_for(
+        lambda: not kubesim.list("Pod", "default", labels={"training.kubeflow.org/job-name": "tf"})
+    )

@@ -227,7 +227,10 @@ class Kubelet:
                 host=node_name,
             )
         self._update(key, lambda o: _running(o, running.ip, host_ip))
-        job = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+        labels = pod["metadata"].get("labels") or {}
+        job = labels.get("batch.kubernetes.io/job-name") or labels.get(
+            "training.kubeflow.org/job-name"
+        )
         if job and (key[0], job) in self.cues:
             exit_code, after, text = self.cues[(key[0], job)]
             await asyncio.sleep(after)
@@ -524,11 +527,10 @@ def _terminated(pod: Obj, running: Running, exit_code: int, reason: str | None) 
     status = pod["status"]
     stamp = now()
     policy = pod["spec"].get("restartPolicy", "Always")
-    if (
-        "batch.kubernetes.io/job-name" in (pod["metadata"].get("labels") or {})
-        and policy == "OnFailure"
-    ):
-        policy = "Never"  # container restarts are not simulated: a Job's pod fails outright
+    labels = pod["metadata"].get("labels") or {}
+    owned = "batch.kubernetes.io/job-name" in labels or "training.kubeflow.org/job-name" in labels
+    if owned and policy == "OnFailure":
+        policy = "Never"  # container restarts are not simulated: a job's pod fails outright
     statuses = []
     all_done = True
     for container in pod["spec"]["containers"]:

@@ -25,6 +25,7 @@ from .faults import Faults, Rule
 from .kubelet import Kubelet, RunLocally
 from .server import Server
 from .store import Obj, Store, now
+from .training import TrainingOperator
 
 T = TypeVar("T")
 CRD_DIR = Path(__file__).parent / "crds"
@@ -117,6 +118,7 @@ class KubeSim:
         self.jobs = JobController(self.store)
         self.gc = GarbageCollector(self.store, self.api)
         self.namespaces = NamespaceController(self.store, self.api)
+        self.training = TrainingOperator(self.store)
         self.server = Server(self.store, self.api, self.kubelet, self.faults)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -377,10 +379,10 @@ class KubeSimThread:
             self.sim.kubelet.cues[(namespace, name)] = (code, after, logs)
             for pod in self.sim.store.list(self._rt("Pod"), namespace):
                 labels = pod["metadata"].get("labels") or {}
-                if (
-                    labels.get("batch.kubernetes.io/job-name") == name
-                    and pod["status"].get("phase") == "Running"
-                ):
+                owner = labels.get("batch.kubernetes.io/job-name") or labels.get(
+                    "training.kubeflow.org/job-name"
+                )
+                if owner == name and pod["status"].get("phase") == "Running":
                     self.sim.kubelet.finish(namespace, pod["metadata"]["name"], code, logs)
 
         self.call(cue)
