@@ -12,8 +12,13 @@ export interface IParsedValue {
   note: string | null;
 }
 
+const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i;
+
 export function parseParameterValue(raw: string): IParsedValue {
   const text = raw.trim();
+  if (NUMBER.test(text)) {
+    return { value: Number(text), note: null }; // also .5, +1, 1. (not JSON, but meant)
+  }
   if (!LOOKS_LIKE_JSON.test(text)) {
     return { value: raw, note: null };
   }
@@ -39,7 +44,7 @@ export function formatParameterValue(value: unknown): string {
 export function parametersFromSource(source: string): Array<[string, string]> {
   const found: Array<[string, string]> = [];
   for (const line of source.split('\n')) {
-    const match = /^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]+)?=\s*(.+?)\s*(#.*)?$/.exec(
+    const match = /^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]+)?=\s*(.+?)\s*(\s#.*)?$/.exec(
       line
     );
     if (match) {

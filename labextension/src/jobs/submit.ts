@@ -95,7 +95,8 @@ export class SubmitForm extends Widget {
     }
     const cpu = this._cpu.value.trim();
     if (cpu) {
-      body.cpu = isFinite(Number(cpu)) ? Number(cpu) : cpu;
+      // Numbers as numbers; anything else as typed, for the server to judge.
+      body.cpu = /^\d+(\.\d+)?$/.test(cpu) ? Number(cpu) : cpu;
     }
     const memory = this._memory.value.trim();
     if (memory) {
@@ -249,9 +250,8 @@ export class SubmitForm extends Widget {
     const workersId = uid('gpuhub-workers');
     this._workers = h('input', {
       id: workersId,
-      type: 'number',
+      type: 'text',
       inputmode: 'numeric',
-      step: 1,
       value: 2,
       'aria-describedby': `${workersId}-help`
     });
@@ -348,9 +348,8 @@ export class SubmitForm extends Widget {
     const cpuId = uid('gpuhub-cpu');
     this._cpu = h('input', {
       id: cpuId,
-      type: 'number',
+      type: 'text',
       inputmode: 'decimal',
-      step: 'any',
       value: o.cpu?.default ?? '',
       'aria-describedby': `${cpuId}-help`
     });
@@ -379,9 +378,8 @@ export class SubmitForm extends Widget {
     const maxGpus = this._maxGpus();
     this._gpus = h('input', {
       id: gpusId,
-      type: 'number',
+      type: 'text',
       inputmode: 'numeric',
-      step: 1,
       value: maxGpus > 0 ? 1 : 0,
       readonly: maxGpus === 0,
       'aria-describedby': `${gpusId}-help`
