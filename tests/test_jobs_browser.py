@@ -17,9 +17,11 @@ from typing import Any
 import nbformat
 import pytest
 
+from gpuhub.jobs.policy_env import policy_env
 from tests.browser.chromium import artifact, chromium
 from tests.jupyter.notebooks import write_notebook
 from tests.jupyter.server import TOKEN, JupyterServer, jupyter_server
+from tests.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.browser
 
@@ -40,26 +42,33 @@ SLOW = (
 TIMEOUT = 120_000  # ms: papermill starts a kernel on a 2-core machine
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+def expose_extension(tmp: Path) -> None:
+    """Make the built extension visible to a server whose Jupyter dirs are under ``tmp``.
+
+    The test server's data dir is isolated: the extension is linked there, as the wheel's
+    shared-data installs it; JupyterLab's "news" question is turned off so that it covers
+    nothing.
+    """
     if not (BUILT / "package.json").exists():
         pytest.fail("The lab extension is not built; run `npm run build`.")
-    tmp = tmp_path_factory.mktemp("jobs-browser")
-    root = tmp / "home"
-    write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
-    write_notebook(root / "broken.ipynb", *BROKEN)
-    write_notebook(root / "slow.ipynb", SLOW)
-    # This server's data dir is isolated: expose the built extension there, as the
-    # wheel's shared-data does in an installed environment.
     labextensions = tmp / "data" / "labextensions"
     labextensions.mkdir(parents=True)
     (labextensions / "gpuhub").symlink_to(BUILT, target_is_directory=True)
-    # No "news" question covering the page.
     labconfig = tmp / "config" / "labconfig"
     labconfig.mkdir(parents=True)
     (labconfig / "page_config.json").write_text(
         json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
     )
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+    tmp = tmp_path_factory.mktemp("jobs-browser")
+    root = tmp / "home"
+    write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
+    write_notebook(root / "broken.ipynb", *BROKEN)
+    write_notebook(root / "slow.ipynb", SLOW)
+    expose_extension(tmp)
     # Two GPUs by CUDA_VISIBLE_DEVICES: the local backend offers them (no GPU is touched;
     # the notebooks only see the variable).
     env = {"CUDA_VISIBLE_DEVICES": "0,1"}
@@ -371,3 +380,124 @@ CONTRAST = """el => {
 
 def contrast(locator: Any) -> float:
     return float(locator.evaluate(CONTRAST))
+
+
+# -- Kubernetes mode: every kind offered; what the dialog sends is what gets forwarded -------
+@pytest.fixture(scope="module")
+def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
+    """A user server in Kubernetes mode whose hub-service client records what it forwards.
+
+    The recording client (``tests/jupyter/recording_backend.py``) stands in for the hub
+    service only; the REST API, the policy checks and the browser side are the real ones.
+    """
+    tmp = tmp_path_factory.mktemp("jobs-browser-cluster")
+    root = tmp / "home"
+    write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
+    expose_extension(tmp)
+    env = {
+        **policy_env(DESIGN_CONFIG, ["staff"]),
+        "GPUHUB_JOBS_URL": "http://127.0.0.1:9/services/gpuhub/api",
+        "JUPYTERHUB_API_TOKEN": "user-token",
+        "GPUHUB_TEST_FORWARD_LOG": str(tmp / "forwarded.jsonl"),
+    }
+    config = (
+        'c.GPUHubJobs.remote_backend_class = "tests.jupyter.recording_backend.RecordingBackend"\n'
+    )
+    with jupyter_server(root, tmp, lab=True, config=config, env=env) as server:
+        yield server
+
+
+def forwarded(lab: JupyterServer) -> list[dict[str, Any]]:
+    log = lab.root.parent / "forwarded.jsonl"
+    return (
+        [json.loads(line)["body"] for line in log.read_text().splitlines()] if log.exists() else []
+    )
+
+
+def test_distributed_and_pipeline_kinds_on_a_cluster(
+    browser: Any, cluster_lab: JupyterServer
+) -> None:
+    with notebook_page(browser, cluster_lab, "train.ipynb", "jobs-cluster") as page:
+        distributed_and_pipeline_kinds(page, cluster_lab)
+
+
+def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
+    run = page.locator('.jp-NotebookPanel-toolbar [data-command="gpuhub:run-on-cluster"]')
+    run.click()
+    dialog = page.locator(".gpuhub-JobDialog")
+    form = dialog.locator(".gpuhub-JobForm")
+    form.wait_for()
+    assert form.get_by_label("Pipeline step").is_enabled()
+    assert form.locator(".gpuhub-JobForm-why").count() == 0  # every kind is served here
+    workers = form.get_by_label("Workers")
+    assert workers.is_hidden()
+    form.get_by_label("Run as").select_option("pytorchjob")
+    assert workers.is_visible()
+    workers.fill("3")
+    gpus = form.get_by_label("GPUs", exact=True)
+    gpus_help = form.locator(f"#{gpus.get_attribute('id')}-help")
+    assert "up to 8 for you per worker" in gpus_help.inner_text()
+
+    def refused(field: Any, words: str) -> None:
+        dialog.get_by_role("button", name="Submit job").click()
+        error = form.locator(f"#{field.get_attribute('id')}-error")
+        error.wait_for(state="visible")
+        assert words in error.inner_text(), error.inner_text()
+        assert forwarded(lab) == []  # refused before anything reached the cluster
+
+    name = form.get_by_label("Job name (optional)")
+    name.fill("ResNet_DDP")
+    refused(name, "lower-case")
+    name.fill("resnet-ddp")
+    image = form.get_by_label("Image", exact=True)
+    image.select_option("__custom__")
+    form.get_by_label("Custom image reference").fill("docker.io/someone/miner:latest")
+    refused(image, "image")
+    form.get_by_label("Custom image reference").fill("registry.example.org/team/train:v1")
+    gpu_type = form.get_by_label("GPU type")
+    gpu_type.select_option("a100-1g")
+    assert "MIG slice" in gpu_type.locator("option:checked").inner_text()
+    gpus.fill("2")
+    assert "up to 1 for you" in gpus_help.inner_text()  # the hint follows the type
+    refused(gpus, "1")
+    gpu_type.select_option("a100")
+    gpus.fill("4")
+    form.get_by_label("Value of epochs").fill("20")
+    dialog.screenshot(path=str(artifact("jobs-dialog-cluster.png")))
+    dialog.get_by_role("button", name="Submit job").click()
+    dialog.wait_for(state="detached")
+
+    assert forwarded(lab) == [
+        {
+            "notebook": "train.ipynb",
+            "kind": "pytorchjob",
+            "name": "resnet-ddp",
+            "workers": 3,
+            "parameters": {"epochs": 20},
+            "cpu": 2,
+            "memory": "8G",
+            "gpus": 4,
+            "image": "registry.example.org/team/train:v1",
+            "gpu_type": "a100",
+        }
+    ]
+    item = page.locator('.gpuhub-Job[data-job-id^="resnet-ddp-"]')
+    item.wait_for()
+    meta = item.locator(".gpuhub-Job-meta").inner_text()
+    assert "PyTorchJob" in meta and "3 workers, 4 x NVIDIA A100 80GB each" in meta
+    assert item.locator(".gpuhub-Job-badge").inner_text() == "Pending"
+
+    # A pipeline step: the training choices step aside.
+    run.click()
+    form.wait_for()
+    form.get_by_label("Pipeline step").check()
+    assert form.get_by_label("Run as").is_disabled() and form.get_by_label("Workers").is_hidden()
+    dialog.get_by_role("button", name="Submit job").click()
+    dialog.wait_for(state="detached")
+    assert forwarded(lab)[-1]["kind"] == "pipeline" and forwarded(lab)[-1]["workers"] == 1
+    page.locator('.gpuhub-Job[data-job-id^="train-"]').wait_for()
+    assert (
+        "Pipeline step"
+        in page.locator('.gpuhub-Job[data-job-id^="train-"] .gpuhub-Job-meta').inner_text()
+    )
+    page.screenshot(path=str(artifact("jobs-panel-cluster.png")))

@@ -93,6 +93,7 @@ export class LogPane {
     if (this._pre.textContent !== text) {
       this._pre.textContent = text;
     }
+    this._pre.hidden = !text; // no empty box while waiting for the first lines
     if (stick) {
       this._pre.scrollTop = this._pre.scrollHeight;
     }

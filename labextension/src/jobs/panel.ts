@@ -327,8 +327,7 @@ class JobItem {
     }
     const parts = [
       KIND_LABELS[job.kind] ?? job.kind,
-      job.workers > 1 ? `${job.workers} workers` : null,
-      job.gpu,
+      job.gpu, // "CPU only", "2 x NVIDIA A100", "3 workers, 4 x ... each"
       seconds === null ? `submitted ${formatTime(job.created)}` : formatDuration(seconds)
     ].filter(Boolean);
     const text = parts.join(' \u00b7 ');
