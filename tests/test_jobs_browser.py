@@ -487,14 +487,20 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
     assert "PyTorchJob" in meta and "3 workers, 4 x NVIDIA A100 80GB each" in meta
     assert item.locator(".gpuhub-Job-badge").inner_text() == "Pending"
 
-    # A pipeline step: the training choices step aside.
+    # The next dialog starts from these choices; a pipeline step sets the training ones aside.
     run.click()
     form.wait_for()
+    assert form.get_by_label("Run as").input_value() == "pytorchjob"
+    assert form.get_by_label("Workers").input_value() == "3"
+    assert form.get_by_label("Custom image reference").input_value().startswith("registry.")
+    assert form.get_by_label("GPU type").input_value() == "a100"
     form.get_by_label("Pipeline step").check()
     assert form.get_by_label("Run as").is_disabled() and form.get_by_label("Workers").is_hidden()
     dialog.get_by_role("button", name="Submit job").click()
     dialog.wait_for(state="detached")
-    assert forwarded(lab)[-1]["kind"] == "pipeline" and forwarded(lab)[-1]["workers"] == 1
+    pipeline = forwarded(lab)[-1]
+    assert pipeline["kind"] == "pipeline" and pipeline["workers"] == 1
+    assert pipeline["gpus"] == 4 and pipeline["image"] == "registry.example.org/team/train:v1"
     page.locator('.gpuhub-Job[data-job-id^="train-"]').wait_for()
     assert (
         "Pipeline step"

@@ -67,6 +67,9 @@ export class SubmitForm extends Widget {
     this._opts = options;
     this.node.addEventListener('submit', event => event.preventDefault());
     this._build();
+    if (lastChoices) {
+      this._restore(lastChoices);
+    }
     this._sync();
   }
 
@@ -132,7 +135,9 @@ export class SubmitForm extends Widget {
     try {
       await this._opts.beforeSubmit();
       this._status.textContent = 'Submitting…';
-      this._result = await JobsAPI.submit(this.body());
+      const body = this.body();
+      this._result = await JobsAPI.submit(body);
+      lastChoices = body;
       return true;
     } catch (error) {
       this._showError(error);
@@ -536,6 +541,43 @@ export class SubmitForm extends Widget {
     return row;
   }
 
+  /**
+   * Start from what this user submitted last (this page session): the same
+   * kind, image and resources, where the options still offer them.
+   */
+  private _restore(last: ISubmitBody): void {
+    const selectable = (select: HTMLSelectElement | null, value: unknown): boolean =>
+      !!select &&
+      Array.from(select.options).some(o => o.value === value && !o.disabled);
+    if (last.kind === 'pipeline' && !this._pipeline.disabled) {
+      this._pipeline.checked = true;
+    } else if (last.kind !== 'pipeline' && selectable(this._mode, last.kind)) {
+      this._training.checked = true;
+      this._mode.value = last.kind;
+    }
+    if (last.workers !== undefined) {
+      this._workers.value = String(last.workers);
+    }
+    if (selectable(this._image, last.image)) {
+      this._image!.value = String(last.image);
+    } else if (last.image && this._customImage && selectable(this._image, CUSTOM_IMAGE)) {
+      this._image!.value = CUSTOM_IMAGE;
+      this._customImage.value = String(last.image);
+    }
+    for (const [input, value] of [
+      [this._cpu, last.cpu],
+      [this._memory, last.memory],
+      [this._gpus, last.gpus]
+    ] as const) {
+      if (value !== undefined && !input.readOnly) {
+        input.value = String(value);
+      }
+    }
+    if (selectable(this._gpuType, last.gpu_type)) {
+      this._gpuType!.value = String(last.gpu_type);
+    }
+  }
+
   // -- state ------------------------------------------------------------------------------
   private _kind(): JobKind {
     return this._pipeline.checked ? 'pipeline' : (this._mode.value as JobKind);
@@ -666,6 +708,9 @@ export class SubmitForm extends Widget {
   private _workers!: HTMLInputElement;
   private _workersRow!: HTMLElement;
 }
+
+/** What was submitted last in this page session: the next dialog starts there. */
+let lastChoices: ISubmitBody | null = null;
 
 /** The same default the server uses ("Train ResNet (v2)" -> "train-resnet-v2"). */
 function defaultName(stem: string): string {
