@@ -467,3 +467,26 @@ def test_hub_restart_finds_running_servers(
         wait_pod_gone(sim, "katherine")
     finally:
         second.stop()
+
+
+def test_form_without_a_reachable_cluster_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.kubesim import kubeconfig_text
+
+    dead = tmp_path / "kubeconfig"
+    dead.write_text(kubeconfig_text(f"http://127.0.0.1:{free_port()}"))
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    hub = start_hub(tmp_path / "hub", hub_config("c.GPUSpawner.capacity_wait = 1\n"))
+    try:
+        session = hub.login("ada")
+        page = session.get(f"{hub.url}/hub/spawn", timeout=30)
+        assert page.status_code == 200
+        assert (
+            "Live GPU availability cannot be shown right now (the cluster did not answer)."
+            in page.text
+        )
+        assert not re.search(r"\d+ of \d+ free now", page.text)
+        assert 'value="a100"' in page.text  # the choices are still there
+    finally:
+        hub.stop()
