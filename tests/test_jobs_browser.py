@@ -111,6 +111,22 @@ def notebook_page(browser: Any, lab: JupyterServer, path: str, name: str) -> Ite
         page.close()
 
 
+def open_palette(page: Any) -> Any:
+    """The command palette, opened from the View menu.
+
+    The palette closes when it loses focus, which a notebook still settling after its
+    first load may take; so it is opened again until it stays.
+    """
+    palette = page.locator(".lm-CommandPalette-input")
+    for _ in range(5):
+        page.locator(".lm-MenuBar-item", has_text="View").click()
+        page.locator(".lm-Menu-item", has_text="Activate Command Palette").click()
+        page.wait_for_timeout(500)
+        if palette.is_visible():
+            return palette
+    raise AssertionError("the command palette did not stay open")
+
+
 def jobs_panel(page: Any) -> Any:
     """Open the Jobs sidebar panel (its tab in the left bar) and return it."""
     panel = page.locator("#gpuhub-jobs-panel")
@@ -254,9 +270,8 @@ def test_failed_job_shows_the_failing_cell(browser: Any, lab: JupyterServer) -> 
 def failed_job_shows_the_failing_cell(page: Any) -> None:
     # The command palette entry (category GPU) opens the same dialog. The palette is
     # opened from the View menu and filled directly: stray keys would edit the notebook.
-    page.locator(".lm-MenuBar-item", has_text="View").click()
-    page.locator(".lm-Menu-item", has_text="Activate Command Palette").click()
-    page.locator(".lm-CommandPalette-input").fill("Run Notebook on Cluster")
+    palette = open_palette(page)
+    palette.fill("Run Notebook on Cluster")
     palette_item = page.locator(".lm-CommandPalette-item", has_text="Run Notebook on Cluster")
     palette_item.first.wait_for()
     page.screenshot(path=str(artifact("jobs-palette.png")))

@@ -76,5 +76,6 @@ export const JobsAPI = {
   submit: (body: ISubmitBody): Promise<ISubmitReply> =>
     call<ISubmitReply>('', { method: 'POST', body: JSON.stringify(body) }),
 
-  cancel: (id: string): Promise<IJob> => call<IJob>(enc(id), { method: 'DELETE' })
+  cancel: (id: string): Promise<IJob> =>
+    call<IJob>(enc(id), { method: 'DELETE' })
 };

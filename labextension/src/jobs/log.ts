@@ -43,7 +43,11 @@ export class LogPane {
   constructor(private _opts: LogPane.IOptions) {
     const id = `gpuhub-job-log-${_opts.jobId.replace(/[^A-Za-z0-9_-]/g, '_')}-${++LogPane._count}`;
     this.id = id;
-    this._status = h('div', { className: 'gpuhub-Job-logStatus' }, 'Loading the log…');
+    this._status = h(
+      'div',
+      { className: 'gpuhub-Job-logStatus' },
+      'Loading the log…'
+    );
     this._pre = h('pre', {
       className: 'gpuhub-Job-log',
       id,
@@ -51,7 +55,15 @@ export class LogPane {
       tabindex: 0,
       'aria-label': `Log of ${_opts.jobName}`
     });
-    this._jump = h('button', { type: 'button', className: 'jp-mod-styled gpuhub-Job-action', hidden: true }, 'Follow the end');
+    this._jump = h(
+      'button',
+      {
+        type: 'button',
+        className: 'jp-mod-styled gpuhub-Job-action',
+        hidden: true
+      },
+      'Follow the end'
+    );
     this._jump.addEventListener('click', () => {
       this._pre.scrollTop = this._pre.scrollHeight;
       this._jump.hidden = true;
@@ -61,12 +73,25 @@ export class LogPane {
     });
     const tools = h('div', { className: 'gpuhub-Job-logTools' }, this._jump);
     if (_opts.openInTab) {
-      const tab = h('button', { type: 'button', className: 'gpuhub-Job-linkButton' }, 'Open in a tab');
-      tab.setAttribute('aria-label', `Open the log of ${_opts.jobName} in a tab`);
+      const tab = h(
+        'button',
+        { type: 'button', className: 'gpuhub-Job-linkButton' },
+        'Open in a tab'
+      );
+      tab.setAttribute(
+        'aria-label',
+        `Open the log of ${_opts.jobName} in a tab`
+      );
       tab.addEventListener('click', () => _opts.openInTab!());
       tools.append(tab);
     }
-    this.node = h('div', { className: 'gpuhub-Job-logPane' }, this._status, this._pre, tools);
+    this.node = h(
+      'div',
+      { className: 'gpuhub-Job-logPane' },
+      this._status,
+      this._pre,
+      tools
+    );
     this._follower = new LogFollower(_opts.jobId, {
       interval: _opts.interval,
       tail: _opts.lines,

@@ -53,12 +53,19 @@ export class JobsPanel extends Widget {
 
     this._runButton = h(
       'button',
-      { type: 'button', className: 'jp-mod-styled jp-mod-accept gpuhub-JobsPanel-run' },
+      {
+        type: 'button',
+        className: 'jp-mod-styled jp-mod-accept gpuhub-JobsPanel-run'
+      },
       'Run notebook on cluster…'
     );
     this._runButton.addEventListener('click', () => options.runCurrent());
     this._runHint = h('div', { className: 'gpuhub-JobsPanel-hint' });
-    this._error = h('div', { className: 'gpuhub-JobsPanel-error', role: 'status', hidden: true });
+    this._error = h('div', {
+      className: 'gpuhub-JobsPanel-error',
+      role: 'status',
+      hidden: true
+    });
     this._empty = h(
       'div',
       { className: 'gpuhub-JobsPanel-empty', hidden: true },
@@ -79,8 +86,15 @@ export class JobsPanel extends Widget {
           'Tag a cell \u201cparameters\u201d to set values per run.'
       )
     );
-    this._loading = h('div', { className: 'gpuhub-JobsPanel-hint' }, 'Loading jobs…');
-    this._list = h('ul', { className: 'gpuhub-JobsPanel-list', 'aria-label': 'Your jobs' });
+    this._loading = h(
+      'div',
+      { className: 'gpuhub-JobsPanel-hint' },
+      'Loading jobs…'
+    );
+    this._list = h('ul', {
+      className: 'gpuhub-JobsPanel-list',
+      'aria-label': 'Your jobs'
+    });
     this.node.append(
       h(
         'div',
@@ -236,22 +250,41 @@ class JobItem {
     this._meta = h('div', { className: 'gpuhub-Job-meta' });
     this._message = h('div', { className: 'gpuhub-Job-message' });
     this._failure = h('div', { className: 'gpuhub-Job-failure', hidden: true });
-    this._progress = h('progress', { className: 'gpuhub-Job-progress', max: 1, value: 0 });
+    this._progress = h('progress', {
+      className: 'gpuhub-Job-progress',
+      max: 1,
+      value: 0
+    });
     this._actions = h('div', { className: 'gpuhub-Job-actions' });
-    this._logToggle = this._button('Show log', () => this.showLog(!this._logOpen));
+    this._logToggle = this._button('Show log', () =>
+      this.showLog(!this._logOpen)
+    );
     this._logToggle.setAttribute('aria-expanded', 'false');
     this._openResult = this._button('Open result', () => {
       if (this._job.output) {
         this._opts.open(this._job.output);
       }
     });
-    this._runPage = h('a', {
-      className: 'gpuhub-Job-link',
-      target: '_blank',
-      rel: 'noopener noreferrer'
-    }, 'Run page');
-    this._cancel = this._button('Cancel', () => void this._confirmCancel(), 'gpuhub-mod-warn');
-    this._actions.append(this._logToggle, this._openResult, this._runPage, this._cancel);
+    this._runPage = h(
+      'a',
+      {
+        className: 'gpuhub-Job-link',
+        target: '_blank',
+        rel: 'noopener noreferrer'
+      },
+      'Run page'
+    );
+    this._cancel = this._button(
+      'Cancel',
+      () => void this._confirmCancel(),
+      'gpuhub-mod-warn'
+    );
+    this._actions.append(
+      this._logToggle,
+      this._openResult,
+      this._runPage,
+      this._cancel
+    );
     this._detailsList = h('dl', { className: 'gpuhub-Job-detailsList' });
     this._details = h(
       'details',
@@ -281,7 +314,10 @@ class JobItem {
     this._title.title = `${job.notebook} (${job.id})`;
     this._badge.textContent = STATUS_LABELS[job.status] ?? job.status;
     this._badge.className = `gpuhub-Job-badge gpuhub-mod-${job.status}`;
-    this._badge.setAttribute('aria-label', `Status: ${STATUS_LABELS[job.status] ?? job.status}`);
+    this._badge.setAttribute(
+      'aria-label',
+      `Status: ${STATUS_LABELS[job.status] ?? job.status}`
+    );
     this.node.dataset.status = job.status;
     this.tick();
 
@@ -293,7 +329,9 @@ class JobItem {
     this._progress.setAttribute('aria-label', `${done} of ${total} cells run`);
 
     this._message.textContent =
-      job.status === 'failed' ? job.error ?? job.message ?? '' : job.message ?? '';
+      job.status === 'failed'
+        ? (job.error ?? job.message ?? '')
+        : (job.message ?? '');
     this._message.hidden = !this._message.textContent;
     this._message.classList.toggle('gpuhub-mod-error', job.status === 'failed');
 
@@ -306,7 +344,13 @@ class JobItem {
     this._runPage.hidden = url === null;
     if (url) {
       this._runPage.href = url;
-      this._runPage.textContent = job.kind === 'pipeline' ? 'KFP run page' : 'Run page';
+      this._runPage.textContent =
+        job.kind === 'pipeline' ? 'KFP run page' : 'Run page';
+      this._runPage.title = `${url} (opens in a new tab)`;
+      this._runPage.setAttribute(
+        'aria-label',
+        `${this._runPage.textContent} of ${job.name} (opens in a new tab)`
+      );
     }
     this._cancel.hidden = FINAL_STATUSES.has(job.status);
     this._cancel.setAttribute('aria-label', `Cancel ${job.name}`);
@@ -328,7 +372,9 @@ class JobItem {
     const parts = [
       KIND_LABELS[job.kind] ?? job.kind,
       job.gpu, // "CPU only", "2 x NVIDIA A100", "3 workers, 4 x ... each"
-      seconds === null ? `submitted ${formatTime(job.created)}` : formatDuration(seconds)
+      seconds === null
+        ? `submitted ${formatTime(job.created)}`
+        : formatDuration(seconds)
     ].filter(Boolean);
     const text = parts.join(' \u00b7 ');
     if (this._meta.textContent !== text) {
@@ -376,7 +422,15 @@ class JobItem {
   private _renderDetails(job: IJob): void {
     const params = Object.entries(job.parameters ?? {});
     const rows: [string, string | HTMLElement][] = [];
-    const source = h('button', { type: 'button', className: 'gpuhub-Job-linkButton', title: `Open ${job.notebook}` }, job.notebook);
+    const source = h(
+      'button',
+      {
+        type: 'button',
+        className: 'gpuhub-Job-linkButton',
+        title: `Open ${job.notebook}`
+      },
+      job.notebook
+    );
     source.addEventListener('click', () => this._opts.open(job.notebook));
     rows.push(['Notebook', source]);
     if (job.output) {
@@ -384,24 +438,34 @@ class JobItem {
     }
     rows.push(['Image', job.image ?? 'default']);
     const each = job.workers > 1 ? ' per worker' : '';
-    rows.push(['CPU, memory', `${job.cpu ?? '?'} cores, ${job.memory ?? '?'}${each}`]);
+    rows.push([
+      'CPU, memory',
+      `${job.cpu ?? '?'} cores, ${job.memory ?? '?'}${each}`
+    ]);
     rows.push(['GPUs', job.gpu]);
     rows.push([
       'Parameters',
-      params.length ? params.map(([k, v]) => `${k} = ${formatParameterValue(v)}`).join(', ') : 'none'
+      params.length
+        ? params.map(([k, v]) => `${k} = ${formatParameterValue(v)}`).join(', ')
+        : 'none'
     ]);
     rows.push(['Submitted', formatTime(job.created)]);
     if (job.finished) {
       rows.push(['Finished', formatTime(job.finished)]);
     }
     rows.push(['Job id', job.id]);
-    const key = JSON.stringify(rows.map(([k, v]) => [k, typeof v === 'string' ? v : v.textContent]));
+    const key = JSON.stringify(
+      rows.map(([k, v]) => [k, typeof v === 'string' ? v : v.textContent])
+    );
     if (key === this._detailsKey) {
       return;
     }
     this._detailsKey = key;
     this._detailsList.replaceChildren(
-      ...rows.flatMap(([term, value]) => [h('dt', {}, term), h('dd', {}, value)])
+      ...rows.flatMap(([term, value]) => [
+        h('dt', {}, term),
+        h('dd', {}, value)
+      ])
     );
   }
 
@@ -426,7 +490,11 @@ class JobItem {
       h('div', { className: 'gpuhub-Job-failureHead' }, where),
       h(
         'pre',
-        { className: 'gpuhub-Job-cell', 'aria-label': 'Source of the failing cell', tabindex: 0 },
+        {
+          className: 'gpuhub-Job-cell',
+          'aria-label': 'Source of the failing cell',
+          tabindex: 0
+        },
         cell.source
       )
     );
@@ -442,7 +510,10 @@ class JobItem {
           : 'The run stops now and its pods are removed. Outputs written so far stay where the job wrote them.',
       buttons: [
         Dialog.cancelButton({ label: 'Keep running' }),
-        Dialog.warnButton({ label: 'Cancel job', ariaLabel: `Cancel job ${job.name}` })
+        Dialog.warnButton({
+          label: 'Cancel job',
+          ariaLabel: `Cancel job ${job.name}`
+        })
       ],
       defaultButton: 0
     });
@@ -452,12 +523,23 @@ class JobItem {
     try {
       await this._model.cancel(job.id);
     } catch (error) {
-      void showErrorMessage('Could not cancel the job', (error as Error).message);
+      void showErrorMessage(
+        'Could not cancel the job',
+        (error as Error).message
+      );
     }
   }
 
-  private _button(label: string, onClick: () => void, extra = ''): HTMLButtonElement {
-    const button = h('button', { type: 'button', className: `jp-mod-styled gpuhub-Job-action ${extra}` }, label);
+  private _button(
+    label: string,
+    onClick: () => void,
+    extra = ''
+  ): HTMLButtonElement {
+    const button = h(
+      'button',
+      { type: 'button', className: `jp-mod-styled gpuhub-Job-action ${extra}` },
+      label
+    );
     button.addEventListener('click', onClick);
     return button;
   }
@@ -491,7 +573,9 @@ function safeUrl(url: string | null): string | null {
   }
   try {
     const parsed = new URL(url, window.location.href);
-    return parsed.protocol === 'http:' || parsed.protocol === 'https:' ? parsed.href : null;
+    return parsed.protocol === 'http:' || parsed.protocol === 'https:'
+      ? parsed.href
+      : null;
   } catch {
     return null;
   }

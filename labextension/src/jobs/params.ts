@@ -44,9 +44,8 @@ export function formatParameterValue(value: unknown): string {
 export function parametersFromSource(source: string): Array<[string, string]> {
   const found: Array<[string, string]> = [];
   for (const line of source.split('\n')) {
-    const match = /^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]+)?=\s*(.+?)\s*(\s#.*)?$/.exec(
-      line
-    );
+    const match =
+      /^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]+)?=\s*(.+?)\s*(\s#.*)?$/.exec(line);
     if (match) {
       found.push([match[1], match[2]]);
     }

@@ -13,7 +13,10 @@ import {
   Notification,
   showErrorMessage
 } from '@jupyterlab/apputils';
-import type { DocumentRegistry, IDocumentWidget } from '@jupyterlab/docregistry';
+import type {
+  DocumentRegistry,
+  IDocumentWidget
+} from '@jupyterlab/docregistry';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { Widget } from '@lumino/widgets';
 
@@ -39,14 +42,22 @@ interface ISettings {
   logLines: number;
 }
 
-const DEFAULTS: ISettings = { activeInterval: 2, idleInterval: 30, logLines: 2000 };
+const DEFAULTS: ISettings = {
+  activeInterval: 2,
+  idleInterval: 30,
+  logLines: 2000
+};
 
 type NotebookWidget = IDocumentWidget<Widget, DocumentRegistry.IModel>;
 
 /** The widget if it is an open notebook document. */
 function asNotebook(widget: Widget | null): NotebookWidget | null {
   const context = (widget as Partial<NotebookWidget> | null)?.context;
-  if (context && typeof context.path === 'string' && context.path.endsWith('.ipynb')) {
+  if (
+    context &&
+    typeof context.path === 'string' &&
+    context.path.endsWith('.ipynb')
+  ) {
     return widget as NotebookWidget;
   }
   return null;
@@ -56,15 +67,23 @@ function asNotebook(widget: Widget | null): NotebookWidget | null {
 function suggestedParameters(widget: NotebookWidget): Array<[string, string]> {
   try {
     const content = widget.context.model.toJSON() as {
-      cells?: { cell_type: string; metadata?: { tags?: string[] }; source: string | string[] }[];
+      cells?: {
+        cell_type: string;
+        metadata?: { tags?: string[] };
+        source: string | string[];
+      }[];
     };
     const cell = (content.cells ?? []).find(
-      c => c.cell_type === 'code' && (c.metadata?.tags ?? []).includes('parameters')
+      c =>
+        c.cell_type === 'code' &&
+        (c.metadata?.tags ?? []).includes('parameters')
     );
     if (!cell) {
       return [];
     }
-    const source = Array.isArray(cell.source) ? cell.source.join('') : cell.source;
+    const source = Array.isArray(cell.source)
+      ? cell.source.join('')
+      : cell.source;
     return parametersFromSource(source);
   } catch {
     return [];
@@ -73,7 +92,8 @@ function suggestedParameters(widget: NotebookWidget): Array<[string, string]> {
 
 export const jobsPlugin: JupyterFrontEndPlugin<void> = {
   id: JOBS_PLUGIN_ID,
-  description: 'Run the open notebook as a training job or pipeline step, and follow its jobs.',
+  description:
+    'Run the open notebook as a training job or pipeline step, and follow its jobs.',
   autoStart: true,
   optional: [ILabShell, ILayoutRestorer, ICommandPalette, ISettingRegistry],
   activate: (
@@ -120,7 +140,10 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       try {
         options = await JobsAPI.options();
       } catch (error) {
-        await showErrorMessage('Jobs are unavailable', (error as Error).message);
+        await showErrorMessage(
+          'Jobs are unavailable',
+          (error as Error).message
+        );
         return;
       }
       const reply = await showSubmitDialog({
@@ -139,7 +162,9 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       model.upsert(reply.job);
       panel!.follow(reply.id);
       app.shell.activateById(panel!.id);
-      Notification.success(`Submitted ${reply.job.name}: ${reply.job.gpu}.`, { autoClose: 4000 });
+      Notification.success(`Submitted ${reply.job.name}: ${reply.job.gpu}.`, {
+        autoClose: 4000
+      });
       void model.refresh();
     };
 
@@ -156,7 +181,8 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
             jobName: job.name,
             interval: settings.activeInterval,
             lines: settings.logLines,
-            status: () => model.jobs?.find(j => j.id === job.id)?.status ?? job.status
+            status: () =>
+              model.jobs?.find(j => j.id === job.id)?.status ?? job.status
           });
           logTabs.set(job.id, tab);
           app.shell.add(tab, 'main', { mode: 'split-right' });
@@ -170,8 +196,10 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(panel, panel.id);
 
     app.commands.addCommand(JobsCommandIDs.runOnCluster, {
-      label: args => (args.toolbar ? 'Run on cluster' : 'Run Notebook on Cluster…'),
-      caption: 'Run this notebook as a training job or pipeline step, with the GPUs you choose',
+      label: args =>
+        args.toolbar ? 'Run on cluster' : 'Run Notebook on Cluster…',
+      caption:
+        'Run this notebook as a training job or pipeline step, with the GPUs you choose',
       icon: args => (args.toolbar ? runOnClusterIcon : undefined),
       isEnabled: () => currentNotebook() !== null,
       execute: () => runOnCluster()
@@ -183,7 +211,10 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       execute: () => app.shell.activateById(panel!.id)
     });
     if (palette) {
-      palette.addItem({ command: JobsCommandIDs.runOnCluster, category: 'GPU' });
+      palette.addItem({
+        command: JobsCommandIDs.runOnCluster,
+        category: 'GPU'
+      });
       palette.addItem({ command: JobsCommandIDs.showJobs, category: 'GPU' });
     }
 
@@ -192,15 +223,31 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
     model.finished.connect((_, job) => {
       logTabs.get(job.id)?.refresh();
       const actions = job.output
-        ? [{ label: 'Open result', callback: () => void app.commands.execute('docmanager:open', { path: job.output }) }]
+        ? [
+            {
+              label: 'Open result',
+              callback: () =>
+                void app.commands.execute('docmanager:open', {
+                  path: job.output
+                })
+            }
+          ]
         : [];
-      const options = { autoClose: job.status === 'succeeded' ? 8000 : (false as const), actions };
+      const options = {
+        autoClose: job.status === 'succeeded' ? 8000 : (false as const),
+        actions
+      };
       if (job.status === 'succeeded') {
         Notification.success(`Job ${job.name} succeeded.`, options);
       } else if (job.status === 'failed') {
-        Notification.error(`Job ${job.name} failed: ${job.error ?? 'see its log'}`, options);
+        Notification.error(
+          `Job ${job.name} failed: ${job.error ?? 'see its log'}`,
+          options
+        );
       } else {
-        Notification.info(`Job ${job.name} was cancelled.`, { autoClose: 5000 });
+        Notification.info(`Job ${job.name} was cancelled.`, {
+          autoClose: 5000
+        });
       }
     });
 
@@ -222,7 +269,9 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
           apply(loaded);
           loaded.changed.connect(apply);
         })
-        .catch(reason => console.warn('gpuhub: jobs settings not loaded', reason));
+        .catch(reason =>
+          console.warn('gpuhub: jobs settings not loaded', reason)
+        );
     }
   }
 };

@@ -14,12 +14,7 @@ import { Widget } from '@lumino/widgets';
 import { JobAPIError, JobsAPI } from './client';
 import { h, uid } from './dom';
 import { parseParameterValue } from './params';
-import {
-  IJobOptions,
-  ISubmitBody,
-  ISubmitReply,
-  JobKind
-} from './types';
+import { IJobOptions, ISubmitBody, ISubmitReply, JobKind } from './types';
 
 const CUSTOM_IMAGE = '__custom__';
 
@@ -63,7 +58,9 @@ export namespace SubmitForm {
 /** The dialog body. `submit()` posts and reports success or shows errors. */
 export class SubmitForm extends Widget {
   constructor(options: SubmitForm.IOptions) {
-    super({ node: h('form', { className: 'gpuhub-JobForm', novalidate: true }) });
+    super({
+      node: h('form', { className: 'gpuhub-JobForm', novalidate: true })
+    });
     this._opts = options;
     this.node.addEventListener('submit', event => event.preventDefault());
     this._build();
@@ -185,7 +182,11 @@ export class SubmitForm extends Widget {
   private _buildKind(): HTMLElement {
     const kinds = new Map(this._opts.options.kinds.map(k => [k.kind, k]));
     const group = uid('gpuhub-kind');
-    const mkRadio = (value: 'training' | 'pipeline', label: string, help: string) => {
+    const mkRadio = (
+      value: 'training' | 'pipeline',
+      label: string,
+      help: string
+    ) => {
       const id = uid('gpuhub-kind-radio');
       const helpId = `${id}-help`;
       const input = h('input', {
@@ -196,7 +197,11 @@ export class SubmitForm extends Widget {
         'aria-describedby': helpId
       });
       input.addEventListener('change', () => this._sync());
-      const help_ = h('div', { className: 'gpuhub-JobForm-help', id: helpId }, help);
+      const help_ = h(
+        'div',
+        { className: 'gpuhub-JobForm-help', id: helpId },
+        help
+      );
       return {
         input,
         help: help_,
@@ -223,7 +228,10 @@ export class SubmitForm extends Widget {
 
     // "Run as" inside the training choice.
     const modeId = uid('gpuhub-mode');
-    this._mode = h('select', { id: modeId, 'aria-describedby': `${modeId}-help` });
+    this._mode = h('select', {
+      id: modeId,
+      'aria-describedby': `${modeId}-help`
+    });
     // Unavailable kinds stay in the list, disabled; the server's reasons sit
     // behind a short "why" that keyboard and screen reader users can open.
     const unavailable: string[] = [];
@@ -232,11 +240,17 @@ export class SubmitForm extends Widget {
       const info = kinds.get(kind);
       const available = info?.available ?? false;
       this._mode.append(
-        h('option', { value: kind, disabled: !available }, available ? label : `${label} (unavailable)`)
+        h(
+          'option',
+          { value: kind, disabled: !available },
+          available ? label : `${label} (unavailable)`
+        )
       );
       if (!available) {
         unavailable.push(KIND_SHORT[kind]);
-        reasons.push(info?.reason ?? `${KIND_SHORT[kind]} is not offered on this server.`);
+        reasons.push(
+          info?.reason ?? `${KIND_SHORT[kind]} is not offered on this server.`
+        );
       }
     }
     const why: HTMLElement | string = unavailable.length
@@ -268,7 +282,12 @@ export class SubmitForm extends Widget {
     );
     const modeRow = this._row('kind', 'Run as', this._mode, why);
     training.node.append(
-      h('div', { className: 'gpuhub-JobForm-nested' }, modeRow, this._workersRow)
+      h(
+        'div',
+        { className: 'gpuhub-JobForm-nested' },
+        modeRow,
+        this._workersRow
+      )
     );
 
     const pipelineInfo = kinds.get('pipeline');
@@ -278,7 +297,9 @@ export class SubmitForm extends Widget {
         pipelineInfo?.reason ?? 'Pipelines are not offered on this server.';
       pipeline.node.classList.add('gpuhub-mod-disabled');
     }
-    const trainingAvailable = TRAINING_KINDS.some(k => kinds.get(k.kind)?.available);
+    const trainingAvailable = TRAINING_KINDS.some(
+      k => kinds.get(k.kind)?.available
+    );
     if (!trainingAvailable) {
       this._training.disabled = true;
       training.node.classList.add('gpuhub-mod-disabled');
@@ -316,10 +337,14 @@ export class SubmitForm extends Widget {
       const id = uid('gpuhub-image');
       this._image = h('select', { id, 'aria-describedby': `${id}-help` });
       for (const image of images) {
-        this._image.append(h('option', { value: image.key }, image.display_name));
+        this._image.append(
+          h('option', { value: image.key }, image.display_name)
+        );
       }
       if (o.custom_images) {
-        this._image.append(h('option', { value: CUSTOM_IMAGE }, 'Custom image…'));
+        this._image.append(
+          h('option', { value: CUSTOM_IMAGE }, 'Custom image…')
+        );
       }
       this._image.addEventListener('change', () => this._sync());
       const described = images
@@ -327,7 +352,13 @@ export class SubmitForm extends Widget {
         .map(i => ` ${i.display_name}: ${i.description}.`)
         .join('');
       section.append(
-        this._row('image', 'Image', this._image, `The software environment the job runs in.${described}`, true)
+        this._row(
+          'image',
+          'Image',
+          this._image,
+          `The software environment the job runs in.${described}`,
+          true
+        )
       );
       if (o.custom_images) {
         const cid = uid('gpuhub-custom-image');
@@ -359,7 +390,12 @@ export class SubmitForm extends Widget {
       'aria-describedby': `${cpuId}-help`
     });
     section.append(
-      this._row('cpu', 'CPU cores', this._cpu, o.cpu ? `${o.cpu.min} to ${o.cpu.max} cores.` : '')
+      this._row(
+        'cpu',
+        'CPU cores',
+        this._cpu,
+        o.cpu ? `${o.cpu.min} to ${o.cpu.max} cores.` : ''
+      )
     );
     const memId = uid('gpuhub-memory');
     this._memory = h('input', {
@@ -374,7 +410,9 @@ export class SubmitForm extends Widget {
         'memory',
         'Memory',
         this._memory,
-        o.memory ? `${o.memory.min} to ${o.memory.max}, written like 16G or 512Mi.` : ''
+        o.memory
+          ? `${o.memory.min} to ${o.memory.max}, written like 16G or 512Mi.`
+          : ''
       )
     );
     // GPU type and count
@@ -397,7 +435,11 @@ export class SubmitForm extends Widget {
       this._gpuType = h('select', { id, 'aria-describedby': `${id}-help` });
       for (const t of types) {
         this._gpuType.append(
-          h('option', { value: t.key }, t.mig ? `${t.display_name} (MIG slice)` : t.display_name)
+          h(
+            'option',
+            { value: t.key },
+            t.mig ? `${t.display_name} (MIG slice)` : t.display_name
+          )
         );
       }
       const preferred = o.local?.gpu_type;
@@ -405,7 +447,13 @@ export class SubmitForm extends Widget {
         this._gpuType.value = preferred;
       }
       this._gpuType.addEventListener('change', () => this._sync());
-      this._gpuTypeRow = this._row('gpu_type', 'GPU type', this._gpuType, '', true);
+      this._gpuTypeRow = this._row(
+        'gpu_type',
+        'GPU type',
+        this._gpuType,
+        '',
+        true
+      );
       section.append(this._gpuTypeRow);
     }
     return section;
@@ -413,10 +461,16 @@ export class SubmitForm extends Widget {
 
   private _buildParameters(): HTMLElement {
     const helpId = uid('gpuhub-params-help');
-    this._paramRows = h('div', { className: 'gpuhub-JobForm-params', role: 'list' });
+    this._paramRows = h('div', {
+      className: 'gpuhub-JobForm-params',
+      role: 'list'
+    });
     const add = h(
       'button',
-      { type: 'button', className: 'jp-mod-styled jp-mod-reject gpuhub-JobForm-add' },
+      {
+        type: 'button',
+        className: 'jp-mod-styled jp-mod-reject gpuhub-JobForm-add'
+      },
       'Add parameter'
     );
     add.addEventListener('click', () => this._addParameter('', '', true));
@@ -449,7 +503,10 @@ export class SubmitForm extends Widget {
 
   private _buildName(): HTMLElement {
     const id = uid('gpuhub-name');
-    const stem = this._opts.notebook.split('/').pop()!.replace(/\.ipynb$/, '');
+    const stem = this._opts.notebook
+      .split('/')
+      .pop()!
+      .replace(/\.ipynb$/, '');
     this._name = h('input', {
       id,
       type: 'text',
@@ -466,7 +523,12 @@ export class SubmitForm extends Widget {
     );
   }
 
-  private _addParameter(key: string, value: string, focus: boolean, placeholder = ''): void {
+  private _addParameter(
+    key: string,
+    value: string,
+    focus: boolean,
+    placeholder = ''
+  ): void {
     const keyInput = h('input', {
       type: 'text',
       spellcheck: 'false',
@@ -485,12 +547,17 @@ export class SubmitForm extends Widget {
       'aria-label': key ? `Value of ${key}` : 'Parameter value',
       className: 'gpuhub-JobForm-paramValue'
     });
-    const note = h('div', { className: 'gpuhub-JobForm-help gpuhub-JobForm-paramNote' });
+    const note = h('div', {
+      className: 'gpuhub-JobForm-help gpuhub-JobForm-paramNote'
+    });
     valueInput.addEventListener('input', () => {
       note.textContent = parseParameterValue(valueInput.value).note ?? '';
     });
     keyInput.addEventListener('input', () => {
-      valueInput.setAttribute('aria-label', keyInput.value ? `Value of ${keyInput.value}` : 'Parameter value');
+      valueInput.setAttribute(
+        'aria-label',
+        keyInput.value ? `Value of ${keyInput.value}` : 'Parameter value'
+      );
     });
     const remove = h(
       'button',
@@ -502,7 +569,15 @@ export class SubmitForm extends Widget {
       },
       '\u00d7'
     );
-    const row = h('div', { className: 'gpuhub-JobForm-param', role: 'listitem' }, keyInput, h('span', { 'aria-hidden': 'true' }, '='), valueInput, remove, note);
+    const row = h(
+      'div',
+      { className: 'gpuhub-JobForm-param', role: 'listitem' },
+      keyInput,
+      h('span', { 'aria-hidden': 'true' }, '='),
+      valueInput,
+      remove,
+      note
+    );
     remove.addEventListener('click', () => row.remove());
     this._paramRows.append(row);
     if (focus) {
@@ -518,7 +593,11 @@ export class SubmitForm extends Widget {
     help: string | HTMLElement,
     wide = false
   ): HTMLElement {
-    const helpNode = h('div', { className: 'gpuhub-JobForm-help', id: `${control.id}-help` }, help);
+    const helpNode = h(
+      'div',
+      { className: 'gpuhub-JobForm-help', id: `${control.id}-help` },
+      help
+    );
     const row = h(
       'div',
       { className: `gpuhub-JobForm-row${wide ? ' gpuhub-mod-wide' : ''}` },
@@ -546,7 +625,10 @@ export class SubmitForm extends Widget {
    * kind, image and resources, where the options still offer them.
    */
   private _restore(last: ISubmitBody): void {
-    const selectable = (select: HTMLSelectElement | null, value: unknown): boolean =>
+    const selectable = (
+      select: HTMLSelectElement | null,
+      value: unknown
+    ): boolean =>
       !!select &&
       Array.from(select.options).some(o => o.value === value && !o.disabled);
     if (last.kind === 'pipeline' && !this._pipeline.disabled) {
@@ -560,7 +642,11 @@ export class SubmitForm extends Widget {
     }
     if (selectable(this._image, last.image)) {
       this._image!.value = String(last.image);
-    } else if (last.image && this._customImage && selectable(this._image, CUSTOM_IMAGE)) {
+    } else if (
+      last.image &&
+      this._customImage &&
+      selectable(this._image, CUSTOM_IMAGE)
+    ) {
       this._image!.value = CUSTOM_IMAGE;
       this._customImage.value = String(last.image);
     }
@@ -586,7 +672,7 @@ export class SubmitForm extends Widget {
   private _maxGpus(): number {
     const o = this._opts.options;
     const type = (o.gpu_types ?? []).find(t => t.key === this._gpuType?.value);
-    let max = type ? type.max_gpus : o.max_gpus ?? 0;
+    let max = type ? type.max_gpus : (o.max_gpus ?? 0);
     if (o.local && this._kind() === 'job') {
       max = Math.min(max, o.local.gpus);
     }
@@ -627,9 +713,16 @@ export class SubmitForm extends Widget {
   private _parameters(): Record<string, unknown> {
     const result: Record<string, unknown> = {};
     for (const row of Array.from(this._paramRows.children)) {
-      const key = (row.querySelector('.gpuhub-JobForm-paramKey') as HTMLInputElement).value.trim();
-      const raw = (row.querySelector('.gpuhub-JobForm-paramValue') as HTMLInputElement).value;
-      if (!key || (raw.trim() === '' && this._opts.suggested.some(([k]) => k === key))) {
+      const key = (
+        row.querySelector('.gpuhub-JobForm-paramKey') as HTMLInputElement
+      ).value.trim();
+      const raw = (
+        row.querySelector('.gpuhub-JobForm-paramValue') as HTMLInputElement
+      ).value;
+      if (
+        !key ||
+        (raw.trim() === '' && this._opts.suggested.some(([k]) => k === key))
+      ) {
         continue; // an empty suggested value keeps the notebook's own
       }
       result[key] = parseParameterValue(raw).value;
@@ -640,16 +733,23 @@ export class SubmitForm extends Widget {
   // -- errors -----------------------------------------------------------------------------
   private _showError(error: unknown): void {
     const message =
-      error instanceof Error ? error.message : `The job could not be submitted: ${String(error)}`;
+      error instanceof Error
+        ? error.message
+        : `The job could not be submitted: ${String(error)}`;
     const field = error instanceof JobAPIError ? error.field : null;
-    const target = field ? this._fieldErrors.get(field as FieldName) : undefined;
+    const target = field
+      ? this._fieldErrors.get(field as FieldName)
+      : undefined;
     if (target && !target.parentElement?.closest('[hidden]')) {
       target.textContent = message;
       target.hidden = false;
       const control = this._fieldControls.get(field as FieldName);
       if (control) {
         control.setAttribute('aria-invalid', 'true');
-        control.setAttribute('aria-describedby', `${control.id}-help ${target.id}`);
+        control.setAttribute(
+          'aria-describedby',
+          `${control.id}-help ${target.id}`
+        );
         control.focus();
       } else {
         target.scrollIntoView({ block: 'nearest' });
@@ -728,7 +828,10 @@ function defaultName(stem: string): string {
  * accepted; a refusal leaves it open with the message in place.
  */
 class SubmitDialog extends Dialog<void> {
-  constructor(private _form: SubmitForm, title: string) {
+  constructor(
+    private _form: SubmitForm,
+    title: string
+  ) {
     super({
       title,
       body: _form,
@@ -752,7 +855,9 @@ class SubmitDialog extends Dialog<void> {
     if (this._form.busy) {
       return;
     }
-    const submitButton = this.node.querySelector<HTMLButtonElement>('.jp-Dialog-footer .jp-mod-accept');
+    const submitButton = this.node.querySelector<HTMLButtonElement>(
+      '.jp-Dialog-footer .jp-mod-accept'
+    );
     if (submitButton) {
       submitButton.disabled = true;
     }
@@ -768,11 +873,12 @@ class SubmitDialog extends Dialog<void> {
 }
 
 /** Open the dialog; resolves with the server's answer, or null if cancelled. */
-export async function showSubmitDialog(options: SubmitForm.IOptions): Promise<ISubmitReply | null> {
+export async function showSubmitDialog(
+  options: SubmitForm.IOptions
+): Promise<ISubmitReply | null> {
   const form = new SubmitForm(options);
   const name = options.notebook.split('/').pop();
   const dialog = new SubmitDialog(form, `Run ${name} on the cluster`);
   const answer = await dialog.launch();
   return answer.button.accept ? form.result : null;
 }
-
