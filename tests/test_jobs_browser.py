@@ -156,6 +156,8 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     dialog.wait_for(state="visible")
     form = dialog.locator(".gpuhub-JobForm")
     assert form.get_by_label("Training job").is_checked()
+    # Keyboard users start on the choice of what to run.
+    assert form.get_by_label("Training job").evaluate("el => el === document.activeElement")
     pipeline = form.get_by_label("Pipeline step")
     assert pipeline.is_disabled()  # not on a cluster here: the server's reason is shown
     kinds = {k["kind"]: k for k in lab.api("GET", "gpuhub/api/jobs/options").json()["kinds"]}
@@ -459,6 +461,16 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
         error.wait_for(state="visible")
         assert words in error.inner_text(), error.inner_text()
         assert forwarded(lab) == []  # refused before anything reached the cluster
+
+    # A parameter name that is not a Python identifier: said under Parameters.
+    form.get_by_role("button", name="Add parameter").click()
+    form.get_by_label("Parameter name").last.fill("learning rate")
+    form.get_by_label("Value of learning rate").fill("0.1")
+    dialog.get_by_role("button", name="Submit job").click()
+    params_error = form.locator(".gpuhub-JobForm-params ~ .gpuhub-JobForm-error")
+    params_error.wait_for(state="visible")
+    assert "'learning rate' must be a Python identifier" in params_error.inner_text()
+    form.get_by_role("button", name="Remove parameter").last.click()
 
     name = form.get_by_label("Job name (optional)")
     name.fill("ResNet_DDP")
