@@ -344,7 +344,8 @@ def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> Non
     )
     assert page.locator(".lm-TabBar-tab", has_text="Log: slow").is_visible()
 
-    # Dark theme: status words keep their contrast.
+    # Status words keep their contrast (WCAG AA) in the light theme and the dark one.
+    assert contrast(item.locator(".gpuhub-Job-badge")) >= 4.5
     page.locator(".lm-MenuBar-item", has_text="Settings").click()
     page.locator(".lm-Menu-item", has_text=re.compile(r"^Theme$")).hover()
     page.locator(".lm-Menu-item", has_text=re.compile(r"^JupyterLab Dark$")).click()
