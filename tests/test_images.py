@@ -25,7 +25,11 @@ WHEEL = f"gpuhub-{VERSION}-py3-none-any.whl"
 
 IMAGES = {
     # directory: (base image repository, gpuhub extras, installs the IPython kernel config)
-    "hub": ("quay.io/jupyterhub/k8s-hub", {"hub"}, False),
+    "hub": (
+        "quay.io/jupyterhub/k8s-hub",
+        {"hub", "kfp"},
+        False,
+    ),  # kfp: the jobs service compiles pipelines
     "notebook": ("quay.io/jupyter/pytorch-notebook", {"lab", "kfp"}, True),
     "notebook-cpu": ("quay.io/jupyter/scipy-notebook", {"lab", "kfp"}, True),
 }

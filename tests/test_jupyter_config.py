@@ -106,6 +106,8 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory, env: Path) -> Path:
             "install",
             "--no-deps",
             "--no-compile",
+            # Without this pip uninstalls the editable gpuhub of the running venv first.
+            "--ignore-installed",
             "--prefix",
             target,
             dist / f"gpuhub-{VERSION}-py3-none-any.whl",
