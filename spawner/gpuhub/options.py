@@ -71,11 +71,13 @@ def parse_launch_options(
     *,
     presets: Mapping[str, Mapping[str, Any]] | None = None,
     ignore: Iterable[str] = (),
+    subject: str = "server",
 ) -> LaunchOptions:
     """Validate raw options against ``policy`` for a user in ``groups``.
 
     ``presets`` maps profile slugs to default option values (a KubeSpawner
-    ``profile_list``); ``ignore`` names extra keys another layer validates itself.
+    ``profile_list``); ``ignore`` names extra keys another layer validates itself;
+    ``subject`` is what the messages call the thing being launched ("server", "job").
     """
     if not isinstance(raw, Mapping):
         raise OptionsError(
@@ -99,7 +101,7 @@ def parse_launch_options(
     cpu = _cpu(values.get("cpu", policy.cpu.default), policy)
     memory = _memory(values.get("memory", policy.memory.default), policy)
     gpus = _gpus(values.get("gpus", 0))
-    gpu_type = _gpu_type(values.get("gpu_type"), gpus, policy, limits)
+    gpu_type = _gpu_type(values.get("gpu_type"), gpus, policy, limits, subject)
     return LaunchOptions(
         image=image,
         image_key=image_key,
@@ -198,7 +200,9 @@ def _gpus(value: Any) -> int:
     return value
 
 
-def _gpu_type(value: Any, gpus: int, policy: Policy, limits: Limits) -> GPUType | None:
+def _gpu_type(
+    value: Any, gpus: int, policy: Policy, limits: Limits, subject: str
+) -> GPUType | None:
     allowed = policy.allowed_gpu_types(limits)
     if value is not None and (not isinstance(value, str) or value not in policy.gpu_types):
         offered = ", ".join(t.key for t in allowed) or "none"
@@ -224,6 +228,6 @@ def _gpu_type(value: Any, gpus: int, policy: Policy, limits: Limits) -> GPUType 
         raise OptionsError(
             "gpus",
             f"gpus: you may use at most {most} {gpu_type.display_name} GPU{'s' if most != 1 else ''} "
-            f"per server (asked for {gpus}).",
+            f"per {subject} (asked for {gpus}).",
         )
     return gpu_type

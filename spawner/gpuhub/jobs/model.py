@@ -166,7 +166,7 @@ class JobRequest:
         workers = parse_workers(raw.get("workers"), kind, max_workers)
         parameters = parse_parameters(raw.get("parameters"))
         try:
-            resources = parse_launch_options(raw, policy, groups, ignore=JOB_FIELDS)
+            resources = parse_launch_options(raw, policy, groups, ignore=JOB_FIELDS, subject="job")
         except JobError:
             raise
         except OptionsError as exc:
