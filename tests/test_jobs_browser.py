@@ -11,7 +11,6 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -20,12 +19,11 @@ import pytest
 from gpuhub.jobs.policy_env import policy_env
 from tests.browser.chromium import artifact, chromium
 from tests.jupyter.notebooks import write_notebook
-from tests.jupyter.server import TOKEN, JupyterServer, jupyter_server
+from tests.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.browser
 
-BUILT = Path(__file__).resolve().parents[1] / "labextension" / "gpuhub_lab" / "labextension"
 CONFIG = """
 c.GPUHubJobs.images = {
     "scipy": {"display_name": "SciPy (CPU)", "image": "quay.io/jupyter/scipy-notebook:2025-10-20"},
@@ -42,25 +40,6 @@ SLOW = (
 TIMEOUT = 120_000  # ms: papermill starts a kernel on a 2-core machine
 
 
-def expose_extension(tmp: Path) -> None:
-    """Make the built extension visible to a server whose Jupyter dirs are under ``tmp``.
-
-    The test server's data dir is isolated: the extension is linked there, as the wheel's
-    shared-data installs it; JupyterLab's "news" question is turned off so that it covers
-    nothing.
-    """
-    if not (BUILT / "package.json").exists():
-        pytest.fail("The lab extension is not built; run `npm run build`.")
-    labextensions = tmp / "data" / "labextensions"
-    labextensions.mkdir(parents=True)
-    (labextensions / "gpuhub").symlink_to(BUILT, target_is_directory=True)
-    labconfig = tmp / "config" / "labconfig"
-    labconfig.mkdir(parents=True)
-    (labconfig / "page_config.json").write_text(
-        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
-    )
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     tmp = tmp_path_factory.mktemp("jobs-browser")
@@ -68,7 +47,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
     write_notebook(root / "broken.ipynb", *BROKEN)
     write_notebook(root / "slow.ipynb", SLOW)
-    expose_extension(tmp)
+    expose_lab_extension(tmp)
     # Two GPUs by CUDA_VISIBLE_DEVICES: the local backend offers them (no GPU is touched;
     # the notebooks only see the variable).
     env = {"CUDA_VISIBLE_DEVICES": "0,1"}
@@ -411,7 +390,7 @@ def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterSer
     tmp = tmp_path_factory.mktemp("jobs-browser-cluster")
     root = tmp / "home"
     write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
-    expose_extension(tmp)
+    expose_lab_extension(tmp)
     env = {
         **policy_env(DESIGN_CONFIG, ["staff"]),
         "GPUHUB_JOBS_URL": "http://127.0.0.1:9/services/gpuhub/api",

@@ -7,6 +7,7 @@ isolated Jupyter config/data/runtime directories so nothing from the machine lea
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,30 @@ from tests.hub.process import free_port
 TOKEN = "gpuhub-jobs-test-token-0123456789"
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_PATHS = [str(REPO / "spawner"), str(REPO / "labextension"), str(REPO)]
+
+
+BUILT_LABEXTENSION = REPO / "labextension" / "gpuhub_lab" / "labextension"
+
+
+def expose_lab_extension(tmp: Path) -> None:
+    """Make the built extension visible to a server whose Jupyter dirs are under ``tmp``.
+
+    The test server's data dir is isolated: the extension is linked there, as the wheel's
+    shared-data installs it; JupyterLab's "news" question is turned off so that it covers
+    nothing in screenshots and clicks.
+    """
+    import pytest
+
+    if not (BUILT_LABEXTENSION / "package.json").exists():
+        pytest.fail("The lab extension is not built; run `npm run build`.")
+    labextensions = tmp / "data" / "labextensions"
+    labextensions.mkdir(parents=True)
+    (labextensions / "gpuhub").symlink_to(BUILT_LABEXTENSION, target_is_directory=True)
+    labconfig = tmp / "config" / "labconfig"
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
+    )
 
 
 @dataclass

@@ -9,7 +9,6 @@ Screenshots go to ``test-artifacts/`` (gpu-panel.png is the no-GPU state).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,32 +18,20 @@ import pytest
 
 from tests.browser.chromium import artifact, chromium
 from tests.jupyter.notebooks import write_notebook
-from tests.jupyter.server import TOKEN, JupyterServer, jupyter_server
+from tests.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.lab import fake_nvml as fake
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
-BUILT = REPO / "labextension" / "gpuhub_lab" / "labextension"
 TIMEOUT = 90_000  # ms; JupyterLab's first load on a busy 2-core machine
 GIB = 2**30
 
 
 def _lab(tmp: Path, env: dict[str, str] | None = None, config: str = "") -> Any:
-    if not (BUILT / "package.json").exists():
-        pytest.fail("The lab extension is not built; run `npm run build:prod`.")
     root = tmp / "home"
     write_notebook(root / "experiments" / "train.ipynb", "x = 1")
-    # The server's data dir is isolated: expose the built extension there, as the wheel's
-    # shared-data does in an installed environment.
-    labextensions = tmp / "data" / "labextensions"
-    labextensions.mkdir(parents=True)
-    (labextensions / "gpuhub").symlink_to(BUILT, target_is_directory=True)
-    labconfig = tmp / "config" / "labconfig"
-    labconfig.mkdir(parents=True)
-    (labconfig / "page_config.json").write_text(
-        json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}})
-    )
+    expose_lab_extension(tmp)
     return jupyter_server(root, tmp, env=env, config=config, lab=True)
 
 
