@@ -111,7 +111,7 @@ async def test_failed_scheduling_wording_taints_and_insufficient(kubesim, kube_a
     # cpu-0 and a100-mig-0 have no nvidia.com/gpu; the A100 nodes have 8 each.
     assert event["message"] == (
         "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are "
-        "available: 4 No preemption victims found for incoming pod."
+        "available: 4 No preemption victims found for incoming pod.."
     )
     await v1.create_namespaced_pod("default", gpu_pod("untolerated", 1, tolerate=False))
     event = kubesim.wait_for(
@@ -122,7 +122,7 @@ async def test_failed_scheduling_wording_taints_and_insufficient(kubesim, kube_a
     assert event["message"] == (
         "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) had untolerated taint "
         "{nvidia.com/gpu: present}. preemption: 0/4 nodes are available: 1 No preemption victims "
-        "found for incoming pod, 3 Preemption is not helpful for scheduling."
+        "found for incoming pod, 3 Preemption is not helpful for scheduling.."
     )
     pod = await v1.read_namespaced_pod("untolerated", "default")
     scheduled = next(c for c in pod.status.conditions if c.type == "PodScheduled")

@@ -154,7 +154,9 @@ def fit_error(total_nodes: int, failures: Mapping[str, list[str]]) -> str:
         else:
             preemption["No preemption victims found for incoming pod"] += 1
     summary = ", ".join(sorted(f"{count} {reason}" for reason, count in preemption.items()))
-    return f"{message} preemption: 0/{total_nodes} nodes are available: {summary}."
+    # The post-filter's message ends in a period and FitError adds another: real clusters
+    # print "...for incoming pod.." (see kubernetes/kubernetes FitError.Error()).
+    return f"{message} preemption: 0/{total_nodes} nodes are available: {summary}.."
 
 
 def score(
