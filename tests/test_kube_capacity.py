@@ -13,15 +13,16 @@ from gpuhub.policy import Policy
 from tests.kubesim.pytest_plugin import A100_PRODUCT
 
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+A100_CONFIG = {
+    "display_name": "NVIDIA A100 80GB",
+    "resource_name": "nvidia.com/gpu",
+    "node_selector": {"nvidia.com/gpu.product": A100_PRODUCT},
+    "tolerations": TOLERATE_GPU,
+    "max_gpus": 8,
+}
 POLICY = Policy.from_config(
     gpu_types={
-        "a100": {
-            "display_name": "NVIDIA A100 80GB",
-            "resource_name": "nvidia.com/gpu",
-            "node_selector": {"nvidia.com/gpu.product": A100_PRODUCT},
-            "tolerations": TOLERATE_GPU,
-            "max_gpus": 8,
-        },
+        "a100": A100_CONFIG,
         "a100-1g": {
             "display_name": "A100 MIG 1g.10gb",
             "resource_name": "nvidia.com/mig-1g.10gb",
@@ -171,3 +172,46 @@ async def test_unreachable_cluster_says_so(tmp_path):
     finally:
         await capacity.stop()
         await api_client.close()
+
+
+async def test_spawner_counts_only_nodes_its_pods_may_use(kubesim, monkeypatch):
+    """GPUSpawner's figures and refusals apply the admin's spawner-wide node selector too."""
+    from types import SimpleNamespace
+
+    from kubernetes_asyncio.client import Configuration
+    from kubernetes_asyncio.config import kube_config
+    from kubespawner import clients as kubespawner_clients
+    from tornado.web import HTTPError
+    from traitlets.config import Config
+
+    from gpuhub import GPUSpawner
+    from gpuhub.capacity import shared_capacity
+    from gpuhub.spawner_base import apply_gpuhub_options
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubesim.kubeconfig))
+    default = Configuration.get_default_copy()
+    kubespawner_clients.load_config.cache_clear()
+    await asyncio.to_thread(
+        kubesim.add_node,
+        "research-a100",
+        {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": 4},
+        {"nvidia.com/gpu.product": A100_PRODUCT, "pool": "research"},
+        [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
+    config = Config()
+    config.GPUSpawner.gpu_types = {"a100": {**A100_CONFIG, "max_gpus": 16}}
+    config.GPUSpawner.default_limits = {"max_gpus": 16}
+    config.GPUSpawner.node_selector = {"pool": "research"}
+    user = SimpleNamespace(name="alice", id=1, url="/user/alice/", groups=[])
+    spawner = GPUSpawner(_mock=True, user=user, config=config)
+    try:
+        figures, note = await spawner.gpu_capacity()
+        assert (figures, note) == ({"a100": GPUCapacity(free=4, total=4, largest_free=4)}, "")
+        with pytest.raises(HTTPError) as refused:
+            await apply_gpuhub_options(spawner, {"gpu_type": "a100", "gpus": 6})
+        assert refused.value.status_code == 400
+        assert "the most on one node is 4" in refused.value.jupyterhub_message
+    finally:
+        await shared_capacity(spawner.api).stop()
+        kubespawner_clients.load_config.cache_clear()
+        Configuration.set_default(default)

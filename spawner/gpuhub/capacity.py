@@ -173,6 +173,7 @@ class ClusterCapacity:
         self._snapshot: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
+        self._answered = asyncio.Event()  # the first list succeeded or failed
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -193,11 +194,15 @@ class ClusterCapacity:
         return all(self.synced.values()) and self.error is None
 
     async def wait_ready(self, timeout: float) -> bool:
-        """Wait (up to ``timeout``) for the first complete view; True if there is one."""
+        """Wait (up to ``timeout``) for the first answer from the cluster; True if all is known.
+
+        A cluster that refuses connections answers at once: the form then renders without
+        figures immediately instead of waiting out ``timeout``.
+        """
         self.start()
-        if not self.available:
+        if not self.available and not self._answered.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout)
+                await asyncio.wait_for(self._answered.wait(), timeout)
         return self.available
 
     # -- list + watch ------------------------------------------------------------------------
@@ -246,6 +251,7 @@ class ClusterCapacity:
             log.warning("Live GPU capacity unavailable (%s): %s", kind, detail)
         self.error = detail
         self.synced[kind] = False
+        self._answered.set()
 
     async def _relist(self, kind: str) -> str:
         method, kwargs = self._list_call(kind)
@@ -271,6 +277,7 @@ class ClusterCapacity:
         if all(self.synced.values()):
             self.error = None
             self._ready.set()
+            self._answered.set()
         self._bump()
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 

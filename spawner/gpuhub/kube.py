@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import inspect
 from typing import Any
 
@@ -14,6 +15,7 @@ from .capacity import CapacityUnavailable, shared_capacity
 from .form import GPUCapacity, Preset
 from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
 from .options import FIELDS, LaunchOptions
+from .policy import GPUType
 from .progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from .quantity import format_cpu, format_memory
 from .spawner_base import GPUSpawnerMixin, refusal
@@ -172,6 +174,18 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             raise
 
     # -- live capacity ----------------------------------------------------------------------
+    def _as_placed(self, gpu_type: GPUType) -> GPUType:
+        """The type as its pods land: with the admin's spawner-wide selector and tolerations."""
+        selector = self._configured("node_selector") or {}
+        tolerations = self._sorted_dict_values(self._configured("tolerations") or [])
+        if not selector and not tolerations:
+            return gpu_type
+        return dataclasses.replace(
+            gpu_type,
+            node_selector={**selector, **gpu_type.node_selector},
+            tolerations=(*tolerations, *gpu_type.tolerations),
+        )
+
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
         """Free/total GPUs per type from the shared watch of the cluster (no LIST per view)."""
         if not self.gpu_policy.gpu_types:
@@ -180,7 +194,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         if not await cache.wait_ready(self.capacity_wait):
             return {}, CAPACITY_UNAVAILABLE
         try:
-            return cache.capacity(self.gpu_policy.gpu_types.values()), ""
+            return cache.capacity(map(self._as_placed, self.gpu_policy.gpu_types.values())), ""
         except CapacityUnavailable:
             return {}, CAPACITY_UNAVAILABLE
 
@@ -193,7 +207,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         if not await cache.wait_ready(self.capacity_wait):
             return  # cannot tell now; the scheduler will
         try:
-            fit = cache.fit(gpu_type, options.gpus)
+            fit = cache.fit(self._as_placed(gpu_type), options.gpus)
         except CapacityUnavailable:
             return
         name = gpu_type.display_name
@@ -243,7 +257,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         if options is None or options.gpu_type is None:
             return None
         try:
-            figures = shared_capacity(self.api).capacity([options.gpu_type])
+            figures = shared_capacity(self.api).capacity([self._as_placed(options.gpu_type)])
         except CapacityUnavailable:
             return None
         return figures.get(options.gpu_type.key)
