@@ -585,3 +585,68 @@ async def test_new_crd_is_served_and_removed(kube_api):
     with pytest.raises(ApiException) as exc:
         await custom.list_namespaced_custom_object("example.org", "v1", "default", "widgets")
     assert exc.value.status == 404
+
+
+def test_runs_standalone(tmp_path):
+    """``python -m tests.kubesim --port --kubeconfig --nodes`` serves until stopped."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from tests.hub.process import free_port
+
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "a100-0",
+                    "labels": {"gpu": "a100"},
+                    "allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 4},
+                }
+            ]
+        )
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    port = free_port()
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.kubesim",
+            "--port",
+            str(port),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--nodes",
+            str(nodes),
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith(f"kubesim serving on http://127.0.0.1:{port}"), line
+        config = yaml.safe_load(kubeconfig.read_text())
+        assert config["clusters"][0]["cluster"]["server"] == f"http://127.0.0.1:{port}"
+
+        async def read_nodes():
+            from kubernetes_asyncio import config as kconfig
+
+            api_client = await kconfig.new_client_from_config(config_file=str(kubeconfig))
+            try:
+                return (await client.CoreV1Api(api_client).list_node()).items
+            finally:
+                await api_client.close()
+
+        (node,) = asyncio.run(read_nodes())
+        assert node.metadata.name == "a100-0" and node.status.allocatable["nvidia.com/gpu"] == "4"
+        assert node.metadata.labels["gpu"] == "a100"
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
