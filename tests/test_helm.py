@@ -406,7 +406,8 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     objects = render(chart)
     cluster_role = by_kind(objects, "ClusterRole")
     assert cluster_role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     ]
     binding = by_kind(objects, "ClusterRoleBinding")
     subjects = {(s["name"], s["namespace"]) for s in binding["subjects"]}
@@ -431,9 +432,12 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     assert role_binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "gpuhub-service", "namespace": NAMESPACE}
     ]
-    # Cluster-wide pod reads only when asked for.
-    wide = by_kind(render(chart, values={"rbac": {"readPodsClusterWide": True}}), "ClusterRole")
-    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]} in wide["rules"]
+    # The capacity view watches active pods in every namespace (gpuhub.capacity), so the
+    # default grants it; an admin may turn it off and lose the form's figures.
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
+    assert pods in by_kind(objects, "ClusterRole")["rules"]
+    narrow = by_kind(render(chart, values={"rbac": {"readPodsClusterWide": False}}), "ClusterRole")
+    assert pods not in narrow["rules"]
 
 
 def test_rbac_and_netpol_follow_a_separate_user_namespace(chart: Path) -> None:
