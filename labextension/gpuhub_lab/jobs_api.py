@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,6 +26,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
 from gpuhub.jobs.backend import JobRouter
+from gpuhub.jobs.http import JobsJSONMixin
 from gpuhub.jobs.local import server_gpu_ids
 from gpuhub.jobs.model import (
     KIND_NAMES,
@@ -36,7 +36,6 @@ from gpuhub.jobs.model import (
     parse_kind,
 )
 from gpuhub.jobs.remote import HubServiceBackend
-from gpuhub.options import OptionsError
 from gpuhub.policy import Policy, PolicyConfigError
 from gpuhub.quantity import format_cpu, format_memory
 
@@ -80,21 +79,16 @@ def _json_errors(method: Handler) -> Handler:
     @functools.wraps(method)
     async def wrapper(self: JobsHandlerBase, *args: Any, **kwargs: Any) -> None:
         if not self.current_user:
-            self._refuse(
+            self.refuse(
                 403, "auth", "Log in to this Jupyter server, or send its token, to use jobs."
             )
             return
-        try:
-            await method(self, *args, **kwargs)
-        except JobError as exc:
-            self._refuse(exc.status, exc.field, exc.message)
-        except OptionsError as exc:
-            self._refuse(400, exc.field, exc.message)
+        await self.answering(lambda: method(self, *args, **kwargs))
 
     return wrapper
 
 
-class JobsHandlerBase(APIHandler):
+class JobsHandlerBase(JobsJSONMixin, APIHandler):
     @property
     def jobs(self) -> JobsContext:
         context: JobsContext = self.settings[SETTINGS_KEY]
@@ -104,42 +98,16 @@ class JobsHandlerBase(APIHandler):
     def owner(self) -> str:
         return self.jobs.config.owner
 
-    def _refuse(self, status: int, field: str, message: str) -> None:
-        self.log.info(
-            "gpuhub jobs: %s %s refused (%s): %s",
-            self.request.method,
-            self.request.path,
-            field,
-            message,
-        )
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message, "field": field}))
-
-    def _reply(self, data: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(data))
-
-    def _body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise JobError("body", "The request body is not valid JSON.") from None
-
 
 class JobsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self) -> None:
         records = await self.jobs.router.list(self.owner)
-        self._reply({"jobs": [r.to_json() for r in records]})
+        self.reply({"jobs": [r.to_json() for r in records]})
 
     @_json_errors
     async def post(self) -> None:
-        body = self._body()
-        if not isinstance(body, dict):
-            raise JobError("body", "The request body must be a JSON object.")
+        body = self.json_object()
         router = self.jobs.router
         kind = parse_kind(body.get("kind"))
         backend = router.backend_for(kind)
@@ -156,7 +124,7 @@ class JobsHandler(JobsHandlerBase):
         )
         record = await router.submit(request, self.owner)
         self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
-        self._reply(
+        self.reply(
             {"id": record.id, "status": record.status, "url": record.url, "job": record.to_json()},
             201,
         )
@@ -174,19 +142,19 @@ class JobOptionsHandler(JobsHandlerBase):
             except JobError as exc:
                 for kind in options["kinds"]:
                     kind.update(available=False, reason=exc.message)
-        self._reply(options)
+        self.reply(options)
 
 
 class JobHandler(JobsHandlerBase):
     @_json_errors
     async def get(self, job_id: str) -> None:
         record = await self.jobs.router.get(self.owner, job_id)
-        self._reply(record.to_json())
+        self.reply(record.to_json())
 
     @_json_errors
     async def delete(self, job_id: str) -> None:
         record = await self.jobs.router.cancel(self.owner, job_id)
-        self._reply(record.to_json())
+        self.reply(record.to_json())
 
 
 class JobLogsHandler(JobsHandlerBase):
@@ -201,7 +169,7 @@ class JobLogsHandler(JobsHandlerBase):
         router = self.jobs.router
         record = await router.get(self.owner, job_id)
         logs = await router.logs(self.owner, job_id, tail=tail)
-        self._reply({"id": record.id, "status": record.status, "logs": logs})
+        self.reply({"id": record.id, "status": record.status, "logs": logs})
 
 
 class PipelineYAMLHandler(JobsHandlerBase):
@@ -211,9 +179,7 @@ class PipelineYAMLHandler(JobsHandlerBase):
 
     @_json_errors
     async def post(self) -> None:
-        body = self._body()
-        if not isinstance(body, dict):
-            raise JobError("body", "The request body must be a JSON object.")
+        body = self.json_object()
         body["kind"] = "pipeline"
         request = JobRequest.parse(
             body,

@@ -31,10 +31,10 @@ from jupyterhub.utils import url_path_join
 from tornado import web
 
 from ..jobs.backend import JobBackend, JobRouter
+from ..jobs.http import JobsJSONMixin
 from ..jobs.k8s.backend import KubernetesBackend
 from ..jobs.model import KIND_NAMES, KINDS, JobError, JobRecord, JobRequest, parse_kind
 from ..jobs.pipeline import NOT_CONFIGURED, KFPBackend
-from ..options import OptionsError
 from .config import ServiceConfig
 from .notebook import shipped_notebook
 
@@ -87,7 +87,7 @@ class Jobs:
         return data
 
 
-class JobsHandler(HubAuthenticated, web.RequestHandler):
+class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
     """Token-authenticated JSON handler; ``self.owner`` is the caller's user name."""
 
     owner: str = ""
@@ -128,25 +128,8 @@ class JobsHandler(HubAuthenticated, web.RequestHandler):
         self.owner = model["name"]
         self.groups = list(model.get("groups") or [])
 
-    def refuse(self, status: int, field: str, message: str) -> None:
-        log.info(
-            "%s %s by %s refused (%s %s): %s",
-            self.request.method,
-            self.request.path,
-            self.owner or "anonymous",
-            status,
-            field,
-            message,
-        )
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message, "field": field}))
-
-    def reply(self, data: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(data))
+    def refusal_caller(self) -> str:
+        return self.owner or "anonymous"
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         self.set_header("Content-Type", "application/json")
@@ -154,23 +137,6 @@ class JobsHandler(HubAuthenticated, web.RequestHandler):
         if status_code < 500:
             message = self._reason
         self.finish(json.dumps({"message": message, "field": "request"}))
-
-    async def guarded(self, action: Any) -> None:
-        try:
-            await action()
-        except JobError as exc:
-            self.refuse(exc.status, exc.field, exc.message)
-        except OptionsError as exc:
-            self.refuse(400, exc.field, exc.message)
-
-    def body(self) -> dict[str, Any]:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise JobError("body", "The request body is not valid JSON.") from None
-        if not isinstance(body, dict):
-            raise JobError("body", "The request body must be a JSON object.")
-        return body
 
     def parse(self, body: dict[str, Any]) -> tuple[JobRequest, bytes | None]:
         """The one validation path: the user API's checks with the hub's own policy."""
@@ -216,12 +182,12 @@ class JobsListHandler(JobsHandler):
             records = await self.jobs.router.list(self.owner)
             self.reply({"jobs": [self.jobs.record_json(r) for r in records]})
 
-        await self.guarded(action)
+        await self.answering(action)
 
     async def post(self) -> None:
         async def action() -> None:
             key = self.idempotency_key()
-            request, data = self.parse(self.body())
+            request, data = self.parse(self.json_object())
             backend = self.jobs.backend(request.kind)
             await backend.check(request, self.owner)
             limit = self.jobs.config.quota.limit_for(self.groups)
@@ -243,7 +209,7 @@ class JobsListHandler(JobsHandler):
                 201,
             )
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class KindsHandler(JobsHandler):
@@ -251,13 +217,13 @@ class KindsHandler(JobsHandler):
         async def action() -> None:
             self.reply({"kinds": await self.jobs.kinds()})
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class CompileHandler(JobsHandler):
     async def post(self) -> None:
         async def action() -> None:
-            body = self.body()
+            body = self.json_object()
             body["kind"] = "pipeline"
             request, data = self.parse(body)
             assert data is not None
@@ -268,7 +234,7 @@ class CompileHandler(JobsHandler):
             )
             self.finish(text)
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class JobHandler(JobsHandler):
@@ -276,13 +242,13 @@ class JobHandler(JobsHandler):
         async def action() -> None:
             self.reply(self.jobs.record_json(await self.jobs.router.get(self.owner, job_id)))
 
-        await self.guarded(action)
+        await self.answering(action)
 
     async def delete(self, job_id: str) -> None:
         async def action() -> None:
             self.reply(self.jobs.record_json(await self.jobs.router.cancel(self.owner, job_id)))
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class LogsHandler(JobsHandler):
@@ -298,7 +264,7 @@ class LogsHandler(JobsHandler):
             logs = await self.jobs.router.logs(self.owner, job_id, tail=tail)
             self.reply({"id": record.id, "status": record.status, "logs": logs})
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class OutputHandler(JobsHandler):
@@ -317,7 +283,7 @@ class OutputHandler(JobsHandler):
             self.set_header("Cache-Control", "no-store")
             self.finish(data)
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class PipelineYAMLHandler(JobsHandler):
@@ -328,7 +294,7 @@ class PipelineYAMLHandler(JobsHandler):
             self.set_header("Content-Disposition", f'attachment; filename="{job_id}.yaml"')
             self.finish(text)
 
-        await self.guarded(action)
+        await self.answering(action)
 
 
 class HealthHandler(web.RequestHandler):
