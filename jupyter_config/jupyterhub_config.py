@@ -2,7 +2,7 @@
 
 Every server runs as the hub's own OS user in ./gpuhub-users/<name> (``run_as_hub_user``),
 so nothing needs root or system accounts. Users log in with any of the names below and the
-password ``gpuhub``. Set GPUHUB_DEMO_GPUS=0,1,2,3 to try the form on a machine without GPUs.
+shared password ``gpuhub-demo``. Set GPUHUB_DEMO_GPUS=0,1,2,3 to try the form on a machine without GPUs.
 """
 
 import os
@@ -13,12 +13,11 @@ c.JupyterHub.ip = os.environ.get("GPUHUB_DEMO_IP", "127.0.0.1")
 c.JupyterHub.port = int(os.environ.get("GPUHUB_DEMO_PORT", "8000"))
 c.JupyterHub.hub_ip = "127.0.0.1"
 
-c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = os.environ.get("GPUHUB_DEMO_PASSWORD", "gpuhub")
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = os.environ.get("GPUHUB_DEMO_PASSWORD", "gpuhub-demo")
 c.Authenticator.allow_all = True
-c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.load_groups = {
-    "staff": {"users": ["alice", "admin"]},
+    "staff": {"users": ["alice"]},
     "students": {"users": ["bob", "carol"]},
 }
 
@@ -41,7 +40,7 @@ print(
     "  or bob (students, 1 GPU) with password '{pw}'. GPUs offered: {gpus}.\n".format(
         ip=c.JupyterHub.ip,
         port=c.JupyterHub.port,
-        pw=c.DummyAuthenticator.password,
+        pw=c.SharedPasswordAuthenticator.user_password,
         gpus=_gpus
         if _gpus != "auto"
         else "discovered with NVML (none if no driver; "
