@@ -607,26 +607,32 @@ class KubernetesBackend(JobBackend):
         records.sort(key=lambda r: r.created, reverse=True)
         return records
 
-    async def get(self, owner: str, job_id: str) -> JobRecord:
+    async def _owned_or_cancelled(
+        self, owner: str, job_id: str
+    ) -> tuple[Obj | None, JobRecord | None]:
+        """The live workload, or else the record of a job cancelled lately (else JobNotFound)."""
         try:
-            obj = await self._get_owned(owner, job_id)
+            return await self._get_owned(owner, job_id), None
         except JobNotFound:
             tomb = self._tombstone(owner, job_id)
-            if tomb is not None:
-                return tomb
-            raise
+            if tomb is None:
+                raise
+            return None, tomb
+
+    async def get(self, owner: str, job_id: str) -> JobRecord:
+        obj, cancelled = await self._owned_or_cancelled(owner, job_id)
+        if obj is None:
+            assert cancelled is not None
+            return cancelled
         pods = await self._pods(owner, job_id)
         phase = self._phase(obj, pods)
         pod_log = await self._final_log(obj, pods) if phase.status == "failed" else None
         return self._record(obj, pods, pod_log)
 
     async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
-        try:
-            obj = await self._get_owned(owner, job_id)
-        except JobNotFound:
-            if self._tombstone(owner, job_id) is not None:
-                return ""
-            raise
+        obj, _cancelled = await self._owned_or_cancelled(owner, job_id)
+        if obj is None:
+            return ""
         pods = await self._pods(owner, job_id)
         pod = self._primary_pod(obj, pods)
         if pod is None:
@@ -650,13 +656,10 @@ class KubernetesBackend(JobBackend):
         return pod_log.notebook
 
     async def cancel(self, owner: str, job_id: str) -> JobRecord:
-        try:
-            obj = await self._get_owned(owner, job_id)
-        except JobNotFound:
-            tomb = self._tombstone(owner, job_id)
-            if tomb is not None:
-                return tomb
-            raise
+        obj, cancelled = await self._owned_or_cancelled(owner, job_id)
+        if obj is None:
+            assert cancelled is not None
+            return cancelled
         pods = await self._pods(owner, job_id)
         record = self._record(obj, pods)
         if record.is_final:
