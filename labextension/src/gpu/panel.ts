@@ -274,6 +274,7 @@ export class GpuPanel extends Widget {
     this._commands = options.commands;
     this._kernels = options.kernels;
     this.id = 'gpuhub-gpu-panel';
+    this.addClass('gpuhub-SidePanel');
     this.addClass('gpuhub-GpuPanel');
     this.title.icon = gpuIcon;
     this.title.caption = 'GPU usage';
@@ -281,7 +282,7 @@ export class GpuPanel extends Widget {
     this.node.setAttribute('aria-label', 'GPU usage');
 
     const header = el('header', 'gpuhub-GpuPanel-header');
-    header.append(el('h2', 'gpuhub-GpuPanel-title', 'GPUs'));
+    header.append(el('h2', 'gpuhub-SidePanel-title', 'GPUs'));
     this._status = el('p', 'gpuhub-GpuPanel-status');
     this._status.setAttribute('aria-live', 'polite');
     header.append(this._status);

@@ -45,6 +45,7 @@ export class JobsPanel extends Widget {
     super();
     this._opts = options;
     this.id = 'gpuhub-jobs-panel';
+    this.addClass('gpuhub-SidePanel');
     this.addClass('gpuhub-JobsPanel');
     this.title.icon = jobsIcon;
     this.title.caption = 'Jobs: notebooks running on the cluster';
@@ -99,7 +100,7 @@ export class JobsPanel extends Widget {
       h(
         'div',
         { className: 'gpuhub-JobsPanel-header' },
-        h('h2', { className: 'gpuhub-JobsPanel-title' }, 'Jobs'),
+        h('h2', { className: 'gpuhub-SidePanel-title gpuhub-JobsPanel-title' }, 'Jobs'),
         this._runButton,
         this._runHint
       ),
