@@ -53,7 +53,7 @@ def test_submit_follow_and_open_the_result(standalone):
     assert answer.headers["Location"].endswith(f"/gpuhub/api/jobs/{created['id']}")
     job = wait_final(standalone, created["id"])
     assert job["status"] == "succeeded", job["error"]
-    assert job["gpu"] == "2 x NVIDIA" and job["owner"] and job["elapsed"] >= 0
+    assert job["gpu"] == "2 x NVIDIA GPU" and job["owner"] and job["elapsed"] >= 0
     # "Open result": the output path works with Jupyter's own contents API.
     contents = standalone.api("GET", f"api/contents/{job['output']}")
     assert contents.status_code == 200 and contents.json()["type"] == "notebook"

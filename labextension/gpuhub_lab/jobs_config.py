@@ -184,4 +184,4 @@ def _gpu_name() -> str:
     from gpuhub.devices import discover
 
     names = {d.name for d in discover().devices}
-    return names.pop() if len(names) == 1 else "NVIDIA"
+    return names.pop() if len(names) == 1 else "NVIDIA GPU"

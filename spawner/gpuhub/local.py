@@ -69,7 +69,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             names = {d.name for d in gpu_devices_mod.discover().devices if d.index in indices}
             config["gpu_types"] = {
                 "gpu": {
-                    "display_name": names.pop() if len(names) == 1 else "GPU",
+                    "display_name": names.pop() if len(names) == 1 else "NVIDIA GPU",
                     "max_gpus": len(indices),
                     "devices": indices,
                 }
