@@ -115,7 +115,7 @@ def test_jobs_on_a_spawned_server_use_the_hubs_policy_and_its_gpus(hub: Hub) -> 
     while (job := user_api(hub, "bob", bob, "GET", f"/{job_id}").json())["status"] == "running":
         assert time.monotonic() < deadline
         time.sleep(0.5)
-    assert (job["status"], job["owner"], job["gpu"]) == ("succeeded", "bob", "1 x GPU"), job
+    assert (job["status"], job["owner"], job["gpu"]) == ("succeeded", "bob", "1 x NVIDIA GPU"), job
     assert f"epochs 5 gpus '{gpu}'" in read_outputs(home / job["output"])
 
     # Nobody else sees or cancels bob's jobs: the hub refuses them at bob's server.
