@@ -1,12 +1,19 @@
 """LocalGPUSpawner: JupyterHub servers as local processes on one shared multi-GPU workstation.
 
 Each server gets whole GPUs through ``CUDA_VISIBLE_DEVICES`` from the process-wide
-:data:`gpuhub.allocator.ALLOCATOR`; a CPU-only server gets ``CUDA_VISIBLE_DEVICES=""`` and
-so sees no GPU at all.
+device book :data:`gpuhub.allocator.ALLOCATOR`; a CPU-only server gets
+``CUDA_VISIBLE_DEVICES=""`` and so sees no GPU at all. ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+makes CUDA number devices as NVML does, so index N is the same GPU to CUDA, NVML and the
+sidebar (CUDA's own default numbers the fastest GPU first).
+
+Isolation is cooperative: a user who edits their environment can make CUDA see other GPUs.
+What gpuhub guarantees is the book: no GPU is handed to two servers, and GPUs that processes
+of a stopped server still use stay held until those processes end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -14,10 +21,14 @@ from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Int, List, Unicode, Union, default
 
 from . import devices as gpu_devices_mod
-from .allocator import ALLOCATOR, NotEnoughGPUs
+from .allocator import ALLOCATOR, Holder, NotEnoughGPUs, Process, jobs_owner, server_owner
 from .form import GPUCapacity
+from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .spawner_base import GPUSpawnerMixin, refusal
+
+# The ledger of this hub's workstation: the device book is what users hold.
+LEDGER = Ledger(ALLOCATOR)
 
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
@@ -39,6 +50,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     home_dir_template = Unicode(
         config=True,
         help="""Home directory of a user's server when ``run_as_hub_user``; ``{username}`` is expanded.""",
+    )
+
+    ledger_file = Unicode(
+        "gpuhub-ledger.json",
+        config=True,
+        help="""Where the hub keeps GPUs held by processes that outlived their server (local
+        jobs), so a hub restart keeps them held; relative to the hub's working directory, like
+        its database.""",
     )
 
     @default("home_dir_template")
@@ -85,7 +104,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     @property
     def _owner(self) -> str:
-        return f"{self.user.name}/{self.name}"
+        ALLOCATOR.open(self.ledger_file)
+        return server_owner(self.user.name, self.name)
 
     @property
     def allocated_gpus(self) -> list[int]:
@@ -101,12 +121,25 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     # -- options --------------------------------------------------------------------------
     async def check_launch_options(self, options: LaunchOptions) -> None:
-        ALLOCATOR.release(self._owner)
+        # No await from here on: quota check and allocation are one step on the event loop,
+        # so concurrent spawns of one user (named servers) cannot both squeeze under the quota.
+        owner = self._owner
+        ALLOCATOR.release(owner)
         if options.gpu_type is None:
             return
-        candidates = self._devices_of(options.gpu_type.key)
         try:
-            ALLOCATOR.allocate(self._owner, options.gpus, candidates)
+            LEDGER.check(
+                self.user.name,
+                self.gpu_quota_limit(),
+                options.gpus,
+                replacing=("server", self.name),
+            )
+        except QuotaExceeded as exc:
+            raise refusal(exc.message, status=exc.status) from None
+        candidates = self._devices_of(options.gpu_type.key)
+        holder = Holder(self.user.name, "server", self.name, options.gpu_type.display_name)
+        try:
+            ALLOCATOR.allocate(owner, options.gpus, candidates, holder)
         except NotEnoughGPUs as exc:
             name = options.gpu_type.display_name
             raise refusal(
@@ -127,6 +160,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         gpus = self.allocated_gpus
         # An empty value hides every GPU from CUDA; a CPU-only server must not see one.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpus)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering = NVML's = the allocator's
         env["GPUHUB_GPUS"] = str(len(gpus))
         options = self.launch_options
         env["GPUHUB_GPU_TYPE"] = options.gpu_type.key if options and options.gpu_type else ""
@@ -142,25 +176,41 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             raise
 
     async def stop(self, now: bool = False) -> None:
+        watched: tuple[list[Process], int | None] = ([], None)
+        if self.pid and self.allocated_gpus:
+            watched = await asyncio.to_thread(_server_processes, self.pid)
         try:
             await super().stop(now=now)
         finally:
             if await self.poll() is not None:
-                ALLOCATOR.release(self._owner)
+                await self._release_gpus(*watched)
+
+    async def _release_gpus(self, descendants: list[Process], uid: int | None) -> None:
+        """Give the server's GPUs back, except those its surviving processes still use."""
+        if not self.allocated_gpus:
+            return
+        survivors = await asyncio.to_thread(_survivors, descendants, uid, self.user.name, self.name)
+        ALLOCATOR.hand_to_jobs(self._owner, jobs_owner(self.user.name, self.name), survivors)
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         if self.pid and self.allocated_gpus:
             state["gpus"] = self.allocated_gpus
+            options = self.launch_options
+            if options is not None and options.gpu_type is not None:
+                state["gpu_type"] = options.gpu_type.display_name
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         if state.get("pid") and state.get("gpus"):
-            ALLOCATOR.claim(self._owner, state["gpus"])
+            holder = Holder(self.user.name, "server", self.name, state.get("gpu_type", ""))
+            ALLOCATOR.claim(self._owner, state["gpus"], holder)
 
     def clear_state(self) -> None:
         super().clear_state()
+        # JupyterHub clears state after stop(), which has already moved the GPUs that
+        # surviving processes use to their job hold; the server's own hold ends here.
         ALLOCATOR.release(self._owner)
 
     # -- running as the hub's own user (demo, tests) ----------------------------------------
@@ -199,3 +249,70 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         if self.run_as_hub_user:
             return paths
         return await super().move_certs(paths)
+
+
+def _server_processes(pid: int) -> tuple[list[Process], int | None]:
+    """The server's descendants (kernels, jobs, terminals' children) and its user id, taken
+    before it stops: the processes that may outlive it on its GPUs."""
+    import psutil
+
+    try:
+        server = psutil.Process(pid)
+        found = [(p.pid, p.create_time()) for p in server.children(recursive=True)]
+        return found, server.uids().real
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return [], None
+
+
+def _survivors(
+    descendants: list[Process], uid: int | None, user: str, server: str
+) -> list[tuple[Process, set[int] | None]]:
+    """Processes of a just-stopped server that still run, with the GPUs each can see.
+
+    Found by the hub itself: the server's descendants taken before the stop, and processes
+    of the same OS user whose environment says they were started by this server (a job that
+    detached from its parent). ``None`` for the GPUs means unreadable: keep them all.
+    """
+    import psutil
+
+    from .allocator import alive
+
+    found: dict[int, Process] = {p[0]: p for p in descendants if alive(p)}
+    if uid is not None:
+        for proc in psutil.process_iter(["pid", "create_time", "uids", "environ"]):
+            info = proc.info
+            env = info.get("environ") or {}
+            uids = info.get("uids")
+            if (
+                uids is not None
+                and uids.real == uid
+                and env.get("JUPYTERHUB_USER") == user
+                and env.get("JUPYTERHUB_SERVER_NAME", "") == server
+            ):
+                found.setdefault(info["pid"], (info["pid"], info["create_time"]))
+    survivors = []
+    for pid, started in found.values():
+        try:
+            visible = psutil.Process(pid).environ().get("CUDA_VISIBLE_DEVICES")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            visible = None
+        survivors.append(((pid, started), _device_set(visible)))
+    return survivors
+
+
+def _device_set(visible: str | None) -> set[int] | None:
+    """Device indices in a ``CUDA_VISIBLE_DEVICES`` value; None when it is unset or names
+    devices another way (UUIDs), since then the process may see any of the server's GPUs."""
+    if visible is None:
+        return None
+    devices: set[int] = set()
+    for entry in visible.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        if not entry.lstrip("-").isdigit():
+            return None
+        if int(entry) < 0:
+            break  # CUDA stops at the first invalid index
+        devices.add(int(entry))
+    return devices

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .policy import GPUType, Limits, Policy
+from .policy import GPUType, Policy, UserLimits
 from .quantity import QuantityError, format_cpu, format_memory, parse_cpu, parse_memory
 
 FIELDS = ("image", "cpu", "memory", "gpu_type", "gpus", "profile")
@@ -102,6 +102,7 @@ def parse_launch_options(
     memory = _memory(values.get("memory", policy.memory.default), policy)
     gpus = _gpus(values.get("gpus", 0))
     gpu_type = _gpu_type(values.get("gpu_type"), gpus, policy, limits, subject)
+    _together(image_key, image, gpu_type, gpus, policy, limits)
     return LaunchOptions(
         image=image,
         image_key=image_key,
@@ -129,7 +130,7 @@ def _profile(value: Any, presets: Mapping[str, Mapping[str, Any]]) -> str | None
     return value
 
 
-def _image(value: Any, policy: Policy, limits: Limits) -> tuple[str | None, str | None]:
+def _image(value: Any, policy: Policy, limits: UserLimits) -> tuple[str | None, str | None]:
     allowed = policy.allowed_images(limits)
     if value is None:
         if allowed:
@@ -139,19 +140,48 @@ def _image(value: Any, policy: Policy, limits: Limits) -> tuple[str | None, str 
         raise OptionsError(
             "image", "image must be the name of an offered image or an image reference."
         )
-    choice = policy.images.get(value)
+    # A custom reference that names a configured image is that image, limits included.
+    choice = policy.images.get(value) or policy.image_for_reference(value)
     if choice is not None:
         if not limits.allows_image(choice.key):
-            raise OptionsError("image", f"image {value!r} is not available to your groups.")
+            raise OptionsError(
+                "image", f"image {choice.display_name!r} is not available to your groups."
+            )
         return choice.key, choice.image
     pattern = policy.custom_image_pattern
-    if pattern is not None and pattern.fullmatch(value) and _IMAGE_REF.fullmatch(value):
+    custom_ok = pattern is not None and limits.allows_image(None)
+    if (
+        custom_ok
+        and pattern is not None
+        and pattern.fullmatch(value)
+        and _IMAGE_REF.fullmatch(value)
+    ):
         return None, value
     offered = ", ".join(i.key for i in allowed) or "none"
-    custom = " or a custom image this hub allows" if pattern is not None else ""
+    custom = " or a custom image this hub allows" if custom_ok else ""
     raise OptionsError(
         "image",
         f"image {_short(value)} is not allowed; choose one of the offered images ({offered}){custom}.",
+    )
+
+
+def _together(
+    image_key: str | None,
+    image: str | None,
+    gpu_type: GPUType | None,
+    gpus: int,
+    policy: Policy,
+    limits: UserLimits,
+) -> None:
+    """One of the user's groups must allow the image and the GPUs together."""
+    if limits.allows(image_key, gpu_type, gpus, custom=image is not None and image_key is None):
+        return
+    what = policy.images[image_key].display_name if image_key else image
+    raise OptionsError(
+        "image",
+        f"None of your groups allows image {what!r} together with {gpus} "
+        f"{gpu_type.display_name if gpu_type else ''} GPU{'s' if gpus != 1 else ''}; "
+        "choose another image or fewer GPUs.",
     )
 
 
@@ -201,7 +231,7 @@ def _gpus(value: Any) -> int:
 
 
 def _gpu_type(
-    value: Any, gpus: int, policy: Policy, limits: Limits, subject: str
+    value: Any, gpus: int, policy: Policy, limits: UserLimits, subject: str
 ) -> GPUType | None:
     allowed = policy.allowed_gpu_types(limits)
     if value is not None and (not isinstance(value, str) or value not in policy.gpu_types):

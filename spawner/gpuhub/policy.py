@@ -68,28 +68,60 @@ class Range:
 
 @dataclass(frozen=True)
 class Limits:
-    """What one user may ask for. ``None`` for a set means 'every configured one'."""
+    """What one group allows. ``None`` for a set means 'every configured one'."""
 
     max_gpus: int = 0
     gpu_types: frozenset[str] | None = None
     images: frozenset[str] | None = None
+    # With an ``images`` list, custom image references are allowed only when this says so;
+    # without one (every image allowed), custom images follow ``custom_image_pattern``.
+    custom_images: bool | None = None
 
     def allows_gpu_type(self, key: str) -> bool:
-        return self.gpu_types is None or key in self.gpu_types
+        return self.max_gpus > 0 and (self.gpu_types is None or key in self.gpu_types)
 
-    def allows_image(self, key: str) -> bool:
+    def allows_image(self, key: str | None) -> bool:
+        """``key`` None is a custom image reference (the pattern is checked elsewhere)."""
+        if key is None:
+            return self.custom_images if self.custom_images is not None else self.images is None
         return self.images is None or key in self.images
 
-    def merge(self, other: Limits) -> Limits:
-        """The more permissive of two limits, field by field."""
+    def allows_gpus(self, gpu_type: GPUType, gpus: int) -> bool:
+        return gpus <= 0 or (
+            self.allows_gpu_type(gpu_type.key) and gpus <= min(self.max_gpus, gpu_type.max_gpus)
+        )
 
-        def union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
-            return None if a is None or b is None else a | b
 
-        return Limits(
-            max_gpus=max(self.max_gpus, other.max_gpus),
-            gpu_types=union(self.gpu_types, other.gpu_types),
-            images=union(self.images, other.images),
+@dataclass(frozen=True)
+class UserLimits:
+    """The limits of each of a user's configured groups, kept apart.
+
+    A request is allowed when **one** group allows all of it together (image, GPU type and
+    count); merging groups field by field would let a user combine the GPU count of one
+    group with the GPU type of another. What the form offers is the union over groups.
+    """
+
+    groups: tuple[Limits, ...]
+
+    @property
+    def max_gpus(self) -> int:
+        return max((g.max_gpus for g in self.groups), default=0)
+
+    def allows_gpu_type(self, key: str) -> bool:
+        return any(g.allows_gpu_type(key) for g in self.groups)
+
+    def allows_image(self, key: str | None) -> bool:
+        return any(g.allows_image(key) for g in self.groups)
+
+    def allows(
+        self, image_key: str | None, gpu_type: GPUType | None, gpus: int, *, custom: bool = False
+    ) -> bool:
+        """Whether one group allows this image (``custom``: a custom reference; neither: the
+        spawner's own image) together with ``gpus`` GPUs of ``gpu_type``."""
+        return any(
+            (g.allows_image(image_key) if image_key is not None or custom else True)
+            and (gpu_type is None or g.allows_gpus(gpu_type, gpus))
+            for g in self.groups
         )
 
 
@@ -103,28 +135,34 @@ class Policy:
     group_limits: Mapping[str, Limits]
     default_limits: Limits
 
-    def limits_for(self, groups: Iterable[str]) -> Limits:
-        """Most permissive limits among the user's configured groups, else the default."""
-        found = [self.group_limits[g] for g in groups if g in self.group_limits]
-        if not found:
-            return self.default_limits
-        merged = found[0]
-        for limits in found[1:]:
-            merged = merged.merge(limits)
-        return merged
+    def limits_for(self, groups: Iterable[str]) -> UserLimits:
+        """The limits of each of the user's configured groups, else ``default_limits``."""
+        found = tuple(self.group_limits[g] for g in sorted(set(groups)) if g in self.group_limits)
+        return UserLimits(found or (self.default_limits,))
 
-    def allowed_gpu_types(self, limits: Limits) -> list[GPUType]:
-        """GPU types a user with ``limits`` may pick: the default first, then the admin's order."""
-        if limits.max_gpus <= 0:
-            return []
+    def allowed_gpu_types(self, limits: UserLimits) -> list[GPUType]:
+        """GPU types one of the user's groups allows: the default first, then the admin's order."""
         return _default_first(t for t in self.gpu_types.values() if limits.allows_gpu_type(t.key))
 
-    def allowed_images(self, limits: Limits) -> list[ImageChoice]:
-        """Images a user with ``limits`` may pick: the default first, then the admin's order."""
+    def allowed_images(self, limits: UserLimits) -> list[ImageChoice]:
+        """Images one of the user's groups allows: the default first, then the admin's order."""
         return _default_first(i for i in self.images.values() if limits.allows_image(i.key))
 
-    def max_gpus_for(self, limits: Limits, gpu_type: GPUType) -> int:
-        return min(limits.max_gpus, gpu_type.max_gpus)
+    def max_gpus_for(self, limits: UserLimits, gpu_type: GPUType) -> int:
+        """The most GPUs of ``gpu_type`` any one of the user's groups allows in one request."""
+        return max(
+            (
+                min(g.max_gpus, gpu_type.max_gpus)
+                for g in limits.groups
+                if g.allows_gpu_type(gpu_type.key)
+            ),
+            default=0,
+        )
+
+    def image_for_reference(self, reference: str) -> ImageChoice | None:
+        """The configured image whose reference is exactly ``reference`` (a custom image that
+        names a configured one counts as that image, so image limits hold for it too)."""
+        return next((i for i in self.images.values() if i.image == reference), None)
 
     @property
     def default_image(self) -> ImageChoice | None:
@@ -325,12 +363,14 @@ def _limits(
     name: str, value: Any, gpu_types: Mapping[str, GPUType], images: Mapping[str, ImageChoice]
 ) -> Limits:
     entry = _mapping(name, value)
-    _unknown(name, entry, {"max_gpus", "gpu_types", "images"})
+    _unknown(name, entry, {"max_gpus", "gpu_types", "images", "custom_images"})
     max_gpus = entry.get("max_gpus", 0)
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 0:
         raise PolicyConfigError(f"{name}.max_gpus must be a whole number of at least 0")
+    custom = entry.get("custom_images")
     return Limits(
         max_gpus=max_gpus,
         gpu_types=_names(f"{name}.gpu_types", entry.get("gpu_types"), gpu_types),
         images=_names(f"{name}.images", entry.get("images"), images),
+        custom_images=None if custom is None else _flag(f"{name}.custom_images", custom),
     )

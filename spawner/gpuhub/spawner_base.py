@@ -18,10 +18,12 @@ from traitlets.config import Configurable
 
 from .form import GPUCapacity, Preset, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
+from .ledger import GPUQuota
 from .options import LaunchOptions, OptionsError, parse_launch_options
 from .policy import Policy
 
 _POLICY_CACHE: dict[str, Policy] = {}
+_QUOTA_CACHE: dict[str, GPUQuota] = {}
 
 
 def refusal(message: str, status: int = 400) -> web.HTTPError:
@@ -54,8 +56,9 @@ class GPUSpawnerMixin(Configurable):
 
     images = Dict(
         config=True,
-        help="""Images a user may pick: ``{key: {"display_name", "image", "description"}}``.
-        The first one is the default. Empty: the spawner's own ``image`` is used.""",
+        help="""Images a user may pick: ``{key: {"display_name", "image", "description",
+        "default"}}``. The one with ``"default": True``, else the first, is the default. Empty:
+        the spawner's own ``image`` is used.""",
     )
     custom_image_pattern = Unicode(
         "",
@@ -74,13 +77,21 @@ class GPUSpawnerMixin(Configurable):
     )
     group_limits = Dict(
         config=True,
-        help="""Per JupyterHub group: ``{"max_gpus", "gpu_types", "images"}``. A user gets the most
-        permissive limits among their groups.""",
+        help="""Per JupyterHub group: ``{"max_gpus", "gpu_types", "images", "custom_images"}``.
+        A request is allowed when one of the user's groups allows all of it together; a group
+        with an ``images`` list allows custom images only with ``"custom_images": True``.""",
     )
     default_limits = Dict(
         {"max_gpus": 1},
         config=True,
         help="""Limits for users in none of ``group_limits``' groups.""",
+    )
+
+    gpu_quota = Dict(
+        config=True,
+        help="""The most GPUs one user holds at once, servers (named too) and jobs together:
+        ``{"default": 2, "groups": {"staff": 8}}``. A user's quota is the largest among their
+        groups, else ``default``; None (the default) means no quota beyond ``group_limits``.""",
     )
 
     launch_options: LaunchOptions | None = None
@@ -129,6 +140,14 @@ class GPUSpawnerMixin(Configurable):
         if policy is None:
             policy = _POLICY_CACHE[key] = Policy.from_config(**config)
         return policy
+
+    def gpu_quota_limit(self) -> int | None:
+        """This user's GPU quota (None: none). The admin's dict is checked once and shared."""
+        key = json.dumps(self.gpu_quota, sort_keys=True, default=str)
+        quota = _QUOTA_CACHE.get(key)
+        if quota is None:
+            quota = _QUOTA_CACHE[key] = GPUQuota.from_config(self.gpu_quota)
+        return quota.limit_for(self.user_groups())
 
     def user_groups(self) -> list[str]:
         return [group.name for group in self.user.groups]

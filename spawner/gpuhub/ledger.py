@@ -1,0 +1,216 @@
+"""The GPU ledger: who holds which GPUs, and whether a user may take more.
+
+Every "may this user hold N more GPUs?" question in gpuhub is answered here, by
+:meth:`Ledger.check`, under one lock per user (:meth:`Ledger.lock`): spawns of both
+spawners (named servers too), and cluster jobs, PyTorchJob/TFJob replicas and pipeline runs
+submitted through the jobs service, which asks the hub's ledger (:mod:`gpuhub.hub_api`).
+"May this user have *this* request?" (image, GPU type, count per group) is the policy's
+question: :class:`gpuhub.policy.UserLimits`, applied by :func:`gpuhub.options.parse_launch_options`.
+
+What a user holds comes from a :class:`HoldingsSource`: the local device book
+(:mod:`gpuhub.allocator`) on a workstation, the watch-backed pod cache
+(:mod:`gpuhub.capacity`) plus grants not yet visible as pods on Kubernetes. Neither ever
+lists anything per request. CPU-only servers and jobs hold nothing and never count.
+
+``gpu_quota = {"default": 2, "groups": {"staff": 8}}``: the most GPUs one user holds at
+once. A user's quota is the largest among their groups, else ``default``; ``None`` means no
+quota beyond the per-request limits. Over quota is HTTP 403 with one sentence naming the
+quota and what the user holds where.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .policy import PolicyConfigError
+
+HolderKind = Literal["server", "job"]
+
+
+@dataclass(frozen=True)
+class GPUQuota:
+    """GPUs one user may hold at once, servers and jobs together (``gpu_quota``)."""
+
+    default: int | None = None
+    groups: Mapping[str, int] = field(default_factory=dict)
+
+    def limit_for(self, groups: Iterable[str]) -> int | None:
+        """The largest quota among the user's groups, else the default (None: no quota)."""
+        values = [int(self.groups[g]) for g in groups if g in self.groups]
+        return max(values) if values else self.default
+
+    @classmethod
+    def from_config(cls, value: Any, name: str = "gpu_quota") -> GPUQuota:
+        """Validate the admin's ``{"default": int | None, "groups": {group: int}}``."""
+        if value is None:
+            return cls()
+        if not isinstance(value, Mapping):
+            raise PolicyConfigError(f"{name} must be a dict like {{'default': 2, 'groups': {{}}}}")
+        extra = sorted(set(value) - {"default", "groups"})
+        if extra:
+            raise PolicyConfigError(
+                f"{name} has unknown keys {extra}; known keys are default, groups"
+            )
+        default = value.get("default")
+        if default is not None and not _count(default):
+            raise PolicyConfigError(f"{name}.default must be a GPU count (0 or more) or None")
+        groups = value.get("groups") or {}
+        if not isinstance(groups, Mapping) or not all(
+            isinstance(k, str) and _count(v) for k, v in groups.items()
+        ):
+            raise PolicyConfigError(f"{name}.groups must map group names to GPU counts")
+        return cls(default=default, groups=dict(groups))
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True)
+class Holding:
+    """GPUs one server or job of one user holds now."""
+
+    user: str
+    kind: HolderKind
+    name: str  # server name ("" for the default server) or job id
+    gpus: int
+    gpu_type: str = ""  # display name, for people
+    devices: tuple[int, ...] = ()  # device indices (local mode), for counting each GPU once
+    since: float | None = None  # epoch seconds
+
+    @property
+    def label(self) -> str:
+        if self.kind == "server":
+            return f"server {self.name or 'default'!r}"
+        return f"job {self.name!r}"
+
+
+def gpus_held(holdings: Iterable[Holding]) -> int:
+    """GPUs held, each GPU counted once: a local job runs on its server's devices, so a
+    device held by both counts one; holdings without device numbers count what they hold."""
+    devices: set[int] = set()
+    total = 0
+    for holding in holdings:
+        if holding.devices:
+            devices.update(holding.devices)
+        else:
+            total += holding.gpus
+    return total + len(devices)
+
+
+class QuotaExceeded(Exception):
+    """Taking ``wanted`` more GPUs would put the user over their quota (HTTP 403)."""
+
+    status = 403
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
+def quota_sentence(
+    holdings: Sequence[Holding], limit: int, wanted: int, what: str = "server"
+) -> str | None:
+    """The refusal for taking ``wanted`` more GPUs on top of ``holdings``; None if it fits."""
+    if wanted <= 0:
+        return None
+    if wanted > limit:
+        return (
+            f"This {what} needs {_gpus(wanted)}, more than your quota of {_gpus(limit)} "
+            "at once (servers and jobs together)."
+        )
+    held = gpus_held(holdings)
+    if held + wanted <= limit:
+        return None
+    where = ", ".join(f"{h.label}: {h.gpus}" for h in holdings)
+    stop = "stop a server or wait for a job to end" if holdings else "ask for fewer GPUs"
+    return (
+        f"You hold {held} of your quota of {_gpus(limit)} ({where}) and this {what} needs "
+        f"{wanted} more; {stop}."
+    )
+
+
+class HoldingsSource(Protocol):
+    """Where a ledger learns what each user holds (the local device book, the pod cache)."""
+
+    def holdings(self, user: str | None = None) -> list[Holding]: ...
+
+
+@dataclass
+class Grant:
+    """GPUs promised to a workload that its holdings source does not show yet (a job the
+    jobs service is creating, whose pods are not in the watch cache yet)."""
+
+    user: str
+    kind: HolderKind
+    name: str
+    gpus: int
+    gpu_type: str
+    expires: float
+
+
+class Ledger:
+    """Holdings from ``source``, grants in flight, one lock per user, one quota check."""
+
+    def __init__(self, source: HoldingsSource) -> None:
+        self.source = source
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._grants: dict[tuple[str, str], Grant] = {}
+
+    def lock(self, user: str) -> asyncio.Lock:
+        """The one lock around "check, then take" for ``user``'s spawns and submits."""
+        return self._locks.setdefault(user, asyncio.Lock())
+
+    def holdings(self, user: str | None = None) -> list[Holding]:
+        """What ``user`` (everyone if None) holds: the source's view plus live grants."""
+        held = self.source.holdings(user)
+        now = time.time()
+        seen: dict[tuple[str, str], int] = {}
+        for holding in held:
+            seen[(holding.user, holding.name)] = (
+                seen.get((holding.user, holding.name), 0) + holding.gpus
+            )
+        for key, grant in list(self._grants.items()):
+            missing = grant.gpus - seen.get(key, 0)
+            if grant.expires < now or missing <= 0:
+                del self._grants[key]  # all of it visible in the source now (or given up on)
+            elif user is None or grant.user == user:
+                # Replicas of a training job appear one by one: count the ones not seen yet.
+                held.append(Holding(grant.user, grant.kind, grant.name, missing, grant.gpu_type))
+        return held
+
+    def check(
+        self,
+        user: str,
+        limit: int | None,
+        wanted: int,
+        *,
+        what: str = "server",
+        replacing: tuple[HolderKind, str] | None = None,
+    ) -> list[Holding]:
+        """Raise :class:`QuotaExceeded` unless ``user`` may take ``wanted`` more GPUs.
+
+        ``replacing`` names a holding the new one replaces (a server being started again),
+        which does not count. Returns what the user holds, for messages.
+        """
+        held = [h for h in self.holdings(user) if replacing != (h.kind, h.name)]
+        if limit is not None:
+            message = quota_sentence(held, limit, wanted, what)
+            if message is not None:
+                raise QuotaExceeded(message)
+        return held
+
+    def grant(self, grant: Grant) -> None:
+        """Count ``grant`` until the source shows its workload (or it expires)."""
+        self._grants[(grant.user, grant.name)] = grant
+
+    def release_grant(self, user: str, name: str) -> None:
+        self._grants.pop((user, name), None)
