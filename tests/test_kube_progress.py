@@ -41,7 +41,10 @@ def test_parse_fit_error():
         "preemption: 0/36 nodes are available: 1 Insufficient nvidia.com/gpu, 3 Preemption is not "
         "helpful for scheduling, 32 No preemption victims found for incoming pod.."
     )
-    assert parse_fit_error(real) == (36, {"node(s) were unschedulable": 3, "Insufficient nvidia.com/gpu": 33})
+    assert parse_fit_error(real) == (
+        36,
+        {"node(s) were unschedulable": 3, "Insufficient nvidia.com/gpu": 33},
+    )
     assert parse_fit_error("something else") is None
 
 

@@ -142,8 +142,7 @@ def _one_group_allows(policy: Policy, groups: list[str], image: str, gpu_type: s
         types = entry.get("gpu_types")
         type_cap = policy.gpu_types[gpu_type].max_gpus
         gpus_ok = gpus == 0 or (
-            (types is None or gpu_type in types)
-            and gpus <= min(entry.get("max_gpus", 0), type_cap)
+            (types is None or gpu_type in types) and gpus <= min(entry.get("max_gpus", 0), type_cap)
         )
         if image_ok and gpus_ok:
             return True

@@ -51,6 +51,7 @@ class Holder:
     gpu_type: str = ""
     since: float = field(default_factory=time.time)
     processes: list[Process] = field(default_factory=list)  # job holds only
+    pending: bool = False  # a job hold whose processes are still being looked for
 
 
 def server_owner(user: str, server: str) -> str:
@@ -116,7 +117,7 @@ class GPUAllocator:
         if self.store is None:
             return
         jobs = {
-            owner: {**asdict(holder), "devices": self.held_by(owner)}
+            owner: {**asdict(holder), "pending": False, "devices": self.held_by(owner)}
             for owner, holder in self._holders.items()
             if holder.kind == "job"
         }
@@ -202,32 +203,50 @@ class GPUAllocator:
             self._save()
         return released
 
-    def hand_to_jobs(
-        self, owner: str, jobs: str, survivors: Sequence[tuple[Process, set[int] | None]]
+    def hand_to_jobs(self, owner: str, jobs: str) -> list[int]:
+        """The server ``owner`` is gone: its devices move to the job hold ``jobs``, pending
+        until :meth:`settle` says which of them its surviving processes still use."""
+        devices = self.held_by(owner)
+        server = self._holders.get(owner)
+        self.release(owner)
+        if not devices:
+            return []
+        previous = self._holders.get(jobs)
+        holder = Holder(
+            user=server.user if server else owner.split("/", 1)[0],
+            kind="job",
+            name=server.name if server else owner.split("/", 1)[-1],
+            gpu_type=server.gpu_type if server else "",
+            processes=previous.processes if previous else [],
+            pending=True,
+        )
+        self.claim(jobs, devices, holder)
+        return devices
+
+    def settle(
+        self,
+        jobs: str,
+        devices: Iterable[int],
+        survivors: Sequence[tuple[Process, set[int] | None]],
     ) -> list[int]:
-        """Move the devices of server ``owner`` that ``survivors`` can still use to the job
-        hold ``jobs``; release the rest. ``None`` as a survivor's devices means "could not
-        tell": it keeps them all."""
-        devices = set(self.held_by(owner))
+        """Keep, of ``devices`` pending in ``jobs``, those ``survivors`` can use; free the rest.
+        ``None`` as a survivor's devices means "could not tell": it keeps them all."""
+        holder = self._holders.get(jobs)
+        if holder is None:
+            return []
+        devices = set(devices) & set(self.held_by(jobs))
         kept: set[int] = set()
         for _, visible in survivors:
             kept |= devices if visible is None else devices & visible
-        server = self._holders.get(owner)
-        self.release(owner)
-        if kept:
-            previous = self._holders.get(jobs)
-            holder = Holder(
-                user=server.user if server else owner.split("/", 1)[0],
-                kind="job",
-                name=server.name if server else owner.split("/", 1)[-1],
-                gpu_type=server.gpu_type if server else "",
-                processes=[p for p, _ in survivors] + (previous.processes if previous else []),
-            )
-            self.claim(jobs, sorted(kept), holder)
-            log.info(
-                "GPUs %s stay held by %s's processes %s", sorted(kept), owner, holder.processes
-            )
-            self._save()
+        for device in devices - kept:
+            del self._owner_of[device]
+        holder.processes = [*holder.processes, *(p for p, _ in survivors)]
+        holder.pending = False
+        if not self.held_by(jobs):
+            self._holders.pop(jobs, None)
+        if devices - kept:
+            log.info("GPUs %s released by %s", sorted(devices - kept), jobs)
+        self._save()
         return sorted(kept)
 
     def prune(self) -> None:
@@ -235,7 +254,9 @@ class GPUAllocator:
         ended = [
             owner
             for owner, holder in self._holders.items()
-            if holder.kind == "job" and not any(alive(p) for p in holder.processes)
+            if holder.kind == "job"
+            and not holder.pending
+            and not any(alive(p) for p in holder.processes)
         ]
         for owner in ended:
             self.release(owner)

@@ -15,17 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from typing import Any
 
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Int, List, Unicode, Union, default
 
 from . import devices as gpu_devices_mod
-from .allocator import ALLOCATOR, Holder, NotEnoughGPUs, Process, jobs_owner, server_owner
+from .allocator import (
+    ALLOCATOR,
+    GPUAllocator,
+    Holder,
+    NotEnoughGPUs,
+    Process,
+    jobs_owner,
+    server_owner,
+)
 from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .spawner_base import GPUSpawnerMixin, refusal
+
+SERVER_ID_ENV = "GPUHUB_SERVER_ID"
 
 # The ledger of this hub's workstation: the device book is what users hold.
 LEDGER = Ledger(ALLOCATOR)
@@ -103,19 +114,24 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return [d for d in gpu_type.devices if d in indices]
 
     @property
-    def _owner(self) -> str:
+    def _book(self) -> GPUAllocator:
+        """The hub's device book, with the job holds a previous hub process left."""
         ALLOCATOR.open(self.ledger_file)
+        return ALLOCATOR
+
+    @property
+    def _owner(self) -> str:
         return server_owner(self.user.name, self.name)
 
     @property
     def allocated_gpus(self) -> list[int]:
-        return ALLOCATOR.held_by(self._owner)
+        return self._book.held_by(self._owner)
 
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
         capacity = {}
         for key in self.gpu_policy.gpu_types:
             candidates = self._devices_of(key)
-            free = len(ALLOCATOR.free(candidates))
+            free = len(self._book.free(candidates))
             capacity[key] = GPUCapacity(free=free, total=len(candidates), largest_free=None)
         return capacity, ""
 
@@ -124,7 +140,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         # No await from here on: quota check and allocation are one step on the event loop,
         # so concurrent spawns of one user (named servers) cannot both squeeze under the quota.
         owner = self._owner
-        ALLOCATOR.release(owner)
+        self._book.release(owner)
         if options.gpu_type is None:
             return
         try:
@@ -139,7 +155,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         candidates = self._devices_of(options.gpu_type.key)
         holder = Holder(self.user.name, "server", self.name, options.gpu_type.display_name)
         try:
-            ALLOCATOR.allocate(owner, options.gpus, candidates, holder)
+            self._book.allocate(owner, options.gpus, candidates, holder)
         except NotEnoughGPUs as exc:
             name = options.gpu_type.display_name
             raise refusal(
@@ -161,6 +177,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         # An empty value hides every GPU from CUDA; a CPU-only server must not see one.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering = NVML's = the allocator's
+        # Marks every process this server starts (kernels, jobs, terminals), so the hub can
+        # tell which of them outlive it on its GPUs.
+        env[SERVER_ID_ENV] = self._server_id
         env["GPUHUB_GPUS"] = str(len(gpus))
         options = self.launch_options
         env["GPUHUB_GPU_TYPE"] = options.gpu_type.key if options and options.gpu_type else ""
@@ -172,30 +191,77 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         try:
             return await super().start()
         except BaseException:
-            ALLOCATOR.release(self._owner)
+            self._book.release(self._owner)
             raise
 
+    _gpuhub_stopping = False
+
+    @property
+    def _server_id(self) -> str:
+        """A random id per server launch (kept in the hub's state across restarts)."""
+        if not self.__dict__.get("_gpuhub_server_id"):
+            self._gpuhub_server_id = secrets.token_hex(12)
+        return str(self._gpuhub_server_id)
+
     async def stop(self, now: bool = False) -> None:
-        watched: tuple[list[Process], int | None] = ([], None)
+        descendants: list[Process] = []
+        uid = None
         if self.pid and self.allocated_gpus:
-            watched = await asyncio.to_thread(_server_processes, self.pid)
+            descendants, uid = await asyncio.to_thread(_server_processes, self.pid)
+        self._gpuhub_stopping = True
         try:
             await super().stop(now=now)
         finally:
+            self._gpuhub_stopping = False
             if await self.poll() is not None:
-                await self._release_gpus(*watched)
+                await self._settle_gpus(descendants, uid)
 
-    async def _release_gpus(self, descendants: list[Process], uid: int | None) -> None:
+    def _server_gone(self) -> None:
+        """The server process has ended: its GPUs wait, held, for the look for survivors."""
+        held = self._book.hand_to_jobs(self._owner, self._jobs_owner)
+        if held:
+            self._gpuhub_pending = held
+            if not self._gpuhub_stopping:  # died by itself: stop() will not settle it
+                self._gpuhub_settling = asyncio.ensure_future(self._settle_gpus([], None))
+
+    async def _settle_gpus(self, descendants: list[Process], uid: int | None) -> None:
         """Give the server's GPUs back, except those its surviving processes still use."""
-        if not self.allocated_gpus:
+        held = self.__dict__.pop("_gpuhub_pending", [])
+        if not held:
             return
-        survivors = await asyncio.to_thread(_survivors, descendants, uid, self.user.name, self.name)
-        ALLOCATOR.hand_to_jobs(self._owner, jobs_owner(self.user.name, self.name), survivors)
+        if uid is None:
+            uid = self._system_uid()
+        survivors = await asyncio.to_thread(_survivors, descendants, uid, self._server_id)
+        self.__dict__.pop("_gpuhub_server_id", None)  # the next launch gets a new one
+        kept = self._book.settle(self._jobs_owner, held, survivors)
+        if kept:
+            self.log.info(
+                "GPUs %s of %s stay held: processes %s outlived the server",
+                kept,
+                self._log_name,
+                [pid for (pid, _), _ in survivors],
+            )
+
+    def _system_uid(self) -> int | None:
+        """The OS user the server ran as (its processes are looked for among theirs)."""
+        if self.run_as_hub_user:
+            return os.getuid()
+        import pwd
+
+        try:
+            return pwd.getpwnam(self.user.name).pw_uid
+        except KeyError:
+            return None
+
+    @property
+    def _jobs_owner(self) -> str:
+        return jobs_owner(self.user.name, self.name)
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         if self.pid and self.allocated_gpus:
             state["gpus"] = self.allocated_gpus
+            state["server_id"] = self._server_id
             options = self.launch_options
             if options is not None and options.gpu_type is not None:
                 state["gpu_type"] = options.gpu_type.display_name
@@ -203,15 +269,17 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
+        if state.get("server_id"):
+            self._gpuhub_server_id = str(state["server_id"])
         if state.get("pid") and state.get("gpus"):
             holder = Holder(self.user.name, "server", self.name, state.get("gpu_type", ""))
-            ALLOCATOR.claim(self._owner, state["gpus"], holder)
+            self._book.claim(self._owner, state["gpus"], holder)
 
     def clear_state(self) -> None:
         super().clear_state()
-        # JupyterHub clears state after stop(), which has already moved the GPUs that
-        # surviving processes use to their job hold; the server's own hold ends here.
-        ALLOCATOR.release(self._owner)
+        # Called once the server process is gone (poll, stop): its own hold ends, and what
+        # its surviving processes may still use is held for them.
+        self._server_gone()
 
     # -- running as the hub's own user (demo, tests) ----------------------------------------
     @property
@@ -265,13 +333,13 @@ def _server_processes(pid: int) -> tuple[list[Process], int | None]:
 
 
 def _survivors(
-    descendants: list[Process], uid: int | None, user: str, server: str
+    descendants: list[Process], uid: int | None, server_id: str
 ) -> list[tuple[Process, set[int] | None]]:
     """Processes of a just-stopped server that still run, with the GPUs each can see.
 
     Found by the hub itself: the server's descendants taken before the stop, and processes
-    of the same OS user whose environment says they were started by this server (a job that
-    detached from its parent). ``None`` for the GPUs means unreadable: keep them all.
+    of the same OS user whose environment carries this launch's ``GPUHUB_SERVER_ID`` (a job
+    that detached from its parent). ``None`` for the GPUs means unreadable: keep them all.
     """
     import psutil
 
@@ -283,12 +351,7 @@ def _survivors(
             info = proc.info
             env = info.get("environ") or {}
             uids = info.get("uids")
-            if (
-                uids is not None
-                and uids.real == uid
-                and env.get("JUPYTERHUB_USER") == user
-                and env.get("JUPYTERHUB_SERVER_NAME", "") == server
-            ):
+            if uids is not None and uids.real == uid and env.get(SERVER_ID_ENV) == server_id:
                 found.setdefault(info["pid"], (info["pid"], info["create_time"]))
     survivors = []
     for pid, started in found.values():
