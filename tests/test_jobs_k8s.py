@@ -375,21 +375,21 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
     assert await backend.gpus_in_use("bob") == 0
     two = make_request(root, gpus=2, gpu_type="a100")
     with pytest.raises(JobError) as caught:
-        await backend.submit(two, "alice", gpu_quota=2, **submit_args(root))
-    assert caught.value.status == 429
+        await backend.submit(two, "alice", quota=backend.own_quota(2), **submit_args(root))
+    assert caught.value.status == 403
     assert caught.value.message == (
-        "This job needs 2 GPUs and you already hold 1 (servers and jobs together) of your "
-        "quota of 2; stop a server or wait for a job to finish."
+        "You hold 1 of your quota of 2 GPUs (server 'default': 1) and this job needs 2 more; "
+        "stop a server or wait for a job to end."
     )
     assert kubesim.list("Job", "default") == []
     one = make_request(root, gpus=1, gpu_type="a100")
-    record = await backend.submit(one, "alice", gpu_quota=2, **submit_args(root))
+    record = await backend.submit(one, "alice", quota=backend.own_quota(2), **submit_args(root))
     assert await backend.gpus_in_use("alice") == 2
     with pytest.raises(JobError):
-        await backend.submit(one, "alice", gpu_quota=2, **submit_args(root))
+        await backend.submit(one, "alice", quota=backend.own_quota(2), **submit_args(root))
     with pytest.raises(JobError) as caught:
         await backend.submit(
-            make_request(root, gpus=3, gpu_type="a100"), "bob", gpu_quota=2, **submit_args(root)
+            make_request(root, gpus=3, gpu_type="a100"), "bob", quota=backend.own_quota(2), **submit_args(root)
         )
     assert caught.value.status == 403
     assert caught.value.message == (
@@ -400,13 +400,13 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
     kubesim.finish_job(record.id, succeed=True)
     await wait_status(backend, "alice", record.id, "succeeded")
     assert await backend.gpus_in_use("alice") == 1
-    await backend.submit(make_request(root, gpus=0), "alice", gpu_quota=1, **submit_args(root))
+    await backend.submit(make_request(root, gpus=0), "alice", quota=backend.own_quota(1), **submit_args(root))
 
 
 async def test_concurrent_submits_cannot_both_squeeze_under_the_quota(kubesim, backend, root):
     one = make_request(root, gpus=1, gpu_type="a100")
     results = await asyncio.gather(
-        *(backend.submit(one, "alice", gpu_quota=1, **submit_args(root)) for _ in range(3)),
+        *(backend.submit(one, "alice", quota=backend.own_quota(1), **submit_args(root)) for _ in range(3)),
         return_exceptions=True,
     )
     assert sum(not isinstance(r, Exception) for r in results) == 1

@@ -21,18 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .form import GPUCapacity
+from .gpu_pod import is_gpu_resource
+from .ledger import Holding, Ledger
 from .policy import GPUType
 from .quantity import QuantityError, parse_cpu, parse_memory
 
 log = logging.getLogger("gpuhub.capacity")
 
-GPU_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/")
 # Terminal pods hold nothing; the apiserver filters them out of the watch for us.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def is_gpu_resource(name: str) -> bool:
-    return name.startswith(GPU_PREFIXES)
 
 
 def _int(value: Any) -> int:
@@ -91,12 +88,9 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
-    """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
-    node = spec.get("nodeName")
-    if not node or status.get("phase") in ("Succeeded", "Failed"):
-        return None
+def pod_gpus(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """``((resource, count), ...)`` of the GPUs a pod holds, as the scheduler counts them."""
+    spec = pod.get("spec") or {}
     totals: dict[str, int] = {}
     for container in spec.get("containers") or []:
         resources = container.get("resources") or {}
@@ -111,8 +105,64 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
         for name, value in values.items():
             if is_gpu_resource(name):
                 totals[name] = max(totals.get(name, 0), _int(value))
-    gpus = tuple(sorted((k, v) for k, v in totals.items() if v > 0))
+    return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
+    """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    node = spec.get("nodeName")
+    if not node or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    gpus = pod_gpus(pod)
     return PodInfo(node, gpus) if gpus else None
+
+
+# Who a pod belongs to: KubeSpawner's server pods and gpuhub's workload pods. Users cannot
+# create pods (they hold no cluster credentials), so these labels can be trusted.
+SERVER_COMPONENT = "singleuser-server"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuhub")
+JOB_ID_LABEL = "gpuhub.io/job-id"
+USERNAME_ANNOTATION = "gpuhub.io/username"
+
+
+def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
+    """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
+    holds its GPUs as far as the quota is concerned); None for anything else."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    gpus = pod_gpus(pod)
+    if not gpus:
+        return None
+    labels = meta.get("labels") or {}
+    notes = meta.get("annotations") or {}
+    resource = gpus[0][0]
+    count = sum(n for _, n in gpus)
+    since = _epoch(meta.get("creationTimestamp"))
+    if labels.get("component") == SERVER_COMPONENT:
+        user = notes.get("hub.jupyter.org/username") or labels.get("hub.jupyter.org/username")
+        if not user:
+            return None
+        name = notes.get("hub.jupyter.org/servername", "")
+        return Holding(user, "server", name, count, resource, since=since)
+    if labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(JOB_ID_LABEL):
+        user = notes.get(USERNAME_ANNOTATION) or labels.get("gpuhub.io/user")
+        if not user:
+            return None
+        return Holding(user, "job", labels[JOB_ID_LABEL], count, resource, since=since)
+    return None
+
+
+def _epoch(stamp: Any) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -167,6 +217,8 @@ class ClusterCapacity:
         self.watch_timeout = watch_timeout
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[tuple[str, str], PodInfo] = {}
+        # The ledger's source: GPU-holding pods of users' servers and jobs, per user.
+        self.holders: dict[str, dict[tuple[str, str], Holding]] = {}
         self.synced = {"nodes": False, "pods": False}
         self.error: str | None = None
         self.generation = 0  # bumped on every change that can move a figure
@@ -266,11 +318,14 @@ class ClusterCapacity:
             self._recount()
         else:
             pods: dict[tuple[str, str], PodInfo] = {}
+            self.holders = {}
             for item in items:
+                meta = item.get("metadata") or {}
+                key = (meta.get("namespace", ""), meta.get("name", ""))
                 info = pod_info(item)
                 if info is not None:
-                    meta = item.get("metadata") or {}
-                    pods[(meta.get("namespace", ""), meta.get("name", ""))] = info
+                    pods[key] = info
+                self._hold(key, pod_holding(item))
             self.pods = pods
             self._recount()
         self.synced[kind] = True
@@ -296,8 +351,10 @@ class ClusterCapacity:
                 self.nodes[name] = info
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
+            deleted = event.get("type") == "DELETED"
+            self._hold(key, None if deleted else pod_holding(obj))
             before = self.pods.pop(key, None)
-            after = None if event.get("type") == "DELETED" else pod_info(obj)
+            after = None if deleted else pod_info(obj)
             if before == after and before is not None:
                 self.pods[key] = before
                 return version
@@ -308,6 +365,22 @@ class ClusterCapacity:
                 self._count(after, +1)
         self._bump()
         return version
+
+    def _hold(self, key: tuple[str, str], holding: Holding | None) -> None:
+        for user in [u for u, pods in self.holders.items() if key in pods]:
+            if holding is None or holding.user != user:
+                del self.holders[user][key]
+                if not self.holders[user]:
+                    del self.holders[user]
+        if holding is not None:
+            self.holders.setdefault(holding.user, {})[key] = holding
+
+    def holdings(self, user: str | None = None) -> list[Holding]:
+        """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST)."""
+        self._require()
+        if user is not None:
+            return list(self.holders.get(user, {}).values())
+        return [h for pods in self.holders.values() for h in pods.values()]
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}
@@ -398,6 +471,17 @@ def _type_key(gpu_type: GPUType) -> tuple[str, ...]:
 
 # One cache per event loop and API server: shared by every spawner of the hub process.
 _SHARED: dict[tuple[int, str], ClusterCapacity] = {}
+_LEDGERS: dict[int, Ledger] = {}
+
+
+def shared_ledger(api: Any) -> Ledger:
+    """The hub's GPU ledger on the cluster ``api`` talks to: holdings from the shared pod
+    watch, plus grants for workloads whose pods are not there yet."""
+    cache = shared_capacity(api)
+    ledger = _LEDGERS.get(id(cache))
+    if ledger is None:
+        ledger = _LEDGERS[id(cache)] = Ledger(cache)
+    return ledger
 
 
 def shared_capacity(api: Any) -> ClusterCapacity:

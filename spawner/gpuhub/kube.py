@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import inspect
+import time
 from typing import Any
 
 from kubespawner import KubeSpawner
 from traitlets import Bool, Float
 
-from .capacity import CapacityUnavailable, shared_capacity
+from .capacity import CapacityUnavailable, shared_capacity, shared_ledger
 from .form import GPUCapacity, Preset
 from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
+from .ledger import Grant, Ledger, QuotaExceeded
 from .options import FIELDS, LaunchOptions
 from .policy import GPUType
 from .progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
@@ -22,6 +25,10 @@ from .spawner_base import GPUSpawnerMixin, refusal
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
 
+QUOTA_UNAVAILABLE = (
+    "Your GPU quota cannot be checked right now (the cluster did not answer); "
+    "try again in a minute, or start a server without GPUs."
+)
 CAPACITY_UNAVAILABLE = (
     "Live GPU availability cannot be shown right now (the cluster did not answer). "
     "You can still start a server; it will wait for free GPUs."
@@ -198,11 +205,49 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         except CapacityUnavailable:
             return {}, CAPACITY_UNAVAILABLE
 
+    async def gpu_ledger(self) -> Ledger:
+        """The hub's ledger of this cluster, once the pod watch has answered."""
+        if not await shared_capacity(self.api).wait_ready(self.capacity_wait):
+            raise refusal(QUOTA_UNAVAILABLE, 503)
+        return shared_ledger(self.api)
+
     async def check_launch_options(self, options: LaunchOptions) -> None:
-        """Refuse, before any pod exists, a request no node of the cluster could ever hold."""
+        """Refuse, before any pod exists, a request no node of the cluster could ever hold,
+        or one that would put the user over their GPU quota."""
         gpu_type = options.gpu_type
         if gpu_type is None or options.gpus == 0:
             return
+        await self._check_fit(gpu_type, options)
+        limit = self.gpu_quota_limit()
+        if limit is None:
+            return
+        ledger = await self.gpu_ledger()
+        async with ledger.lock(self.user.name):
+            try:
+                ledger.check(self.user.name, limit, options.gpus, replacing=("server", self.name))
+            except (QuotaExceeded, CapacityUnavailable) as exc:
+                if isinstance(exc, CapacityUnavailable):
+                    raise refusal(QUOTA_UNAVAILABLE, 503) from None
+                self.log.warning("Spawn of %s over quota: %s", self._log_name, exc.message)
+                raise refusal(exc.message, exc.status) from None
+            # Counted from now on, until the pod shows in the watch (then the pod counts).
+            ledger.grant(
+                Grant(
+                    self.user.name,
+                    "server",
+                    self.name,
+                    options.gpus,
+                    gpu_type.resource_name,
+                    time.time() + self.start_timeout + 60,
+                )
+            )
+
+    def _release_grant(self) -> None:
+        if self.gpu_quota_limit() is not None:
+            with contextlib.suppress(RuntimeError):
+                shared_ledger(self.api).release_grant(self.user.name, self.name)
+
+    async def _check_fit(self, gpu_type: GPUType, options: LaunchOptions) -> None:
         cache = shared_capacity(self.api)
         if not await cache.wait_ready(self.capacity_wait):
             return  # cannot tell now; the scheduler will
@@ -319,6 +364,13 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         # End before JupyterHub's own start_timeout, so that the user reads why, not "Timeout".
         limit = max(self.start_timeout - 2, 1)
         try:
+            return await self._start_within(limit)
+        except BaseException:
+            self._release_grant()  # no pod will hold these GPUs
+            raise
+
+    async def _start_within(self, limit: float) -> Any:
+        try:
             return await asyncio.wait_for(super()._start(), limit)
         except NeverSchedulable as exc:
             self.log.warning("Spawn of %s cannot succeed: %s", self._log_name, exc)
@@ -331,3 +383,9 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             raise error from None
         finally:
             self._gpuhub_starting = False
+
+    async def stop(self, now: bool = False) -> None:
+        try:
+            await super().stop(now=now)
+        finally:
+            self._release_grant()

@@ -135,6 +135,11 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             capacity[key] = GPUCapacity(free=free, total=len(candidates), largest_free=None)
         return capacity, ""
 
+    async def gpu_ledger(self) -> Ledger:
+        """The ledger of this workstation (the hub's grants endpoint asks for it)."""
+        self._book  # noqa: B018 - opens the book's file of job holds
+        return LEDGER
+
     # -- options --------------------------------------------------------------------------
     async def check_launch_options(self, options: LaunchOptions) -> None:
         # No await from here on: quota check and allocation are one step on the event loop,

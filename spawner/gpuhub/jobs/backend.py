@@ -30,9 +30,20 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from .model import KIND_NAMES, KINDS, JobError, JobNotFound, JobRecord, JobRequest, Kind
+
+
+class QuotaGate(Protocol):
+    """The GPU quota as a cluster backend's ``submit`` asks it: after the idempotency check
+    (a retried submit is not refused) and before anything is created. ``reserve`` raises
+    :class:`JobError` (403) over quota; ``release`` forgets a reservation whose objects
+    could not be created. See :mod:`gpuhub.ledger`."""
+
+    async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None: ...
+
+    async def release(self, owner: str, job_id: str) -> None: ...
 
 
 class JobBackend(abc.ABC):

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..gpu_pod import gpu_env, placement
 from ..quantity import format_cpu, format_memory
-from .backend import JobBackend
+from .backend import JobBackend, QuotaGate
 from .k8s import manifests as m
 from .model import JobError, JobNotFound, JobRecord, JobRequest, _parse_iso, check_job_id, utcnow
 
@@ -90,9 +90,17 @@ def embed_notebook(notebook: bytes, path: str) -> str:
 
 
 def compile_pipeline(
-    request: JobRequest, notebook: bytes, *, image: str, pipeline_name: str | None = None
+    request: JobRequest,
+    notebook: bytes,
+    *,
+    image: str,
+    pipeline_name: str | None = None,
+    owner: str | None = None,
 ) -> str:
-    """The one-step pipeline of ``request`` as KFP v2 IR YAML (the kfp compiler's output)."""
+    """The one-step pipeline of ``request`` as KFP v2 IR YAML (the kfp compiler's output).
+
+    With ``owner``, the step's pod carries gpuhub's job labels, so the hub's GPU ledger
+    counts the run's GPUs against the owner's quota while its pod runs."""
     from kfp import compiler, dsl, kubernetes
 
     options = request.resources
@@ -127,6 +135,12 @@ def compile_pipeline(
         task.set_memory_request(memory).set_memory_limit(memory)
         for key, value in gpu_env(options).items():
             task.set_env_variable(key, value)
+        if owner is not None and pipeline_name is not None:
+            for key, value in m.labels(owner, pipeline_name, "pipeline").items():
+                kubernetes.add_pod_label(task, label_key=key, label_value=value)
+            kubernetes.add_pod_annotation(
+                task, annotation_key=m.ANNOTATION_USERNAME, annotation_value=owner
+            )
         if options.gpu_type is not None and options.gpus:
             task.set_accelerator_type(options.gpu_type.resource_name)
             task.set_accelerator_limit(options.gpus)
@@ -207,9 +221,15 @@ class KFPBackend(JobBackend):
         if not self.kfp.configured:
             raise JobError("kind", NOT_CONFIGURED, 422)
 
-    def compile(self, request: JobRequest, notebook: bytes, job_id: str | None = None) -> str:
+    def compile(
+        self,
+        request: JobRequest,
+        notebook: bytes,
+        job_id: str | None = None,
+        owner: str | None = None,
+    ) -> str:
         return compile_pipeline(
-            request, notebook, image=self.settings.job_image, pipeline_name=job_id
+            request, notebook, image=self.settings.job_image, pipeline_name=job_id, owner=owner
         )
 
     async def submit(
@@ -219,7 +239,7 @@ class KFPBackend(JobBackend):
         *,
         notebook: bytes | None = None,
         key: str | None = None,
-        gpu_quota: int | None = None,
+        quota: QuotaGate | None = None,
     ) -> JobRecord:
         from .k8s.backend import _json
 
@@ -238,29 +258,15 @@ class KFPBackend(JobBackend):
                     return await self._record(existing)
                 # A first attempt died between the record and the run: finish it below.
                 configmap = existing
-            else:
-                yaml_text = await asyncio.to_thread(self.compile, request, notebook, job_id)
-                record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
-                configmap = {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {
-                        "name": _configmap_name(job_id),
-                        "namespace": self.namespace,
-                        "labels": m.labels(owner, job_id, "pipeline"),
-                        "annotations": {
-                            m.ANNOTATION_USERNAME: owner,
-                            m.ANNOTATION_KEY: key,
-                            m.ANNOTATION_RECORD: json.dumps(record.to_json(), sort_keys=True),
-                        },
-                    },
-                    "data": {"pipeline.yaml": yaml_text},
-                }
-                configmap = await _json(
-                    self.core.create_namespaced_config_map(
-                        self.namespace, configmap, _preload_content=False
-                    )
-                )
+            elif quota is not None:
+                await quota.reserve(owner, job_id, request)
+            if existing is None:
+                try:
+                    configmap = await self._create_record(request, notebook, job_id, owner, key)
+                except BaseException:
+                    if quota is not None:
+                        await quota.release(owner, job_id)
+                    raise
             try:
                 run_id = await asyncio.to_thread(
                     self._create_run, configmap["data"]["pipeline.yaml"], job_id, owner
@@ -275,6 +281,8 @@ class KFPBackend(JobBackend):
                 )
             except Exception as exc:
                 await self._delete_record(job_id)
+                if quota is not None:
+                    await quota.release(owner, job_id)
                 if isinstance(exc, JobError):
                     raise
                 log.exception("gpuhub: submitting %s to Kubeflow Pipelines failed", job_id)
@@ -286,6 +294,35 @@ class KFPBackend(JobBackend):
                 ) from None
         log.info("gpuhub: %s started KFP run %s for %s", owner, run_id, job_id)
         return await self._record(configmap)
+
+    async def _create_record(
+        self, request: JobRequest, notebook: bytes, job_id: str, owner: str, key: str
+    ) -> Any:
+        """The run's record: a ConfigMap with the compiled pipeline, in the user namespace."""
+        from .k8s.backend import _json
+
+        yaml_text = await asyncio.to_thread(self.compile, request, notebook, job_id, owner)
+        record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": _configmap_name(job_id),
+                "namespace": self.namespace,
+                "labels": m.labels(owner, job_id, "pipeline"),
+                "annotations": {
+                    m.ANNOTATION_USERNAME: owner,
+                    m.ANNOTATION_KEY: key,
+                    m.ANNOTATION_RECORD: json.dumps(record.to_json(), sort_keys=True),
+                },
+            },
+            "data": {"pipeline.yaml": yaml_text},
+        }
+        return await _json(
+            self.core.create_namespaced_config_map(
+                self.namespace, configmap, _preload_content=False
+            )
+        )
 
     def _create_run(self, pipeline_yaml: str, job_id: str, owner: str) -> str:
         with tempfile.TemporaryDirectory() as tmp:

@@ -37,6 +37,7 @@ from ..jobs.model import KIND_NAMES, KINDS, JobError, JobRecord, JobRequest, par
 from ..jobs.pipeline import NOT_CONFIGURED, KFPBackend
 from .config import ServiceConfig
 from .notebook import shipped_notebook
+from .quota import HubQuota
 
 log = logging.getLogger("gpuhub.service")
 
@@ -190,12 +191,11 @@ class JobsListHandler(JobsHandler):
             request, data = self.parse(self.json_object())
             backend = self.jobs.backend(request.kind)
             await backend.check(request, self.owner)
-            limit = self.jobs.config.quota.limit_for(self.groups)
-            if request.kind == "pipeline":
-                # Runs live in Kubeflow's namespace: check the quota at submit time.
-                await self.jobs.kube.check_quota(request, self.owner, limit)
+            # The hub's ledger decides, under its per-user lock (spawns and submits alike).
+            own = self.jobs.kube.own_quota(self.jobs.config.quota.limit_for(self.groups))
+            quota = HubQuota(self.hub_auth.api_url, self.hub_auth.api_token, own)
             record = await backend.submit(  # type: ignore[call-arg]
-                request, self.owner, notebook=data, key=key, gpu_quota=limit
+                request, self.owner, notebook=data, key=key, quota=quota
             )
             location = url_path_join(self.request.path, record.id)
             self.set_header("Location", location)

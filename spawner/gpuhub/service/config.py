@@ -5,7 +5,7 @@
     namespace: jupyterhub                  # where user servers and jobs run
     policy: {images, custom_image_pattern, gpu_types, cpu_range, memory_range,
              group_limits, default_limits}  # the GPUSpawner traits, copied by the chart
-    gpu_quota: {default: 2, groups: {staff: 8}}
+    gpu_quota: {default: 2, groups: {staff: 8}}   # the hub's GPUSpawner.gpu_quota (ledger)
     job_image: ghcr.io/gpuhub/gpuhub-notebook:0.1.0
     home_volume: {claim_name_template: "claim-{username}", mount_path: /home/jovyan, shared: false}
     kfp: {endpoint: "", ui_url: "", namespace: kubeflow}
@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from ..jobs.k8s.backend import GPUQuota
 from ..jobs.k8s.manifests import HomeVolume, KubeJobSettings
 from ..jobs.pipeline import KFPSettings
 from ..jobs.policy_env import POLICY_KEYS
+from ..ledger import GPUQuota
 from ..policy import Policy, PolicyConfigError
 
 
@@ -73,15 +73,10 @@ class ServiceConfig:
             policy = Policy.from_config(**policy_config)
         except PolicyConfigError as exc:
             raise ServiceConfigError(f"policy: {exc}") from None
-        quota = _mapping(data, "gpu_quota")
-        groups = quota.get("groups") or {}
-        if not isinstance(groups, Mapping) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in groups.values()
-        ):
-            raise ServiceConfigError("gpu_quota.groups must map group names to GPU counts")
-        default = quota.get("default", 2)
-        if not isinstance(default, int) or isinstance(default, bool) or default < 0:
-            raise ServiceConfigError("gpu_quota.default must be a GPU count (0 or more)")
+        try:
+            quota = GPUQuota.from_config(_mapping(data, "gpu_quota"))
+        except PolicyConfigError as exc:
+            raise ServiceConfigError(str(exc)) from None
         home = _mapping(data, "home_volume")
         template = _text(home, "claim_name_template", "claim-{username}", "home_volume.")
         if "{username}" not in template and "{unescaped_username}" not in template:
@@ -98,7 +93,7 @@ class ServiceConfig:
             raise ServiceConfigError("job_image must name the image jobs run in by default")
         return cls(
             policy=policy,
-            quota=GPUQuota(default=default, groups=dict(groups)),
+            quota=quota,
             jobs=KubeJobSettings(
                 namespace=namespace,
                 job_image=job_image,

@@ -10,8 +10,9 @@ and its pods. The service can restart at any time and still answers for every jo
   key, so a retried request meets ``AlreadyExists`` and returns the job made the first time.
 * **No orphans**: the ConfigMap is created first, then the workload, then the ConfigMap is
   given its ownerReference; whatever step fails, what was made before it is deleted.
-* **Quota**: a per-user lock around "count GPUs held (servers + unfinished jobs), then
-  create", so two concurrent submits cannot both squeeze under the limit.
+* **Quota**: ``submit`` asks a :class:`~gpuhub.jobs.backend.QuotaGate` under a per-user lock,
+  after the idempotency check and before creating anything: the hub's ledger through the
+  service (:mod:`gpuhub.service.quota`), or :class:`ClusterQuota` where there is no hub.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ...capacity import pod_holding
 from ...gpu_pod import is_gpu_resource
-from ..backend import JobBackend
+from ...ledger import Holding, gpus_held, quota_sentence
+from ..backend import JobBackend, QuotaGate
 from ..model import (
     KIND_NAMES,
     JobError,
@@ -51,19 +53,6 @@ DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 MAX_LOG_BYTES = 1024 * 1024
 _FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a few KB each)
 _TOMBSTONE_SECONDS = 24 * 3600
-
-
-@dataclass(frozen=True)
-class GPUQuota:
-    """GPUs one user may hold at once, servers and jobs together (``gpu_quota``)."""
-
-    default: int = 2
-    groups: Mapping[str, int] = field(default_factory=dict)
-
-    def limit_for(self, groups: list[str] | tuple[str, ...]) -> int:
-        """The largest limit among the user's groups, else the default."""
-        values = [int(self.groups[g]) for g in groups if g in self.groups]
-        return max(values) if values else int(self.default)
 
 
 async def _json(call: Any) -> Any:
@@ -197,9 +186,9 @@ class KubernetesBackend(JobBackend):
                     )
                 raise JobError("kind", message, 422)
 
-    # -- quota ----------------------------------------------------------------------------
-    async def gpus_in_use(self, owner: str) -> int:
-        """GPUs ``owner`` holds now: running or pending servers plus unfinished jobs."""
+    # -- quota (the service alone; with the hub's ledger, see gpuhub.service.quota) -------
+    async def holdings(self, owner: str) -> list[Holding]:
+        """What ``owner`` holds now, listed from the cluster: servers and unfinished jobs."""
         slug = m.user_label(owner)
         pods = await _json(
             self.core.list_namespaced_pod(
@@ -208,39 +197,29 @@ class KubernetesBackend(JobBackend):
                 _preload_content=False,
             )
         )
-        total = 0
+        held = []
         for pod in pods.get("items") or []:
-            annotations = pod["metadata"].get("annotations") or {}
-            if annotations.get("hub.jupyter.org/username", owner) != owner:
-                continue  # a slug collision: someone else's server
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            total += _pod_gpus(pod)
+            holding = pod_holding(pod)
+            if holding is not None and holding.user == owner:  # not a slug collision
+                held.append(holding)
         for obj in await self._workloads(owner):
-            if self._phase(obj, []).status in ("pending", "running"):
-                total += _workload_gpus(obj)
-        return total
+            gpus = _workload_gpus(obj)
+            if gpus and self._phase(obj, []).status in ("pending", "running"):
+                held.append(Holding(owner, "job", obj["metadata"]["name"], gpus))
+        return held
+
+    async def gpus_in_use(self, owner: str) -> int:
+        """GPUs ``owner`` holds now: running or pending servers plus unfinished jobs."""
+        return gpus_held(await self.holdings(owner))
 
     async def check_quota(self, request: JobRequest, owner: str, limit: int) -> None:
-        wanted = request.total_gpus
-        if wanted == 0:
-            return
-        if wanted > limit:
-            raise JobError(
-                "gpus",
-                f"This job needs {wanted} GPU{'s' if wanted != 1 else ''}, more than your quota "
-                f"of {limit} GPU{'s' if limit != 1 else ''} at once (servers and jobs together).",
-                403,
-            )
-        held = await self.gpus_in_use(owner)
-        if held + wanted > limit:
-            raise JobError(
-                "gpus",
-                f"This job needs {wanted} GPU{'s' if wanted != 1 else ''} and you already hold "
-                f"{held} (servers and jobs together) of your quota of {limit}; stop a server or "
-                "wait for a job to finish.",
-                429,
-            )
+        """The quota checked by the service alone, with LISTs (no hub ledger to ask)."""
+        message = quota_sentence(await self.holdings(owner), limit, request.total_gpus, "job")
+        if message is not None:
+            raise JobError("gpus", message, 403)
+
+    def own_quota(self, limit: int | None) -> ClusterQuota:
+        return ClusterQuota(self, limit)
 
     # -- submit ---------------------------------------------------------------------------
     async def submit(
@@ -250,7 +229,7 @@ class KubernetesBackend(JobBackend):
         *,
         notebook: bytes | None = None,
         key: str | None = None,
-        gpu_quota: int | None = None,
+        quota: QuotaGate | None = None,
     ) -> JobRecord:
         """Create the job's objects. ``key`` makes a retried submit return the same job."""
         key = key or secrets.token_hex(16)
@@ -260,12 +239,17 @@ class KubernetesBackend(JobBackend):
             existing = await self._existing(job_id, owner, key, request.kind)
             if existing is not None:
                 return self._record(existing, [])
-            if gpu_quota is not None:
-                await self.check_quota(request, owner, gpu_quota)
+            if quota is not None:
+                await quota.reserve(owner, job_id, request)
             created = utcnow().isoformat().replace("+00:00", "Z")
             configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
             workload = m.workload(request, owner, job_id, self.settings, key=key, created=created)
-            made = await self._create_all(configmap, workload, owner, key)
+            try:
+                made = await self._create_all(configmap, workload, owner, key)
+            except BaseException:
+                if quota is not None:
+                    await quota.release(owner, job_id)
+                raise
         log.info(
             "gpuhub: %s created %s %s/%s (%s)",
             owner,
@@ -703,3 +687,19 @@ class KubernetesBackend(JobBackend):
 
     async def close(self) -> None:
         await self.api.close()
+
+
+class ClusterQuota:
+    """A :class:`~gpuhub.jobs.backend.QuotaGate` that counts with LISTs from the service
+    itself: for a hub without gpuhub's ledger endpoints (see :mod:`gpuhub.hub_api`)."""
+
+    def __init__(self, backend: KubernetesBackend, limit: int | None) -> None:
+        self.backend = backend
+        self.limit = limit
+
+    async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None:
+        if self.limit is not None and request.total_gpus:
+            await self.backend.check_quota(request, owner, self.limit)
+
+    async def release(self, owner: str, job_id: str) -> None:
+        """Nothing was reserved: the objects themselves are what is counted."""

@@ -317,7 +317,11 @@ def workload(
                 # A notebook that failed would fail again: no retries.
                 "backoffLimit": 0,
                 "template": {
-                    "metadata": {"labels": dict(meta_labels)},
+                    "metadata": {
+                        "labels": dict(meta_labels),
+                        # The exact owner (the label is a slug): the hub's ledger reads it.
+                        "annotations": {ANNOTATION_USERNAME: owner},
+                    },
                     "spec": _pod_spec(
                         request, owner, job_id, settings, container_name="notebook", primary=True
                     ),
@@ -331,7 +335,11 @@ def workload(
             "replicas": replicas,
             "restartPolicy": "Never",
             "template": {
-                "metadata": {"labels": dict(meta_labels)},
+                "metadata": {
+                    "labels": dict(meta_labels),
+                    # The exact owner (the label is a slug): the hub's ledger reads it.
+                    "annotations": {ANNOTATION_USERNAME: owner},
+                },
                 "spec": _pod_spec(
                     request,
                     owner,

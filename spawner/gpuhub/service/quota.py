@@ -1,0 +1,102 @@
+"""The jobs service's GPU quota: a grant from the hub's ledger before anything is created.
+
+Spawns are checked by the ledger in the hub process (:mod:`gpuhub.ledger`); so that jobs
+are checked by the same ledger, under the same per-user lock, the service asks the hub
+(``POST /hub/api/gpuhub/grants``, :mod:`gpuhub.hub_api`) with its own token. The hub
+answers with the user's quota from ``GPUSpawner.gpu_quota``.
+
+A hub without those endpoints (``configure_hub`` not called) answers 404: the service then
+counts by itself with LISTs (:class:`~gpuhub.jobs.k8s.backend.ClusterQuota`, the service's
+``gpu_quota``), says so once in its log, and a spawn racing a submit may then both pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from ..jobs.backend import QuotaGate
+from ..jobs.model import JobError, JobRequest
+
+log = logging.getLogger("gpuhub.service")
+
+UNREACHABLE = (
+    "The hub did not answer the GPU quota check, so nothing was started; try again in a moment."
+)
+
+
+class HubQuota:
+    """A :class:`~gpuhub.jobs.backend.QuotaGate` backed by the hub's ledger."""
+
+    hub_has_ledger: bool | None = None  # learnt from the first answer, for the process
+
+    def __init__(self, api_url: str, token: str, fallback: QuotaGate) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.fallback = fallback
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = HTTPRequest(
+            f"{self.api_url}/gpuhub/grants{path}",
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            body=json.dumps(body) if body is not None else None,
+            request_timeout=20,
+        )
+        return await AsyncHTTPClient().fetch(request, raise_error=False)
+
+    async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None:
+        if HubQuota.hub_has_ledger is False:
+            await self.fallback.reserve(owner, job_id, request)
+            return
+        gpu_type = request.resources.gpu_type
+        body = {
+            "user": owner,
+            "kind": request.kind,
+            "name": job_id,
+            "gpus": request.total_gpus,
+            "gpu_type": gpu_type.display_name if gpu_type else "",
+        }
+        try:
+            response = await self._call("POST", "", body)
+        except (OSError, HTTPClientError) as exc:
+            log.error("gpuhub: the hub's GPU ledger did not answer: %s", exc)
+            raise JobError("gpus", UNREACHABLE, 503) from None
+        if response.code == 404 and b"gpuhub" not in (response.body or b""):
+            if HubQuota.hub_has_ledger is None:
+                log.warning(
+                    "gpuhub: the hub has no GPU ledger endpoints (gpuhub.hub_api.configure_hub "
+                    "not called); the service checks GPU quotas by itself"
+                )
+            HubQuota.hub_has_ledger = False
+            await self.fallback.reserve(owner, job_id, request)
+            return
+        HubQuota.hub_has_ledger = True
+        if response.code == 201:
+            return
+        message = _message(response.body) or UNREACHABLE
+        if response.code == 403:
+            raise JobError("gpus", message, 403)
+        log.error("gpuhub: the hub's GPU ledger answered %s: %s", response.code, message)
+        raise JobError("gpus", UNREACHABLE, 503)
+
+    async def release(self, owner: str, job_id: str) -> None:
+        if not HubQuota.hub_has_ledger:
+            await self.fallback.release(owner, job_id)
+            return
+        try:
+            await self._call("DELETE", f"/{quote(owner, safe='')}/{quote(job_id, safe='')}")
+        except (OSError, HTTPClientError) as exc:  # the grant expires by itself
+            log.warning("gpuhub: could not release the grant of %s: %s", job_id, exc)
+
+
+def _message(body: bytes | None) -> str:
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return ""
+    return str(data.get("message") or "") if isinstance(data, dict) else ""
