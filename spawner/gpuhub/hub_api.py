@@ -40,13 +40,14 @@ _KINDS = {"job", "pytorchjob", "tfjob", "pipeline"}
 
 def configure_hub(c: Any) -> None:
     """Register gpuhub's hub endpoints and scope on a JupyterHub config object ``c``."""
-    c.JupyterHub.custom_scopes = {
-        **dict(c.JupyterHub.custom_scopes or {}),
-        GRANTS_SCOPE: {"description": "Ask the hub's GPU ledger for GPUs for a user's job."},
-    }
-    handlers = list(c.JupyterHub.extra_handlers or [])
+    hub = c.JupyterHub
+    # Unset traits are lazy placeholders in a config object: read only what was set.
+    scopes = dict(hub.custom_scopes) if "custom_scopes" in hub else {}
+    scopes[GRANTS_SCOPE] = {"description": "Ask the hub's GPU ledger for GPUs for a user's job."}
+    hub.custom_scopes = scopes
+    handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
     handlers += [(path, handler) for path, handler in HANDLERS if (path, handler) not in handlers]
-    c.JupyterHub.extra_handlers = handlers
+    hub.extra_handlers = handlers
 
 
 class GrantsHandler(APIHandler):
