@@ -341,7 +341,7 @@ def test_hub_registration_and_token_scope(chart: Path) -> None:
     assert hub["loadRoles"]["user"]["scopes"] == ["self", "access:services!service=gpuhub"]
     role = hub["loadRoles"]["gpuhub-service"]
     assert role["services"] == ["gpuhub"]
-    assert set(role["scopes"]) == {"read:users:name", "read:users:groups"}
+    assert set(role["scopes"]) == {"read:users:name", "read:users:groups", "custom:gpuhub:grants"}
 
 
 def z2jh_hub_config(hub: dict[str, Any], service_url: str) -> str:
@@ -354,6 +354,8 @@ def z2jh_hub_config(hub: dict[str, Any], service_url: str) -> str:
     roles = [{**role, "name": name} for name, role in hub["loadRoles"].items()]
     return "\n".join(
         [
+            "from gpuhub.hub_api import configure_hub",
+            "configure_hub(c)",
             f"c.JupyterHub.services.extend({services!r})",
             f"c.JupyterHub.load_roles.extend({roles!r})",
             f"c.Spawner.server_token_scopes = {hub['config']['Spawner']['server_token_scopes']!r}",
@@ -734,3 +736,21 @@ def test_bad_values_also_fail_lint(chart: Path, tmp_path: Path) -> None:
     result = helm("lint", chart, "-f", bad)
     assert result.returncode != 0
     assert "gpuQuota.default: Must be greater than or equal to 0" in result.stdout + result.stderr
+
+
+def test_gpu_quota_is_set_once_for_the_hub_and_the_jobs_service(
+    chart: Path, tmp_path: Path
+) -> None:
+    """gpuQuota reaches the hub's ledger (GPUSpawner.gpu_quota, grants endpoint registered)
+    and the service's config alike; null means no quota."""
+    values = {"gpuQuota": {"default": 1, "groups": {"staff": 6}}}
+    objects = render(chart, values=values)
+    data = by_kind(objects, "ConfigMap", "gpuhub-config")["data"]
+    config = _exec_extra_config(hub_values(objects), data["hub.yaml"], tmp_path)
+    assert config.GPUSpawner.gpu_quota == {"default": 1, "groups": {"staff": 6}}
+    assert yaml.safe_load(data["service.yaml"])["gpu_quota"] == config.GPUSpawner.gpu_quota
+    assert "custom:gpuhub:grants" in config.JupyterHub.custom_scopes
+    assert any("gpuhub/grants" in path for path, _ in config.JupyterHub.extra_handlers)
+    unlimited = render(chart, values={"gpuQuota": {"default": None}})
+    hub = yaml.safe_load(by_kind(unlimited, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"])
+    assert hub["gpu_quota"] == {"default": None, "groups": {}}

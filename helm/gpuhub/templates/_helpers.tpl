@@ -133,3 +133,9 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 {{- define "gpuhub.priorityClass.name" -}}
 {{- .Values.priorityClass.name | default (printf "%s-gpu-server" (include "gpuhub.cluster.name" .)) }}
 {{- end }}
+
+{{/* gpuQuota for the hub's ledger and the jobs service alike (null default: no quota). */}}
+{{- define "gpuhub.gpuQuota" -}}
+default: {{ if kindIs "invalid" .Values.gpuQuota.default }}null{{ else }}{{ .Values.gpuQuota.default | int }}{{ end }}
+groups: {{ .Values.gpuQuota.groups | default dict | toJson }}
+{{- end }}
