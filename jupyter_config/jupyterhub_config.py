@@ -7,6 +7,8 @@ shared password ``gpuhub-demo``. Set GPUHUB_DEMO_GPUS=0,1,2,3 to try the form on
 
 import os
 
+from gpuhub.hub_api import configure_hub
+
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 
 c.JupyterHub.ip = os.environ.get("GPUHUB_DEMO_IP", "127.0.0.1")
@@ -34,6 +36,11 @@ c.LocalGPUSpawner.cpu_range = {"min": 0.5, "max": float(os.cpu_count() or 2), "d
 c.LocalGPUSpawner.memory_range = {"min": "512Mi", "max": "16G", "default": "2G"}
 c.LocalGPUSpawner.group_limits = {"staff": {"max_gpus": 4}, "students": {"max_gpus": 1}}
 c.LocalGPUSpawner.default_limits = {"max_gpus": 1}
+# At most this many GPUs per user at once, across named servers and their jobs.
+c.LocalGPUSpawner.gpu_quota = {"default": 1, "groups": {"staff": 4}}
+c.JupyterHub.allow_named_servers = True
+# The hub's GPU ledger endpoints: the lab's GPU sidebar shows what each user holds.
+configure_hub(c)
 
 print(
     "\n  gpuhub demo: open http://{ip}:{port}/ and log in as alice (staff, up to 4 GPUs)\n"

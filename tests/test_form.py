@@ -146,3 +146,20 @@ def test_formdata_without_gpus_drops_the_always_posted_type():
 def test_custom_image_selected_but_empty_is_refused():
     with pytest.raises(OptionsError, match="custom image"):
         options_from_formdata({"image": [CUSTOM_IMAGE], "custom_image": [""]})
+
+
+def test_form_tells_the_quota_and_caps_what_it_offers():
+    from gpuhub.form import QuotaView
+    from gpuhub.ledger import Holding
+
+    policy = design_policy()
+    held = (Holding("alice", "server", "big", 3), Holding("alice", "job", "train-1", 1))
+    page = render_form(policy, ["staff"], quota=QuotaView(6, held))
+    assert "You hold 4 of your 6 GPUs (server &#39;big&#39;: 3, job &#39;train-1&#39;: 1)" in page
+    assert "this server may have up to 2" in page
+    gpus = next(i for i in parsed(page).inputs if i.get("name") == "gpus")
+    assert gpus["max"] == "2"
+    full = render_form(policy, ["staff"], quota=QuotaView(4, held))
+    assert "stop a server or wait for a job to end" in full
+    assert "gpuhub-over-quota" in full and "None left in your GPU quota" in full
+    assert next(i for i in parsed(full).inputs if i.get("name") == "gpus")["max"] == "0"

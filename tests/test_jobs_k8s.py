@@ -389,7 +389,10 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
         await backend.submit(one, "alice", quota=backend.own_quota(2), **submit_args(root))
     with pytest.raises(JobError) as caught:
         await backend.submit(
-            make_request(root, gpus=3, gpu_type="a100"), "bob", quota=backend.own_quota(2), **submit_args(root)
+            make_request(root, gpus=3, gpu_type="a100"),
+            "bob",
+            quota=backend.own_quota(2),
+            **submit_args(root),
         )
     assert caught.value.status == 403
     assert caught.value.message == (
@@ -400,13 +403,18 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
     kubesim.finish_job(record.id, succeed=True)
     await wait_status(backend, "alice", record.id, "succeeded")
     assert await backend.gpus_in_use("alice") == 1
-    await backend.submit(make_request(root, gpus=0), "alice", quota=backend.own_quota(1), **submit_args(root))
+    await backend.submit(
+        make_request(root, gpus=0), "alice", quota=backend.own_quota(1), **submit_args(root)
+    )
 
 
 async def test_concurrent_submits_cannot_both_squeeze_under_the_quota(kubesim, backend, root):
     one = make_request(root, gpus=1, gpu_type="a100")
     results = await asyncio.gather(
-        *(backend.submit(one, "alice", quota=backend.own_quota(1), **submit_args(root)) for _ in range(3)),
+        *(
+            backend.submit(one, "alice", quota=backend.own_quota(1), **submit_args(root))
+            for _ in range(3)
+        ),
         return_exceptions=True,
     )
     assert sum(not isinstance(r, Exception) for r in results) == 1

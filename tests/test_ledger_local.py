@@ -24,6 +24,8 @@ from .test_jobs_hub import config as jobs_hub_config
 from .test_jobs_hub import token_for, user_api
 
 LEDGER = """
+from gpuhub.hub_api import configure_hub
+configure_hub(c)
 c.JupyterHub.allow_named_servers = True
 c.JupyterHub.named_server_limit_per_user = 30
 c.JupyterHub.cleanup_servers = False
@@ -156,6 +158,27 @@ def test_quota_counts_default_and_named_servers_and_refuses_with_403(hub: Hub) -
     assert "quota" in message and "2 of your quota of 2 GPUs" in message
     assert "server 'default': 1" in message and "server 'second': 1" in message
     assert "third" not in hub.user_model("alice")["servers"]
+    form = hub.login("alice").get(f"{hub.url}/hub/spawn/alice/third", timeout=30).text
+    assert "You hold 2 of your 2 GPUs" in form and "gpuhub-over-quota" in form
+    # The lab asks the hub, with the server's own token, what alice holds where.
+    alice = token_for(hub, "alice")
+    mine = requests.get(
+        f"{hub.url}/user/alice/gpuhub/api/holdings",
+        headers={"Authorization": f"token {alice}"},
+        timeout=30,
+    )
+    assert mine.status_code == 200, mine.text
+    holdings = mine.json()
+    assert holdings["available"] and holdings["quota"] == 2 and holdings["held"] == 2
+    assert sorted(h["name"] for h in holdings["holdings"]) == ["", "second"]
+    # Nobody else reads them from the hub.
+    erin = token_for(hub, "erin")
+    other = requests.get(
+        f"{hub.api_url}/gpuhub/holdings/alice",
+        headers={"Authorization": f"token {erin}"},
+        timeout=30,
+    )
+    assert other.status_code == 404
     # A CPU-only server never counts.
     assert spawn(hub, "alice", {"gpus": 0}, "cpu").status_code in (201, 202)
     wait_ready(hub, "alice", "cpu")

@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from .ledger import Holding, gpus_held
 from .options import FIELDS, OptionsError
 from .policy import Policy
 from .quantity import QuantityError, format_memory, parse_cpu
@@ -38,6 +39,32 @@ class GPUCapacity:
     @property
     def free_pct(self) -> float:
         return 0.0 if self.total == 0 else round(100 - self.used_pct, 1)
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    """What the user holds against their GPU quota, as the form tells it."""
+
+    limit: int
+    holdings: tuple[Holding, ...]  # everything but the server being started
+
+    @property
+    def held(self) -> int:
+        return gpus_held(self.holdings)
+
+    @property
+    def remaining(self) -> int:
+        return max(self.limit - self.held, 0)
+
+    @property
+    def sentence(self) -> str:
+        where = ", ".join(f"{h.label}: {h.gpus}" for h in self.holdings)
+        held = f"You hold {self.held} of your {self.limit} GPU{'s' if self.limit != 1 else ''}"
+        if where:
+            held += f" ({where})"
+        if self.remaining == 0:
+            return f"{held}; stop a server or wait for a job to end to start one with GPUs."
+        return f"{held}; this server may have up to {self.remaining}."
 
 
 @dataclass(frozen=True)
@@ -102,22 +129,27 @@ def render_form(
     presets: Iterable[Preset] = (),
     capacity: Mapping[str, GPUCapacity] | None = None,
     capacity_note: str = "",
+    quota: QuotaView | None = None,
 ) -> str:
     """HTML for JupyterHub's spawn page (goes inside its ``<form>``)."""
     limits = policy.limits_for(groups)
     types = policy.allowed_gpu_types(limits)
     capacity = capacity or {}
-    gpu_types: list[dict[str, Any]] = [
-        {
-            "key": t.key,
-            "display_name": t.display_name,
-            "description": t.description,
-            "max": policy.max_gpus_for(limits, t),
-            "mig": t.is_mig,
-            "capacity": capacity.get(t.key),
-        }
-        for t in types
-    ]
+    gpu_types: list[dict[str, Any]] = []
+    for t in types:
+        most = policy.max_gpus_for(limits, t)
+        gpu_types.append(
+            {
+                "key": t.key,
+                "display_name": t.display_name,
+                "description": t.description,
+                # The quota caps what the form offers; the server checks it again on submit.
+                "max": most if quota is None else min(most, quota.remaining),
+                "over_quota": quota is not None and quota.remaining == 0,
+                "mig": t.is_mig,
+                "capacity": capacity.get(t.key),
+            }
+        )
     max_gpus = max((t["max"] for t in gpu_types), default=0)
     if not policy.gpu_types:
         no_gpu_reason = "This hub has no GPUs to hand out; your server will be CPU-only."
@@ -138,6 +170,7 @@ def render_form(
         gpu_types=gpu_types,
         presets=list(presets),
         capacity_note=capacity_note,
+        quota=quota,
     )
 
 

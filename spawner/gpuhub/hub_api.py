@@ -9,6 +9,9 @@ service asks the hub for a *grant* before it creates anything:
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
 * ``DELETE /hub/api/gpuhub/grants/<user>/<name>`` -> 204: the submit failed, forget it.
+* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
+  "name", "gpus", "gpu_type", "devices", "since"}]}``: what the user holds, for the user
+  themselves (any token of theirs, e.g. their server's) and for the jobs service.
 
 Callers need the custom scope ``custom:gpuhub:grants`` (the chart gives it to the jobs
 service's role). Enable in ``jupyterhub_config.py`` (the Helm chart does)::
@@ -129,7 +132,45 @@ class GrantsHandler(APIHandler):
         self.finish()
 
 
+class HoldingsHandler(GrantsHandler):
+    """What one user holds against their quota (their own view, or the jobs service's)."""
+
+    async def get(self, name: str) -> None:
+        caller = self.current_user
+        if caller is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        own = getattr(caller, "kind", "") == "user" and caller.name == name
+        if not own and GRANTS_SCOPE not in self.expanded_scopes:
+            raise web.HTTPError(404, f"No user {name!r} on this hub (gpuhub ledger).")
+        user, ledger, limit = await self._ledger_for(name)
+        try:
+            held = ledger.holdings(user.name)
+        except RuntimeError:  # the cluster has not answered yet
+            raise web.HTTPError(503, "GPU holdings cannot be read right now.") from None
+        self.finish(
+            json.dumps(
+                {
+                    "user": user.name,
+                    "quota": limit,
+                    "held": gpus_held(held),
+                    "holdings": [
+                        {
+                            "kind": h.kind,
+                            "name": h.name,
+                            "gpus": h.gpus,
+                            "gpu_type": h.gpu_type,
+                            "devices": list(h.devices),
+                            "since": h.since,
+                        }
+                        for h in held
+                    ],
+                }
+            )
+        )
+
+
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     (r"/api/gpuhub/grants", GrantsHandler),
     (r"/api/gpuhub/grants/([^/]+)/([^/]+)", GrantsHandler),
+    (r"/api/gpuhub/holdings/([^/]+)", HoldingsHandler),
 ]

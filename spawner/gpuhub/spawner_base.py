@@ -16,9 +16,9 @@ from tornado import web
 from traitlets import Dict, Unicode, default
 from traitlets.config import Configurable
 
-from .form import GPUCapacity, Preset, options_from_formdata, render_form
+from .form import GPUCapacity, Preset, QuotaView, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
-from .ledger import GPUQuota
+from .ledger import GPUQuota, Ledger
 from .options import LaunchOptions, OptionsError, parse_launch_options
 from .policy import Policy
 
@@ -174,6 +174,25 @@ class GPUSpawnerMixin(Configurable):
     async def check_launch_options(self, options: LaunchOptions) -> None:
         """Refuse (raise :func:`refusal`) what is valid but cannot run here now."""
 
+    async def gpu_ledger(self) -> Ledger:
+        """The hub's GPU ledger this spawner counts in (see :mod:`gpuhub.ledger`)."""
+        raise NotImplementedError
+
+    async def quota_view(self) -> QuotaView | None:
+        """What this user holds against their quota, beside this server; None without a
+        quota or when the ledger cannot be read now (the submit is checked anyway)."""
+        limit = self.gpu_quota_limit()
+        if limit is None:
+            return None
+        try:
+            ledger = await self.gpu_ledger()
+            held = ledger.holdings(self.user.name)
+        except (web.HTTPError, RuntimeError):  # no ledger yet (cluster not answering)
+            return None
+        name = getattr(self, "name", "")
+        others = tuple(h for h in held if (h.kind, h.name) != ("server", name))
+        return QuotaView(limit, others)
+
     def apply_launch_options(self, options: LaunchOptions) -> None:
         """Turn validated options into spawner attributes."""
         raise NotImplementedError
@@ -195,6 +214,7 @@ async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
         presets=await spawner.profile_presets(),
         capacity=capacity,
         capacity_note=note,
+        quota=await spawner.quota_view(),
     )
 
 

@@ -16,6 +16,7 @@ import { Widget } from '@lumino/widgets';
 
 import { basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
+import { HoldingsSection } from './holdings';
 import { GpuMetricsModel } from './model';
 import { Sparkline } from './sparkline';
 import { IGpu } from './types';
@@ -290,7 +291,7 @@ export class GpuPanel extends Widget {
     this._banner.setAttribute('role', 'alert');
     this._empty = el('div', 'gpuhub-GpuPanel-empty');
     this._cardsNode = el('div', 'gpuhub-GpuPanel-cards');
-    this.node.append(header, this._banner, this._empty, this._cardsNode);
+    this.node.append(header, this._banner, this._empty, this._cardsNode, this._holdings.node);
     this._model.changed.connect(this._onChanged, this);
     this._render();
   }
@@ -320,14 +321,21 @@ export class GpuPanel extends Widget {
     await this._model.refresh();
   }
 
+  dispose(): void {
+    this._holdings.dispose();
+    super.dispose();
+  }
+
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
+    this._holdings.setActive(true);
     this._model.wake();
     this._render();
   }
 
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
+    this._holdings.setActive(false);
     this._model.wake(); // slows down to the status bar's pace
   }
 
@@ -406,6 +414,7 @@ export class GpuPanel extends Widget {
   private _commands: CommandRegistry;
   private _empty: HTMLElement;
   private _emptyReason: string | null | undefined = undefined;
+  private _holdings = new HoldingsSection();
   private _kernels: Kernel.IManager;
   private _model: GpuMetricsModel;
   private _status: HTMLElement;

@@ -1,0 +1,128 @@
+/**
+ * "Your GPUs on this hub": every server and job of this user that holds GPUs,
+ * against their quota, from the hub's GPU ledger (`GET /gpuhub/api/holdings`).
+ *
+ * A section of the GPU sidebar. It polls slowly (the hub's answer is shared
+ * by the server for a few seconds) and only while the sidebar is visible.
+ * All text goes through `textContent`.
+ */
+import { Poll } from '@lumino/polling';
+
+import { requestAPI } from '../api';
+
+export interface IHolding {
+  kind: 'server' | 'job';
+  name: string;
+  gpus: number;
+  gpu_type: string;
+  devices: number[];
+  since: number | null;
+}
+
+export interface IHoldings {
+  available: boolean;
+  reason: string | null;
+  quota: number | null;
+  held: number;
+  holdings: IHolding[];
+}
+
+const POLL_MS = 15 * 1000;
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/** "server 'default'" / "jobs of server 'x'" / "job 'train-1'", as the hub says it. */
+export function holderLabel(h: IHolding): string {
+  if (h.kind === 'server') {
+    return `Server ${h.name ? `'${h.name}'` : "'default'"}`;
+  }
+  return `Job ${h.name}`;
+}
+
+/** One line of the summary, e.g. "You hold 3 of your 4 GPUs." */
+export function summary(data: IHoldings): string {
+  if (!data.available) {
+    return data.reason ?? 'The hub cannot say what you hold right now.';
+  }
+  if (data.held === 0) {
+    return data.quota === null
+      ? 'You hold no GPUs on this hub.'
+      : `You hold none of your ${plural(data.quota, 'GPU')}.`;
+  }
+  return data.quota === null
+    ? `You hold ${plural(data.held, 'GPU')} on this hub.`
+    : `You hold ${data.held} of your ${plural(data.quota, 'GPU')}.`;
+}
+
+export class HoldingsSection {
+  readonly node: HTMLElement;
+
+  constructor() {
+    this.node = document.createElement('section');
+    this.node.className = 'gpuhub-Holdings';
+    this.node.setAttribute('aria-label', 'Your GPUs on this hub');
+    const title = document.createElement('h3');
+    title.className = 'gpuhub-Holdings-title';
+    title.textContent = 'Your GPUs on this hub';
+    this._summary = document.createElement('p');
+    this._summary.className = 'gpuhub-Holdings-summary';
+    this._summary.setAttribute('aria-live', 'polite');
+    this._list = document.createElement('ul');
+    this._list.className = 'gpuhub-Holdings-list';
+    this.node.append(title, this._summary, this._list);
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this._refresh(),
+      frequency: { interval: POLL_MS, backoff: true, max: 5 * 60 * 1000 },
+      name: 'gpuhub:holdings',
+      standby: () => document.hidden || !this._active
+    });
+  }
+
+  /** Poll while the sidebar shows this section; refresh at once when it appears. */
+  setActive(active: boolean): void {
+    const wasActive = this._active;
+    this._active = active;
+    if (active && !wasActive) {
+      void this._poll.refresh();
+    }
+  }
+
+  dispose(): void {
+    this._poll.dispose();
+  }
+
+  private async _refresh(): Promise<void> {
+    const data = await requestAPI<IHoldings>('holdings');
+    this._render(data);
+  }
+
+  private _render(data: IHoldings): void {
+    this._summary.textContent = summary(data);
+    const rows = data.holdings.map(h => {
+      const li = document.createElement('li');
+      li.className = 'gpuhub-Holdings-item';
+      const what = document.createElement('span');
+      what.className = 'gpuhub-Holdings-name';
+      what.textContent = holderLabel(h);
+      const detail = document.createElement('span');
+      detail.className = 'gpuhub-Holdings-detail';
+      const type = h.gpu_type ? ` ${h.gpu_type}` : '';
+      const devices = h.devices.length
+        ? ` (GPU${h.devices.length === 1 ? '' : 's'} ${h.devices.join(', ')})`
+        : '';
+      detail.textContent = `${h.gpus} x${type}${devices}`;
+      li.append(what, detail);
+      return li;
+    });
+    this._list.replaceChildren(...rows);
+    this.node.classList.toggle('gpuhub-mod-empty', rows.length === 0);
+  }
+
+  private _active = false;
+  private _list: HTMLElement;
+  private _poll: Poll;
+  private _summary: HTMLElement;
+}
