@@ -111,9 +111,10 @@ async def _worker(kubeconfig: str, rounds: int) -> dict[str, Any]:
     gc.collect()
     before = _rss_mb()
     cache = ClusterCapacity(client.CoreV1Api(api_client), request_timeout=600)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     assert await cache.wait_ready(900), cache.error
     sync_s = time.perf_counter() - start
+    sync_cpu_s = time.process_time() - cpu  # the hub's own share; the rest is kubesim's
     gc.collect()
     await asyncio.sleep(1)
     after = _rss_mb()
@@ -136,6 +137,7 @@ async def _worker(kubeconfig: str, rounds: int) -> dict[str, Any]:
     await api_client.close()
     return {
         "sync_s": sync_s,
+        "sync_cpu_s": sync_cpu_s,
         "rss_before_mb": before,
         "rss_added_mb": after - before,
         "quota_p50_ms": percentile(quota, 50) * 1000,
@@ -213,17 +215,21 @@ def main(argv: list[str]) -> int:
         "(capacity snapshot, what the user holds, render) for a user with "
         f"{r['held_by_user']} holdings.",
         "",
-        "| first sync (LIST + WATCH) | memory added by the caches | quota check p50 | p95 | "
-        "spawn form p50 | p95 | GPU holders tracked |",
-        "|---|---|---|---|---|---|---|",
-        f"| {r['sync_s']:.1f} s | {r['rss_added_mb']:.0f} MB | {r['quota_p50_ms'] * 1000:.1f} µs | "
+        "| first sync (LIST + WATCH), wall | of which the hub's CPU | memory added by the caches "
+        "| quota check p50 | p95 | spawn form p50 | p95 | GPU holders tracked |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {r['sync_s']:.1f} s | {r['sync_cpu_s']:.1f} s | {r['rss_added_mb']:.0f} MB | {r['quota_p50_ms'] * 1000:.1f} µs | "
         f"{r['quota_p95_ms'] * 1000:.1f} µs | {r['form_p50_ms']:.2f} ms | {r['form_p95_ms']:.2f} ms | "
         f"{r['holders']:,} |",
         "",
         f"Verdict: {'over budget' if over else 'within budget'}. The quota check reads one "
         "user's entry of an index the watch keeps up to date, so its cost does not depend on "
         "the cluster's size; the memory is the per-node counters and one small record per "
-        "GPU-holding pod (pods without GPUs are not kept).",
+        "GPU-holding pod (pods without GPUs are not kept). The LIST comes in pages of 5,000 "
+        "(as client-go's reflector pages it), each parsed with the cyclic GC paused and then "
+        "dropped, so the cluster never sits in the hub's memory as one document. The wall time "
+        "of the first sync includes kubesim serialising the pages (a real apiserver serves "
+        "them from its watch cache); the hub's own CPU for it is the next column.",
     ]
     if not args.no_write:
         write_section("ledger", "\n".join(lines))

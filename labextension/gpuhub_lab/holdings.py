@@ -3,7 +3,8 @@
 Response::
 
     {"available": bool, "reason": str|null, "quota": int|null, "held": int,
-     "holdings": [{"kind": "server"|"job", "name", "gpus", "gpu_type", "devices", "since"}]}
+     "holdings": [{"kind": "server"|"job", "name", "label", "gpus", "gpu_type", "devices",
+                   "since"}]}
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,
 :mod:`gpuhub.hub_api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``. One

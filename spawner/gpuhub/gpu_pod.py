@@ -55,6 +55,7 @@ def gpu_env(options: LaunchOptions | None) -> dict[str, str]:
         return {
             "NVIDIA_VISIBLE_DEVICES": "void",
             "CUDA_VISIBLE_DEVICES": "",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "GPUHUB_GPUS": "0",
             "GPUHUB_GPU_TYPE": "",
         }

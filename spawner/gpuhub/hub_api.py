@@ -10,7 +10,7 @@ service asks the hub for a *grant* before it creates anything:
   or ``GRANT_SECONDS`` pass.
 * ``DELETE /hub/api/gpuhub/grants/<user>/<name>`` -> 204: the submit failed, forget it.
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
-  "name", "gpus", "gpu_type", "devices", "since"}]}``: what the user holds, for the user
+  "name", "label", "gpus", "gpu_type", "devices", "since"}]}``: what the user holds, for the user
   themselves (any token of theirs, e.g. their server's) and for the jobs service.
 
 Callers need the custom scope ``custom:gpuhub:grants`` (the chart gives it to the jobs
@@ -157,6 +157,7 @@ class HoldingsHandler(GrantsHandler):
                         {
                             "kind": h.kind,
                             "name": h.name,
+                            "label": h.label,
                             "gpus": h.gpus,
                             "gpu_type": h.gpu_type,
                             "devices": list(h.devices),

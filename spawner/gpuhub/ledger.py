@@ -81,9 +81,12 @@ class Holding:
     gpu_type: str = ""  # display name, for people
     devices: tuple[int, ...] = ()  # device indices (local mode), for counting each GPU once
     since: float | None = None  # epoch seconds
+    what: str = ""  # how people call it, where the kind and name do not say it well
 
     @property
     def label(self) -> str:
+        if self.what:
+            return self.what
         if self.kind == "server":
             return f"server {self.name or 'default'!r}"
         return f"job {self.name!r}"

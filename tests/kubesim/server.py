@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -36,6 +38,7 @@ class Server:
         self.bookmark_seconds = 5.0
         self.watch_timeout_seconds = 1800  # minRequestTimeout; the apiserver randomises [1x, 2x]
         self.active_watches: set[tuple[Watcher, web.StreamResponse]] = set()
+        self._order_cache: tuple[tuple[Any, ...], list[Obj], list[str]] | None = None
         self.app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024**2)
         self.app.router.add_route("*", "/{path:.*}", self._route)
 
@@ -267,6 +270,21 @@ class Server:
             raise bad_request(str(exc)) from None
         return lambda obj: labels(obj["metadata"].get("labels") or {}) and fields(obj)
 
+    def _ordered(self, rt: ResourceType, namespace: str | None) -> tuple[list[Obj], list[str]]:
+        """Objects in (namespace, name) order and their "ns/name" keys, kept while nothing
+        changes: the pages of one big LIST then cost a bisect each, not a sort."""
+        key = (rt.key, namespace, self.store.rv)
+        if self._order_cache is None or self._order_cache[0] != key:
+            ordered = sorted(
+                self.store.list(rt, namespace),
+                key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
+            )
+            refs = [
+                f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in ordered
+            ]
+            self._order_cache = (key, ordered, refs)
+        return self._order_cache[1], self._order_cache[2]
+
     def _list(self, rt: ResourceType, namespace: str | None, query: Any) -> dict[str, Any]:
         matches = self._selectors(rt, query)
         rv = query.get("resourceVersion", "")
@@ -282,27 +300,27 @@ class Server:
                 start, list_rv = state["start"], state["rv"]
             except Exception:
                 raise bad_request("continue key is not valid") from None
-        items = sorted(
-            (o for o in self.store.list(rt, namespace) if matches(o)),
-            key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]),
-        )
-        if start:
-            items = [
-                o
-                for o in items
-                if f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" > start
-            ]
+        ordered, refs = self._ordered(rt, namespace)
+        # Pages resume after the last object sent, in (namespace, name) order, as etcd keys do.
+        position = bisect.bisect_right(refs, start) if start else 0
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         limit = int(query.get("limit") or 0)
-        if limit and len(items) > limit:
-            last = items[limit - 1]["metadata"]
-            meta["continue"] = base64.b64encode(
-                json.dumps(
-                    {"start": f"{last.get('namespace', '')}/{last['name']}", "rv": list_rv}
-                ).encode()
-            ).decode()
-            meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
+        items: list[Obj] = []
+        for obj in itertools.islice(ordered, position, None):
+            if not matches(obj):
+                continue
+            if limit and len(items) == limit:
+                last = items[-1]["metadata"]
+                meta["continue"] = base64.b64encode(
+                    json.dumps(
+                        {"start": f"{last.get('namespace', '')}/{last['name']}", "rv": list_rv}
+                    ).encode()
+                ).decode()
+                if not (query.get("labelSelector") or query.get("fieldSelector")):
+                    # Kubernetes leaves remainingItemCount unset when selectors are given.
+                    meta["remainingItemCount"] = len(ordered) - position - limit
+                break
+            items.append(obj)
         if not rt.crd:
             items = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
         return {

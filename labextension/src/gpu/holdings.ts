@@ -13,6 +13,8 @@ import { requestAPI } from '../api';
 export interface IHolding {
   kind: 'server' | 'job';
   name: string;
+  /** How the hub calls it: "server 'default'", "job 'train-x1'", "jobs of server 'b'". */
+  label: string;
   gpus: number;
   gpu_type: string;
   devices: number[];
@@ -33,12 +35,10 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
-/** "server 'default'" / "jobs of server 'x'" / "job 'train-1'", as the hub says it. */
+/** "Server 'default'" / "Job 'train-1'" / "Jobs of server 'x'", as the hub says it. */
 export function holderLabel(h: IHolding): string {
-  if (h.kind === 'server') {
-    return `Server ${h.name ? `'${h.name}'` : "'default'"}`;
-  }
-  return `Job ${h.name}`;
+  const label = h.label || `${h.kind} '${h.name || 'default'}'`;
+  return label.charAt(0).toUpperCase() + label.slice(1);
 }
 
 /** One line of the summary, e.g. "You hold 3 of your 4 GPUs." */

@@ -216,6 +216,7 @@ class LocalBackend(JobBackend):
         }
         env = dict(self.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids[: request.resources.gpus])
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # index N is the GPU NVML and the sidebar call N
         env["GPUHUB_JOB_ID"] = job_id
         env["GPUHUB_GPUS"] = str(request.resources.gpus)
         # Nothing caps a local job's CPU or memory (nor the server's: LocalGPUSpawner only
