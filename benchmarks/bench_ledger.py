@@ -196,8 +196,10 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"ledger: {args.nodes} nodes x {args.pods_per_node} pods ...", flush=True)
     r = run(args.nodes, args.pods_per_node, args.rounds)
+    # The sync budget is the hub's: its wall time here also waits on kubesim, a Python
+    # simulator serialising 150,000 pods on the same two cores.
     over = (
-        r["sync_s"] > BUDGETS["sync_s"]
+        r["sync_cpu_s"] > BUDGETS["sync_s"]
         or r["rss_added_mb"] > BUDGETS["rss_mb"]
         or r["quota_p50_ms"] > BUDGETS["quota_ms"]
         or r["form_p50_ms"] > BUDGETS["form_ms"]

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +92,63 @@ def run_job_pod(configmap: dict[str, Any], workload: dict[str, Any], tmp: Path) 
         timeout=120,
     )
     return proc.stderr + proc.stdout
+
+
+@contextmanager
+def jobs_service(
+    workdir: Path,
+    config: dict[str, Any],
+    *,
+    hub_api_url: str,
+    token: str,
+    port: int,
+    kubeconfig: Path,
+) -> Iterator[str]:
+    """``python -m gpuhub.service`` as its own process, registered with the hub at
+    ``hub_api_url`` as the service ``gpuhub`` with ``token``; yields its URL once healthy."""
+    import requests
+    import yaml
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "service.yaml").write_text(yaml.safe_dump(config))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "GPUHUB_"))},
+        "JUPYTERHUB_API_TOKEN": token,
+        "JUPYTERHUB_API_URL": hub_api_url,
+        "JUPYTERHUB_SERVICE_NAME": "gpuhub",
+        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}",
+        "JUPYTERHUB_SERVICE_PREFIX": "/services/gpuhub/",
+        "KUBECONFIG": str(kubeconfig),
+        "GPUHUB_LOG_LEVEL": "DEBUG",
+    }
+    log_path = workdir / "service.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuhub.service", "--config", str(workdir / "service.yaml")],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/services/gpuhub/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the service exited:\n{log_path.read_text()}")
+            try:
+                if requests.get(url + "health", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the service did not start:\n{log_path.read_text()}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -20,11 +18,10 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 
 from gpuhub.jobs.k8s import manifests as m
 from tests.hub.process import Hub, free_port, start_hub
-from tests.jobs_k8s_helpers import NOTEBOOK_OK, write_notebook
+from tests.jobs_k8s_helpers import NOTEBOOK_OK, jobs_service, write_notebook
 from tests.kfp_standin import KFPStandIn
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import DEFAULT_NODES
@@ -125,41 +122,15 @@ def service(
         "job_image": "ghcr.io/gpuhub/gpuhub-notebook:0.1.0",
         "kfp": {"endpoint": kfp.url, "ui_url": "", "namespace": "kubeflow"},
     }
-    (workdir / "service.yaml").write_text(yaml.safe_dump(config))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "GPUHUB_"))},
-        "JUPYTERHUB_API_TOKEN": SERVICE_TOKEN,
-        "JUPYTERHUB_API_URL": hub.api_url,
-        "JUPYTERHUB_SERVICE_NAME": "gpuhub",
-        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{service_port}",
-        "JUPYTERHUB_SERVICE_PREFIX": "/services/gpuhub/",
-        "KUBECONFIG": str(cluster.kubeconfig),
-    }
-    log_path = workdir / "service.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuhub.service", "--config", str(workdir / "service.yaml")],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{service_port}/services/gpuhub/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if requests.get(url + "health", timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
+    with jobs_service(
+        workdir,
+        config,
+        hub_api_url=hub.api_url,
+        token=SERVICE_TOKEN,
+        port=service_port,
+        kubeconfig=cluster.kubeconfig,
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
