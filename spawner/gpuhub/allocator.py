@@ -142,18 +142,22 @@ class GPUAllocator:
                 continue
             devices = tuple(self.held_by(owner))
             if devices:
-                name = (
-                    holder.name if holder.kind == "server" else f"{holder.name or 'default'} jobs"
+                # A job hold is what a stopped server's processes (its jobs) still use.
+                what = (
+                    ""
+                    if holder.kind == "server"
+                    else f"jobs of server {holder.name or 'default'!r}"
                 )
                 out.append(
                     Holding(
                         holder.user,
                         holder.kind,
-                        name,
+                        holder.name,
                         len(devices),
                         holder.gpu_type,
                         devices,
                         holder.since,
+                        what,
                     )
                 )
         return out

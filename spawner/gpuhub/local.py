@@ -227,7 +227,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         if held:
             self._gpuhub_pending = held
             if not self._gpuhub_stopping:  # died by itself: stop() will not settle it
-                self._gpuhub_settling = asyncio.ensure_future(self._settle_gpus([], None))
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:  # no event loop (a script using the spawner): settle now
+                    asyncio.run(self._settle_gpus([], None))
+                else:
+                    self._gpuhub_settling = asyncio.ensure_future(self._settle_gpus([], None))
 
     async def _settle_gpus(self, descendants: list[Process], uid: int | None) -> None:
         """Give the server's GPUs back, except those its surviving processes still use."""
