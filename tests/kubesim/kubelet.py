@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import storage
 from .events import Recorder
 from .store import Obj, Store, now
 
@@ -85,6 +86,7 @@ class Kubelet:
             tuple[str, str], tuple[int, float, str]
         ] = {}  # (ns, job) -> exit, after, log
         self.termination_seconds = 0.0  # how long a simulated container takes to stop on SIGTERM
+        self.retry_seconds = 0.1  # how often a blocked pod (volumes, config) is looked at again
         self._next_ip = int(ipaddress.ip_address("127.1.0.1"))
         self._free_ips: list[str] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -153,6 +155,16 @@ class Kubelet:
             "",
         )
         await asyncio.sleep(0)
+        mounted = await self._blocked(
+            key,
+            lambda p: storage.mount_problem(self.store, p),
+            "FailedMount",
+            "ContainerCreating",
+            host_ip,
+        )
+        if not mounted:
+            return
+        pod = self._pod(key) or pod
         containers = pod["spec"]["containers"]
         for n, container in enumerate(containers):
             name, image = container["name"], container["image"]
@@ -195,6 +207,17 @@ class Kubelet:
                     host=node_name,
                 )
                 self._remember_image(node_name, image)
+            configured = await self._blocked(
+                key,
+                lambda p, c=container: storage.config_problem(self.store, p, c),
+                "Failed",
+                "CreateContainerConfigError",
+                host_ip,
+                field_path=path,
+                prefix="Error: ",
+            )
+            if not configured:
+                return
             self.recorder.emit(
                 pod,
                 "Normal",
@@ -235,6 +258,42 @@ class Kubelet:
             exit_code, after, text = self.cues[(key[0], job)]
             await asyncio.sleep(after)
             self.finish(key[0], key[1], exit_code, text)
+
+    async def _blocked(
+        self,
+        key: tuple[str, str],
+        check: Callable[[Obj], str | None],
+        event_reason: str,
+        waiting_reason: str,
+        host_ip: str,
+        *,
+        field_path: str | None = None,
+        prefix: str = "",
+    ) -> bool:
+        """Wait while ``check(pod)`` names a problem, as the kubelet retries its sync: a Warning
+        event per new problem and the containers waiting with ``waiting_reason``. False if the
+        pod went away (or is being deleted) meanwhile."""
+        last: str | None = None
+        while True:
+            pod = self._pod(key)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return False
+            problem = check(pod)
+            if problem is None:
+                return True
+            if problem != last:
+                message = None if waiting_reason == "ContainerCreating" else problem
+                self._update(key, lambda o, m=message: _waiting(o, waiting_reason, host_ip, m))
+                self.recorder.emit(
+                    pod,
+                    "Warning",
+                    event_reason,
+                    prefix + problem,
+                    field_path=field_path,
+                    host=pod["spec"].get("nodeName"),
+                )
+                last = problem
+            await asyncio.sleep(self.retry_seconds)
 
     def _image_pull_failed(
         self, key: tuple[str, str], pod: Obj, container: Obj, node: str, host_ip: str

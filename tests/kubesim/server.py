@@ -189,20 +189,27 @@ class Server:
             if method in ("POST", "PUT", "PATCH") or (method == "DELETE" and request.can_read_body)
             else None
         )
-        strict = query.get("fieldValidation") == "Strict"
+        mode = query.get("fieldValidation") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise bad_request(
+                f'fieldValidation parameter unsupported: {mode}, valid options are "Ignore", "Warn" and "Strict"'
+            )
         dry_run = "dryRun" in query
+        self.api.warnings = []
         if method == "POST" and name is None:
-            return _json(self.api.create(rt, namespace, body, strict=strict, dry_run=dry_run), 201)
+            created = self.api.create(rt, namespace, body, field_validation=mode, dry_run=dry_run)
+            return self._warned(_json(created, 201))
         if method == "PUT" and name:
             if rt.kind == "Namespace" and sub == "finalize":
                 sub = None
-            return _json(self.api.replace(rt, namespace or "", name, body, sub, strict=strict))
+            replaced = self.api.replace(rt, namespace or "", name, body, sub, field_validation=mode)
+            return self._warned(_json(replaced))
         if method == "PATCH" and name:
-            return _json(
-                self.api.patch(
-                    rt, namespace or "", name, body, request.headers.get("Content-Type", ""), sub
-                )
+            content_type = request.headers.get("Content-Type", "")
+            patched = self.api.patch(
+                rt, namespace or "", name, body, content_type, sub, field_validation=mode
             )
+            return self._warned(_json(patched))
         if method == "DELETE":
             options = dict(body or {})
             for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
@@ -241,6 +248,13 @@ class Server:
             "the server does not allow this method on the requested resource",
             {},
         )
+
+    def _warned(self, response: web.Response) -> web.Response:
+        """Add the apiserver's ``Warning: 299 - "..."`` headers for this request."""
+        for text in self.api.warnings:
+            response.headers.add("Warning", f"299 - {json.dumps(text)}")
+        self.api.warnings = []
+        return response
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
