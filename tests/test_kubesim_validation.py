@@ -261,3 +261,17 @@ async def test_service_defaulting_and_port_validation(kube_api):
         assert exc.value.status == 422
         causes = json.loads(exc.value.body)["details"]["causes"]
         assert any(c["field"] == field and message in c["message"] for c in causes), causes
+
+
+async def test_configmap_over_one_mebibyte_is_refused(kube_api):
+    """ValidateConfigMap: data and binaryData together hold at most 1 MiB (core.MaxSecretSize)."""
+    v1 = client.CoreV1Api(kube_api)
+    big = {"metadata": {"name": "big"}, "data": {"a": "x" * (1024 * 1024 - 10), "b": "y" * 11}}
+    with pytest.raises(ApiException) as exc:
+        await v1.create_namespaced_config_map("default", big)
+    assert exc.value.status == 422
+    assert json.loads(exc.value.body)["message"] == (
+        'ConfigMap "big" is invalid: []: Too long: must have at most 1048576 bytes'
+    )
+    big["data"]["b"] = "y" * 10
+    await v1.create_namespaced_config_map("default", big)

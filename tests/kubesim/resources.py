@@ -86,8 +86,8 @@ class ResourceType:
                     "name": f"{self.plural}/{sub}",
                     "singularName": "",
                     "namespaced": self.namespaced,
-                    "kind": "Pod" if sub == "log" else self.kind,
-                    "verbs": ["get"],
+                    "kind": {"log": "Pod", "exec": "PodExecOptions"}.get(sub, self.kind),
+                    "verbs": ["create", "get"] if sub == "exec" else ["get"],
                 }
             )
         return entries
@@ -129,7 +129,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         _POD_FIELDS,
         True,
         ("all",),
-        extra_subresources=("log",),
+        extra_subresources=("log", "exec"),
     ),
     ResourceType("", "v1", "Event", "events", True, ("ev",), _EVENT_FIELDS),
     ResourceType("", "v1", "Service", "services", True, ("svc",), (), True, ("all",)),

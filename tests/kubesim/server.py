@@ -166,7 +166,7 @@ class Server:
         sub = rest[2] if len(rest) > 2 else None
         if len(rest) > 3 or (
             sub is not None
-            and sub not in ("status", "log")
+            and sub not in ("status", "log", "exec")
             and not (rt.kind == "Namespace" and sub == "finalize")
         ):
             raise APIError(404, "NotFound", "the server could not find the requested resource", {})
@@ -182,6 +182,8 @@ class Server:
             return _json(self._list(rt, namespace, query))
         if method == "GET" and sub == "log":
             return await self._log(request, namespace or "", name or "")
+        if sub == "exec" and rt.kind == "Pod" and method in ("GET", "POST"):
+            return self._exec(request, namespace or "", name or "")
         if method == "GET":
             return _json(self.store.get(rt, namespace or "", name))  # type: ignore[arg-type]
         body = (
@@ -424,6 +426,41 @@ class Server:
         }
 
     # -- logs --------------------------------------------------------------------------------------
+    def _exec(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
+        """``pods/exec``, answered as the apiserver (and behind it the kubelet) does up to the
+        point where a stream would open; kubesim opens none (see README)."""
+        pod = self.store.get(self.store.by_kind("Pod"), namespace, name)
+        phase = pod["status"].get("phase")
+        if phase in ("Succeeded", "Failed"):
+            raise bad_request(
+                f"cannot exec into a container in a completed pod; current phase is {phase}"
+            )
+        containers = [c["name"] for c in pod["spec"]["containers"]]
+        container = request.query.get("container")
+        if not container:
+            if len(containers) > 1:
+                raise bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+                )
+            container = containers[0]
+        if container not in containers:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName"):
+            raise bad_request(f"pod {name} does not have a host assigned")
+        if request.headers.get("Upgrade", "").lower() not in ("websocket", "spdy/3.1"):
+            raise bad_request("Upgrade request required")
+        status = next(
+            (s for s in pod["status"].get("containerStatuses") or [] if s["name"] == container),
+            None,
+        )
+        if status is None or "running" not in (status.get("state") or {}):
+            raise APIError(500, "InternalError", f'container not found ("{container}")')
+        raise APIError(
+            501,
+            "NotImplemented",
+            "kubesim does not stream pods/exec into running containers",
+        )
+
     async def _log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
         pod = self.store.get(self.store.by_kind("Pod"), namespace, name)
         containers = [c["name"] for c in pod["spec"]["containers"]]

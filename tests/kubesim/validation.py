@@ -59,6 +59,7 @@ QUALIFIED_NAME_MSG = (
     "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
 )
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+CONFIG_MAX_BYTES = 1024 * 1024  # core.MaxSecretSize, also the ConfigMap limit
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods"}
 Cause = tuple[str, str, str]
 
@@ -423,7 +424,29 @@ def config_data_causes(obj: Mapping[str, Any]) -> list[Cause]:
                     )
                 )
             seen.add(key)
+    size = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values()) + sum(
+        len(base64_decoded(v)) for v in (obj.get("binaryData") or {}).values()
+    )
+    if obj.get("kind") == "Secret":
+        size = sum(len(base64_decoded(v)) for v in (obj.get("data") or {}).values()) + sum(
+            len(str(v).encode()) for v in (obj.get("stringData") or {}).values()
+        )
+    if size > CONFIG_MAX_BYTES:
+        field = "data" if obj.get("kind") == "Secret" else "[]"
+        causes.append(
+            (field, "FieldValueTooLong", f"Too long: must have at most {CONFIG_MAX_BYTES} bytes")
+        )
     return causes
+
+
+def base64_decoded(value: Any) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(str(value))
+    except (binascii.Error, ValueError):
+        return b""
 
 
 def claim_causes(spec: Mapping[str, Any]) -> list[Cause]:
