@@ -195,3 +195,34 @@ async def test_limit_range_defaults_and_maximum(kube_api):
     assert status["message"] == (
         'pods "big" is forbidden: maximum cpu usage per Container is 2, but limit is 4'
     )
+
+
+def gpu_pod(name: str, gpus: int, priority_class: str | None = None) -> dict[str, Any]:
+    body = with_resources(pod(name), limits={"nvidia.com/gpu": str(gpus)})
+    body["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    if priority_class:
+        body["spec"]["priorityClassName"] = priority_class
+    return body
+
+
+async def test_higher_priority_pending_pod_is_scheduled_first(kubesim, kube_api):
+    """The scheduler's queue (PrioritySort) orders pending pods by priority, then age."""
+    await client.SchedulingV1Api(kube_api).create_priority_class(
+        {"metadata": {"name": "gpu-high"}, "value": 1000}
+    )
+    v1 = client.CoreV1Api(kube_api)
+    for name in ("a", "b"):
+        await v1.create_namespaced_pod("default", gpu_pod(name, 8))
+    kubesim.wait_for(
+        lambda: all(kubesim.get("Pod", n)["status"].get("phase") == "Running" for n in "ab")
+    )
+    await v1.create_namespaced_pod("default", gpu_pod("low", 8))
+    await v1.create_namespaced_pod("default", gpu_pod("high", 8, "gpu-high"))
+    kubesim.wait_for(
+        lambda: any(e["reason"] == "FailedScheduling" for e in kubesim.events(involved="high"))
+    )
+    await v1.delete_namespaced_pod("a", "default", grace_period_seconds=0)
+    kubesim.wait_for(lambda: kubesim.get("Pod", "high")["spec"].get("nodeName"))
+    assert not kubesim.get("Pod", "low")["spec"].get("nodeName")

@@ -83,7 +83,12 @@ class Scheduler:
             return
         pods_rt, nodes_rt = self.store.by_kind("Pod"), self.store.by_kind("Node")
         nodes = self.store.list(nodes_rt)
-        for key, _ in sorted(self.pending.items(), key=lambda item: item[1]):
+        def queue_order(item: tuple[tuple[str, str], int]) -> tuple[int, int]:
+            # PrioritySort: higher spec.priority first, then oldest first.
+            queued = self.store.peek(pods_rt, *item[0])
+            return (-int((queued or {}).get("spec", {}).get("priority") or 0), item[1])
+
+        for key, _ in sorted(self.pending.items(), key=queue_order):
             pod = self.store.peek(pods_rt, *key)
             if pod is None:
                 continue
