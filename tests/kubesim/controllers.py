@@ -83,6 +83,7 @@ class Scheduler:
             return
         pods_rt, nodes_rt = self.store.by_kind("Pod"), self.store.by_kind("Node")
         nodes = self.store.list(nodes_rt)
+
         def queue_order(item: tuple[tuple[str, str], int]) -> tuple[int, int]:
             # PrioritySort: higher spec.priority first, then oldest first.
             queued = self.store.peek(pods_rt, *item[0])
