@@ -426,6 +426,7 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         ("kubeflow.org", "tfjobs"): crud,
         ("", "pods"): ["get", "list", "watch"],
         ("", "pods/log"): ["get"],
+        ("", "events"): ["list"],
         ("", "configmaps"): sorted(["create", "get", "list", "patch", "delete"]),
     }
     role_binding = by_kind(objects, "RoleBinding")

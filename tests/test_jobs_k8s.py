@@ -403,6 +403,36 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
     await backend.submit(make_request(root, gpus=0), "alice", gpu_quota=1, **submit_args(root))
 
 
+async def test_pod_refused_by_the_namespace_quota_is_said_in_words(kubesim, backend, root):
+    """The chart's ResourceQuota (resourceQuota.enabled) caps the namespace's GPUs for all users
+    together: a Job is accepted, but Kubernetes refuses its pod (the Job controller records
+    FailedCreate). The job must say so rather than wait for a pod that never comes."""
+    kubesim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpuhub-gpus"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+        },
+        "default",
+    )
+    four = make_request(root, gpus=4, gpu_type="a100")
+    record = await backend.submit(four, "alice", gpu_quota=8, **submit_args(root))
+    for _ in range(300):
+        pending = await backend.get("alice", record.id)
+        if pending.message and "quota" in pending.message:
+            break
+        await asyncio.sleep(0.05)
+    assert pending.status == "pending"
+    assert pending.message == (
+        "Kubernetes refused to create the job's pod: exceeded quota: gpuhub-gpus, requested: "
+        "requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=0, limited: "
+        "requests.nvidia.com/gpu=2"
+    )
+    listed = next(r for r in await backend.list("alice") if r.id == record.id)
+    assert listed.message == pending.message
+
+
 async def test_concurrent_submits_cannot_both_squeeze_under_the_quota(kubesim, backend, root):
     one = make_request(root, gpus=1, gpu_type="a100")
     results = await asyncio.gather(
