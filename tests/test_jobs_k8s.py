@@ -291,6 +291,33 @@ async def test_waiting_for_gpus_is_said_in_words(kubesim, backend, root):
     assert "Insufficient nvidia.com/gpu" in pending.message
 
 
+async def test_missing_home_claim_is_said_in_words(kubesim, root):
+    """With a shared home the job mounts the user's claim; if it does not exist (the user never
+    started a server, or the hub makes none) the scheduler cannot place the pod at all. The job
+    must not claim to be waiting for a GPU."""
+    shared = m.KubeJobSettings(
+        namespace="default",
+        job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0",
+        home_volume=m.HomeVolume("claim-{username}", "/home/jovyan", True),
+    )
+    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    backend = KubernetesBackend(api, shared, gpu_names=GPU_NAMES)
+    try:
+        request = make_request(root, gpus=1, gpu_type="a100")
+        record = await backend.submit(request, "alice", **submit_args(root))
+        for _ in range(300):
+            pending = await backend.get("alice", record.id)
+            if pending.message and "claim" in pending.message:
+                break
+            await asyncio.sleep(0.05)
+        assert pending.status == "pending"
+        assert pending.message.startswith(
+            'Waiting for the volume it mounts: 0/4 nodes are available: persistentvolumeclaim "claim-alice" not found.'
+        )
+    finally:
+        await backend.close()
+
+
 # -- ownership, idempotency, rollback, quota --------------------------------------------------------
 async def test_another_users_job_is_invisible(kubesim, backend, root):
     record = await backend.submit(make_request(root), "alice", **submit_args(root))

@@ -103,6 +103,9 @@ def pod_waiting(pods: list[Obj], gpu: str) -> str | None:
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             why = cond.get("message") or "no node fits it yet"
+            if "persistentvolumeclaim" in why.lower():
+                # A missing or unbound claim: no node can take the pod, freed GPUs or not.
+                return f"Waiting for the volume it mounts: {why}"
             if gpu != "CPU only":
                 return f"Waiting for a free GPU ({gpu}): {why}"
             return f"Waiting for a node with room: {why}"
