@@ -460,6 +460,32 @@ async def test_pod_refused_by_the_namespace_quota_is_said_in_words(kubesim, back
     assert listed.message == pending.message
 
 
+async def test_training_job_refused_by_the_namespace_quota_is_said_in_words(kubesim, backend, root):
+    """The training operator records FailedCreatePod when a replica's pod is refused; a
+    PyTorchJob missing pods says so too (the master fits, the workers do not)."""
+    kubesim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpuhub-gpus"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+        },
+        "default",
+    )
+    request = make_request(root, kind="pytorchjob", workers=2, gpus=2, gpu_type="a100")
+    record = await backend.submit(request, "alice", gpu_quota=8, **submit_args(root))
+    for _ in range(300):
+        pending = await backend.get("alice", record.id)
+        if pending.message and "quota" in pending.message:
+            break
+        await asyncio.sleep(0.05)
+    assert pending.status == "pending"
+    assert pending.message.startswith(
+        "Kubernetes refused to create the PyTorchJob's pods: exceeded quota: gpuhub-gpus, "
+        "requested: requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=2"
+    )
+
+
 async def test_concurrent_submits_cannot_both_squeeze_under_the_quota(kubesim, backend, root):
     one = make_request(root, gpus=1, gpu_type="a100")
     results = await asyncio.gather(
