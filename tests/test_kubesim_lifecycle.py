@@ -148,6 +148,8 @@ async def test_exec_answers_as_the_apiserver_does(kubesim, kube_api):
     kubesim.wait_for(
         lambda: any(e["reason"] == "BackOff" for e in kubesim.events(involved="broken"))
     )
+    await v1.create_namespaced_pod("default", pod("up"))
+    kubesim.wait_for(lambda: kubesim.get("Pod", "up")["status"].get("phase") == "Running")
     upgrade = {"Connection": "Upgrade", "Upgrade": "websocket"}
     cases = [
         (
@@ -160,6 +162,12 @@ async def test_exec_answers_as_the_apiserver_does(kubesim, kube_api):
         ("broken", {"container": "other"}, 400, "container other is not valid for pod broken"),
         ("broken", {}, 400, "Upgrade request required"),
         ("broken", {"upgrade": True}, 500, 'container not found ("main")'),
+        (
+            "up",
+            {"upgrade": True},
+            501,
+            "kubesim runs exec only in containers it runs as local processes (run_locally)",
+        ),
     ]
     async with aiohttp.ClientSession() as http:
         for name, params, code, message in cases:
@@ -168,3 +176,53 @@ async def test_exec_answers_as_the_apiserver_does(kubesim, kube_api):
             async with http.post(f"{base}/{name}/exec", params=query, headers=headers) as response:
                 assert response.status == code, (name, await response.text())
                 assert (await response.json())["message"] == message
+
+
+async def test_exec_into_a_local_container_streams_over_the_channel_protocol(kubesim):
+    """For a container kubesim runs as a local process, exec runs the command beside it with the
+    container's environment: stdout on channel 1, the exit Status on channel 3 (v4.channel)."""
+    from kubernetes_asyncio import config
+    from kubernetes_asyncio.stream import WsApiClient
+
+    kubesim.run_locally(lambda p, c: p["metadata"]["name"] == "shell")
+    body = pod("shell", restartPolicy="Never")
+    body["spec"]["containers"][0].update(
+        command=[sys.executable, "-c", "import time; time.sleep(60)"],
+        env=[{"name": "GREETING", "value": "hello"}],
+    )
+    kubesim.create({"apiVersion": "v1", "kind": "Pod", **body})
+    kubesim.wait_for(lambda: kubesim.get("Pod", "shell")["status"].get("phase") == "Running")
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(kubesim.kubeconfig), client_configuration=configuration
+    )
+    async with WsApiClient(configuration=configuration) as ws_api:
+        v1 = client.CoreV1Api(api_client=ws_api)
+        script = (
+            "import os, sys; print(os.environ['GREETING']); sys.stderr.write('oops'); sys.exit(3)"
+        )
+        output = await v1.connect_get_namespaced_pod_exec(
+            "shell",
+            "default",
+            command=[sys.executable, "-c", script],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        )
+        assert output == "hello\noops"
+        channels: dict[int, bytes] = {}
+        async with await v1.connect_get_namespaced_pod_exec(
+            "shell",
+            "default",
+            command=[sys.executable, "-c", script],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+            _preload_content=False,
+        ) as ws:
+            async for message in ws:
+                channels[message.data[0]] = channels.get(message.data[0], b"") + message.data[1:]
+        assert WsApiClient.parse_error_data(channels[3]) == 3
+        assert channels[1] == b"hello\n"

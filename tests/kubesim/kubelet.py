@@ -382,6 +382,18 @@ class Kubelet:
         self.store.mutate(rt, "", node_name, add)
 
     # -- local processes ------------------------------------------------------------------
+    def exec_target(self, pod: Obj, container: str) -> tuple[dict[str, str], str] | None:
+        """The environment and working directory a command exec'd into ``container`` gets,
+        if kubesim runs that container as a live local process (else None)."""
+        running = self.pods.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        process = running.processes.get(container) if running is not None else None
+        if running is None or process is None or process.returncode is not None:
+            return None
+        spec = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+        env = self._environment(pod, spec, running.ip)
+        env["HOME"] = running.workdir or ""
+        return env, running.workdir or "/"
+
     def _environment(self, pod: Obj, container: Obj, ip: str) -> dict[str, str]:
         env = {
             "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import execstream
 from .apiserver import APIServer
 from .errors import APIError, bad_request, expired
 from .faults import Faults
@@ -183,7 +184,7 @@ class Server:
         if method == "GET" and sub == "log":
             return await self._log(request, namespace or "", name or "")
         if sub == "exec" and rt.kind == "Pod" and method in ("GET", "POST"):
-            return self._exec(request, namespace or "", name or "")
+            return await self._exec(request, namespace or "", name or "")
         if method == "GET":
             return _json(self.store.get(rt, namespace or "", name))  # type: ignore[arg-type]
         body = (
@@ -426,9 +427,9 @@ class Server:
         }
 
     # -- logs --------------------------------------------------------------------------------------
-    def _exec(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
-        """``pods/exec``, answered as the apiserver (and behind it the kubelet) does up to the
-        point where a stream would open; kubesim opens none (see README)."""
+    async def _exec(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
+        """``pods/exec``: the apiserver's checks, then the kubelet's stream for a container
+        kubesim runs as a local process (see :mod:`.execstream`)."""
         pod = self.store.get(self.store.by_kind("Pod"), namespace, name)
         phase = pod["status"].get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -455,11 +456,17 @@ class Server:
         )
         if status is None or "running" not in (status.get("state") or {}):
             raise APIError(500, "InternalError", f'container not found ("{container}")')
-        raise APIError(
-            501,
-            "NotImplemented",
-            "kubesim does not stream pods/exec into running containers",
-        )
+        target = self.kubelet.exec_target(pod, container)
+        if target is None:
+            raise APIError(
+                501,
+                "NotImplemented",
+                "kubesim runs exec only in containers it runs as local processes (run_locally)",
+            )
+        env, cwd = target
+        argv = request.query.getall("command", [])
+        stdin = request.query.get("stdin", "").lower() in _TRUE
+        return await execstream.serve(request, argv, env, cwd, stdin)
 
     async def _log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
         pod = self.store.get(self.store.by_kind("Pod"), namespace, name)
