@@ -85,7 +85,7 @@ async def test_priority_class_sets_priority(kube_api):
 
 async def test_default_service_account_appears_after_the_namespace(kubesim, kube_api):
     """A pod created before the ServiceAccount controller has run is refused: the real race."""
-    kubesim.set_service_account_delay(0.5)
+    kubesim.set_service_account_delay(2.0)
     v1 = client.CoreV1Api(kube_api)
     await v1.create_namespace({"metadata": {"name": "fresh"}})
     status = await refused(v1.create_namespaced_pod("fresh", pod()))
