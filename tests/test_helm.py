@@ -428,6 +428,7 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         ("kubeflow.org", "tfjobs"): crud,
         ("", "pods"): ["get", "list", "watch"],
         ("", "pods/log"): ["get"],
+        ("", "events"): ["list"],
         ("", "configmaps"): sorted(["create", "get", "list", "patch", "delete"]),
     }
     role_binding = by_kind(objects, "RoleBinding")
@@ -641,6 +642,67 @@ async def test_hub_extra_config_sets_jobs_url_and_gpu_priority(
     assert {"name": "gpuhub-config", "mountPath": "/etc/gpuhub", "readOnly": True} in hub[
         "extraVolumeMounts"
     ]
+
+
+def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
+    chart: Path, kubesim: Any
+) -> None:
+    """kubesim answers as an apiserver would (semantic validation, Strict unknown fields,
+    admission): every object of the chart that kubesim serves is created as is, and a pod that
+    names the chart's priority class (as the hub's pod hook does) is admitted with its value,
+    while the namespace quota refuses GPUs beyond it."""
+    from tests.kubesim.errors import APIError
+
+    objects = render(
+        chart,
+        values={
+            "resourceQuota": {"enabled": True, "gpus": {"nvidia.com/gpu": 2}},
+            "priorityClass": {"enabled": True, "value": 500},
+        },
+    )
+    kubesim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    kubesim.wait_for(lambda: kubesim.get("ServiceAccount", "default", NAMESPACE))
+    served = {(rt.api_version, rt.kind) for rt in kubesim.sim.store.types.values()}
+    created = []
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) not in served:
+            continue
+        rt = kubesim.sim.store.by_kind(obj["kind"], obj["apiVersion"].rpartition("/")[0])
+        namespace = obj["metadata"].get("namespace", NAMESPACE)
+
+        def create(o: dict[str, Any] = obj, ns: str = namespace, r: Any = rt) -> Any:
+            return kubesim.sim.api.create(r, ns, copy.deepcopy(o), field_validation="Strict")
+
+        try:
+            kubesim.call(create)
+        except APIError as exc:
+            raise AssertionError(
+                f"{obj['kind']} {obj['metadata']['name']}: {exc.message}"
+            ) from None
+        created.append(obj["kind"])
+    assert {"ConfigMap", "ResourceQuota", "PriorityClass"} <= set(created), created
+    name = hub_yaml(objects)["gpu_priority_class_name"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "jupyter-alice"},
+        "spec": {
+            "priorityClassName": name,
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": "img:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                }
+            ],
+        },
+    }
+    admitted = kubesim.create(pod, NAMESPACE)
+    assert admitted["spec"]["priority"] == 500
+    pod["metadata"]["name"] = "jupyter-bob"
+    with pytest.raises(APIError) as refused:
+        kubesim.create(pod, NAMESPACE)
+    assert refused.value.code == 403 and "exceeded quota: gpuhub-gpus" in refused.value.message
 
 
 def test_hub_extra_config_without_priority_class(chart: Path, tmp_path: Path) -> None:

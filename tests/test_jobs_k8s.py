@@ -291,6 +291,33 @@ async def test_waiting_for_gpus_is_said_in_words(kubesim, backend, root):
     assert "Insufficient nvidia.com/gpu" in pending.message
 
 
+async def test_missing_home_claim_is_said_in_words(kubesim, root):
+    """With a shared home the job mounts the user's claim; if it does not exist (the user never
+    started a server, or the hub makes none) the scheduler cannot place the pod at all. The job
+    must not claim to be waiting for a GPU."""
+    shared = m.KubeJobSettings(
+        namespace="default",
+        job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0",
+        home_volume=m.HomeVolume("claim-{username}", "/home/jovyan", True),
+    )
+    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    backend = KubernetesBackend(api, shared, gpu_names=GPU_NAMES)
+    try:
+        request = make_request(root, gpus=1, gpu_type="a100")
+        record = await backend.submit(request, "alice", **submit_args(root))
+        for _ in range(300):
+            pending = await backend.get("alice", record.id)
+            if pending.message and "claim" in pending.message:
+                break
+            await asyncio.sleep(0.05)
+        assert pending.status == "pending"
+        assert pending.message.startswith(
+            'Waiting for the volume it mounts: 0/4 nodes are available: persistentvolumeclaim "claim-alice" not found.'
+        )
+    finally:
+        await backend.close()
+
+
 # -- ownership, idempotency, rollback, quota --------------------------------------------------------
 async def test_another_users_job_is_invisible(kubesim, backend, root):
     record = await backend.submit(make_request(root), "alice", **submit_args(root))
@@ -405,6 +432,62 @@ async def test_quota_counts_servers_and_jobs_together(kubesim, backend, root):
     assert await backend.gpus_in_use("alice") == 1
     await backend.submit(
         make_request(root, gpus=0), "alice", quota=backend.own_quota(1), **submit_args(root)
+    )
+
+
+async def test_pod_refused_by_the_namespace_quota_is_said_in_words(kubesim, backend, root):
+    """The chart's ResourceQuota (resourceQuota.enabled) caps the namespace's GPUs for all users
+    together: a Job is accepted, but Kubernetes refuses its pod (the Job controller records
+    FailedCreate). The job must say so rather than wait for a pod that never comes."""
+    kubesim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpuhub-gpus"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+        },
+        "default",
+    )
+    four = make_request(root, gpus=4, gpu_type="a100")
+    record = await backend.submit(four, "alice", gpu_quota=8, **submit_args(root))
+    for _ in range(300):
+        pending = await backend.get("alice", record.id)
+        if pending.message and "quota" in pending.message:
+            break
+        await asyncio.sleep(0.05)
+    assert pending.status == "pending"
+    assert pending.message == (
+        "Kubernetes refused to create the job's pod: exceeded quota: gpuhub-gpus, requested: "
+        "requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=0, limited: "
+        "requests.nvidia.com/gpu=2"
+    )
+    listed = next(r for r in await backend.list("alice") if r.id == record.id)
+    assert listed.message == pending.message
+
+
+async def test_training_job_refused_by_the_namespace_quota_is_said_in_words(kubesim, backend, root):
+    """The training operator records FailedCreatePod when a replica's pod is refused; a
+    PyTorchJob missing pods says so too (the master fits, the workers do not)."""
+    kubesim.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpuhub-gpus"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "2"}},
+        },
+        "default",
+    )
+    request = make_request(root, kind="pytorchjob", workers=2, gpus=2, gpu_type="a100")
+    record = await backend.submit(request, "alice", gpu_quota=8, **submit_args(root))
+    for _ in range(300):
+        pending = await backend.get("alice", record.id)
+        if pending.message and "quota" in pending.message:
+            break
+        await asyncio.sleep(0.05)
+    assert pending.status == "pending"
+    assert pending.message.startswith(
+        "Kubernetes refused to create the PyTorchJob's pods: exceeded quota: gpuhub-gpus, "
+        "requested: requests.nvidia.com/gpu=2, used: requests.nvidia.com/gpu=2"
     )
 
 

@@ -437,6 +437,34 @@ def test_unschedulable_fails_fast_with_the_reason(
             )
 
 
+def test_namespace_quota_refusal_is_said_plainly(
+    hub: Hub, cluster: tuple[Path, KubeSimThread | None]
+) -> None:
+    """The chart's ResourceQuota caps the namespace's GPUs for all users together; when
+    admission refuses the server's pod (403 exceeded quota) the user reads why in one sentence."""
+    sim = sim_of(cluster)
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpuhub-gpus"},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+    }
+    sim.create(quota, NAMESPACE)
+    try:
+        hub.api("POST", "/users/grace")
+        response = spawn_json(hub, "grace", {"gpu_type": "a100", "gpus": 1})
+        assert response.status_code == 403, response.text
+        assert response.json()["message"] == (
+            "Kubernetes refused the server's pod: exceeded quota: gpuhub-gpus, requested: "
+            "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=0, limited: "
+            "requests.nvidia.com/gpu=0"
+        )
+        assert pod_of(sim, "grace") is None
+        hub.wait_for_server("grace", ready=False, timeout=30)
+    finally:
+        sim.delete("ResourceQuota", "gpuhub-gpus", NAMESPACE)
+
+
 # -- resilience ---------------------------------------------------------------------------------
 def test_spawn_survives_500s_and_dropped_watches(
     hub: Hub, cluster: tuple[Path, KubeSimThread | None]

@@ -414,8 +414,8 @@ async def test_unscheduled_pod_is_deleted_at_once(kube_api):
 async def test_namespace_deletion_terminates_and_empties(kubesim, kube_api):
     v1 = client.CoreV1Api(kube_api)
     await v1.create_namespace({"metadata": {"name": "team"}})
-    sa = await v1.read_namespaced_service_account("default", "team")
-    assert sa.metadata.name == "default"
+    # The service account controller adds "default" shortly after (see test_kubesim_admission).
+    assert kubesim.wait_for(lambda: kubesim.get("ServiceAccount", "default", "team"), timeout=5)
     await v1.create_namespaced_secret("team", {"metadata": {"name": "s"}, "stringData": {"a": "b"}})
     await v1.delete_namespace("team")
     kubesim.wait_for(lambda: kubesim.get("Namespace", "team", "") is None, timeout=5)

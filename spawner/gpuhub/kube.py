@@ -7,6 +7,8 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import json
+import re
 import time
 from typing import Any
 
@@ -37,6 +39,19 @@ CAPACITY_UNAVAILABLE = (
 
 # Answers after which the same request may well succeed.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+_FORBIDDEN = re.compile(r'^[a-z]+ "[^"]*" is forbidden: ')
+
+
+def admission_refusal(body: str | bytes | None) -> str:
+    """The reason in a ``403 Forbidden`` Status (a quota, a missing PriorityClass or service
+    account), without its ``pods "name" is forbidden:`` preamble."""
+    try:
+        message = str(json.loads(body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        message = ""
+    return _FORBIDDEN.sub("", message, count=1) or "the request was forbidden"
 
 
 class NeverSchedulable(Exception):
@@ -161,6 +176,12 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             if exc.status in TRANSIENT_STATUSES:
                 self.log.warning("Creating pod %s: HTTP %s, retrying", self.pod_name, exc.status)
                 return False
+            if exc.status == 403:
+                # Admission said no (the namespace's ResourceQuota, a missing PriorityClass):
+                # waiting will not change it, and the user should read why, not "error".
+                reason = admission_refusal(exc.body)
+                self.log.warning("Kubernetes refused the pod of %s: %s", self._log_name, reason)
+                raise refusal(f"Kubernetes refused the server's pod: {reason}", 403) from None
             raise
 
     async def _make_delete_pod_request(

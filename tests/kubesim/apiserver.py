@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import defaults, validation
+from .admission import Admission
 from .errors import APIError, bad_request, conflict, invalid, not_found
 from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import BUILTIN, ResourceType
@@ -38,6 +39,21 @@ class APIServer:
         for rt in BUILTIN:
             store.register(rt)
         self.crds: dict[str, ResourceType] = {}
+        self.admission = Admission(store)
+        # ``Warning`` headers for the request being served (the HTTP layer resets and sends them).
+        self.warnings: list[str] = []
+
+    def _drop_unknown(self, rt: ResourceType, obj: Obj, field_validation: str) -> None:
+        """Unknown fields of built-in kinds are dropped; ``Warn`` (the default) says so.
+
+        Under ``Strict`` they stay, for the schema check to refuse with 400.
+        """
+        if field_validation == "Strict":
+            return
+        unknown = validation.unknown_fields(rt, obj)
+        validation.drop_fields(obj, unknown)
+        if field_validation != "Ignore":
+            self.warnings += [f'unknown field "{path}"' for path in unknown]
 
     # -- create ---------------------------------------------------------------------------
     def create(
@@ -46,7 +62,7 @@ class APIServer:
         namespace: str | None,
         body: Any,
         *,
-        strict: bool = False,
+        field_validation: str = "Warn",
         dry_run: bool = False,
     ) -> Obj:
         if not isinstance(body, dict):
@@ -84,13 +100,14 @@ class APIServer:
         if rt.crd:
             obj = validation.validate_custom(rt, obj)
         else:
+            self._drop_unknown(rt, obj, field_validation)
             validate_me = copy.deepcopy(obj)
             validate_me["metadata"]["name"] = name_for_validation or validate_me["metadata"].get(
                 "name"
             )
             if not validate_me["metadata"]["name"]:
                 validate_me["metadata"].pop("name", None)
-            validation.validate_builtin(rt, validate_me, None, strict)
+            validation.validate_builtin(rt, validate_me, None, field_validation == "Strict")
         obj.pop("status", None) if rt.status_subresource and not rt.crd else None
         if rt.kind == "Pod":
             defaults.pod_defaults(obj)
@@ -100,20 +117,25 @@ class APIServer:
             defaults.namespace_defaults(obj)
         elif rt.kind == "Secret":
             defaults.secret_defaults(obj)
+        elif rt.kind == "PersistentVolumeClaim":
+            defaults.pvc_defaults(obj)
+        elif rt.kind == "Service":
+            defaults.service_defaults(obj, self._cluster_ips())
         elif rt.kind == "CustomResourceDefinition":
             validation.check_crd(obj)
+        self.admission.admit(rt, obj)
         if dry_run:
             return obj
         created = self.store.create(rt, obj, namespace, uid=uid)
         if rt.kind == "CustomResourceDefinition":
             self._serve_crd(created)
-        elif rt.kind == "Namespace":
-            self.store.create(
-                self.store.by_kind("ServiceAccount"),
-                {"metadata": {"name": "default"}},
-                created["metadata"]["name"],
-            )
         return created
+
+    def _cluster_ips(self) -> set[str]:
+        return {
+            (s.get("spec") or {}).get("clusterIP", "")
+            for s in self.store.list(self.store.by_kind("Service"))
+        }
 
     # -- update ---------------------------------------------------------------------------
     def replace(
@@ -124,7 +146,7 @@ class APIServer:
         body: Any,
         subresource: str | None = None,
         *,
-        strict: bool = False,
+        field_validation: str = "Warn",
     ) -> Obj:
         if not isinstance(body, dict):
             raise bad_request("body must be an object")
@@ -174,10 +196,30 @@ class APIServer:
             spec = new.setdefault("spec", {})
             for key, value in old["spec"].items():
                 spec.setdefault(key, value)
+        if rt.kind == "Service" and subresource != "status":
+            # The allocated cluster IP and node ports survive an update that leaves them out.
+            spec = new.setdefault("spec", {})
+            for key in ("clusterIP", "clusterIPs"):
+                if not spec.get(key) and old["spec"].get(key):
+                    spec[key] = old["spec"][key]
+            old_ports = {p.get("port"): p for p in old["spec"].get("ports") or []}
+            for port in spec.get("ports") or []:
+                if "nodePort" not in port and "nodePort" in old_ports.get(port.get("port"), {}):
+                    port["nodePort"] = old_ports[port["port"]]["nodePort"]
+            defaults.service_defaults(new, self._cluster_ips())
+        if rt.kind == "Secret":
+            defaults.secret_defaults(new)  # stringData is merged into data on update too
+        if rt.kind == "PersistentVolumeClaim" and subresource != "status":
+            spec = new.setdefault("spec", {})
+            for key in ("volumeMode", "storageClassName", "volumeName"):
+                if key not in spec and key in old["spec"]:
+                    spec[key] = old["spec"][key]
         if rt.crd:
             new = validation.validate_custom(rt, new)
-        elif subresource != "status":
-            validation.validate_builtin(rt, new, old, strict)
+        else:
+            self._drop_unknown(rt, new, field_validation)
+            if subresource != "status":
+                validation.validate_builtin(rt, new, old, field_validation == "Strict")
         if rt.kind == "CustomResourceDefinition":
             validation.check_crd(new)
         updated = self.store.replace(rt, new)
@@ -193,6 +235,8 @@ class APIServer:
         body: Any,
         content_type: str,
         subresource: str | None = None,
+        *,
+        field_validation: str = "Warn",
     ) -> Obj:
         old = self.store.get(rt, namespace, name)
         content_type = content_type.split(";")[0].strip()
@@ -225,7 +269,9 @@ class APIServer:
         )
         if not new["metadata"]["resourceVersion"]:
             new["metadata"].pop("resourceVersion")
-        return self.replace(rt, namespace, name, new, subresource)
+        return self.replace(
+            rt, namespace, name, new, subresource, field_validation=field_validation
+        )
 
     # -- delete ---------------------------------------------------------------------------
     def delete(self, rt: ResourceType, namespace: str, name: str, options: dict[str, Any]) -> Obj:

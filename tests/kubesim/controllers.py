@@ -8,8 +8,9 @@ from collections import Counter
 from fractions import Fraction
 from typing import Any
 
-from . import scheduler
+from . import admission, scheduler, storage
 from .apiserver import APIServer
+from .errors import APIError
 from .events import Recorder
 from .resources import ResourceType
 from .store import Obj, Store, now
@@ -36,7 +37,7 @@ class Scheduler:
         store.listeners.append(self._on_change)
 
     def _on_change(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None) -> None:
-        if rt.kind == "Node":
+        if rt.kind in ("Node", "PersistentVolumeClaim"):
             self._kick()
             return
         if rt.kind != "Pod":
@@ -82,9 +83,25 @@ class Scheduler:
             return
         pods_rt, nodes_rt = self.store.by_kind("Pod"), self.store.by_kind("Node")
         nodes = self.store.list(nodes_rt)
-        for key, _ in sorted(self.pending.items(), key=lambda item: item[1]):
+
+        def queue_order(item: tuple[tuple[str, str], int]) -> tuple[int, int]:
+            # PrioritySort: higher spec.priority first, then oldest first.
+            queued = self.store.peek(pods_rt, *item[0])
+            return (-int((queued or {}).get("spec", {}).get("priority") or 0), item[1])
+
+        for key, _ in sorted(self.pending.items(), key=queue_order):
             pod = self.store.peek(pods_rt, *key)
             if pod is None:
+                continue
+            problem = storage.claim_problem(self.store, pod)
+            if problem is not None:
+                # VolumeBinding's PreFilter: no node can help, so preemption cannot either.
+                total = len(nodes)
+                self._unschedulable(
+                    pod,
+                    f"0/{total} nodes are available: {problem}. preemption: 0/{total} nodes are "
+                    f"available: {total} Preemption is not helpful for scheduling..",
+                )
                 continue
             failures: dict[str, list[str]] = {}
             best: tuple[Fraction, str] | None = None
@@ -171,6 +188,8 @@ class JobController:
         self._dirty: set[tuple[str, str]] = set()
         self._deadlines: dict[str, asyncio.TimerHandle] = {}
         self.deadline_exceeded: set[str] = set()
+        self.retry_seconds = 0.5  # after a refused pod create (the real one backs off from 1s)
+        self.refused: dict[str, Obj] = {}  # job uid -> its last FailedCreate event
         store.listeners.append(self._on_change)
 
     def _on_change(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None) -> None:
@@ -273,7 +292,8 @@ class JobController:
         if finished is None and not spec.get("suspend"):
             wanted = min(spec.get("parallelism", 1), completions - succeeded)
             for _ in range(wanted - len(active)):
-                self._create_pod(job)
+                if not self._create_pod(job):
+                    break
             active = self._owned_active(job)
         elif finished is not None:
             for pod in active:
@@ -338,7 +358,7 @@ class JobController:
             and not p["metadata"].get("deletionTimestamp")
         ]
 
-    def _create_pod(self, job: Obj) -> None:
+    def _create_pod(self, job: Obj) -> bool:
         import copy
 
         template = copy.deepcopy(job["spec"]["template"])
@@ -363,11 +383,28 @@ class JobController:
         }
         from . import defaults
 
+        pods_rt = self.store.by_kind("Pod")
+        pod["metadata"]["namespace"] = job["metadata"]["namespace"]
         defaults.pod_defaults(pod)
-        created = self.store.create(self.store.by_kind("Pod"), pod, job["metadata"]["namespace"])
+        try:
+            admission.Admission(self.store).admit(pods_rt, pod)
+        except APIError as exc:
+            # The controller's create is refused: an event, and another try a little later.
+            message = f"Error creating: {exc.message}"
+            uid = job["metadata"]["uid"]
+            previous = self.refused.get(uid)
+            if previous is not None and previous["message"] == message:
+                self.refused[uid] = self.recorder.repeat(previous)
+            else:
+                self.refused[uid] = self.recorder.emit(job, "Warning", "FailedCreate", message)
+            key = (job["metadata"]["namespace"], job["metadata"]["name"])
+            asyncio.get_running_loop().call_later(self.retry_seconds, self._mark, key)
+            return False
+        created = self.store.create(pods_rt, pod, job["metadata"]["namespace"])
         self.recorder.emit(
             job, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"
         )
+        return True
 
     def _deadline(self, namespace: str, name: str, uid: str) -> None:
         rt = self.store.by_kind("Job", "batch")
@@ -411,6 +448,38 @@ class GarbageCollector:
             "deletionTimestamp"
         ):
             loop.call_soon(self._foreground, rt, meta.get("namespace", ""), meta["name"])
+        if kind != "DELETED" and meta.get("ownerReferences"):
+            loop.call_soon(self._verify_owners, rt, meta.get("namespace", ""), meta["name"])
+
+    def _owner_state(self, ref: dict[str, Any], namespace: str) -> bool | None:
+        """True if the owner with this UID exists, False if it does not, None if its kind is
+        not served (the real collector cannot resolve it either, and leaves the dependent)."""
+        group = ref.get("apiVersion", "").rpartition("/")[0]
+        try:
+            owner_rt = self.store.by_kind(ref.get("kind", ""), group)
+        except KeyError:
+            return None
+        owner = self.store.peek(owner_rt, namespace, ref.get("name", ""))
+        return owner is not None and owner["metadata"]["uid"] == ref.get("uid")
+
+    def _verify_owners(self, rt: ResourceType, namespace: str, name: str) -> None:
+        """A dependent whose owners are all gone (no object with that name *and* UID) is
+        deleted; dangling references beside a live owner are removed."""
+        if rt.key not in self.store.types:
+            return
+        obj = self.store.peek(rt, namespace, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        refs = obj["metadata"].get("ownerReferences") or []
+        states = [self._owner_state(r, namespace) for r in refs]
+        if not refs or all(s is not False for s in states):
+            return
+        if all(s is False for s in states):
+            with contextlib.suppress(Exception):
+                self.api.delete(rt, namespace, name, {"propagationPolicy": "Background"})
+            return
+        live = [r for r, s in zip(refs, states, strict=True) if s is not False]
+        self.store.mutate(rt, namespace, name, lambda o: o["metadata"].update(ownerReferences=live))
 
     def _collect(self, owner_uid: str) -> None:
         for rt, obj in self._dependents(owner_uid):
@@ -526,3 +595,78 @@ class NamespaceController:
             if ns is not None:
                 self.terminating.discard(namespace)
                 self.store.remove(ns_rt, ns)
+
+
+class ServiceAccountController:
+    """Gives every new namespace its ``default`` ServiceAccount, ``delay`` seconds later.
+
+    On a real cluster the token controller needs a moment after the namespace appears; a pod
+    created in between is refused (403 ``serviceaccount "default" not found``).
+    """
+
+    def __init__(self, store: Store, delay: float = 0.05) -> None:
+        self.store = store
+        self.delay = delay
+        store.listeners.append(self._on_change)
+
+    def _on_change(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None) -> None:
+        if rt.kind == "Namespace" and kind == "ADDED":
+            name = obj["metadata"]["name"]
+            asyncio.get_running_loop().call_later(self.delay, self.ensure, name)
+        elif (
+            rt.kind == "ServiceAccount"
+            and kind == "DELETED"
+            and obj["metadata"]["name"] == "default"
+        ):  # the controller puts it back
+            asyncio.get_running_loop().call_later(
+                self.delay, self.ensure, obj["metadata"]["namespace"]
+            )
+
+    def ensure(self, namespace: str) -> None:
+        ns = self.store.peek(self.store.by_kind("Namespace"), "", namespace)
+        if ns is None or ns["status"].get("phase") == "Terminating":
+            return
+        rt = self.store.by_kind("ServiceAccount")
+        if self.store.peek(rt, namespace, "default") is None:
+            self.store.create(rt, {"metadata": {"name": "default"}}, namespace)
+
+
+class QuotaController:
+    """Keeps each ResourceQuota's ``status.hard`` and ``status.used`` current."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._dirty: set[str] = set()
+        store.listeners.append(self._on_change)
+
+    def _on_change(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None) -> None:
+        if not rt.namespaced or rt.kind == "Event":
+            return
+        if (
+            rt.kind == "ResourceQuota"
+            and kind == "MODIFIED"
+            and old is not None
+            and old.get("spec") == obj.get("spec")
+        ):
+            return  # our own status write
+        namespace = obj["metadata"]["namespace"]
+        if not self.store.list(self.store.by_kind("ResourceQuota"), namespace):
+            return
+        if not self._dirty:
+            asyncio.get_running_loop().call_soon(self._sync_all)
+        self._dirty.add(namespace)
+
+    def _sync_all(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        rt = self.store.by_kind("ResourceQuota")
+        for namespace in sorted(dirty):
+            for quota in self.store.list(rt, namespace):
+                hard = dict((quota.get("spec") or {}).get("hard") or {})
+                used = admission.namespace_usage(self.store, namespace, hard)
+                status = {
+                    "hard": hard,
+                    "used": {k: admission.format_quantity(v) for k, v in used.items()},
+                }
+                self.store.mutate(
+                    rt, namespace, quota["metadata"]["name"], lambda o, s=status: o.update(status=s)
+                )

@@ -113,3 +113,49 @@ def secret_defaults(secret: Obj) -> None:
     data = secret.setdefault("data", {})
     for key, value in strings.items():
         data[key] = base64.b64encode(str(value).encode()).decode()
+
+
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+DEFAULT_STORAGE_CLASS = "standard"
+
+
+def pvc_defaults(claim: Obj) -> None:
+    """``volumeMode``, the default StorageClass (DefaultStorageClass admission) and the
+    ``kubernetes.io/pvc-protection`` finalizer (StorageObjectInUseProtection admission)."""
+    spec = claim.setdefault("spec", {})
+    spec.setdefault("volumeMode", "Filesystem")
+    if "storageClassName" not in spec:
+        spec["storageClassName"] = DEFAULT_STORAGE_CLASS
+    finalizers = claim["metadata"].setdefault("finalizers", [])
+    if PVC_PROTECTION not in finalizers:
+        finalizers.append(PVC_PROTECTION)
+    claim["status"] = {"phase": "Pending"}
+
+
+def service_defaults(service: Obj, taken: set[str]) -> None:
+    """Type, a cluster IP from 10.96.0.0/12, IP family, session affinity, port protocol and
+    targetPort (the port itself), node ports for NodePort and LoadBalancer services."""
+    import random
+
+    spec = service.setdefault("spec", {})
+    kind = spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if kind != "ExternalName":
+        if not spec.get("clusterIP"):
+            while True:
+                ip = f"10.{96 + random.randrange(16)}.{random.randrange(256)}.{random.randrange(1, 255)}"
+                if ip not in taken:
+                    break
+            spec["clusterIP"] = ip
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if kind in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    for port in spec.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+        port.setdefault("targetPort", port.get("port"))
+        if kind in ("NodePort", "LoadBalancer"):
+            port.setdefault("nodePort", random.randrange(30000, 32768))
+    service.setdefault("status", {"loadBalancer": {}})

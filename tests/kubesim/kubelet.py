@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import probes, storage
 from .events import Recorder
 from .store import Obj, Store, now
 
@@ -85,6 +86,7 @@ class Kubelet:
             tuple[str, str], tuple[int, float, str]
         ] = {}  # (ns, job) -> exit, after, log
         self.termination_seconds = 0.0  # how long a simulated container takes to stop on SIGTERM
+        self.retry_seconds = 0.1  # how often a blocked pod (volumes, config) is looked at again
         self._next_ip = int(ipaddress.ip_address("127.1.0.1"))
         self._free_ips: list[str] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -153,6 +155,16 @@ class Kubelet:
             "",
         )
         await asyncio.sleep(0)
+        mounted = await self._blocked(
+            key,
+            lambda p: storage.mount_problem(self.store, p),
+            "FailedMount",
+            "ContainerCreating",
+            host_ip,
+        )
+        if not mounted:
+            return
+        pod = self._pod(key) or pod
         containers = pod["spec"]["containers"]
         for n, container in enumerate(containers):
             name, image = container["name"], container["image"]
@@ -195,6 +207,17 @@ class Kubelet:
                     host=node_name,
                 )
                 self._remember_image(node_name, image)
+            configured = await self._blocked(
+                key,
+                lambda p, c=container: storage.config_problem(self.store, p, c),
+                "Failed",
+                "CreateContainerConfigError",
+                host_ip,
+                field_path=path,
+                prefix="Error: ",
+            )
+            if not configured:
+                return
             self.recorder.emit(
                 pod,
                 "Normal",
@@ -226,7 +249,11 @@ class Kubelet:
                 field_path=path,
                 host=node_name,
             )
-        self._update(key, lambda o: _running(o, running.ip, host_ip))
+        probed = [c for c in containers if c.get("readinessProbe")]
+        unready = {c["name"]: False for c in probed}
+        self._update(key, lambda o: (_running(o, running.ip, host_ip), _set_ready(o, unready)))
+        for container in probed:
+            self._spawn(self._probe(key, running, container))
         labels = pod["metadata"].get("labels") or {}
         job = labels.get("batch.kubernetes.io/job-name") or labels.get(
             "training.kubeflow.org/job-name"
@@ -235,6 +262,81 @@ class Kubelet:
             exit_code, after, text = self.cues[(key[0], job)]
             await asyncio.sleep(after)
             self.finish(key[0], key[1], exit_code, text)
+
+    async def _blocked(
+        self,
+        key: tuple[str, str],
+        check: Callable[[Obj], str | None],
+        event_reason: str,
+        waiting_reason: str,
+        host_ip: str,
+        *,
+        field_path: str | None = None,
+        prefix: str = "",
+    ) -> bool:
+        """Wait while ``check(pod)`` names a problem, as the kubelet retries its sync: a Warning
+        event per new problem and the containers waiting with ``waiting_reason``. False if the
+        pod went away (or is being deleted) meanwhile."""
+        last: str | None = None
+        while True:
+            pod = self._pod(key)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return False
+            problem = check(pod)
+            if problem is None:
+                return True
+            if problem != last:
+                message = None if waiting_reason == "ContainerCreating" else problem
+                self._update(key, lambda o, m=message: _waiting(o, waiting_reason, host_ip, m))
+                self.recorder.emit(
+                    pod,
+                    "Warning",
+                    event_reason,
+                    prefix + problem,
+                    field_path=field_path,
+                    host=pod["spec"].get("nodeName"),
+                )
+                last = problem
+            await asyncio.sleep(self.retry_seconds)
+
+    async def _probe(self, key: tuple[str, str], running: Running, container: Obj) -> None:
+        """Run one container's readiness probe for as long as it runs (see :mod:`.probes`)."""
+        probe = container["readinessProbe"]
+        name = container["name"]
+        period = float(probe.get("periodSeconds") or 10)
+        needed = {
+            True: int(probe.get("successThreshold") or 1),
+            False: int(probe.get("failureThreshold") or 3),
+        }
+        await asyncio.sleep(float(probe.get("initialDelaySeconds") or 0))
+        ready, streak, last_result = False, 0, None
+        while True:
+            pod = self._pod(key)
+            if (
+                pod is None
+                or pod["metadata"].get("deletionTimestamp")
+                or self.pods.get(key) is not running
+                or name in running.finished
+            ):
+                return
+            local = name in running.processes
+            failure = await probes.check(probe, container, running.ip) if local else None
+            passed = failure is None
+            streak = streak + 1 if passed == last_result else 1
+            last_result = passed
+            if failure is not None:
+                self.recorder.emit(
+                    pod,
+                    "Warning",
+                    "Unhealthy",
+                    f"Readiness probe failed: {failure}",
+                    field_path=f"spec.containers{{{name}}}",
+                    host=pod["spec"].get("nodeName"),
+                )
+            if passed != ready and streak >= needed[passed]:
+                ready = passed
+                self._update(key, lambda o, r=ready: _set_ready(o, {name: r}))
+            await asyncio.sleep(period)
 
     def _image_pull_failed(
         self, key: tuple[str, str], pod: Obj, container: Obj, node: str, host_ip: str
@@ -280,6 +382,18 @@ class Kubelet:
         self.store.mutate(rt, "", node_name, add)
 
     # -- local processes ------------------------------------------------------------------
+    def exec_target(self, pod: Obj, container: str) -> tuple[dict[str, str], str] | None:
+        """The environment and working directory a command exec'd into ``container`` gets,
+        if kubesim runs that container as a live local process (else None)."""
+        running = self.pods.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        process = running.processes.get(container) if running is not None else None
+        if running is None or process is None or process.returncode is not None:
+            return None
+        spec = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+        env = self._environment(pod, spec, running.ip)
+        env["HOME"] = running.workdir or ""
+        return env, running.workdir or "/"
+
     def _environment(self, pod: Obj, container: Obj, ip: str) -> dict[str, str]:
         env = {
             "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
@@ -338,11 +452,14 @@ class Kubelet:
             buffer.write(chunk.decode(errors="replace"))
         code = await process.wait()
         buffer.close()
-        if running.pod_key in self.pods and name not in running.finished:
+        pod = self._pod(running.pod_key)
+        deleting = pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+        if running.pod_key in self.pods and name not in running.finished and not deleting:
             running.finished[name] = code if code >= 0 else 128 - code
             self._update(
                 running.pod_key, lambda o: _terminated(o, running, running.finished[name], None)
             )
+            self._back_off(running.pod_key)
 
     # -- ending -----------------------------------------------------------------------------
     def finish(self, namespace: str, name: str, exit_code: int = 0, logs: str = "") -> None:
@@ -359,6 +476,25 @@ class Kubelet:
             buffer.close()
             running.finished[container["name"]] = exit_code
         self._update(key, lambda o: _terminated(o, running, exit_code, None))
+        self._back_off(key)
+
+    def _back_off(self, key: tuple[str, str]) -> None:
+        """The kubelet's ``BackOff`` event for each container now in CrashLoopBackOff."""
+        pod = self._pod(key)
+        if pod is None:
+            return
+        for status in pod["status"].get("containerStatuses") or []:
+            if (status.get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff":
+                meta = pod["metadata"]
+                self.recorder.emit(
+                    pod,
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {status['name']} in pod "
+                    f"{meta['name']}_{meta['namespace']}({meta['uid']})",
+                    field_path=f"spec.containers{{{status['name']}}}",
+                    host=pod["spec"].get("nodeName"),
+                )
 
     async def _terminate(self, key: tuple[str, str], grace: int) -> None:
         pod = self._pod(key)
@@ -377,6 +513,9 @@ class Kubelet:
                 running.task.cancel()
             await _stop_processes(running, grace)
             await asyncio.sleep(min(self.termination_seconds, grace))
+            if self._pod(key) is not None:
+                # The last status the kubelet writes: every container terminated, a terminal phase.
+                self._update(key, lambda o: _killed(o, running))
         pod = self._pod(key)
         if pod is not None:
             self.store.remove(self.store.by_kind("Pod"), pod)
@@ -521,6 +660,63 @@ def _running(pod: Obj, ip: str, host_ip: str) -> None:
         _container_status(c, {"running": {"startedAt": stamp}}, True)
         for c in pod["spec"]["containers"]
     ]
+
+
+def _set_ready(pod: Obj, readiness: dict[str, bool]) -> None:
+    """Set the named containers' ``ready``; the pod is Ready when all its containers are."""
+    if not readiness:
+        return
+    status = pod["status"]
+    for entry in status.get("containerStatuses") or []:
+        if entry["name"] in readiness and "running" in (entry.get("state") or {}):
+            entry["ready"] = readiness[entry["name"]]
+    ready = all(e.get("ready") for e in status.get("containerStatuses") or [])
+    stamp = now()
+    for condition in status.get("conditions") or []:
+        value = "True" if ready else "False"
+        if condition["type"] in ("Ready", "ContainersReady") and condition["status"] != value:
+            condition["status"] = value
+            condition["lastTransitionTime"] = stamp
+
+
+SIGTERM_EXIT = 143  # 128 + SIGTERM: how a simulated container ends when its pod is deleted
+
+
+def _killed(pod: Obj, running: Running) -> None:
+    """A deleted pod's final status: running containers terminated (a local process's own exit
+    code, else 143), phase Succeeded if all exited 0, else Failed."""
+    status = pod["status"]
+    stamp = now()
+    codes = []
+    statuses = []
+    for previous in status.get("containerStatuses") or []:
+        state = previous.get("state") or {}
+        entry = dict(previous, ready=False, started=False)
+        if "running" in state:
+            process = running.processes.get(previous["name"])
+            code = running.finished.get(previous["name"])
+            if code is None and process is not None and process.returncode is not None:
+                code = process.returncode if process.returncode >= 0 else 128 - process.returncode
+            code = SIGTERM_EXIT if code is None else code
+            entry["state"] = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": state["running"].get("startedAt", stamp),
+                    "finishedAt": stamp,
+                }
+            }
+            codes.append(code)
+        elif "terminated" in state:
+            codes.append(state["terminated"].get("exitCode", 0))
+        statuses.append(entry)
+    status["containerStatuses"] = statuses
+    for condition in status.get("conditions") or []:
+        if condition["type"] in ("Ready", "ContainersReady") and condition["status"] != "False":
+            condition["status"] = "False"
+            condition["lastTransitionTime"] = stamp
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        status["phase"] = "Succeeded" if codes and all(c == 0 for c in codes) else "Failed"
 
 
 def _terminated(pod: Obj, running: Running, exit_code: int, reason: str | None) -> None:

@@ -86,8 +86,8 @@ class ResourceType:
                     "name": f"{self.plural}/{sub}",
                     "singularName": "",
                     "namespaced": self.namespaced,
-                    "kind": "Pod" if sub == "log" else self.kind,
-                    "verbs": ["get"],
+                    "kind": {"log": "Pod", "exec": "PodExecOptions"}.get(sub, self.kind),
+                    "verbs": ["create", "get"] if sub == "exec" else ["get"],
                 }
             )
         return entries
@@ -129,7 +129,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         _POD_FIELDS,
         True,
         ("all",),
-        extra_subresources=("log",),
+        extra_subresources=("log", "exec"),
     ),
     ResourceType("", "v1", "Event", "events", True, ("ev",), _EVENT_FIELDS),
     ResourceType("", "v1", "Service", "services", True, ("svc",), (), True, ("all",)),
@@ -140,6 +140,10 @@ BUILTIN: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "Node", "nodes", False, ("no",), ("spec.unschedulable",), True),
     ResourceType("", "v1", "ServiceAccount", "serviceaccounts", True, ("sa",)),
+    ResourceType("", "v1", "ResourceQuota", "resourcequotas", True, ("quota",), (), True),
+    ResourceType("", "v1", "LimitRange", "limitranges", True, ("limits",)),
+    ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",)),
+    ResourceType("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
     ResourceType("batch", "v1", "Job", "jobs", True, (), ("status.successful",), True, ("all",)),
     ResourceType(
         "apiextensions.k8s.io",
@@ -153,6 +157,11 @@ BUILTIN: tuple[ResourceType, ...] = (
     ),
 )
 
-GROUP_PREFERRED: Mapping[str, str] = {"batch": "v1", "apiextensions.k8s.io": "v1"}
+GROUP_PREFERRED: Mapping[str, str] = {
+    "batch": "v1",
+    "apiextensions.k8s.io": "v1",
+    "scheduling.k8s.io": "v1",
+    "node.k8s.io": "v1",
+}
 
 FieldValues = Callable[[Mapping[str, Any]], Mapping[str, str]]

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import execstream
 from .apiserver import APIServer
 from .errors import APIError, bad_request, expired
 from .faults import Faults
@@ -169,7 +170,7 @@ class Server:
         sub = rest[2] if len(rest) > 2 else None
         if len(rest) > 3 or (
             sub is not None
-            and sub not in ("status", "log")
+            and sub not in ("status", "log", "exec")
             and not (rt.kind == "Namespace" and sub == "finalize")
         ):
             raise APIError(404, "NotFound", "the server could not find the requested resource", {})
@@ -185,6 +186,8 @@ class Server:
             return _json(self._list(rt, namespace, query))
         if method == "GET" and sub == "log":
             return await self._log(request, namespace or "", name or "")
+        if sub == "exec" and rt.kind == "Pod" and method in ("GET", "POST"):
+            return await self._exec(request, namespace or "", name or "")
         if method == "GET":
             return _json(self.store.get(rt, namespace or "", name))  # type: ignore[arg-type]
         body = (
@@ -192,20 +195,27 @@ class Server:
             if method in ("POST", "PUT", "PATCH") or (method == "DELETE" and request.can_read_body)
             else None
         )
-        strict = query.get("fieldValidation") == "Strict"
+        mode = query.get("fieldValidation") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise bad_request(
+                f'fieldValidation parameter unsupported: {mode}, valid options are "Ignore", "Warn" and "Strict"'
+            )
         dry_run = "dryRun" in query
+        self.api.warnings = []
         if method == "POST" and name is None:
-            return _json(self.api.create(rt, namespace, body, strict=strict, dry_run=dry_run), 201)
+            created = self.api.create(rt, namespace, body, field_validation=mode, dry_run=dry_run)
+            return self._warned(_json(created, 201))
         if method == "PUT" and name:
             if rt.kind == "Namespace" and sub == "finalize":
                 sub = None
-            return _json(self.api.replace(rt, namespace or "", name, body, sub, strict=strict))
+            replaced = self.api.replace(rt, namespace or "", name, body, sub, field_validation=mode)
+            return self._warned(_json(replaced))
         if method == "PATCH" and name:
-            return _json(
-                self.api.patch(
-                    rt, namespace or "", name, body, request.headers.get("Content-Type", ""), sub
-                )
+            content_type = request.headers.get("Content-Type", "")
+            patched = self.api.patch(
+                rt, namespace or "", name, body, content_type, sub, field_validation=mode
             )
+            return self._warned(_json(patched))
         if method == "DELETE":
             options = dict(body or {})
             for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
@@ -244,6 +254,13 @@ class Server:
             "the server does not allow this method on the requested resource",
             {},
         )
+
+    def _warned(self, response: web.Response) -> web.Response:
+        """Add the apiserver's ``Warning: 299 - "..."`` headers for this request."""
+        for text in self.api.warnings:
+            response.headers.add("Warning", f"299 - {json.dumps(text)}")
+        self.api.warnings = []
+        return response
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -428,6 +445,47 @@ class Server:
         }
 
     # -- logs --------------------------------------------------------------------------------------
+    async def _exec(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
+        """``pods/exec``: the apiserver's checks, then the kubelet's stream for a container
+        kubesim runs as a local process (see :mod:`.execstream`)."""
+        pod = self.store.get(self.store.by_kind("Pod"), namespace, name)
+        phase = pod["status"].get("phase")
+        if phase in ("Succeeded", "Failed"):
+            raise bad_request(
+                f"cannot exec into a container in a completed pod; current phase is {phase}"
+            )
+        containers = [c["name"] for c in pod["spec"]["containers"]]
+        container = request.query.get("container")
+        if not container:
+            if len(containers) > 1:
+                raise bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]"
+                )
+            container = containers[0]
+        if container not in containers:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        if not pod["spec"].get("nodeName"):
+            raise bad_request(f"pod {name} does not have a host assigned")
+        if request.headers.get("Upgrade", "").lower() not in ("websocket", "spdy/3.1"):
+            raise bad_request("Upgrade request required")
+        status = next(
+            (s for s in pod["status"].get("containerStatuses") or [] if s["name"] == container),
+            None,
+        )
+        if status is None or "running" not in (status.get("state") or {}):
+            raise APIError(500, "InternalError", f'container not found ("{container}")')
+        target = self.kubelet.exec_target(pod, container)
+        if target is None:
+            raise APIError(
+                501,
+                "NotImplemented",
+                "kubesim runs exec only in containers it runs as local processes (run_locally)",
+            )
+        env, cwd = target
+        argv = request.query.getall("command", [])
+        stdin = request.query.get("stdin", "").lower() in _TRUE
+        return await execstream.serve(request, argv, env, cwd, stdin)
+
     async def _log(self, request: web.Request, namespace: str, name: str) -> web.StreamResponse:
         pod = self.store.get(self.store.by_kind("Pod"), namespace, name)
         containers = [c["name"] for c in pod["spec"]["containers"]]

@@ -19,11 +19,19 @@ import yaml
 from aiohttp import web
 
 from .apiserver import APIServer
-from .controllers import GarbageCollector, JobController, NamespaceController, Scheduler
+from .controllers import (
+    GarbageCollector,
+    JobController,
+    NamespaceController,
+    QuotaController,
+    Scheduler,
+    ServiceAccountController,
+)
 from .errors import APIError
 from .faults import Faults, Rule
 from .kubelet import Kubelet, RunLocally
 from .server import Server
+from .storage import VolumeController
 from .store import Obj, Store, now
 from .training import TrainingOperator
 
@@ -119,6 +127,9 @@ class KubeSim:
         self.gc = GarbageCollector(self.store, self.api)
         self.namespaces = NamespaceController(self.store, self.api)
         self.training = TrainingOperator(self.store)
+        self.service_accounts = ServiceAccountController(self.store)
+        self.quotas = QuotaController(self.store)
+        self.volumes = VolumeController(self.store)
         self.server = Server(self.store, self.api, self.kubelet, self.faults)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -127,6 +138,7 @@ class KubeSim:
     async def start(self, host: str = "127.0.0.1", port: int = 0, crds: bool = True) -> str:
         for name in DEFAULT_NAMESPACES:
             self.api.create(self.store.by_kind("Namespace"), None, {"metadata": {"name": name}})
+            self.service_accounts.ensure(name)  # a running cluster has them already
         if crds:
             for path in sorted(CRD_DIR.glob("*.yaml")):
                 self.api.create(
@@ -479,6 +491,14 @@ class KubeSimThread:
     @property
     def requests(self) -> int:
         return self.sim.faults.requests
+
+    def set_service_account_delay(self, seconds: float) -> None:
+        """How long after a namespace its ``default`` ServiceAccount appears (default 0.05 s)."""
+        self.call(lambda: setattr(self.sim.service_accounts, "delay", seconds))
+
+    def set_provisioning(self, seconds: float | None) -> None:
+        """How long the simulated provisioner takes to bind a new claim (None: it never does)."""
+        self.call(lambda: setattr(self.sim.volumes, "provision_seconds", seconds))
 
     def set_bookmark_interval(self, seconds: float) -> None:
         self.call(lambda: setattr(self.sim.server, "bookmark_seconds", seconds))

@@ -19,6 +19,8 @@ import copy
 import json
 
 from . import defaults
+from .admission import Admission
+from .errors import APIError
 from .events import Recorder
 from .resources import ResourceType
 from .store import Obj, Store, now
@@ -85,7 +87,7 @@ class TrainingOperator:
                 pod_name = f"{name}-{rtype.lower()}-{index}"
                 pod = self.store.peek(pods_rt, namespace, pod_name)
                 if pod is None:
-                    pod = self._create_pod(
+                    created = self._create_pod(
                         job,
                         kind,
                         rtype,
@@ -98,6 +100,10 @@ class TrainingOperator:
                         leaders,
                         specs,
                     )
+                    if created is None:  # refused at admission; retried shortly
+                        rank += 1
+                        continue
+                    pod = created
                 rank += 1
                 pods_by_type.setdefault(rtype, []).append(pod)
                 phase = pod["status"].get("phase")
@@ -183,7 +189,7 @@ class TrainingOperator:
         port: int,
         leaders: tuple[str, ...],
         specs: Obj,
-    ) -> Obj:
+    ) -> Obj | None:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
         template = copy.deepcopy(spec.get("template") or {})
         meta = template.get("metadata") or {}
@@ -255,6 +261,14 @@ class TrainingOperator:
             "spec": pod_spec,
         }
         defaults.pod_defaults(pod)
+        pod["metadata"]["namespace"] = namespace
+        try:
+            Admission(self.store).admit(self.store.by_kind("Pod"), pod)
+        except APIError as exc:
+            self.recorder.emit(job, "Warning", "FailedCreatePod", f"Error creating: {exc.message}")
+            key = (kind, namespace, job["metadata"]["name"])
+            asyncio.get_running_loop().call_later(0.5, self._mark, key)
+            return None
         created = self.store.create(self.store.by_kind("Pod"), pod, namespace)
         self.recorder.emit(
             job, "Normal", "SuccessfulCreatePod", f"Created pod: {created['metadata']['name']}"

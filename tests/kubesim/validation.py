@@ -21,6 +21,7 @@ import jsonschema
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
+from . import podchecks, servicechecks
 from .errors import APIError, bad_request, invalid
 from .quantity import QuantityError, parse_quantity
 from .resources import ResourceType
@@ -47,6 +48,18 @@ DNS1035_MSG = (
     "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
     "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
+CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+CONFIG_KEY_MSG = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+    "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+QUALIFIED_NAME_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+CONFIG_MAX_BYTES = 1024 * 1024  # core.MaxSecretSize, also the ConfigMap limit
 STANDARD_RESOURCES = {"cpu", "memory", "ephemeral-storage", "pods"}
 Cause = tuple[str, str, str]
 
@@ -132,6 +145,32 @@ def validate_schema(rt: ResourceType, obj: Mapping[str, Any], strict: bool) -> N
                 (path, "FieldValueInvalid", f"Invalid value: {error.instance!r}: {error.message}")
             )
     raise invalid(rt.kind, name, causes, rt.group)
+
+
+def unknown_fields(rt: ResourceType, obj: Mapping[str, Any]) -> list[str]:
+    """Paths of fields the kind's schema does not declare (``spec.foo``, ``spec.containers[0].bar``)."""
+    validator = _builtin_validator(rt.kind, rt.api_version, True)
+    found: list[str] = []
+    for error in validator.iter_errors(obj):
+        if error.validator != "additionalProperties":
+            continue
+        path = _path(error.absolute_path)
+        for extra in re.findall(r"'([^']+)'", error.message.split("(", 1)[-1]):
+            found.append(f"{path}.{extra}" if path else extra)
+    return sorted(found)
+
+
+def drop_fields(obj: dict[str, Any], paths: Iterable[str]) -> None:
+    """Remove the fields at ``paths`` (as :func:`unknown_fields` writes them) from ``obj``."""
+    for path in paths:
+        node: Any = obj
+        parts = re.findall(r"[^.\[\]]+|\[\d+\]", path)
+        for part in parts[:-1]:
+            node = node[int(part[1:-1])] if part.startswith("[") else node.get(part)
+            if node is None:
+                break
+        if isinstance(node, dict):
+            node.pop(parts[-1], None)
 
 
 def _quantity_causes(path: str, resources: Mapping[str, Any]) -> tuple[list[Cause], dict[str, Any]]:
@@ -233,6 +272,7 @@ def pod_spec_causes(spec: Mapping[str, Any], path: str) -> list[Cause]:
                             f'Not found: "{mount.get("name")}"',
                         )
                     )
+    causes += podchecks.pod_causes(spec, path)
     policy = spec.get("restartPolicy")
     if policy is not None and policy not in ("Always", "OnFailure", "Never"):
         causes.append(
@@ -329,6 +369,109 @@ def metadata_causes(rt: ResourceType, meta: Mapping[str, Any]) -> list[Cause]:
                     f"Invalid value: \"{value}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
                 )
             )
+    annotations = meta.get("annotations") or {}
+    for key in annotations:
+        prefix, _, label = str(key).rpartition("/")
+        if not LABEL_NAME.fullmatch(label) or len(label) > 63:
+            causes.append(
+                (
+                    "metadata.annotations",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{key}": {QUALIFIED_NAME_MSG}',
+                )
+            )
+        elif prefix and (not DNS1123_SUBDOMAIN.fullmatch(prefix) or len(prefix) > 253):
+            causes.append(
+                (
+                    "metadata.annotations",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{key}": prefix part {SUBDOMAIN_MSG}',
+                )
+            )
+    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        causes.append(
+            (
+                "metadata.annotations",
+                "FieldValueTooLong",
+                f"Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes",
+            )
+        )
+    return causes
+
+
+def config_data_causes(obj: Mapping[str, Any]) -> list[Cause]:
+    """Secret and ConfigMap keys are config keys; a ConfigMap key is in data or binaryData."""
+    causes: list[Cause] = []
+    sections = ("data", "stringData") if obj.get("kind") == "Secret" else ("data", "binaryData")
+    seen: set[str] = set()
+    for section in sections:
+        for key in obj.get(section) or {}:
+            if not CONFIG_KEY.fullmatch(key) or len(key) > 253 or key in (".", ".."):
+                causes.append(
+                    (
+                        f"{section}[{key}]",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{key}": {CONFIG_KEY_MSG}',
+                    )
+                )
+            elif key in seen and obj.get("kind") == "ConfigMap":
+                causes.append(
+                    (
+                        f"data[{key}]",
+                        "FieldValueInvalid",
+                        f'Invalid value: "{key}": duplicate of key present in binaryData',
+                    )
+                )
+            seen.add(key)
+    size = sum(len(str(v).encode()) for v in (obj.get("data") or {}).values()) + sum(
+        len(base64_decoded(v)) for v in (obj.get("binaryData") or {}).values()
+    )
+    if obj.get("kind") == "Secret":
+        size = sum(len(base64_decoded(v)) for v in (obj.get("data") or {}).values()) + sum(
+            len(str(v).encode()) for v in (obj.get("stringData") or {}).values()
+        )
+    if size > CONFIG_MAX_BYTES:
+        field = "data" if obj.get("kind") == "Secret" else "[]"
+        causes.append(
+            (field, "FieldValueTooLong", f"Too long: must have at most {CONFIG_MAX_BYTES} bytes")
+        )
+    return causes
+
+
+def base64_decoded(value: Any) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(str(value))
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def claim_causes(spec: Mapping[str, Any]) -> list[Cause]:
+    """A claim names its access modes and requests storage."""
+    causes: list[Cause] = []
+    if not spec.get("accessModes"):
+        causes.append(
+            (
+                "spec.accessModes",
+                "FieldValueRequired",
+                "Required value: at least 1 access mode is required",
+            )
+        )
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    if storage is None:
+        causes.append(("spec.resources[storage]", "FieldValueRequired", "Required value"))
+    mode = spec.get("volumeMode")
+    if mode is not None and mode not in ("Block", "Filesystem"):
+        causes.append(
+            (
+                "spec.volumeMode",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{mode}": supported values: "Block", "Filesystem"',
+            )
+        )
     return causes
 
 
@@ -356,6 +499,12 @@ def semantic_causes(
             causes.append(
                 ("spec.template", "FieldValueInvalid", "Invalid value: field is immutable")
             )
+    elif rt.kind in ("Secret", "ConfigMap"):
+        causes += config_data_causes(obj)
+    elif rt.kind == "Service":
+        causes += servicechecks.service_causes(spec)
+    elif rt.kind == "PersistentVolumeClaim" and old is None:
+        causes += claim_causes(spec)
     elif rt.kind == "Node":
         for n, taint in enumerate(spec.get("taints") or []):
             if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
@@ -412,9 +561,41 @@ def _pod_update_causes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[C
     return causes
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*")
+
+
+def base64_error(text: Any) -> str | None:
+    """Go's ``encoding/json`` error for a ``[]byte`` field that is not standard base64."""
+    if not isinstance(text, str):
+        return None
+    body = text.rstrip("=")
+    bad = _BASE64.match(body)
+    end = bad.end() if bad else 0
+    if end < len(body):
+        return f"illegal base64 data at input byte {end}"
+    padding = len(text) - len(body)
+    if len(text) % 4 or padding > 2 or (padding and len(body) % 4 in (0, 1)):
+        return f"illegal base64 data at input byte {len(body) - len(body) % 4}"
+    return None
+
+
+def check_bytes(rt: ResourceType, obj: Mapping[str, Any]) -> None:
+    """Secret ``data`` and ConfigMap ``binaryData`` decode as base64, or the request is a 400."""
+    section = {"Secret": "data", "ConfigMap": "binaryData"}.get(rt.kind)
+    if section is None:
+        return
+    for value in (obj.get(section) or {}).values():
+        error = base64_error(value)
+        if error:
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {error}'
+            )
+
+
 def validate_builtin(
     rt: ResourceType, obj: Mapping[str, Any], old: Mapping[str, Any] | None, strict: bool
 ) -> None:
+    check_bytes(rt, obj)
     validate_schema(rt, obj, strict)
     causes = semantic_causes(rt, obj, old)
     if causes:

@@ -44,7 +44,16 @@ from ..model import (
     utcnow,
 )
 from . import manifests as m
-from .status import Obj, Phase, PodLog, job_phase, parse_pod_log, parse_time, training_phase
+from .status import (
+    Obj,
+    Phase,
+    PodLog,
+    job_phase,
+    parse_pod_log,
+    parse_time,
+    refusal_text,
+    training_phase,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +102,16 @@ def _workload_gpus(obj: Obj) -> int:
         for replica in (obj.get("spec") or {}).get(spec.specs_key, {}).values():
             total += _pod_gpus(replica.get("template") or {}) * int(replica.get("replicas") or 1)
     return total
+
+
+def _replicas(obj: Obj) -> int:
+    """How many pods the workload runs at once: 1 for a Job, all replicas for the others."""
+    if obj["kind"] == "Job":
+        return 1
+    kind = obj["metadata"].get("labels", {}).get(m.LABEL_KIND, "job")
+    return sum(
+        int(r.get("replicas") or 1) for r in obj["spec"][m.CUSTOM_KINDS[kind].specs_key].values()
+    )
 
 
 def _resources(obj: Obj) -> dict[str, Any]:
@@ -448,11 +467,40 @@ class KubernetesBackend(JobBackend):
             raise JobNotFound(job_id)  # never confirm that someone else's job exists
         return obj
 
-    def _phase(self, obj: Obj, pods: list[Obj]) -> Phase:
+    def _phase(self, obj: Obj, pods: list[Obj], refused: str | None = None) -> Phase:
         gpu = self._gpu_summary(obj)
         if obj["kind"] == "Job":
-            return job_phase(obj, pods, gpu)
-        return training_phase(obj, pods, gpu, obj["kind"])
+            return job_phase(obj, pods, gpu, refused)
+        return training_phase(obj, pods, gpu, obj["kind"], refused)
+
+    async def _refused(self, obj: Obj, pods: list[Obj]) -> str | None:
+        """Why Kubernetes refused to create the pods a pending workload still lacks (a quota,
+        a missing PriorityClass, ...): its controller's newest FailedCreate event. Asked only
+        when pods are missing, so a healthy job costs no extra request."""
+        if len(pods) >= _replicas(obj) or self._phase(obj, pods).status != "pending":
+            return None
+        reason = "FailedCreate" if obj["kind"] == "Job" else "FailedCreatePod"
+        selector = f"involvedObject.uid={obj['metadata']['uid']},reason={reason}"
+        try:
+            events = await _json(
+                self.core.list_namespaced_event(
+                    self.namespace, field_selector=selector, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            log.warning("gpuhub: cannot read the events of %s: %s", obj["metadata"]["name"], exc)
+            return None
+        items = events.get("items") or []
+        if not items:
+            return None
+        newest = max(
+            items,
+            key=lambda e: (
+                e.get("lastTimestamp") or e.get("eventTime") or "",
+                int(e["metadata"].get("resourceVersion") or 0),
+            ),
+        )
+        return refusal_text(newest.get("message") or "") or None
 
     def _gpu_summary(self, obj: Obj) -> str:
         res = _resources(obj)
@@ -461,18 +509,19 @@ class KubernetesBackend(JobBackend):
         name = self.gpu_names.get(res["gpu_type"] or "", res["gpu_type"] or "GPU")
         return f"{res['gpus']} x {name}"
 
-    def _record(self, obj: Obj, pods: list[Obj], pod_log: PodLog | None = None) -> JobRecord:
+    def _record(
+        self,
+        obj: Obj,
+        pods: list[Obj],
+        pod_log: PodLog | None = None,
+        refused: str | None = None,
+    ) -> JobRecord:
         meta = obj["metadata"]
         saved = json.loads((meta.get("annotations") or {}).get(m.ANNOTATION_RECORD) or "{}")
         res = _resources(obj)
-        phase = self._phase(obj, pods)
+        phase = self._phase(obj, pods, refused)
         kind = meta.get("labels", {}).get(m.LABEL_KIND, "job")
-        workers = 1
-        if obj["kind"] != "Job":
-            workers = sum(
-                int(r.get("replicas") or 1)
-                for r in obj["spec"][m.CUSTOM_KINDS[kind].specs_key].values()
-            )
+        workers = _replicas(obj)
         summary = self._gpu_summary(obj)
         record = JobRecord(
             id=meta["name"],
@@ -584,7 +633,7 @@ class KubernetesBackend(JobBackend):
             mine = [p for p in pods if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == name]
             phase = self._phase(obj, mine)
             pod_log = await self._final_log(obj, mine) if phase.status == "failed" else None
-            records.append(self._record(obj, mine, pod_log))
+            records.append(self._record(obj, mine, pod_log, await self._refused(obj, mine)))
         for _when, record in self._tombstones.values():
             if record.owner == owner and record.id not in seen:
                 records.append(record)
@@ -611,7 +660,7 @@ class KubernetesBackend(JobBackend):
         pods = await self._pods(owner, job_id)
         phase = self._phase(obj, pods)
         pod_log = await self._final_log(obj, pods) if phase.status == "failed" else None
-        return self._record(obj, pods, pod_log)
+        return self._record(obj, pods, pod_log, await self._refused(obj, pods))
 
     async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
         obj, _cancelled = await self._owned_or_cancelled(owner, job_id)

@@ -11,6 +11,7 @@ import base64
 import binascii
 import gzip
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -102,6 +103,9 @@ def pod_waiting(pods: list[Obj], gpu: str) -> str | None:
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             why = cond.get("message") or "no node fits it yet"
+            if "persistentvolumeclaim" in why.lower():
+                # A missing or unbound claim: no node can take the pod, freed GPUs or not.
+                return f"Waiting for the volume it mounts: {why}"
             if gpu != "CPU only":
                 return f"Waiting for a free GPU ({gpu}): {why}"
             return f"Waiting for a node with room: {why}"
@@ -121,8 +125,17 @@ def newest(pods: list[Obj]) -> Obj:
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
 
 
-def job_phase(job: Obj, pods: list[Obj], gpu: str) -> Phase:
-    """A batch/v1 Job's status."""
+_FORBIDDEN = re.compile(r'^(?:Error creating: )?(?:pods "[^"]*" is forbidden: )?')
+
+
+def refusal_text(event_message: str) -> str:
+    """The admission's reason in a controller's ``FailedCreate`` event, without the
+    ``Error creating: pods "x-" is forbidden:`` preamble."""
+    return _FORBIDDEN.sub("", event_message.strip(), count=1)
+
+
+def job_phase(job: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:
+    """A batch/v1 Job's status; ``refused``: why Kubernetes refused to create its pod."""
     status = job.get("status") or {}
     if job["metadata"].get("deletionTimestamp"):
         return Phase("cancelled", "Cancelled; stopping its pods.", started=status.get("startTime"))
@@ -145,12 +158,17 @@ def job_phase(job: Obj, pods: list[Obj], gpu: str) -> Phase:
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     if running:
         return Phase("running", "Running.", started=_started(running) or status.get("startTime"))
+    if refused and not pods:
+        return Phase("pending", f"Kubernetes refused to create the job's pod: {refused}")
     waiting = pod_waiting(pods, gpu)
     return Phase("pending", waiting or "Waiting for Kubernetes to create the job's pod.")
 
 
-def training_phase(obj: Obj, pods: list[Obj], gpu: str, kind_name: str) -> Phase:
-    """A PyTorchJob's or TFJob's status (Training Operator v1 conditions)."""
+def training_phase(
+    obj: Obj, pods: list[Obj], gpu: str, kind_name: str, refused: str | None = None
+) -> Phase:
+    """A PyTorchJob's or TFJob's status (Training Operator v1 conditions); ``refused``: why
+    Kubernetes refused to create one of its pods."""
     status = obj.get("status") or {}
     if obj["metadata"].get("deletionTimestamp"):
         return Phase("cancelled", "Cancelled; stopping its pods.", started=status.get("startTime"))
@@ -174,6 +192,8 @@ def training_phase(obj: Obj, pods: list[Obj], gpu: str, kind_name: str) -> Phase
         return Phase("running", "Running.", started=status.get("startTime") or _started(pods))
     if _condition(obj, "Restarting"):
         return Phase("running", "Restarting a replica.", started=status.get("startTime"))
+    if refused:
+        return Phase("pending", f"Kubernetes refused to create the {kind_name}'s pods: {refused}")
     waiting = pod_waiting(pods, gpu)
     if waiting:
         return Phase("pending", waiting)
