@@ -31,6 +31,7 @@ class GPUCapacity:
     total: int
     # Most GPUs of this type free on any single node: the biggest request that fits now.
     largest_free: int | None = None
+    waiting: int = 0  # spawns waiting in line for this type (local queue)
 
     @property
     def used_pct(self) -> float:

@@ -19,7 +19,7 @@ import secrets
 from typing import Any
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Bool, Int, List, Unicode, Union, default
+from traitlets import Bool, Float, Int, List, Unicode, Union, default
 
 from . import devices as gpu_devices_mod
 from .allocator import (
@@ -34,12 +34,15 @@ from .allocator import (
 from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
+from .queue import GPUQueue, Ticket
 from .spawner_base import GPUSpawnerMixin, refusal
 
 SERVER_ID_ENV = "GPUHUB_SERVER_ID"
 
-# The ledger of this hub's workstation: the device book is what users hold.
-LEDGER = Ledger(ALLOCATOR)
+# The ledger of this hub's workstation: what the device book says users hold, plus the
+# spawns waiting in line for GPUs.
+QUEUE = GPUQueue(ALLOCATOR)
+LEDGER = Ledger(QUEUE)
 
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
@@ -63,6 +66,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         help="""Home directory of a user's server when ``run_as_hub_user``; ``{username}`` is expanded.""",
     )
 
+    gpu_queue_timeout = Float(
+        1800,
+        config=True,
+        help="""Seconds a spawn waits in line when too few GPUs of its type are free (first come,
+        first served per GPU type); it takes them as soon as they are free, even past
+        ``start_timeout``. 0: refuse at once with HTTP 409, as before queues.""",
+    )
     ledger_file = Unicode(
         "gpuhub-ledger.json",
         config=True,
@@ -132,7 +142,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         for key in self.gpu_policy.gpu_types:
             candidates = self._devices_of(key)
             free = len(self._book.free(candidates))
-            capacity[key] = GPUCapacity(free=free, total=len(candidates), largest_free=None)
+            capacity[key] = GPUCapacity(
+                free=free, total=len(candidates), largest_free=None, waiting=QUEUE.waiting(key)
+            )
         return capacity, ""
 
     async def gpu_ledger(self) -> Ledger:
@@ -148,6 +160,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         self._book.release(owner)
         if options.gpu_type is None:
             return
+        gpu_type = options.gpu_type
+        candidates = self._devices_of(gpu_type.key)
+        if options.gpus > len(candidates):
+            raise refusal(
+                f"This machine has {len(candidates)} {gpu_type.display_name} GPU"
+                f"{'s' if len(candidates) != 1 else ''}, so a server with {options.gpus} could "
+                "never start; ask for fewer."
+            )
         try:
             LEDGER.check(
                 self.user.name,
@@ -157,18 +177,25 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             )
         except QuotaExceeded as exc:
             raise refusal(exc.message, status=exc.status) from None
-        candidates = self._devices_of(options.gpu_type.key)
-        holder = Holder(self.user.name, "server", self.name, options.gpu_type.display_name)
+        holder = Holder(self.user.name, "server", self.name, gpu_type.display_name)
         try:
             self._book.allocate(owner, options.gpus, candidates, holder)
         except NotEnoughGPUs as exc:
-            name = options.gpu_type.display_name
-            raise refusal(
-                f"Not enough free GPUs: you asked for {exc.wanted} {name} GPU"
-                f"{'s' if exc.wanted != 1 else ''} but {exc.free} of {exc.total} "
-                "are free now; ask for fewer or try again when someone stops a server.",
-                status=409,
-            ) from None
+            if self.gpu_queue_timeout <= 0:
+                raise refusal(
+                    f"Not enough free GPUs: you asked for {exc.wanted} {gpu_type.display_name} "
+                    f"GPU{'s' if exc.wanted != 1 else ''} but {exc.free} of {exc.total} are free "
+                    "now; ask for fewer or try again when someone stops a server.",
+                    status=409,
+                ) from None
+            # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
+            self._gpuhub_ticket = Ticket(
+                owner, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
+            )
+            QUEUE.join(self._gpuhub_ticket)
+            start: int = int(self.start_timeout)  # type: ignore[has-type]
+            base: int = self.__dict__.setdefault("_gpuhub_start_timeout", start)
+            self.start_timeout = int(base + self.gpu_queue_timeout)
 
     def apply_launch_options(self, options: LaunchOptions) -> None:
         # The server itself enforces nothing locally, but Jupyter reads these (CPU_LIMIT,
@@ -191,13 +218,71 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return env
 
     # -- lifecycle ------------------------------------------------------------------------
+    _gpuhub_ticket: Ticket | None = None
+
     async def start(self) -> Any:
         await self.ensure_launch_options()
         try:
+            await self._wait_in_line()
             return await super().start()
         except BaseException:
             self._book.release(self._owner)
             raise
+
+    async def _wait_in_line(self) -> None:
+        """Wait for GPUs if the spawn was accepted while too few were free."""
+        ticket = self._gpuhub_ticket
+        if ticket is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(ticket.granted), self.gpu_queue_timeout)
+        except TimeoutError:
+            minutes = self.gpu_queue_timeout / 60
+            waited = (
+                f"{minutes:g} minutes" if minutes >= 1 else f"{self.gpu_queue_timeout:g} seconds"
+            )
+            message = (
+                f"Waited {waited} in line for {ticket.gpus} {ticket.type_name} GPU"
+                f"{'s' if ticket.gpus != 1 else ''} and none came free; try again later or ask "
+                "for fewer GPUs."
+            )
+            self.log.warning("Spawn of %s: %s", self._log_name, message)
+            raise refusal(message, 503) from None
+        finally:
+            QUEUE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
+            self._gpuhub_ticket = None
+            if "_gpuhub_start_timeout" in self.__dict__:
+                self.start_timeout = self.__dict__.pop("_gpuhub_start_timeout")
+
+    async def progress(self) -> Any:
+        """Where a waiting spawn stands, in words, then which GPUs it got."""
+        last = ""
+        while (ticket := self._gpuhub_ticket) is not None and not ticket.granted.done():
+            message = self._line_message(ticket)
+            if message != last:
+                last = message
+                yield {"progress": 10, "message": message}
+            await asyncio.sleep(0.5)
+        gpus = self.allocated_gpus
+        options = self.launch_options
+        if gpus and options is not None and options.gpu_type is not None:
+            word = "GPU" if len(gpus) == 1 else "GPUs"
+            yield {
+                "progress": 50,
+                "message": f"{word} {', '.join(map(str, gpus))} ({options.gpu_type.display_name}) "
+                "assigned; starting your server",
+            }
+
+    def _line_message(self, ticket: Ticket) -> str:
+        position = QUEUE.position(ticket)
+        held = [h for h in QUEUE.book.holdings() if set(h.devices) & set(ticket.candidates)]
+        busy = len({d for h in held for d in h.devices if d in ticket.candidates})
+        users = len({h.user for h in held})
+        return (
+            f"Waiting for {ticket.gpus} {ticket.type_name}: you are {_ordinal(position)} in line; "
+            f"{busy} of {len(ticket.candidates)} are held (servers and jobs of {users} "
+            f"user{'s' if users != 1 else ''})"
+        )
 
     _gpuhub_stopping = False
 
@@ -209,6 +294,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return str(self._gpuhub_server_id)
 
     async def stop(self, now: bool = False) -> None:
+        if self._gpuhub_ticket is not None:  # stopped while waiting in line: leave it
+            QUEUE.leave(self._gpuhub_ticket)
+            self._gpuhub_ticket = None
         descendants: list[Process] = []
         uid = None
         if self.pid and self.allocated_gpus:
@@ -389,3 +477,8 @@ def _device_set(visible: str | None) -> set[int] | None:
             break  # CUDA stops at the first invalid index
         devices.add(int(entry))
     return devices
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
