@@ -160,12 +160,7 @@ class JobHandler(JobsHandlerBase):
 class JobLogsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self, job_id: str) -> None:
-        tail_arg = self.get_argument("tail", "")
-        tail = None
-        if tail_arg:
-            if not tail_arg.isdigit() or not 0 < int(tail_arg) <= 100_000:
-                raise JobError("tail", "tail must be a number of lines between 1 and 100000.")
-            tail = int(tail_arg)
+        tail = self.tail_argument()
         router = self.jobs.router
         record = await router.get(self.owner, job_id)
         logs = await router.logs(self.owner, job_id, tail=tail)

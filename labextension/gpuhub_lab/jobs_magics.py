@@ -71,6 +71,8 @@ def parse_parameters(items: list[str]) -> dict[str, Any]:
             params[key] = json.loads(raw)
         except ValueError:
             params[key] = raw
+        except RecursionError:
+            raise UsageError(f"-p {key}: the value is nested too deeply.") from None
     return params
 
 
@@ -81,8 +83,11 @@ def request_body(args: Any, notebook: str) -> dict[str, Any]:
         if value is not None:
             body[field] = value
     for field in ("gpus", "workers"):
-        if isinstance(body.get(field), str) and body[field].isdigit():
-            body[field] = int(body[field])
+        value = body.get(field)
+        # ASCII digits only: "²".isdigit() is true but it is no number; anything else goes
+        # to the server as typed and comes back as its one-sentence refusal.
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+            body[field] = int(value)
     params = parse_parameters(args.parameters)
     if params:
         body["parameters"] = params

@@ -144,7 +144,9 @@ def render_form(
 def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
     """Reshape posted form fields (lists of strings) into raw ``user_options``.
 
-    Only known fields are taken; empty fields are left out so that defaults apply.
+    Only known fields are taken; empty fields are left out so that defaults apply. The GPU
+    count is the one numeric field converted here (ASCII digits only): the REST API gets no
+    such conversion, so ``{"gpus": "2"}`` there is refused as the README says.
     """
 
     def first(name: str) -> str:
@@ -163,7 +165,12 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
                 "image", "image: enter a custom image reference, or choose an offered image."
             )
         options["image"] = custom
-    if options.get("gpus") in ("0",):
+    gpus = options.get("gpus")
+    if isinstance(gpus, str) and gpus.isascii() and gpus.isdigit() and len(gpus) <= 4:
+        # A form field is text; JSON callers must send a number (the shared path is strict).
+        # Anything else stays text and is refused there, naming the field.
+        options["gpus"] = int(gpus)
+    if options.get("gpus") == 0:
         options.pop(
             "gpu_type", None
         )  # the type radio is always posted; it means nothing without GPUs

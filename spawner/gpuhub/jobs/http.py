@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..options import OptionsError
+from ..options import OptionsError, check_json_value
 from .model import JobError
 
 log = logging.getLogger("gpuhub.jobs")
+
+TAIL = re.compile(r"[0-9]{1,6}")
+MAX_TAIL = 100_000
 
 
 if TYPE_CHECKING:
@@ -52,15 +56,38 @@ class JobsJSONMixin(_Handler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"message": message, "field": field}))
 
+    def request_body(self) -> bytes:
+        """The body as received (a streaming handler overrides this)."""
+        body: bytes = self.request.body
+        return body
+
     def json_object(self) -> dict[str, Any]:
-        """The request body, which must be a JSON object."""
+        """The request body, which must be a JSON object of plain values.
+
+        Every value is checked once here (:func:`gpuhub.options.check_json_value`): no lone
+        surrogates, no deep nesting, no huge numbers, so nothing later can fail on them.
+        """
         try:
-            body = json.loads(self.request.body or b"{}")
+            body = json.loads(self.request_body() or b"{}")
+        except RecursionError:
+            raise JobError("body", "The request body is nested too deeply.") from None
         except (ValueError, UnicodeDecodeError):
             raise JobError("body", "The request body is not valid JSON.") from None
         if not isinstance(body, dict):
             raise JobError("body", "The request body must be a JSON object.")
+        for key, value in body.items():
+            check_json_value(key, "body")
+            check_json_value(value, key[:40])
         return body
+
+    def tail_argument(self) -> int | None:
+        """``?tail=N``: ASCII digits only (``int("²")`` would fail), 1 to 100000."""
+        text = self.get_argument("tail", "")
+        if not text:
+            return None
+        if not TAIL.fullmatch(text) or not 0 < int(text) <= MAX_TAIL:
+            raise JobError("tail", f"tail must be a number of lines between 1 and {MAX_TAIL}.")
+        return int(text)
 
     async def answering(self, action: Callable[[], Awaitable[None]]) -> None:
         """Run ``action``; a refusal from the one validation path becomes its 4xx answer."""
