@@ -269,6 +269,7 @@ def test_service_yaml_contract(chart: Path) -> None:
         "home_volume",
         "kfp",
         "max_notebook_bytes",
+        "max_output_bytes",
     }
     assert config["namespace"] == NAMESPACE
     assert set(config["policy"]) == {
@@ -293,6 +294,7 @@ def test_service_yaml_contract(chart: Path) -> None:
         "namespace": "kubeflow",
     }
     assert config["max_notebook_bytes"] == 500000
+    assert config["max_output_bytes"] == 64 * 1024 * 1024  # the default bound on inflating
     # The service's policy is loadable by gpuhub's one policy parser.
     Policy.from_config(**config["policy"])
 

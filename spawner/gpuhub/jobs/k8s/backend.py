@@ -42,7 +42,16 @@ from ..model import (
     utcnow,
 )
 from . import manifests as m
-from .status import Obj, Phase, PodLog, job_phase, parse_pod_log, parse_time, training_phase
+from .status import (
+    LOST_OUTPUT,
+    Obj,
+    Phase,
+    PodLog,
+    job_phase,
+    parse_pod_log,
+    parse_time,
+    training_phase,
+)
 
 log = logging.getLogger(__name__)
 
@@ -520,24 +529,47 @@ class KubernetesBackend(JobBackend):
             record.failed_cell = pod_log.failed_cell
         if phase.status in ("succeeded", "failed"):
             record.message = None
+            if pod_log is not None and not self.settings.home_volume.shared:
+                record.message = self._output_verdict(pod_log, phase.status)
         return record
 
-    async def _final_log(self, obj: Obj, pods: list[Obj], *, full: bool = False) -> PodLog | None:
-        """The parsed log of a finished job's primary pod.
+    @staticmethod
+    def _output_verdict(pod_log: PodLog, status: str) -> str | None:
+        """Why a finished job's executed notebook cannot come back, if it cannot."""
+        if pod_log.output_problem is not None:
+            return pod_log.output_problem
+        if status == "succeeded" and pod_log.result is not None and not pod_log.has_output:
+            return LOST_OUTPUT  # papermill always writes it; the log lost the block
+        return None
 
-        Only the result line (status, error, failing cell) is kept, per job uid: it is all a
-        status needs and never changes. ``full`` reads the log again for the notebook.
+    async def _final_log(self, obj: Obj, pods: list[Obj], *, full: bool = False) -> PodLog | None:
+        """The parsed log of a finished job's primary pod, and the verdict on its output.
+
+        Only the result line (status, error, failing cell) and the verdict are kept, per job
+        uid: they never change, so a hostile log is inflated (bounded) once, not on every
+        poll. ``full`` reads the log again for the notebook, unless the verdict says no.
         """
         job_id = obj["metadata"]["name"]
         cache_key = f"{job_id}/{obj['metadata'].get('uid')}"
-        if not full and cache_key in self._final_logs:
+        cached = self._final_logs.get(cache_key)
+        if cached is not None and (not full or cached.output_problem is not None):
             self._final_logs.move_to_end(cache_key)
-            return self._final_logs[cache_key]
+            return cached
         pod = self._primary_pod(obj, pods)
         if pod is None:
             return None
-        parsed = parse_pod_log(await self._read_log(pod))
-        self._final_logs[cache_key] = PodLog("", parsed.result, None)
+        text = await self._read_log(pod)
+        parsed = await asyncio.to_thread(
+            parse_pod_log,
+            text,
+            inflate=not self.settings.home_volume.shared,
+            keep_notebook=full,
+            max_output_bytes=self.settings.max_output_bytes,
+        )
+        del text
+        self._final_logs[cache_key] = PodLog(
+            "", parsed.result, None, parsed.output_problem, parsed.has_output
+        )
         while len(self._final_logs) > _FINAL_CACHE:
             self._final_logs.popitem(last=False)
         return parsed
@@ -599,7 +631,7 @@ class KubernetesBackend(JobBackend):
             seen.add(name)
             mine = [p for p in pods if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == name]
             phase = self._phase(obj, mine)
-            pod_log = await self._final_log(obj, mine) if phase.status == "failed" else None
+            pod_log = await self._final_log(obj, mine) if self._wants_log(phase) else None
             records.append(self._record(obj, mine, pod_log))
         for _when, record in self._tombstones.values():
             if record.owner == owner and record.id not in seen:
@@ -626,8 +658,14 @@ class KubernetesBackend(JobBackend):
             return cancelled
         pods = await self._pods(owner, job_id)
         phase = self._phase(obj, pods)
-        pod_log = await self._final_log(obj, pods) if phase.status == "failed" else None
+        pod_log = await self._final_log(obj, pods) if self._wants_log(phase) else None
         return self._record(obj, pods, pod_log)
+
+    def _wants_log(self, phase: Phase) -> bool:
+        """A failed job's error is in its log; so is, without a shared home, its output."""
+        if phase.status == "failed":
+            return True
+        return phase.status == "succeeded" and not self.settings.home_volume.shared
 
     async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
         obj, _cancelled = await self._owned_or_cancelled(owner, job_id)
@@ -637,7 +675,9 @@ class KubernetesBackend(JobBackend):
         pod = self._primary_pod(obj, pods)
         if pod is None:
             return ""
-        text = parse_pod_log(await self._read_log(pod)).text
+        # Only the tail is read (tailLines); the notebook block is skipped, never inflated.
+        raw = await self._read_log(pod, tail=tail)
+        text = parse_pod_log(raw, tail=tail is not None).text
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:])
         return text[-MAX_LOG_BYTES:]
@@ -650,6 +690,8 @@ class KubernetesBackend(JobBackend):
         if phase.status not in ("succeeded", "failed"):
             raise JobError("id", "The job has not finished; its output is not ready yet.", 409)
         pod_log = await self._final_log(obj, pods, full=True)
+        if pod_log is not None and pod_log.output_problem is not None:
+            raise JobError("id", pod_log.output_problem, 422)
         if pod_log is None or pod_log.notebook is None:
             where = "in your home directory" if self.settings.home_volume.shared else "in its log"
             raise JobError("id", f"The job left no executed notebook {where}.", 404)

@@ -85,6 +85,8 @@ class KubeJobSettings:
     job_image: str = "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20"
     home_volume: HomeVolume = field(default_factory=HomeVolume)
     max_notebook_bytes: int = 1024 * 1024
+    # Most bytes the service inflates from a job's log to get its executed notebook back.
+    max_output_bytes: int = 64 * 1024 * 1024
 
     @property
     def shipped_notebook_limit(self) -> int:
