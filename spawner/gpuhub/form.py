@@ -64,7 +64,9 @@ def _environment() -> jinja2.Environment:
 
 def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the form shows: the user's last options where given, else the admin defaults."""
-    options = dict(user_options or {})
+    # The last options JupyterHub kept may be anything a REST caller sent (it stores them
+    # before validating): only a mapping pre-fills the form.
+    options = dict(user_options) if isinstance(user_options, Mapping) else {}
     image = options.get("image")
     values: dict[str, Any] = {
         "profile": options.get("profile") or "",
