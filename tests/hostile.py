@@ -8,6 +8,8 @@ numbers as text, huge and non-finite numbers, and values nested past any sane de
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from typing import Any
 
 from hypothesis import strategies as st
@@ -84,3 +86,22 @@ def encode(value: Any) -> bytes:
     for n, item in enumerate(deep):
         out = out.replace(f'"@@deep{n}@@"', item.text)
     return out.encode()
+
+
+def gzip_bomb(mebibytes: int) -> bytes:
+    """A valid gzip stream of ``mebibytes`` MiB of zeros, made in about a second.
+
+    Each MiB is deflated alone (a full flush resets the compressor), so every MiB after the
+    first compresses to the same bytes, which are repeated; the trailer's CRC and size are
+    those of the whole. Nothing is ever held inflated.
+    """
+    zeros = bytes(1024 * 1024)
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    first = packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
+    again = packer.compress(zeros) + packer.flush(zlib.Z_FULL_FLUSH)
+    end = packer.flush()[:-8]  # the final empty block; the trailer is rewritten below
+    crc = 0
+    for _ in range(mebibytes):
+        crc = zlib.crc32(zeros, crc)
+    trailer = struct.pack("<II", crc, (mebibytes * len(zeros)) % 2**32)
+    return first + again * (mebibytes - 1) + end + trailer

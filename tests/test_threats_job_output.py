@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
-import zlib
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.k8s.pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from gpuhub.jobs.k8s.status import LOST_OUTPUT, parse_pod_log
 from gpuhub.jobs.model import JobError
+from tests.hostile import gzip_bomb
 from tests.jobs_k8s_helpers import NOTEBOOK_OK, make_request, write_notebook
 
 MAX_OUTPUT = 4 * 1024 * 1024
@@ -31,14 +31,6 @@ SETTINGS = m.KubeJobSettings(
     max_output_bytes=MAX_OUTPUT,
 )
 OK_RESULT = RESULT_PREFIX + '{"status": "succeeded", "error": null, "failed_cell": null}\n'
-
-
-def gzip_bomb(inflated: int) -> bytes:
-    """gzip of ``inflated`` zero bytes, made in 1 MiB steps (never held inflated)."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunk = bytes(1024 * 1024)
-    parts = [packer.compress(chunk) for _ in range(inflated // len(chunk))]
-    return b"".join([*parts, packer.flush()])
 
 
 def block(payload: bytes) -> str:
@@ -54,7 +46,7 @@ def notebook_log(payload: bytes, before: str = "epoch 1 loss 0.3\n") -> str:
 # -- the parser, pure --------------------------------------------------------------------------
 def test_threat_gzip_bomb_is_inflated_only_up_to_the_bound():
     parsed = parse_pod_log(
-        notebook_log(gzip_bomb(64 * 1024 * 1024)),
+        notebook_log(gzip_bomb(64)),
         inflate=True,
         keep_notebook=True,
         max_output_bytes=MAX_OUTPUT,
@@ -84,7 +76,7 @@ def test_threat_rotated_log_loses_the_begin_marker_and_says_so():
 
 
 def test_block_is_never_inflated_for_reading_a_log():
-    parsed = parse_pod_log(notebook_log(gzip_bomb(8 * 1024 * 1024)))
+    parsed = parse_pod_log(notebook_log(gzip_bomb(8)))
     assert parsed.notebook is None and parsed.output_problem is None
     assert "epoch 1 loss 0.3" in parsed.text and "H4sI" not in parsed.text
 
@@ -134,7 +126,7 @@ async def finished_job(kubesim, backend, root, log: str) -> str:
 
 
 async def test_threat_log_bomb_verdict_is_in_the_message_and_cached(kubesim, backend, root):
-    job_id = await finished_job(kubesim, backend, root, notebook_log(gzip_bomb(64 * 1024 * 1024)))
+    job_id = await finished_job(kubesim, backend, root, notebook_log(gzip_bomb(64)))
     reads = LogReads(backend)
     for _ in range(5):  # the UI polls
         job = await backend.get("alice", job_id)

@@ -41,7 +41,9 @@ from .notebook import shipped_notebook
 log = logging.getLogger("gpuhub.service")
 
 _KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-MAX_BODY = 32 * 1024 * 1024  # tornado's cap on a request body; the notebook cap is smaller
+# A submit body is the notebook (at most max_notebook_bytes) plus a few fields; JSON string
+# escaping can grow the notebook's text, so the JSON is allowed this much on top.
+BODY_SLACK = 64 * 1024
 
 
 class Jobs:
@@ -52,6 +54,11 @@ class Jobs:
         self.kube = kube
         self.kfp = kfp
         self.router = JobRouter({"job": kube, "pytorchjob": kube, "tfjob": kube, "pipeline": kfp})
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body: the notebook cap plus :data:`BODY_SLACK`."""
+        return self.config.jobs.max_notebook_bytes + BODY_SLACK
 
     def backend(self, kind: str) -> JobBackend:
         return self.kfp if kind == "pipeline" else self.kube
@@ -87,8 +94,14 @@ class Jobs:
         return data
 
 
+@web.stream_request_body
 class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
-    """Token-authenticated JSON handler; ``self.owner`` is the caller's user name."""
+    """Token-authenticated JSON handler; ``self.owner`` is the caller's user name.
+
+    The body is streamed (``stream_request_body``), so :meth:`prepare` runs on the headers
+    alone: a body over the cap is refused with 413 before one byte of it is read and before
+    the hub is asked about the token (the path is reachable through the proxy without one).
+    """
 
     owner: str = ""
     groups: list[str]
@@ -96,6 +109,30 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
     def initialize(self, jobs: Jobs, hub_auth: HubAuth) -> None:
         self.jobs = jobs
         self.hub_auth = hub_auth
+        self._body = bytearray()
+
+    def data_received(self, chunk: bytes) -> None:
+        self._body += chunk  # tornado stops at the cap set in prepare (chunked bodies too)
+
+    def request_body(self) -> bytes:
+        return bytes(self._body)
+
+    def check_body_size(self) -> bool:
+        """Refuse (413) a declared body over the cap; cap what is not declared. False: refused."""
+        cap = self.jobs.max_body_bytes
+        declared = self.request.headers.get("Content-Length")
+        if declared is not None and (
+            not (declared.isascii() and declared.isdigit()) or int(declared) > cap
+        ):
+            self.refuse(
+                413,
+                "body",
+                f"The request body is over the {cap // 1024} KiB this service takes "
+                "(the notebook limit plus 64 KiB).",
+            )
+            return False
+        self.request.connection.set_max_body_size(cap)  # type: ignore[union-attr]
+        return True
 
     def check_xsrf_cookie(self) -> None:
         """Token-only API (no cookies are accepted), so there is no XSRF to check."""
@@ -104,6 +141,8 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
         raise web.HTTPError(403)
 
     async def prepare(self) -> None:
+        if not self.check_body_size():
+            return
         # HubAuth's async path: never block the loop on the hub's API (answers are cached).
         model = None
         if self.hub_auth.get_token(self, in_cookie=False):
@@ -254,12 +293,7 @@ class JobHandler(JobsHandler):
 class LogsHandler(JobsHandler):
     async def get(self, job_id: str) -> None:
         async def action() -> None:
-            tail_arg = self.get_argument("tail", "")
-            tail = None
-            if tail_arg:
-                if not tail_arg.isdigit() or not 0 < int(tail_arg) <= 100_000:
-                    raise JobError("tail", "tail must be a number of lines between 1 and 100000.")
-                tail = int(tail_arg)
+            tail = self.tail_argument()
             record = await self.jobs.router.get(self.owner, job_id)
             logs = await self.jobs.router.logs(self.owner, job_id, tail=tail)
             self.reply({"id": record.id, "status": record.status, "logs": logs})
@@ -319,5 +353,6 @@ def make_app(jobs: Jobs, hub_auth: HubAuth, prefix: str) -> web.Application:
             (url_path_join(base, job_id, "pipeline.yaml"), PipelineYAMLHandler, kwargs),
             (url_path_join(base, job_id), JobHandler, kwargs),
         ],
-        max_body_size=MAX_BODY,
+        # The default cap until a handler's prepare() sets the real one: bodies are streamed.
+        max_body_size=jobs.max_body_bytes,
     )
