@@ -9,6 +9,7 @@ each follows the same GPU rules as a single-user server (:mod:`gpuhub.gpu_pod`).
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -251,9 +252,11 @@ def _pod_spec(
         # User code holds no cluster credentials (DESIGN: "User pods hold no cluster credentials").
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "containers": [
             {
                 "name": container_name,
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
                 "image": options.image or settings.job_image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["python", f"{RUN_DIR}/run.py"],
@@ -270,6 +273,22 @@ def _pod_spec(
     if tolerations:
         spec["tolerations"] = tolerations
     return spec
+
+
+# What every job container runs under (the restricted Pod Security Standard): not root, no
+# privilege escalation, no capabilities, the runtime's default seccomp filter. An image whose
+# user is root (or a name the kubelet cannot check) fails to start, and the job says why
+# (:func:`gpuhub.jobs.k8s.status.pod_waiting`).
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def record_annotation(request: JobRequest, created: str, shared: bool, job_id: str) -> str:

@@ -30,6 +30,11 @@ class Phase:
     finished: str | None = None
 
 
+ROOT_IMAGE = (
+    "Cannot start {image}: it runs as root (or as a user name the cluster cannot check), and "
+    "jobs run as a non-root user; use an image whose USER is a numeric non-root id, such as "
+    "the Jupyter images (USER 1000)."
+)
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 LOST_OUTPUT = (
     "The executed notebook did not come back whole: without a shared home it travels in the "
@@ -227,6 +232,10 @@ def pod_waiting(pods: list[Obj], gpu: str) -> str | None:
         reason = waiting.get("reason")
         if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
             return f"Cannot pull the image {cs.get('image')}: {waiting.get('message') or reason}"
+        if reason == "CreateContainerConfigError" and "runAsNonRoot" in (
+            waiting.get("message") or ""
+        ):
+            return ROOT_IMAGE.format(image=cs.get("image") or "the image")
         if reason == "ContainerCreating":
             return "Starting: pulling the image and preparing the container."
     if status.get("phase") == "Pending" and pod.get("spec", {}).get("nodeName"):
