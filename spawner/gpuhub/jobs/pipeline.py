@@ -158,6 +158,9 @@ class KFPSettings:
     endpoint: str = ""
     ui_url: str = ""
     namespace: str = "kubeflow"
+    # The Kubernetes service account pipeline steps run under ("" = KFP's own, which holds
+    # permissions and a mounted token); the chart's kfp.serviceAccount has none.
+    service_account: str = ""
 
     @property
     def configured(self) -> bool:
@@ -301,6 +304,7 @@ class KFPBackend(JobBackend):
                 run_name=job_id,
                 experiment_name=f"gpuhub-{m.user_label(owner) or 'user'}",
                 namespace=self.kfp.namespace,
+                service_account=self.kfp.service_account or None,
             )
         return str(result.run_id)
 

@@ -8,7 +8,7 @@
     gpu_quota: {default: 2, groups: {staff: 8}}
     job_image: ghcr.io/gpuhub/gpuhub-notebook:0.1.0
     home_volume: {claim_name_template: "claim-{username}", mount_path: /home/jovyan, shared: false}
-    kfp: {endpoint: "", ui_url: "", namespace: kubeflow}
+    kfp: {endpoint: "", ui_url: "", namespace: kubeflow, service_account: ""}
     max_notebook_bytes: 1048576
     max_output_bytes: 67108864             # most bytes inflated from a job's log (its notebook)
 
@@ -103,6 +103,9 @@ class ServiceConfig:
                 "max_output_bytes must be a number of bytes between 1 MiB and 1 GiB"
             )
         kfp = _mapping(data, "kfp")
+        extra_kfp = sorted(set(kfp) - {"endpoint", "ui_url", "namespace", "service_account"})
+        if extra_kfp:
+            raise ServiceConfigError(f"kfp.{extra_kfp[0]} is not a kfp setting")
         job_image = _text(data, "job_image", "")
         if not job_image:
             raise ServiceConfigError("job_image must name the image jobs run in by default")
@@ -126,6 +129,7 @@ class ServiceConfig:
                 endpoint=_text(kfp, "endpoint", "", "kfp."),
                 ui_url=_text(kfp, "ui_url", "", "kfp."),
                 namespace=_text(kfp, "namespace", "kubeflow", "kfp."),
+                service_account=_text(kfp, "service_account", "", "kfp."),
             ),
         )
 
