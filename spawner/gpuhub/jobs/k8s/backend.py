@@ -154,6 +154,7 @@ class KubernetesBackend(JobBackend):
         self.core: Any = client.CoreV1Api(api)
         self.batch: Any = client.BatchV1Api(api)
         self.custom: Any = client.CustomObjectsApi(api)
+        self.networking: Any = client.NetworkingV1Api(api)
         self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
         self._locks: dict[str, asyncio.Lock] = {}
         self._discovered: tuple[float, frozenset[str]] | None = None
@@ -274,7 +275,8 @@ class KubernetesBackend(JobBackend):
             created = utcnow().isoformat().replace("+00:00", "Z")
             configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
             workload = m.workload(request, owner, job_id, self.settings, key=key, created=created)
-            made = await self._create_all(configmap, workload, owner, key)
+            policy = m.replica_network_policy(request, owner, job_id, self.settings)
+            made = await self._create_all(configmap, workload, owner, key, policy)
         log.info(
             "gpuhub: %s created %s %s/%s (%s)",
             owner,
@@ -300,8 +302,11 @@ class KubernetesBackend(JobBackend):
             raise JobError("name", f"A job named {job_id!r} already exists.", 409)
         return obj
 
-    async def _create_all(self, configmap: Obj, workload: Obj, owner: str, key: str) -> Obj:
-        """ConfigMap, workload, ownerReference: each step undone if a later one fails."""
+    async def _create_all(
+        self, configmap: Obj, workload: Obj, owner: str, key: str, policy: Obj | None = None
+    ) -> Obj:
+        """ConfigMap, workload, ownerReference, the replicas' NetworkPolicy: each step undone
+        if a later one fails."""
         name = workload["metadata"]["name"]
         try:
             await _json(
@@ -332,12 +337,39 @@ class KubernetesBackend(JobBackend):
                     _preload_content=False,
                 )
             )
+            if policy is not None:
+                await self._create_network_policy(policy, made)
         except BaseException as exc:
             await self._roll_back(configmap["metadata"]["name"], made)
             if isinstance(exc, ApiException):
                 raise self._refusal("create the job", exc) from None
             raise
         return made
+
+    async def _create_network_policy(self, policy: Obj, workload: Obj) -> None:
+        """The replicas' policy, owned by the workload. A cluster without the NetworkPolicy
+        API cannot enforce any fence; that is the admin's to know, so it is logged."""
+        policy = {
+            **policy,
+            "metadata": {**policy["metadata"], "ownerReferences": [m.owner_reference(workload)]},
+        }
+        try:
+            await _json(
+                self.networking.create_namespaced_network_policy(
+                    self.namespace, policy, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 409:  # a retried submit: made the first time
+                return
+            if exc.status == 404:
+                log.warning(
+                    "gpuhub: this cluster serves no NetworkPolicy API; the replicas of %s "
+                    "are not fenced",
+                    workload["metadata"]["name"],
+                )
+                return
+            raise
 
     async def _create_workload(self, workload: Obj) -> Obj:
         if workload["kind"] == "Job":

@@ -291,6 +291,39 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+def replica_network_policy(
+    request: JobRequest, owner: str, job_id: str, settings: KubeJobSettings
+) -> dict[str, Any] | None:
+    """Let the replicas of one distributed job reach each other, and nothing else more.
+
+    The chart's ``gpuhub-jobs`` NetworkPolicy fences every job pod (no ingress, egress to
+    DNS and what the admin allows); policies add up, so this one opens exactly the traffic
+    between pods of this job. None for single-pod jobs. Owned by the workload (set by the
+    backend once it exists), so it goes when the job goes.
+    """
+    if request.kind not in CUSTOM_KINDS or request.workers < 2:
+        return None
+    same_job = {
+        "podSelector": {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: job_id}}
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{job_id}-replicas",
+            "namespace": settings.namespace,
+            "labels": labels(owner, job_id, request.kind),
+            "annotations": {ANNOTATION_USERNAME: owner},
+        },
+        "spec": {
+            **copy.deepcopy(same_job),
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [copy.deepcopy(same_job)]}],
+            "egress": [{"to": [copy.deepcopy(same_job)]}],
+        },
+    }
+
+
 def record_annotation(request: JobRequest, created: str, shared: bool, job_id: str) -> str:
     """What the job's record keeps that the objects do not say plainly."""
     return json.dumps(
