@@ -160,3 +160,35 @@ async def test_threat_log_tail_reads_only_the_tail(kubesim, backend, root):
     assert "line 4999" not in text and text.count("\n") <= 3
     text = await backend.logs("alice", job_id, tail=20)
     assert "line 4999\n" in text and "line 4900" not in text
+
+
+# -- the user's server, fetching the output from the service -----------------------------------------
+async def test_threat_output_that_is_no_notebook_is_not_saved_and_said(tmp_path):
+    from types import SimpleNamespace
+
+    from gpuhub.jobs.remote import NOT_A_NOTEBOOK, HubServiceBackend
+
+    backend = HubServiceBackend("http://127.0.0.1:9/services/gpuhub", "t", root_dir=str(tmp_path))
+    fetched: list[str] = []
+
+    async def fetch(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        fetched.append(path)
+        return SimpleNamespace(body=b"[" * 5000 + b"]" * 5000)  # valid JSON? too deep; no cells
+
+    backend._fetch = fetch  # type: ignore[method-assign]
+    data = {
+        "id": "train-x7k2p",
+        "name": "train",
+        "kind": "job",
+        "backend": "kubernetes",
+        "status": "succeeded",
+        "owner": "mallory",
+        "notebook": "train.ipynb",
+        "created": "2026-01-01T00:00:00Z",
+        "output_ready": True,
+    }
+    for _ in range(3):  # polled: fetched once, said every time
+        record = await backend._local(dict(data))
+        assert record.output is None and record.message == NOT_A_NOTEBOOK
+    assert fetched == ["jobs/train-x7k2p/output"]
+    assert not (tmp_path / "gpuhub-runs").exists()
