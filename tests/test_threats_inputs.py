@@ -221,3 +221,61 @@ def test_forwarded_log_never_held_a_refused_body(server):
     for line in log.read_text().splitlines() if log.exists() else []:
         body = json.loads(line)["body"]
         assert isinstance(body["gpus"], int) and body["notebook"] == "train.ipynb"
+
+
+class RefusingClient:
+    """Stands in for the jobs client: every call is refused as the server would refuse it."""
+
+    def __getattr__(self, name: str) -> Any:
+        from gpuhub_lab.jobs_client import JobsClientError
+
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            json.dumps([args, kwargs])  # what the client would send must be sendable
+            raise JobsClientError("gpus must be a whole number such as 0, 1 or 2.", 400)
+
+        return refuse
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    line=st.one_of(
+        text,
+        st.lists(
+            st.sampled_from(
+                [
+                    "--gpus",
+                    "--workers",
+                    "--tail",
+                    "-p",
+                    "x=\u00b2",
+                    "\u00b2",
+                    "2",
+                    "'",
+                    '"',
+                    "logs",
+                    "cancel",
+                    "status",
+                    "a.ipynb",
+                    "--kind",
+                    "tfjob",
+                    "x=[[[",
+                    "-1",
+                    "--wait",
+                ]
+            ),
+            max_size=6,
+        ).map(" ".join),
+    )
+)
+def test_threat_any_magic_line_is_a_usage_error_at_worst(line):
+    from IPython.core.error import UsageError
+
+    from gpuhub_lab.jobs_magics import JobMagics
+
+    magics = JobMagics(shell=None)
+    magics._client = RefusingClient()  # type: ignore[assignment]
+    for call in (magics.submit, magics.job, magics.jobs):
+        try:
+            call(line)
+        except UsageError as exc:
+            assert str(exc)
