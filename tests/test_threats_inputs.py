@@ -10,10 +10,11 @@ modest: each example is a real HTTP round trip.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlparse
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -98,6 +99,26 @@ def test_threat_odd_log_tail_gets_400(server):
         assert response.json()["field"] == "tail"
 
 
+def test_threat_oversized_body_is_413_before_authentication_and_unread(server):
+    url = urlparse(server.url)
+    head = (
+        f"POST {url.path}gpuhub/api/jobs HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 21474836480\r\n\r\n"
+    )  # 20 GiB declared, no token, and not one byte of the body sent
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:300]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {
+        "message": "The request body is over the 128 KiB this API takes "
+        "(a job's parameters plus 64 KiB).",
+        "field": "body",
+    }
+    assert server.api("GET", "gpuhub/api/jobs").status_code == 200
+
+
 @PROPERTY
 @given(field=st.sampled_from(BODY_FIELDS), value=json_values)
 def test_threat_any_json_in_any_field_is_not_a_5xx(server, field, value):
@@ -114,11 +135,14 @@ def test_threat_any_json_body_is_not_a_5xx(server, body):
 
 @PROPERTY
 @given(job_id=text, tail=text)
-def test_threat_any_job_id_or_tail_is_not_a_5xx(server, job_id, tail):
+def test_threat_any_job_id_or_query_is_not_a_5xx(server, job_id, tail):
     quoted = quote(job_id.encode("utf-8", "surrogatepass"), safe="")
+    query = quote(tail.encode("utf-8", "surrogatepass"))
     for path in (
         f"gpuhub/api/jobs/{quoted}",
-        f"gpuhub/api/jobs/{quoted}/logs?tail={quote(tail.encode('utf-8', 'surrogatepass'))}",
+        f"gpuhub/api/jobs/{quoted}/logs?tail={query}",
+        f"gpuhub/api/jobs/{quoted}/pipeline.yaml",
+        f"gpuhub/api/metrics?since={query}",
     ):
         assert_one_sentence_4xx(server.api("GET", path), path)
 

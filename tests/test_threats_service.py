@@ -257,7 +257,7 @@ def test_threat_oversized_body_is_413_before_authentication_and_unread(service):
     assert status.startswith(b"HTTP/1.1 413 "), answer[:200]
     message = json.loads(rest.partition(b"\r\n\r\n")[2])
     assert message == {
-        "message": "The request body is over the 320 KiB this service takes "
+        "message": "The request body is over the 320 KiB this API takes "
         "(the notebook limit plus 64 KiB).",
         "field": "body",
     }

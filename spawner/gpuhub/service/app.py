@@ -100,7 +100,8 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
 
     The body is streamed (``stream_request_body``), so :meth:`prepare` runs on the headers
     alone: a body over the cap is refused with 413 before one byte of it is read and before
-    the hub is asked about the token (the path is reachable through the proxy without one).
+    the hub is asked about the token (the path is reachable through the proxy without one);
+    an undeclared body is cut at the cap. The token is checked once the body is in.
     """
 
     owner: str = ""
@@ -109,30 +110,12 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
     def initialize(self, jobs: Jobs, hub_auth: HubAuth) -> None:
         self.jobs = jobs
         self.hub_auth = hub_auth
-        self._body = bytearray()
 
-    def data_received(self, chunk: bytes) -> None:
-        self._body += chunk  # tornado stops at the cap set in prepare (chunked bodies too)
+    def body_cap(self) -> int:
+        return self.jobs.max_body_bytes
 
-    def request_body(self) -> bytes:
-        return bytes(self._body)
-
-    def check_body_size(self) -> bool:
-        """Refuse (413) a declared body over the cap; cap what is not declared. False: refused."""
-        cap = self.jobs.max_body_bytes
-        declared = self.request.headers.get("Content-Length")
-        if declared is not None and (
-            not (declared.isascii() and declared.isdigit()) or int(declared) > cap
-        ):
-            self.refuse(
-                413,
-                "body",
-                f"The request body is over the {cap // 1024} KiB this service takes "
-                "(the notebook limit plus 64 KiB).",
-            )
-            return False
-        self.request.connection.set_max_body_size(cap)  # type: ignore[union-attr]
-        return True
+    def body_cap_reason(self) -> str:
+        return "the notebook limit plus 64 KiB"
 
     def check_xsrf_cookie(self) -> None:
         """Token-only API (no cookies are accepted), so there is no XSRF to check."""
@@ -141,8 +124,9 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
         raise web.HTTPError(403)
 
     async def prepare(self) -> None:
-        if not self.check_body_size():
-            return
+        self.check_body_size()  # on the headers alone; the caller is known later
+
+    async def authenticate(self) -> bool:
         # HubAuth's async path: never block the loop on the hub's API (answers are cached).
         model = None
         if self.hub_auth.get_token(self, in_cookie=False):
@@ -160,12 +144,13 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
                 "Send a JupyterHub token of yours that may use the gpuhub service "
                 "(Authorization: token ...).",
             )
-            return
+            return False
         if model.get("kind", "user") != "user":
             self.refuse(403, "auth", "Only users have jobs; this token belongs to a service.")
-            return
+            return False
         self.owner = model["name"]
         self.groups = list(model.get("groups") or [])
+        return True
 
     def refusal_caller(self) -> str:
         return self.owner or "anonymous"
