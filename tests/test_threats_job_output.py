@@ -127,6 +127,11 @@ async def finished_job(kubesim, backend, root, log: str) -> str:
 
 async def test_threat_log_bomb_verdict_is_in_the_message_and_cached(kubesim, backend, root):
     job_id = await finished_job(kubesim, backend, root, notebook_log(gzip_bomb(64)))
+    # Listing and status never inflate; the user server's one output fetch does, bounded.
+    assert (await backend.get("alice", job_id)).message is None
+    with pytest.raises(JobError) as refused:
+        await backend.output("alice", job_id)
+    assert refused.value.status == 422 and "over the 4 MiB" in refused.value.message
     reads = LogReads(backend)
     for _ in range(5):  # the UI polls
         job = await backend.get("alice", job_id)

@@ -578,8 +578,10 @@ class KubernetesBackend(JobBackend):
         """The parsed log of a finished job's primary pod, and the verdict on its output.
 
         Only the result line (status, error, failing cell) and the verdict are kept, per job
-        uid: they never change, so a hostile log is inflated (bounded) once, not on every
-        poll. ``full`` reads the log again for the notebook, unless the verdict says no.
+        uid: they never change. Listing and status read a log's structure only (is the
+        notebook block there, whole?); the notebook is inflated, bounded, only for ``full``
+        (GET output, once per user server), and a verdict against it (over the bound,
+        corrupt) is cached, so it is said from then on and never inflated again.
         """
         job_id = obj["metadata"]["name"]
         cache_key = f"{job_id}/{obj['metadata'].get('uid')}"
@@ -591,13 +593,16 @@ class KubernetesBackend(JobBackend):
         if pod is None:
             return None
         text = await self._read_log(pod)
+        inflate = full and not self.settings.home_volume.shared
+        bound = self.settings.max_output_bytes
+        # Counting first, keeping nothing: a bomb is judged without holding its inflation.
         parsed = await asyncio.to_thread(
-            parse_pod_log,
-            text,
-            inflate=not self.settings.home_volume.shared,
-            keep_notebook=full,
-            max_output_bytes=self.settings.max_output_bytes,
+            parse_pod_log, text, inflate=inflate, max_output_bytes=bound
         )
+        if inflate and parsed.output_problem is None:
+            parsed = await asyncio.to_thread(
+                parse_pod_log, text, inflate=True, keep_notebook=True, max_output_bytes=bound
+            )
         del text
         self._final_logs[cache_key] = PodLog(
             "", parsed.result, None, parsed.output_problem, parsed.has_output
