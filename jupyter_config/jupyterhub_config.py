@@ -1,7 +1,9 @@
 """JupyterHub config for the local demo (`make demo`): one workstation, LocalGPUSpawner.
 
 Every server runs as the hub's own OS user in ./gpuhub-users/<name> (``run_as_hub_user``),
-so nothing needs root or system accounts. Users log in with any of the names below and the
+so nothing needs root or system accounts, and so every user can read every other user's files
+and API tokens: the hub refuses to start servers on an address other than loopback
+(GPUHUB_DEMO_IP) unless LocalGPUSpawner.run_as_hub_user_acknowledge_shared_account is set. Users log in with any of the names below and the
 shared password ``gpuhub-demo``. Set GPUHUB_DEMO_GPUS=0,1,2,3 to try the form on a machine without GPUs.
 """
 
@@ -44,7 +46,9 @@ configure_hub(c)
 
 print(
     "\n  gpuhub demo: open http://{ip}:{port}/ and log in as alice (staff, up to 4 GPUs)\n"
-    "  or bob (students, 1 GPU) with password '{pw}'. GPUs offered: {gpus}.\n".format(
+    "  or bob (students, 1 GPU) with password '{pw}'. GPUs offered: {gpus}.\n"
+    "  Warning: all users' servers run as one OS account (run_as_hub_user), so every user\n"
+    "  can read every other user's files and API tokens; keep the demo on 127.0.0.1.\n".format(
         ip=c.JupyterHub.ip,
         port=c.JupyterHub.port,
         pw=c.SharedPasswordAuthenticator.user_password,

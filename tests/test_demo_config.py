@@ -55,6 +55,8 @@ def test_demo_hub_logs_in_and_spawns_with_a_gpu(tmp_path: Path) -> None:
             time.sleep(0.3)
         banner = (tmp_path / "hub.log").read_text()
         assert "log in as alice" in banner and "'gpuhub-demo'" in banner
+        assert "all users' servers run as one OS account" in banner
+        assert "can read every other user's files and API tokens" in banner
 
         xsrf = session.cookies.get("_xsrf", path="/hub/")
         login = session.post(
@@ -79,7 +81,8 @@ def test_demo_hub_logs_in_and_spawns_with_a_gpu(tmp_path: Path) -> None:
         while "JupyterLab" not in (lab := session.get(f"{url}/user/alice/lab", timeout=30)).text:
             assert time.monotonic() < deadline, lab.text[-2000:]
             time.sleep(0.5)
-        assert (tmp_path / "gpuhub-users" / "alice").is_dir()  # run_as_hub_user home
+        home = tmp_path / "gpuhub-users" / "alice"  # the run_as_hub_user home
+        assert home.is_dir() and home.stat().st_mode & 0o777 == 0o700
     finally:
         session.close()
         os.killpg(hub.pid, signal.SIGTERM)

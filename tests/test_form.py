@@ -132,7 +132,7 @@ def test_formdata_goes_through_the_same_validation():
         "image": "registry.example.org/a/b:1",
         "cpu": "4",
         "memory": "16G",
-        "gpus": "1",
+        "gpus": 1,
         "gpu_type": "a100",
     }
     assert parse_launch_options(raw, design_policy(), ["staff"]).gpus == 1

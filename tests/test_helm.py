@@ -269,6 +269,7 @@ def test_service_yaml_contract(chart: Path) -> None:
         "home_volume",
         "kfp",
         "max_notebook_bytes",
+        "max_output_bytes",
     }
     assert config["namespace"] == NAMESPACE
     assert set(config["policy"]) == {
@@ -291,8 +292,10 @@ def test_service_yaml_contract(chart: Path) -> None:
         "endpoint": "http://ml-pipeline.kubeflow:8888",
         "ui_url": "https://kf/x",
         "namespace": "kubeflow",
+        "service_account": "gpuhub-pipeline-steps",
     }
     assert config["max_notebook_bytes"] == 500000
+    assert config["max_output_bytes"] == 64 * 1024 * 1024  # the default bound on inflating
     # The service's policy is loadable by gpuhub's one policy parser.
     Policy.from_config(**config["policy"])
 
@@ -430,6 +433,8 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         ("", "pods/log"): ["get"],
         ("", "events"): ["list"],
         ("", "configmaps"): sorted(["create", "get", "list", "patch", "delete"]),
+        # The per-job policy letting a distributed job's replicas reach each other.
+        ("networking.k8s.io", "networkpolicies"): ["create"],
     }
     role_binding = by_kind(objects, "RoleBinding")
     assert role_binding["subjects"] == [
@@ -448,10 +453,14 @@ def test_rbac_and_netpol_follow_a_separate_user_namespace(chart: Path) -> None:
     validate_all(objects)
     assert by_kind(objects, "Role")["metadata"]["namespace"] == "jupyter-users"
     assert service_config(objects)["namespace"] == "jupyter-users"
-    peer = by_kind(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"][0]
+    peer = by_kind(objects, "NetworkPolicy", "gpuhub-service")["spec"]["ingress"][0]["from"][0]
     assert peer["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "jupyter-users"
     }
+    # The fence around job pods is where the jobs run.
+    assert by_kind(objects, "NetworkPolicy", "gpuhub-jobs")["metadata"]["namespace"] == (
+        "jupyter-users"
+    )
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:

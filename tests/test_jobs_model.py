@@ -79,6 +79,14 @@ def test_distributed_kinds_take_workers(root):
     assert request.gpu_summary() == "4 workers, 2 x NVIDIA A100 80GB each"
 
 
+def nested(depth: int) -> list:
+    """A list nested ``depth`` levels deep, as a hostile client would send."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 BAD = [
     # (body, field, status, words the sentence must contain)
     ({"notebook": "../secret.ipynb"}, "notebook", 400, "outside this server's root"),
@@ -105,8 +113,25 @@ BAD = [
         {"notebook": "train.ipynb", "parameters": {"x": float("nan")}},
         "parameters",
         400,
-        "JSON values",
+        "not finite",
     ),
+    # Threats: text where a count belongs, odd digits, lone surrogates, deep nesting.
+    ({"notebook": "train.ipynb", "kind": "tfjob", "workers": "2"}, "workers", 400, "whole"),
+    ({"notebook": "train.ipynb", "kind": "tfjob", "workers": "\u00b2"}, "workers", 400, "whole"),
+    ({"notebook": "train.ipynb", "gpus": "\u00b2"}, "gpus", 400, "whole number"),
+    (
+        {"notebook": "train.ipynb", "parameters": {"x": "\ud800"}},
+        "parameters",
+        400,
+        "lone surrogate",
+    ),
+    (
+        {"notebook": "train.ipynb", "parameters": {"x": nested(40)}},
+        "parameters",
+        400,
+        "nested more than",
+    ),
+    ({"notebook": "train.ipynb", "parameters": {"x": 10**40}}, "parameters", 400, "too large"),
     (
         {"notebook": "train.ipynb", "parameters": {"x": "y" * 70_000}},
         "parameters",

@@ -58,6 +58,10 @@ BASE = {
         ({"policy": {"gpu_type": {}}}, "policy.gpu_type is not a policy setting"),
         ({"polcy": {}}, "unknown key 'polcy'"),
         ({"policy": {"cpu_range": {"min": 4, "max": 1}}}, "policy:"),
+        ({"max_output_bytes": 2**40}, "max_output_bytes must be a number of bytes between"),
+        ({"max_output_bytes": "64Mi"}, "max_output_bytes must be a number of bytes between"),
+        ({"kfp": {"service_acount": "x"}}, "kfp.service_acount is not a kfp setting"),
+        ({"kfp": {"service_account": 3}}, "kfp.service_account must be a string"),
     ],
 )
 def test_bad_configuration_is_named(change, sentence) -> None:
@@ -77,3 +81,13 @@ def test_service_refuses_to_start_with_a_bad_file(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"gpuhub service: {path}: job_image must be a string"
+
+
+def test_output_bound_and_pipeline_account_are_read() -> None:
+    config = ServiceConfig.from_dict(BASE)
+    assert config.jobs.max_output_bytes == 64 * 1024 * 1024  # the default bound
+    assert config.kfp.service_account == ""  # KFP's own account unless the chart names one
+    config = ServiceConfig.from_dict(
+        {**BASE, "max_output_bytes": 8 * 1024 * 1024, "kfp": {"service_account": "steps"}}
+    )
+    assert (config.jobs.max_output_bytes, config.kfp.service_account) == (8 * 1024 * 1024, "steps")

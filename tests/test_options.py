@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuhub.options import FIELDS, OptionsError, parse_launch_options
+from gpuhub.form import options_from_formdata
+from gpuhub.options import FIELDS, MAX_JSON_DEPTH, OptionsError, parse_launch_options
 from gpuhub.policy import Policy
 
 from .policies import DESIGN_CONFIG, design_policy
@@ -30,9 +31,8 @@ def test_defaults_come_from_the_admin_config():
 
 
 def test_form_strings_and_json_numbers_mean_the_same():
-    from_form = parse(
-        {"image": "cpu", "cpu": "4", "memory": "16G", "gpus": "2", "gpu_type": "a100"}
-    )
+    posted = {"image": ["cpu"], "cpu": ["4"], "memory": ["16G"], "gpus": ["2"]}
+    from_form = parse(options_from_formdata({**posted, "gpu_type": ["a100"]}))
     from_json = parse({"image": "cpu", "cpu": 4, "memory": "16G", "gpus": 2, "gpu_type": "a100"})
     assert from_form == from_json
     assert from_form.gpu_type is not None and from_form.gpu_type.key == "a100"
@@ -93,6 +93,40 @@ def test_each_refusal_is_one_sentence_naming_the_field(raw, groups, field, words
     assert words in str(info.value)
     assert field.split("_")[0] in str(info.value).lower()
     assert str(info.value).count(". ") == 0 or str(info.value).endswith(".")
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        ({"gpus": "2"}, "gpus", "whole number"),  # JSON text is not a GPU count
+        ({"gpus": "\u00b2"}, "gpus", "whole number"),  # "²".isdigit() is true
+        ({"gpus": 10**30}, "gpus", "too large"),
+        ({"cpu": 1e308}, "cpu", "between"),
+        ({"memory": float("inf")}, "memory", "not finite"),
+        ({"image": "\ud800"}, "image", "lone surrogate"),
+        ({"\udfff": 1}, "user_options", "lone surrogate"),
+        ({"profile": [[[]]] * 2}, "profile", "offered profiles"),
+    ],
+)
+def test_threat_odd_json_is_refused_naming_the_field(raw, field, words):
+    with pytest.raises(OptionsError) as info:
+        parse(raw)
+    assert (info.value.field, words in info.value.message) == (field, True), info.value.message
+
+
+def test_threat_deep_nesting_is_refused_without_recursion():
+    deep: object = 1
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(OptionsError, match=f"nested more than {MAX_JSON_DEPTH} levels"):
+        parse({"image": deep})
+
+
+def test_form_converts_only_ascii_digits():
+    assert options_from_formdata({"gpus": ["2"]}) == {"gpus": 2}
+    assert options_from_formdata({"gpus": ["\u00b2"]}) == {"gpus": "\u00b2"}  # refused later
+    with pytest.raises(OptionsError, match="whole number"):
+        parse(options_from_formdata({"gpus": ["\u00b2"]}))
 
 
 def test_not_a_mapping():

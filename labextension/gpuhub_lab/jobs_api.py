@@ -24,6 +24,7 @@ from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
+from tornado import web
 
 from gpuhub.jobs.backend import JobRouter
 from gpuhub.jobs.http import JobsJSONMixin
@@ -31,6 +32,7 @@ from gpuhub.jobs.local import server_gpu_ids
 from gpuhub.jobs.model import (
     KIND_NAMES,
     KINDS,
+    MAX_PARAMETERS_BYTES,
     JobError,
     JobRequest,
     parse_kind,
@@ -78,17 +80,34 @@ def _json_errors(method: Handler) -> Handler:
 
     @functools.wraps(method)
     async def wrapper(self: JobsHandlerBase, *args: Any, **kwargs: Any) -> None:
-        if not self.current_user:
-            self.refuse(
-                403, "auth", "Log in to this Jupyter server, or send its token, to use jobs."
-            )
-            return
         await self.answering(lambda: method(self, *args, **kwargs))
 
     return wrapper
 
 
+@web.stream_request_body
 class JobsHandlerBase(JobsJSONMixin, APIHandler):
+    """Bodies are streamed, so a body over the cap is refused (413) on its headers alone,
+    before Jupyter's authentication and before any of it is read; Jupyter's own prepare()
+    (authentication, XSRF, origin) runs once the capped body is in."""
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        self.check_body_size()
+
+    async def authenticate(self) -> bool:
+        await APIHandler.prepare(self)  # raises 403 for a write without its XSRF token
+        if self._finished:
+            return False
+        if not self.current_user:
+            self.refuse(
+                403, "auth", "Log in to this Jupyter server, or send its token, to use jobs."
+            )
+            return False
+        return True
+
+    def body_cap(self) -> int:
+        return MAX_PARAMETERS_BYTES + 64 * 1024
+
     @property
     def jobs(self) -> JobsContext:
         context: JobsContext = self.settings[SETTINGS_KEY]
@@ -160,12 +179,7 @@ class JobHandler(JobsHandlerBase):
 class JobLogsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self, job_id: str) -> None:
-        tail_arg = self.get_argument("tail", "")
-        tail = None
-        if tail_arg:
-            if not tail_arg.isdigit() or not 0 < int(tail_arg) <= 100_000:
-                raise JobError("tail", "tail must be a number of lines between 1 and 100000.")
-            tail = int(tail_arg)
+        tail = self.tail_argument()
         router = self.jobs.router
         record = await router.get(self.owner, job_id)
         logs = await router.logs(self.owner, job_id, tail=tail)

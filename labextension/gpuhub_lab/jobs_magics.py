@@ -61,6 +61,14 @@ def _job_options(func: Any) -> Any:
     return func
 
 
+def parse_args(magic: Any, line: str) -> Any:
+    """``parse_argstring``, with an unbalanced quote a UsageError like any other typo."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as exc:  # shlex: "No closing quotation"
+        raise UsageError(f"Cannot read the options: {exc}.") from None
+
+
 def parse_parameters(items: list[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for item in items:
@@ -71,6 +79,8 @@ def parse_parameters(items: list[str]) -> dict[str, Any]:
             params[key] = json.loads(raw)
         except ValueError:
             params[key] = raw
+        except RecursionError:
+            raise UsageError(f"-p {key}: the value is nested too deeply.") from None
     return params
 
 
@@ -81,8 +91,11 @@ def request_body(args: Any, notebook: str) -> dict[str, Any]:
         if value is not None:
             body[field] = value
     for field in ("gpus", "workers"):
-        if isinstance(body.get(field), str) and body[field].isdigit():
-            body[field] = int(body[field])
+        value = body.get(field)
+        # ASCII digits only: "²".isdigit() is true but it is no number; anything else goes
+        # to the server as typed and comes back as its one-sentence refusal.
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+            body[field] = int(value)
     params = parse_parameters(args.parameters)
     if params:
         body["parameters"] = params
@@ -281,7 +294,7 @@ class JobMagics(Magics):
         %submit [NOTEBOOK] [--kind K] [--gpus N] [--gpu-type T] [--image I] [--cpu C]
                 [--memory M] [--workers W] [--name NAME] [-p key=value ...] [--wait]
         """
-        args = parse_argstring(self.submit, line)
+        args = parse_args(self.submit, line)
         notebook = args.notebook or self._current_notebook()
         if args.notebook is None:
             print(f"Submitting {notebook} as last saved (save first to include recent edits).")
@@ -296,7 +309,7 @@ class JobMagics(Magics):
         %%train [--kind K] [--gpus N] [--gpu-type T] [--image I] [--cpu C] [--memory M]
                 [--workers W] [--name NAME] [-p key=value ...] [--wait]
         """
-        args = parse_argstring(self.train, line)
+        args = parse_args(self.train, line)
         if not cell.strip():
             raise UsageError("%%train needs code in the cell below the magic.")
         folder = ""
@@ -376,7 +389,7 @@ class JobMagics(Magics):
     def job(self, line: str) -> None:
         """%job logs ID [--tail N] | %job cancel ID | %job status ID | %job wait ID"""
         try:
-            args = parse_argstring(self.job, line)
+            args = parse_args(self.job, line)
         except UsageError:
             raise UsageError(
                 "Use %job logs ID, %job cancel ID, %job status ID or %job wait ID."

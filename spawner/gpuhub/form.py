@@ -92,7 +92,9 @@ def _environment() -> jinja2.Environment:
 
 def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the form shows: the user's last options where given, else the admin defaults."""
-    options = dict(user_options or {})
+    # The last options JupyterHub kept may be anything a REST caller sent (it stores them
+    # before validating): only a mapping pre-fills the form.
+    options = dict(user_options) if isinstance(user_options, Mapping) else {}
     image = options.get("image")
     values: dict[str, Any] = {
         "profile": options.get("profile") or "",
@@ -178,7 +180,9 @@ def render_form(
 def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
     """Reshape posted form fields (lists of strings) into raw ``user_options``.
 
-    Only known fields are taken; empty fields are left out so that defaults apply.
+    Only known fields are taken; empty fields are left out so that defaults apply. The GPU
+    count is the one numeric field converted here (ASCII digits only): the REST API gets no
+    such conversion, so ``{"gpus": "2"}`` there is refused as the README says.
     """
 
     def first(name: str) -> str:
@@ -197,7 +201,12 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
                 "image", "image: enter a custom image reference, or choose an offered image."
             )
         options["image"] = custom
-    if options.get("gpus") in ("0",):
+    gpus = options.get("gpus")
+    if isinstance(gpus, str) and gpus.isascii() and gpus.isdigit() and len(gpus) <= 4:
+        # A form field is text; JSON callers must send a number (the shared path is strict).
+        # Anything else stays text and is refused there, naming the field.
+        options["gpus"] = int(gpus)
+    if options.get("gpus") == 0:
         options.pop(
             "gpu_type", None
         )  # the type radio is always posted; it means nothing without GPUs

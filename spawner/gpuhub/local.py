@@ -14,9 +14,11 @@ of a stopped server still use stay held until those processes end.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import secrets
 from typing import Any
+from urllib.parse import urlparse
 
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Float, Int, List, Unicode, Union, default
@@ -44,6 +46,11 @@ SERVER_ID_ENV = "GPUHUB_SERVER_ID"
 QUEUE = GPUQueue(ALLOCATOR)
 LEDGER = Ledger(QUEUE)
 
+SHARED_ACCOUNT_WARNING = (
+    "All users' servers run as one OS account, so every user can read every other user's "
+    "files and API tokens (and the hub's database and cookie secret)."
+)
+
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     """Local processes with GPUs handed out by index (see DESIGN.md for the traits)."""
@@ -59,7 +66,16 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         config=True,
         help="""Run every server as the hub's own OS user, each in its own directory under
         ``home_dir_template`` (demo and tests). False: servers run as the system user named like
-        the hub user, as LocalProcessSpawner does.""",
+        the hub user, as LocalProcessSpawner does. """
+        + SHARED_ACCOUNT_WARNING
+        + """ On an address other than loopback the hub refuses to start servers unless
+        ``run_as_hub_user_acknowledge_shared_account`` is also set.""",
+    )
+    run_as_hub_user_acknowledge_shared_account = Bool(
+        False,
+        config=True,
+        help="""True: the admin knows that with ``run_as_hub_user`` every user can read every
+        other user's files and tokens, and still wants the hub reachable beyond loopback.""",
     )
     home_dir_template = Unicode(
         config=True,
@@ -387,13 +403,39 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def make_preexec_fn(self, name: str) -> Any:
         if not self.run_as_hub_user:
             return super().make_preexec_fn(name)
+        self.check_shared_account_exposure()  # in the hub, before anything is started
         home = self.home_dir
 
         def preexec() -> None:
-            os.makedirs(home, 0o755, exist_ok=True)
+            # 0700: other OS accounts on the machine stay out (the hub's users share one).
+            os.makedirs(home, 0o700, exist_ok=True)
+            os.chmod(home, 0o700)
             os.chdir(home)
 
         return preexec
+
+    def check_shared_account_exposure(self) -> None:
+        """Refuse to start a shared-account server on a hub reachable beyond loopback, unless
+        the admin has acknowledged what that means (``SHARED_ACCOUNT_WARNING``)."""
+        if self.run_as_hub_user_acknowledge_shared_account:
+            return
+        host = public_host(self.config)
+        if is_loopback(host):
+            return
+        where = host or "every address"
+        self.log.error(
+            "Refusing to start %s: run_as_hub_user on a hub listening on %s. %s",
+            self._log_name,
+            where,
+            SHARED_ACCOUNT_WARNING,
+        )
+        raise refusal(
+            f"This hub runs every server as one shared OS account and listens on {where}, so "
+            "it will not start servers until the admin sets "
+            "LocalGPUSpawner.run_as_hub_user_acknowledge_shared_account = True or binds "
+            "JupyterHub.ip to 127.0.0.1.",
+            403,
+        )
 
     def user_env(self, env: dict[str, str]) -> dict[str, str]:
         if not self.run_as_hub_user:
@@ -482,3 +524,21 @@ def _device_set(visible: str | None) -> set[int] | None:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def public_host(config: Any) -> str:
+    """The host JupyterHub's public proxy binds (``JupyterHub.bind_url``, else ``.ip``;
+    JupyterHub's default, "", is every address)."""
+    hub = config.get("JupyterHub", {}) if config is not None else {}
+    if "bind_url" in hub:
+        return urlparse(str(hub["bind_url"])).hostname or ""
+    return str(hub.get("ip", "") or "")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -8,6 +8,7 @@ sentence naming the field. Nothing else escapes it (see the hypothesis tests).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ _IMAGE_REF = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(?:@sha256:[a-f0-9]{64})?"
 )
 _MAX_TEXT = 256
+# What a JSON value from a user may be: nested at most this deep, whole numbers within a
+# 64-bit range, text that encodes as UTF-8 (no lone surrogates such as "\ud800").
+MAX_JSON_DEPTH = 32
+MAX_JSON_INT = 2**63 - 1
 
 
 class OptionsError(ValueError):
@@ -34,6 +39,49 @@ class OptionsError(ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+def check_json_value(value: object, field: str) -> None:
+    """Refuse what no option or parameter needs and what would break a later layer.
+
+    Lone surrogates cannot be encoded (a 500 when the value is written out), deep nesting
+    exhausts recursion in ``json``/``repr``, and huge numbers exhaust memory or precision.
+    Iterative, so the check itself cannot overflow the stack.
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise OptionsError(
+                        field,
+                        f"{field} contains text that is not valid Unicode (a lone surrogate).",
+                    ) from None
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not -MAX_JSON_INT <= item <= MAX_JSON_INT:
+                raise OptionsError(field, f"{field} contains a number too large to use.")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise OptionsError(field, f"{field} contains a number that is not finite.")
+        elif isinstance(item, Mapping | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                raise OptionsError(
+                    field, f"{field} is nested more than {MAX_JSON_DEPTH} levels deep."
+                )
+            children = [*item.keys(), *item.values()] if isinstance(item, Mapping) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` if it is a JSON whole number (not a bool, not a string), else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
 
 
 @dataclass(frozen=True)
@@ -83,6 +131,9 @@ def parse_launch_options(
         raise OptionsError(
             "user_options", "Options must be a JSON object of field names to values."
         )
+    for key, item in raw.items():
+        check_json_value(key, "user_options")
+        check_json_value(item, str(key)[:40])
     unknown = sorted(str(k)[:40] for k in raw if k not in FIELDS and k not in set(ignore))
     if unknown:
         raise OptionsError(
@@ -219,15 +270,16 @@ def _memory(value: Any, policy: Policy) -> int:
 
 
 def _gpus(value: Any) -> int:
-    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 4:
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A JSON whole number, exactly: "2" is text, not a GPU count (the form converts its
+    own fields in :func:`gpuhub.form.options_from_formdata` before they get here)."""
+    count = whole_number(value)
+    if count is None:
         raise OptionsError(
             "gpus", f"gpus must be a whole number such as 0, 1 or 2 (got {_short(value)})."
         )
-    if value < 0:
+    if count < 0:
         raise OptionsError("gpus", "gpus must not be negative.")
-    return value
+    return count
 
 
 def _gpu_type(

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tornado import web
-from traitlets import Dict, Unicode, default
+from traitlets import Any as TraitAny
+from traitlets import Dict, Unicode, Union, default
 from traitlets.config import Configurable
 
 from .form import GPUCapacity, Preset, QuotaView, options_from_formdata, render_form
@@ -94,12 +95,20 @@ class GPUSpawnerMixin(Configurable):
         groups, else ``default``; None (the default) means no quota beyond ``group_limits``.""",
     )
 
+    # JupyterHub assigns the REST body to user_options before apply_user_options sees it, so
+    # any JSON value can arrive here; a non-object must reach the validation and be refused
+    # with 400 there, not fail this assignment with a TraitError (a 500).
+    user_options = Union(
+        [Dict(), TraitAny()],
+        help="""The options the user asked for (JupyterHub's trait, widened to any JSON value
+        so that a bad REST body is refused with 400 by the validation).""",
+    )
+
     launch_options: LaunchOptions | None = None
 
     if TYPE_CHECKING:  # provided by jupyterhub.spawner.Spawner, which this is mixed into
         log: Any
         user: Any
-        user_options: dict[str, Any]
         _log_name: str
 
     @default("options_form")

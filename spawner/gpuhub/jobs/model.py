@@ -19,7 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..options import LaunchOptions, OptionsError, parse_launch_options
+from ..options import (
+    LaunchOptions,
+    OptionsError,
+    check_json_value,
+    parse_launch_options,
+    whole_number,
+)
 from ..policy import Policy
 from ..quantity import format_cpu, format_memory
 
@@ -252,12 +258,12 @@ def parse_name(value: Any, *, default_from: str) -> str:
 
 
 def parse_workers(value: Any, kind: Kind, max_workers: int = MAX_WORKERS) -> int:
-    if value in (None, ""):
+    if value is None or value == "":
         return 1
-    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 4:
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    count = whole_number(value)
+    if count is None:
         raise JobError("workers", f"workers must be a whole number (got {_short(value)}).")
+    value = count
     if kind not in DISTRIBUTED_KINDS:
         if value != 1:
             raise JobError(
@@ -283,6 +289,10 @@ def parse_parameters(value: Any) -> dict[str, Any]:
             f"parameters must be a mapping of names to values, such as "
             f'{{"epochs": 10}} (got {type(value).__name__}).',
         )
+    try:
+        check_json_value(value, "parameters")
+    except OptionsError as exc:
+        raise JobError(exc.field, exc.message) from None
     for key in value:
         if not isinstance(key, str) or not _IDENTIFIER.fullmatch(key) or key == "__builtins__":
             raise JobError(

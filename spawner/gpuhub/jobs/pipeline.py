@@ -130,6 +130,9 @@ def compile_pipeline(
         task = run_notebook(notebook=notebook, parameters=parameters)
         task.set_display_name(request.notebook.path)
         task.set_caching_options(False)  # a training run is not a pure function of its inputs
+        # As job pods: never root. KFP's compiler and backend add the rest of the restricted
+        # profile (no privilege escalation, all capabilities dropped, RuntimeDefault seccomp).
+        kubernetes.set_security_context(task, run_as_non_root=True)
         task.set_cpu_request(format_cpu(options.cpu)).set_cpu_limit(format_cpu(options.cpu))
         memory = format_memory(options.memory)
         task.set_memory_request(memory).set_memory_limit(memory)
@@ -169,6 +172,9 @@ class KFPSettings:
     endpoint: str = ""
     ui_url: str = ""
     namespace: str = "kubeflow"
+    # The Kubernetes service account pipeline steps run under ("" = KFP's own, which holds
+    # permissions and a mounted token); the chart's kfp.serviceAccount has none.
+    service_account: str = ""
 
     @property
     def configured(self) -> bool:
@@ -335,6 +341,7 @@ class KFPBackend(JobBackend):
                 run_name=job_id,
                 experiment_name=f"gpuhub-{m.user_label(owner) or 'user'}",
                 namespace=self.kfp.namespace,
+                service_account=self.kfp.service_account or None,
             )
         return str(result.run_id)
 

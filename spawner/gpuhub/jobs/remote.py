@@ -47,6 +47,7 @@ class HubServiceBackend(RemoteBackend):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fetched: set[str] = set()
+        self._not_notebooks: set[str] = set()  # fetched outputs that were no notebook
         self._kinds: tuple[float, builtins.list[dict[str, Any]]] | None = None
 
     # -- HTTP -----------------------------------------------------------------------------
@@ -192,12 +193,36 @@ class HubServiceBackend(RemoteBackend):
                 log.info("gpuhub: no executed notebook for %s: %s", record.id, exc.message)
                 self._fetched.add(record.id)  # do not ask again on every poll
                 return record
-            notebook = json.loads(response.body)
-            await asyncio.to_thread(_write, path, notebook)
+            notebook = _notebook(response.body)
             self._fetched.add(record.id)
+            if notebook is None:  # what the job printed is the user's code's to decide
+                log.info("gpuhub: the output of %s is not a notebook; not saved", record.id)
+                self._not_notebooks.add(record.id)
+            else:
+                await asyncio.to_thread(_write, path, notebook)
+        if record.id in self._not_notebooks:
+            record.message = record.message or NOT_A_NOTEBOOK
+            return record
         if await asyncio.to_thread(path.exists):
             record.output = path.relative_to(root).as_posix()
         return record
+
+
+NOT_A_NOTEBOOK = (
+    "The executed notebook that came back from the cluster is not a notebook, so it was not "
+    "saved; the job's log has the cells' output."
+)
+
+
+def _notebook(body: bytes) -> dict[str, Any] | None:
+    """The fetched output if it is a notebook (a JSON object with cells), else None."""
+    try:
+        notebook = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        return None
+    return notebook
 
 
 def _write(path: Path, notebook: Any) -> None:

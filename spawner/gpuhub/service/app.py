@@ -42,7 +42,9 @@ from .quota import HubQuota
 log = logging.getLogger("gpuhub.service")
 
 _KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-MAX_BODY = 32 * 1024 * 1024  # tornado's cap on a request body; the notebook cap is smaller
+# A submit body is the notebook (at most max_notebook_bytes) plus a few fields; JSON string
+# escaping can grow the notebook's text, so the JSON is allowed this much on top.
+BODY_SLACK = 64 * 1024
 
 
 class Jobs:
@@ -53,6 +55,11 @@ class Jobs:
         self.kube = kube
         self.kfp = kfp
         self.router = JobRouter({"job": kube, "pytorchjob": kube, "tfjob": kube, "pipeline": kfp})
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body: the notebook cap plus :data:`BODY_SLACK`."""
+        return self.config.jobs.max_notebook_bytes + BODY_SLACK
 
     def backend(self, kind: str) -> JobBackend:
         return self.kfp if kind == "pipeline" else self.kube
@@ -88,8 +95,15 @@ class Jobs:
         return data
 
 
+@web.stream_request_body
 class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
-    """Token-authenticated JSON handler; ``self.owner`` is the caller's user name."""
+    """Token-authenticated JSON handler; ``self.owner`` is the caller's user name.
+
+    The body is streamed (``stream_request_body``), so :meth:`prepare` runs on the headers
+    alone: a body over the cap is refused with 413 before one byte of it is read and before
+    the hub is asked about the token (the path is reachable through the proxy without one);
+    an undeclared body is cut at the cap. The token is checked once the body is in.
+    """
 
     owner: str = ""
     groups: list[str]
@@ -98,6 +112,12 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
         self.jobs = jobs
         self.hub_auth = hub_auth
 
+    def body_cap(self) -> int:
+        return self.jobs.max_body_bytes
+
+    def body_cap_reason(self) -> str:
+        return "the notebook limit plus 64 KiB"
+
     def check_xsrf_cookie(self) -> None:
         """Token-only API (no cookies are accepted), so there is no XSRF to check."""
 
@@ -105,6 +125,9 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
         raise web.HTTPError(403)
 
     async def prepare(self) -> None:
+        self.check_body_size()  # on the headers alone; the caller is known later
+
+    async def authenticate(self) -> bool:
         # HubAuth's async path: never block the loop on the hub's API (answers are cached).
         model = None
         if self.hub_auth.get_token(self, in_cookie=False):
@@ -122,12 +145,13 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
                 "Send a JupyterHub token of yours that may use the gpuhub service "
                 "(Authorization: token ...).",
             )
-            return
+            return False
         if model.get("kind", "user") != "user":
             self.refuse(403, "auth", "Only users have jobs; this token belongs to a service.")
-            return
+            return False
         self.owner = model["name"]
         self.groups = list(model.get("groups") or [])
+        return True
 
     def refusal_caller(self) -> str:
         return self.owner or "anonymous"
@@ -254,12 +278,7 @@ class JobHandler(JobsHandler):
 class LogsHandler(JobsHandler):
     async def get(self, job_id: str) -> None:
         async def action() -> None:
-            tail_arg = self.get_argument("tail", "")
-            tail = None
-            if tail_arg:
-                if not tail_arg.isdigit() or not 0 < int(tail_arg) <= 100_000:
-                    raise JobError("tail", "tail must be a number of lines between 1 and 100000.")
-                tail = int(tail_arg)
+            tail = self.tail_argument()
             record = await self.jobs.router.get(self.owner, job_id)
             logs = await self.jobs.router.logs(self.owner, job_id, tail=tail)
             self.reply({"id": record.id, "status": record.status, "logs": logs})
@@ -319,5 +338,6 @@ def make_app(jobs: Jobs, hub_auth: HubAuth, prefix: str) -> web.Application:
             (url_path_join(base, job_id, "pipeline.yaml"), PipelineYAMLHandler, kwargs),
             (url_path_join(base, job_id), JobHandler, kwargs),
         ],
-        max_body_size=MAX_BODY,
+        # The default cap until a handler's prepare() sets the real one: bodies are streamed.
+        max_body_size=jobs.max_body_bytes,
     )

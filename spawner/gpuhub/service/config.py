@@ -8,8 +8,9 @@
     gpu_quota: {default: 2, groups: {staff: 8}}   # the hub's GPUSpawner.gpu_quota (ledger)
     job_image: ghcr.io/gpuhub/gpuhub-notebook:0.1.0
     home_volume: {claim_name_template: "claim-{username}", mount_path: /home/jovyan, shared: false}
-    kfp: {endpoint: "", ui_url: "", namespace: kubeflow}
+    kfp: {endpoint: "", ui_url: "", namespace: kubeflow, service_account: ""}
     max_notebook_bytes: 1048576
+    max_output_bytes: 67108864             # most bytes inflated from a job's log (its notebook)
 
 Every problem is reported as one :class:`ServiceConfigError` naming the key, at start-up.
 """
@@ -60,7 +61,7 @@ class ServiceConfig:
         if not isinstance(data, Mapping):
             raise ServiceConfigError("the configuration must be a mapping of keys to values")
         known = {"namespace", "policy", "gpu_quota", "job_image", "home_volume", "kfp"}
-        known |= {"max_notebook_bytes"}
+        known |= {"max_notebook_bytes", "max_output_bytes"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ServiceConfigError(f"unknown key {unknown[0]!r}; the keys are {sorted(known)}")
@@ -87,7 +88,19 @@ class ServiceConfig:
         max_bytes = data.get("max_notebook_bytes", 1024 * 1024)
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
             raise ServiceConfigError("max_notebook_bytes must be a positive number of bytes")
+        max_output = data.get("max_output_bytes", 64 * 1024 * 1024)
+        if (
+            not isinstance(max_output, int)
+            or isinstance(max_output, bool)
+            or not 1024 * 1024 <= max_output <= 1024**3
+        ):
+            raise ServiceConfigError(
+                "max_output_bytes must be a number of bytes between 1 MiB and 1 GiB"
+            )
         kfp = _mapping(data, "kfp")
+        extra_kfp = sorted(set(kfp) - {"endpoint", "ui_url", "namespace", "service_account"})
+        if extra_kfp:
+            raise ServiceConfigError(f"kfp.{extra_kfp[0]} is not a kfp setting")
         job_image = _text(data, "job_image", "")
         if not job_image:
             raise ServiceConfigError("job_image must name the image jobs run in by default")
@@ -105,11 +118,13 @@ class ServiceConfig:
                     shared=shared,
                 ),
                 max_notebook_bytes=max_bytes,
+                max_output_bytes=max_output,
             ),
             kfp=KFPSettings(
                 endpoint=_text(kfp, "endpoint", "", "kfp."),
                 ui_url=_text(kfp, "ui_url", "", "kfp."),
                 namespace=_text(kfp, "namespace", "kubeflow", "kfp."),
+                service_account=_text(kfp, "service_account", "", "kfp."),
             ),
         )
 

@@ -45,6 +45,7 @@ from ..model import (
 )
 from . import manifests as m
 from .status import (
+    LOST_OUTPUT,
     Obj,
     Phase,
     PodLog,
@@ -153,6 +154,7 @@ class KubernetesBackend(JobBackend):
         self.core: Any = client.CoreV1Api(api)
         self.batch: Any = client.BatchV1Api(api)
         self.custom: Any = client.CustomObjectsApi(api)
+        self.networking: Any = client.NetworkingV1Api(api)
         self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
         self._locks: dict[str, asyncio.Lock] = {}
         self._discovered: tuple[float, frozenset[str]] | None = None
@@ -263,8 +265,9 @@ class KubernetesBackend(JobBackend):
             created = utcnow().isoformat().replace("+00:00", "Z")
             configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
             workload = m.workload(request, owner, job_id, self.settings, key=key, created=created)
+            policy = m.replica_network_policy(request, owner, job_id, self.settings)
             try:
-                made = await self._create_all(configmap, workload, owner, key)
+                made = await self._create_all(configmap, workload, owner, key, policy)
             except BaseException:
                 if quota is not None:
                     await quota.release(owner, job_id)
@@ -294,8 +297,11 @@ class KubernetesBackend(JobBackend):
             raise JobError("name", f"A job named {job_id!r} already exists.", 409)
         return obj
 
-    async def _create_all(self, configmap: Obj, workload: Obj, owner: str, key: str) -> Obj:
-        """ConfigMap, workload, ownerReference: each step undone if a later one fails."""
+    async def _create_all(
+        self, configmap: Obj, workload: Obj, owner: str, key: str, policy: Obj | None = None
+    ) -> Obj:
+        """ConfigMap, workload, ownerReference, the replicas' NetworkPolicy: each step undone
+        if a later one fails."""
         name = workload["metadata"]["name"]
         try:
             await _json(
@@ -326,12 +332,39 @@ class KubernetesBackend(JobBackend):
                     _preload_content=False,
                 )
             )
+            if policy is not None:
+                await self._create_network_policy(policy, made)
         except BaseException as exc:
             await self._roll_back(configmap["metadata"]["name"], made)
             if isinstance(exc, ApiException):
                 raise self._refusal("create the job", exc) from None
             raise
         return made
+
+    async def _create_network_policy(self, policy: Obj, workload: Obj) -> None:
+        """The replicas' policy, owned by the workload. A cluster without the NetworkPolicy
+        API cannot enforce any fence; that is the admin's to know, so it is logged."""
+        policy = {
+            **policy,
+            "metadata": {**policy["metadata"], "ownerReferences": [m.owner_reference(workload)]},
+        }
+        try:
+            await _json(
+                self.networking.create_namespaced_network_policy(
+                    self.namespace, policy, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 409:  # a retried submit: made the first time
+                return
+            if exc.status == 404:
+                log.warning(
+                    "gpuhub: this cluster serves no NetworkPolicy API; the replicas of %s "
+                    "are not fenced",
+                    workload["metadata"]["name"],
+                )
+                return
+            raise
 
     async def _create_workload(self, workload: Obj) -> Obj:
         if workload["kind"] == "Job":
@@ -553,24 +586,52 @@ class KubernetesBackend(JobBackend):
             record.failed_cell = pod_log.failed_cell
         if phase.status in ("succeeded", "failed"):
             record.message = None
+            if pod_log is not None and not self.settings.home_volume.shared:
+                record.message = self._output_verdict(pod_log, phase.status)
         return record
 
-    async def _final_log(self, obj: Obj, pods: list[Obj], *, full: bool = False) -> PodLog | None:
-        """The parsed log of a finished job's primary pod.
+    @staticmethod
+    def _output_verdict(pod_log: PodLog, status: str) -> str | None:
+        """Why a finished job's executed notebook cannot come back, if it cannot."""
+        if pod_log.output_problem is not None:
+            return pod_log.output_problem
+        if status == "succeeded" and pod_log.result is not None and not pod_log.has_output:
+            return LOST_OUTPUT  # papermill always writes it; the log lost the block
+        return None
 
-        Only the result line (status, error, failing cell) is kept, per job uid: it is all a
-        status needs and never changes. ``full`` reads the log again for the notebook.
+    async def _final_log(self, obj: Obj, pods: list[Obj], *, full: bool = False) -> PodLog | None:
+        """The parsed log of a finished job's primary pod, and the verdict on its output.
+
+        Only the result line (status, error, failing cell) and the verdict are kept, per job
+        uid: they never change. Listing and status read a log's structure only (is the
+        notebook block there, whole?); the notebook is inflated, bounded, only for ``full``
+        (GET output, once per user server), and a verdict against it (over the bound,
+        corrupt) is cached, so it is said from then on and never inflated again.
         """
         job_id = obj["metadata"]["name"]
         cache_key = f"{job_id}/{obj['metadata'].get('uid')}"
-        if not full and cache_key in self._final_logs:
+        cached = self._final_logs.get(cache_key)
+        if cached is not None and (not full or cached.output_problem is not None):
             self._final_logs.move_to_end(cache_key)
-            return self._final_logs[cache_key]
+            return cached
         pod = self._primary_pod(obj, pods)
         if pod is None:
             return None
-        parsed = parse_pod_log(await self._read_log(pod))
-        self._final_logs[cache_key] = PodLog("", parsed.result, None)
+        text = await self._read_log(pod)
+        inflate = full and not self.settings.home_volume.shared
+        bound = self.settings.max_output_bytes
+        # Counting first, keeping nothing: a bomb is judged without holding its inflation.
+        parsed = await asyncio.to_thread(
+            parse_pod_log, text, inflate=inflate, max_output_bytes=bound
+        )
+        if inflate and parsed.output_problem is None:
+            parsed = await asyncio.to_thread(
+                parse_pod_log, text, inflate=True, keep_notebook=True, max_output_bytes=bound
+            )
+        del text
+        self._final_logs[cache_key] = PodLog(
+            "", parsed.result, None, parsed.output_problem, parsed.has_output
+        )
         while len(self._final_logs) > _FINAL_CACHE:
             self._final_logs.popitem(last=False)
         return parsed
@@ -632,7 +693,7 @@ class KubernetesBackend(JobBackend):
             seen.add(name)
             mine = [p for p in pods if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == name]
             phase = self._phase(obj, mine)
-            pod_log = await self._final_log(obj, mine) if phase.status == "failed" else None
+            pod_log = await self._final_log(obj, mine) if self._wants_log(phase) else None
             records.append(self._record(obj, mine, pod_log, await self._refused(obj, mine)))
         for _when, record in self._tombstones.values():
             if record.owner == owner and record.id not in seen:
@@ -659,8 +720,14 @@ class KubernetesBackend(JobBackend):
             return cancelled
         pods = await self._pods(owner, job_id)
         phase = self._phase(obj, pods)
-        pod_log = await self._final_log(obj, pods) if phase.status == "failed" else None
+        pod_log = await self._final_log(obj, pods) if self._wants_log(phase) else None
         return self._record(obj, pods, pod_log, await self._refused(obj, pods))
+
+    def _wants_log(self, phase: Phase) -> bool:
+        """A failed job's error is in its log; so is, without a shared home, its output."""
+        if phase.status == "failed":
+            return True
+        return phase.status == "succeeded" and not self.settings.home_volume.shared
 
     async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
         obj, _cancelled = await self._owned_or_cancelled(owner, job_id)
@@ -670,7 +737,9 @@ class KubernetesBackend(JobBackend):
         pod = self._primary_pod(obj, pods)
         if pod is None:
             return ""
-        text = parse_pod_log(await self._read_log(pod)).text
+        # Only the tail is read (tailLines); the notebook block is skipped, never inflated.
+        raw = await self._read_log(pod, tail=tail)
+        text = parse_pod_log(raw, tail=tail is not None).text
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:])
         return text[-MAX_LOG_BYTES:]
@@ -683,6 +752,8 @@ class KubernetesBackend(JobBackend):
         if phase.status not in ("succeeded", "failed"):
             raise JobError("id", "The job has not finished; its output is not ready yet.", 409)
         pod_log = await self._final_log(obj, pods, full=True)
+        if pod_log is not None and pod_log.output_problem is not None:
+            raise JobError("id", pod_log.output_problem, 422)
         if pod_log is None or pod_log.notebook is None:
             where = "in your home directory" if self.settings.home_volume.shared else "in its log"
             raise JobError("id", f"The job left no executed notebook {where}.", 404)

@@ -9,6 +9,7 @@ each follows the same GPU rules as a single-user server (:mod:`gpuhub.gpu_pod`).
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -85,6 +86,8 @@ class KubeJobSettings:
     job_image: str = "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20"
     home_volume: HomeVolume = field(default_factory=HomeVolume)
     max_notebook_bytes: int = 1024 * 1024
+    # Most bytes the service inflates from a job's log to get its executed notebook back.
+    max_output_bytes: int = 64 * 1024 * 1024
 
     @property
     def shipped_notebook_limit(self) -> int:
@@ -249,9 +252,11 @@ def _pod_spec(
         # User code holds no cluster credentials (DESIGN: "User pods hold no cluster credentials").
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "containers": [
             {
                 "name": container_name,
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
                 "image": options.image or settings.job_image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["python", f"{RUN_DIR}/run.py"],
@@ -268,6 +273,55 @@ def _pod_spec(
     if tolerations:
         spec["tolerations"] = tolerations
     return spec
+
+
+# What every job container runs under (the restricted Pod Security Standard): not root, no
+# privilege escalation, no capabilities, the runtime's default seccomp filter. An image whose
+# user is root (or a name the kubelet cannot check) fails to start, and the job says why
+# (:func:`gpuhub.jobs.k8s.status.pod_waiting`).
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def replica_network_policy(
+    request: JobRequest, owner: str, job_id: str, settings: KubeJobSettings
+) -> dict[str, Any] | None:
+    """Let the replicas of one distributed job reach each other, and nothing else more.
+
+    The chart's ``gpuhub-jobs`` NetworkPolicy fences every job pod (no ingress, egress to
+    DNS and what the admin allows); policies add up, so this one opens exactly the traffic
+    between pods of this job. None for single-pod jobs. Owned by the workload (set by the
+    backend once it exists), so it goes when the job goes.
+    """
+    if request.kind not in CUSTOM_KINDS or request.workers < 2:
+        return None
+    same_job = {
+        "podSelector": {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: job_id}}
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"{job_id}-replicas",
+            "namespace": settings.namespace,
+            "labels": labels(owner, job_id, request.kind),
+            "annotations": {ANNOTATION_USERNAME: owner},
+        },
+        "spec": {
+            **copy.deepcopy(same_job),
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [copy.deepcopy(same_job)]}],
+            "egress": [{"to": [copy.deepcopy(same_job)]}],
+        },
+    }
 
 
 def record_annotation(request: JobRequest, created: str, shared: bool, job_id: str) -> str:

@@ -7,15 +7,15 @@ scheduler's ``Unschedulable`` message, image pull errors, and the runner's resul
 
 from __future__ import annotations
 
-import base64
 import binascii
-import gzip
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ...quantity import human_memory
 from ..model import FailedCell, Status
 from .pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 
@@ -31,13 +31,33 @@ class Phase:
     finished: str | None = None
 
 
+ROOT_IMAGE = (
+    "Cannot start {image}: it runs as root (or as a user name the cluster cannot check), and "
+    "jobs run as a non-root user; use an image whose USER is a numeric non-root id, such as "
+    "the Jupyter images (USER 1000)."
+)
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+LOST_OUTPUT = (
+    "The executed notebook did not come back whole: without a shared home it travels in the "
+    "pod's log, which the kubelet rotates at about 10 MiB; ask your admin for a shared home "
+    "volume (jobs.homeVolume.shared) for big outputs."
+)
+
+
 @dataclass
 class PodLog:
-    """A job pod's log split into what the user reads, the result line and the notebook."""
+    """A job pod's log split into what the user reads, the result line and the notebook.
+
+    ``output_problem``: one sentence when the log should have carried the executed notebook
+    but it is cut short, corrupt or over the service's bound (None when it is fine, or when
+    the notebook was not inflated: see ``inflate`` in :func:`parse_pod_log`).
+    """
 
     text: str
     result: dict[str, Any] | None
     notebook: bytes | None
+    output_problem: str | None = None
+    has_output: bool = False  # a complete begin..end block was in the log
 
     @property
     def failed_cell(self) -> FailedCell | None:
@@ -50,41 +70,143 @@ class PodLog:
             return None
 
 
-def parse_pod_log(log: str) -> PodLog:
-    """Take the runner's result line and executed-notebook block out of a pod's log."""
-    lines = log.splitlines(keepends=True)
+class OutputTooBig(Exception):
+    """Inflating the executed notebook passed the bound."""
+
+
+class _Inflater:
+    """Streams base64 lines through gzip, holding at most ``limit`` inflated bytes.
+
+    ``keep``: collect the notebook; otherwise only count (for a verdict without the memory).
+    Raises :class:`OutputTooBig` or ``ValueError`` (corrupt) as soon as it knows.
+    """
+
+    def __init__(self, limit: int, keep: bool) -> None:
+        self.limit = limit
+        self.keep = keep
+        self.size = 0
+        self.parts: list[bytes] = []
+        self._pending = ""
+        self._gzip = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+
+    def feed(self, line: str) -> None:
+        text = self._pending + line
+        cut = len(text) - len(text) % 4
+        self._pending = text[cut:]
+        try:
+            data = binascii.a2b_base64(text[:cut], strict_mode=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("not base64") from None
+        while data:
+            piece = self._gzip.decompress(data, self.limit - self.size + 1)
+            self.size += len(piece)
+            if self.size > self.limit:
+                raise OutputTooBig
+            if self.keep:
+                self.parts.append(piece)
+            data = self._gzip.unconsumed_tail
+
+    def finish(self) -> bytes:
+        if self._pending or not self._gzip.eof:
+            raise ValueError("cut short")
+        return b"".join(self.parts)
+
+
+def parse_pod_log(
+    log: str,
+    *,
+    inflate: bool = False,
+    keep_notebook: bool = False,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    tail: bool = False,
+) -> PodLog:
+    """Take the runner's result line and executed-notebook block out of a pod's log.
+
+    The block is skipped unless ``inflate``; then it is streamed through gzip with at most
+    ``max_output_bytes`` inflated (a hostile notebook can print a gzip bomb), and the
+    notebook is kept only with ``keep_notebook``. A block cut short (log rotation), corrupt
+    or too big sets ``output_problem``. ``tail``: the log is only its last lines (for
+    reading, not for a verdict), so a block without its begin marker is no loss.
+    """
     shown: list[str] = []
     result: dict[str, Any] | None = None
-    block: list[str] | None = None
+    in_block = False
+    inflater: _Inflater | None = None
     notebook: bytes | None = None
-    for line in lines:
+    problem: str | None = None
+    has_output = False
+    block_lines = 0
+    for line in log.splitlines(keepends=True):
         stripped = line.strip()
-        if block is not None:
+        if in_block:
             if stripped == OUTPUT_END:
-                try:
-                    notebook = gzip.decompress(base64.b64decode("".join(block), validate=True))
-                except (binascii.Error, OSError, EOFError):
-                    notebook = None
-                size = len(notebook) if notebook is not None else 0
+                in_block = False
+                has_output = problem is None
+                if inflater is not None and problem is None:
+                    try:
+                        data = inflater.finish()
+                        notebook = data if keep_notebook else None
+                    except ValueError:
+                        problem, has_output = _corrupt(), False
                 shown.append(
-                    f"[gpuhub: executed notebook, {size} bytes, sent back as the job's output]\n"
+                    f"[gpuhub: executed notebook, {block_lines} log lines, sent back as the "
+                    "job's output]\n"
                 )
-                block = None
+                inflater = None
             else:
-                block.append(stripped)
+                block_lines += 1
+                if inflater is not None and problem is None:
+                    try:
+                        inflater.feed(stripped)
+                    except OutputTooBig:
+                        problem = _too_big(max_output_bytes)
+                        inflater = None
+                    except ValueError:
+                        problem = _corrupt()
+                        inflater = None
             continue
         if stripped == OUTPUT_BEGIN:
-            block = []
+            in_block, block_lines = True, 0
+            inflater = _Inflater(max_output_bytes, keep_notebook) if inflate else None
+            continue
+        if stripped == OUTPUT_END:
+            # Everything before it was the block: a tail that began inside it, or a log
+            # whose start (with the begin marker) the kubelet rotated away.
+            if tail:
+                shown = ["[gpuhub: executed notebook, sent back as the job's output]\n"]
+            else:
+                problem = LOST_OUTPUT
+                shown = [
+                    "[gpuhub: the start of this log was rotated away; see the job's message]\n"
+                ]
             continue
         if stripped.startswith(RESULT_PREFIX):
             try:
                 loaded = json.loads(stripped[len(RESULT_PREFIX) :])
                 result = loaded if isinstance(loaded, dict) else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 result = None
             continue
         shown.append(line)
-    return PodLog("".join(shown), result, notebook)
+    if in_block and not tail:  # no end marker: the pod was cut off while printing
+        problem, has_output, notebook = LOST_OUTPUT, False, None
+    if problem is not None:
+        notebook = None
+    return PodLog("".join(shown), result, notebook, problem, has_output)
+
+
+def _corrupt() -> str:
+    return (
+        "The executed notebook in the job's log is corrupt, so it cannot be sent back; "
+        "the job's log still has the cells' output."
+    )
+
+
+def _too_big(limit: int) -> str:
+    return (
+        f"The executed notebook is over the {human_memory(limit)} the jobs service takes "
+        "back from a job's log (jobs.maxOutputBytes); write big results to files instead."
+    )
 
 
 def _condition(obj: Obj, kind: str) -> Obj | None:
@@ -114,6 +236,10 @@ def pod_waiting(pods: list[Obj], gpu: str) -> str | None:
         reason = waiting.get("reason")
         if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
             return f"Cannot pull the image {cs.get('image')}: {waiting.get('message') or reason}"
+        if reason == "CreateContainerConfigError" and "runAsNonRoot" in (
+            waiting.get("message") or ""
+        ):
+            return ROOT_IMAGE.format(image=cs.get("image") or "the image")
         if reason == "ContainerCreating":
             return "Starting: pulling the image and preparing the container."
     if status.get("phase") == "Pending" and pod.get("spec", {}).get("nodeName"):
