@@ -449,7 +449,7 @@ async def test_pod_refused_by_the_namespace_quota_is_said_in_words(kubesim, back
         "default",
     )
     four = make_request(root, gpus=4, gpu_type="a100")
-    record = await backend.submit(four, "alice", gpu_quota=8, **submit_args(root))
+    record = await backend.submit(four, "alice", quota=backend.own_quota(8), **submit_args(root))
     for _ in range(300):
         pending = await backend.get("alice", record.id)
         if pending.message and "quota" in pending.message:
@@ -478,7 +478,7 @@ async def test_training_job_refused_by_the_namespace_quota_is_said_in_words(kube
         "default",
     )
     request = make_request(root, kind="pytorchjob", workers=2, gpus=2, gpu_type="a100")
-    record = await backend.submit(request, "alice", gpu_quota=8, **submit_args(root))
+    record = await backend.submit(request, "alice", quota=backend.own_quota(8), **submit_args(root))
     for _ in range(300):
         pending = await backend.get("alice", record.id)
         if pending.message and "quota" in pending.message:

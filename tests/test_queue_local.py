@@ -155,3 +155,34 @@ def test_quota_and_never_fits_are_refused_at_once(hub: Hub) -> None:
     assert "waiting in line" in other.json()["message"]
     hub.api("DELETE", "/users/carol/server")
     wait_until("carol's wait ended", lambda: server(hub, "carol") is None)
+
+
+@pytest.mark.browser
+def test_the_spawn_page_shows_where_you_stand_in_line(hub: Hub) -> None:
+    """In a real browser: the pending page says the place in line, then the GPU, then lab."""
+    from tests.browser.chromium import artifact, chromium
+    from tests.hub.process import PASSWORD
+
+    for name in ("bob", "carol"):
+        if server(hub, name) is not None:
+            hub.stop_server(name)
+    assert spawn(hub, "alice", {"gpus": 1, "gpu_type": "a6000"}).status_code in (201, 202)
+    wait_until("alice ready", lambda: (server(hub, "alice") or {}).get("ready"))
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1000, "height": 800})  # type: ignore[attr-defined]
+        page.goto(f"{hub.url}/hub/login")
+        page.fill("#username_input", "dave")
+        page.fill("#password_input", PASSWORD)
+        page.click("#login_submit")
+        page.goto(f"{hub.url}/hub/spawn")
+        page.fill("#gpuhub-gpus", "1")
+        page.check("input[name=gpu_type][value=a6000]")
+        page.click("button[type=submit]")
+        page.wait_for_url("**/hub/spawn-pending/dave**", timeout=60_000)
+        line = page.get_by_text("you are 1st in line")
+        line.first.wait_for(timeout=30_000)
+        page.screenshot(path=str(artifact("spawn-waiting-in-line.png")), full_page=True)
+        hub.stop_server("alice")
+        page.wait_for_url("**/user/dave/**", timeout=90_000)
+    assert server(hub, "dave")["state"]["gpus"] == [0]
+    hub.stop_server("dave")
