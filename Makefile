@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(CURDIR)/$(VENV)/bin
 # JupyterHub finds configurable-http-proxy (npm) and jupyterhub-singleuser (venv) on PATH.
 export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
+# auto: this machine's GPUs, or 4 simulated ones without a driver; also simulated:N or 0,1,2.
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 

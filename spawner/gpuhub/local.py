@@ -19,6 +19,9 @@ from .form import GPUCapacity
 from .options import LaunchOptions
 from .spawner_base import GPUSpawnerMixin, refusal
 
+SIMULATED_PREFIX = "simulated:"
+SIMULATED_NAME = "Simulated GPU"
+
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     """Local processes with GPUs handed out by index (see DESIGN.md for the traits)."""
@@ -27,7 +30,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         [Unicode(), List(Int())],
         default_value="auto",
         config=True,
-        help="""GPU indices this hub may hand out, or "auto" to ask NVML (no driver: none).""",
+        help="""GPU indices this hub may hand out, "auto" to ask NVML (no driver: none), or
+        "simulated:N" for N simulated GPUs (demos and tests: the lab shows its CPU activity and
+        memory as the GPUs' figures, labelled "simulated" everywhere).""",
     )
     run_as_hub_user = Bool(
         False,
@@ -48,12 +53,25 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     _told_no_gpus = False
 
     # -- devices and policy ---------------------------------------------------------------
+    @property
+    def simulated_gpus(self) -> int:
+        """N of ``gpu_devices = "simulated:N"``, else 0."""
+        value = self.gpu_devices
+        if isinstance(value, str) and value.startswith(SIMULATED_PREFIX):
+            count = value.removeprefix(SIMULATED_PREFIX)
+            if count.isdigit():
+                return int(count)
+        return 0
+
     def device_indices(self) -> list[int]:
         if isinstance(self.gpu_devices, list):
             return list(self.gpu_devices)
+        if self.simulated_gpus:
+            return list(range(self.simulated_gpus))
         if self.gpu_devices != "auto":
             raise ValueError(
-                f'gpu_devices must be "auto" or a list of indices, not {self.gpu_devices!r}'
+                'gpu_devices must be "auto", "simulated:N" or a list of indices, '
+                f"not {self.gpu_devices!r}"
             )
         found = gpu_devices_mod.discover()
         if found.reason and not LocalGPUSpawner._told_no_gpus:
@@ -66,7 +84,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         config = super().policy_config()
         indices = self.device_indices()
         if not config["gpu_types"] and indices:
-            names = {d.name for d in gpu_devices_mod.discover().devices if d.index in indices}
+            if self.simulated_gpus:
+                names = {SIMULATED_NAME}
+            else:
+                names = {d.name for d in gpu_devices_mod.discover().devices if d.index in indices}
             config["gpu_types"] = {
                 "gpu": {
                     "display_name": names.pop() if len(names) == 1 else "NVIDIA GPU",
@@ -129,7 +150,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpus)
         env["GPUHUB_GPUS"] = str(len(gpus))
         options = self.launch_options
-        env["GPUHUB_GPU_TYPE"] = options.gpu_type.key if options and options.gpu_type else ""
+        gpu_type = options.gpu_type if options and gpus else None
+        env["GPUHUB_GPU_TYPE"] = gpu_type.key if gpu_type else ""
+        # The lab shows the assignment by name, driver or not (gpuhub_lab.metrics.assigned).
+        env["GPUHUB_GPU_TYPE_NAME"] = gpu_type.display_name if gpu_type else ""
+        if self.simulated_gpus:
+            # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
+            env["GPUHUB_SIMULATED_GPUS"] = str(self.simulated_gpus)
         return env
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -78,6 +78,32 @@ def test_no_gpu_here_is_said_plainly_with_the_reason(browser: Any, tmp_path: Pat
         page.close()
 
 
+def test_assigned_gpus_without_a_driver_are_shown_without_advice(
+    browser: Any, tmp_path: Path
+) -> None:
+    """alice's server got GPUs 0 and 1 from the hub but its image has no driver."""
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "GPUHUB_GPUS": "2", "GPUHUB_GPU_TYPE": "a6000",
+           "GPUHUB_GPU_TYPE_NAME": "NVIDIA RTX A6000"}  # fmt: skip  # as LocalGPUSpawner sets
+    with _lab(tmp_path, env) as server:
+        metrics = server.api("GET", "gpuhub/api/metrics").json()
+        assert metrics["assigned"] == {
+            "devices": [0, 1], "gpu_type": "NVIDIA RTX A6000", "simulated": False
+        }  # fmt: skip
+        page = open_lab(browser, server)
+        panel = open_panel_from_keyboard(page)
+        title = panel.locator(".gpuhub-GpuPanel-emptyTitle")
+        title.get_by_text("GPUs 0, 1 (NVIDIA RTX A6000) assigned").wait_for(timeout=30_000)
+        text = panel.inner_text()
+        assert "no live figures" in text and "No NVIDIA driver on this server" in text
+        assert "No GPU" not in text and "again" not in text  # no advice to restart
+        status = page.locator(".gpuhub-GpuStatus")
+        assert status.inner_text() == "2 GPUs assigned · no live figures"
+        assert status.get_attribute("title").startswith("GPUs 0, 1 (NVIDIA RTX A6000) assigned.")
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(artifact("gpu-panel-assigned-no-driver.png")))
+        page.close()
+
+
 @pytest.fixture
 def gpu_lab(tmp_path: Path) -> Iterator[tuple[JupyterServer, Path]]:
     scenario_path = tmp_path / "nvml.json"
