@@ -33,7 +33,11 @@ def test_form_hides_what_does_not_apply_and_starts_a_server(hub: Hub) -> None:
         page.goto(f"{hub.url}/hub/spawn")
 
         types = page.locator("#gpuhub-gpu-type-group")
-        assert types.is_hidden()  # 0 GPUs: the type does not apply
+        # First view, 0 GPUs asked for: what is free is already there to see.
+        assert types.is_visible()
+        assert "3 of 3 free now" in types.inner_text()
+        assert "Simulated GPU" in types.inner_text()
+        page.screenshot(path=str(artifact("spawn-form-first-view.png")), full_page=True)
         page.focus("#gpuhub-gpus")
         page.keyboard.press("ArrowUp")  # keyboard alone can ask for a GPU
         assert page.input_value("#gpuhub-gpus") == "1"

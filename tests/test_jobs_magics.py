@@ -110,7 +110,7 @@ def test_submit_defaults_to_this_notebook(kernel):
 
 def test_refusals_are_the_servers_sentences(kernel):
     for line, message in [
-        ("%submit ../outside.ipynb", "notebook '../outside.ipynb' is outside this server's root"),
+        ("%submit ../outside.ipynb", 'Notebook "../outside.ipynb" is outside this server\'s root'),
         ("%submit exp/train.ipynb --gpus 2", "at most 1"),
         ("%submit exp/train.ipynb --kind tfjob", "not connected to one"),
         ("%submit exp/train.ipynb --name Bad_Name", "lower-case letters"),

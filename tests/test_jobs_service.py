@@ -247,9 +247,9 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         ),
         (json.dumps({"notebook": "train.ipynb"}), 400, "notebook_content is missing"),
         (json.dumps(body("{}")), 400, "is not a valid notebook file"),
-        (json.dumps(body(notebook_text, kind="cronjob")), 400, "is not one of job"),
+        (json.dumps(body(notebook_text, kind="cronjob")), 400, 'is not one of "job"'),
         (json.dumps(body(notebook_text, name="Bad_Name")), 400, "lower-case letters"),
-        (json.dumps(body(notebook_text, parameters=[1])), 400, "parameters must be a mapping"),
+        (json.dumps(body(notebook_text, parameters=[1])), 400, "Parameters must be a mapping"),
         (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, "gpu_type"),
         (json.dumps(body(notebook_text, kind="pipeline")), 422, NOT_CONFIGURED),
     ]

@@ -14,6 +14,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Int, List, Unicode, Union, default
 
 from . import devices as gpu_devices_mod
+from . import words
 from .allocator import ALLOCATOR, NotEnoughGPUs
 from .form import GPUCapacity
 from .options import LaunchOptions
@@ -129,10 +130,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         try:
             ALLOCATOR.allocate(self._owner, options.gpus, candidates)
         except NotEnoughGPUs as exc:
-            name = options.gpu_type.display_name
             raise refusal(
-                f"Not enough free GPUs: you asked for {exc.wanted} {name} GPU"
-                f"{'s' if exc.wanted != 1 else ''} but {exc.free} of {exc.total} "
+                f"Not enough free GPUs: you asked for "
+                f"{words.gpus(exc.wanted, options.gpu_type.display_name)} but {exc.free} of {exc.total} "
                 "are free now; ask for fewer or try again when someone stops a server.",
                 status=409,
             ) from None

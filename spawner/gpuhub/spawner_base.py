@@ -16,6 +16,7 @@ from tornado import web
 from traitlets import Dict, Unicode, default
 from traitlets.config import Configurable
 
+from . import words
 from .form import GPUCapacity, Preset, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
 from .options import LaunchOptions, OptionsError, parse_launch_options
@@ -138,6 +139,24 @@ class GPUSpawnerMixin(Configurable):
         env: dict[str, str] = super().get_env()  # type: ignore[misc]  # Spawner.get_env
         env.update(policy_env(self.policy_config(), self.user_groups()))
         return env
+
+    # -- progress -------------------------------------------------------------------------
+    def assigned_gpus(self) -> list[int]:
+        """Device indices this server holds (LocalGPUSpawner); empty where the cluster picks."""
+        return list(getattr(self, "allocated_gpus", []) or [])
+
+    def starting_message(self) -> str:
+        """ "GPUs 0, 1 (RTX A6000) assigned; starting your server": the spawn page's words."""
+        options = self.launch_options
+        devices = self.assigned_gpus()
+        if options is None or options.gpu_type is None or not devices:
+            return "Starting your CPU-only server" if options is not None else "Starting your server"
+        return f"{words.device_list(devices, options.gpu_type.display_name)} assigned; starting your server"
+
+    async def progress(self) -> Any:
+        """What JupyterHub's spawn page shows while the server starts (GPUSpawner has its own,
+        from the cluster's events)."""
+        yield {"progress": 50, "message": self.starting_message()}
 
     # -- hooks for the concrete spawners -------------------------------------------------
     async def profile_presets(self) -> list[Preset]:

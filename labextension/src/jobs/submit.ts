@@ -423,7 +423,8 @@ export class SubmitForm extends Widget {
       id: gpusId,
       type: 'text',
       inputmode: 'numeric',
-      value: maxGpus > 0 ? 1 : 0,
+      // The server's default, so the dialog, %submit and the API agree.
+      value: Math.min(o.defaults?.gpus ?? 1, maxGpus),
       readonly: maxGpus === 0,
       'aria-describedby': `${gpusId}-help`
     });

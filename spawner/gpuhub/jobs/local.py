@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import words
 from . import run_notebook
 from .backend import JobBackend
 from .model import (
@@ -179,19 +180,19 @@ class LocalBackend(JobBackend):
                 raise JobError(
                     "gpus",
                     f"This server has no GPU, and a job on it runs on this server's GPUs; "
-                    f"ask for 0 GPUs (asked for {wanted}).",
+                    f"ask for 0 GPUs (you asked for {wanted}).",
                 )
             raise JobError(
                 "gpus",
-                f"This server has {have} GPU{'s' if have != 1 else ''}, and a job on it runs on "
-                f"this server's GPUs; ask for at most {have} (asked for {wanted}).",
+                f"This server has {words.plural(have, 'GPU')}, and a job on it runs on "
+                f"this server's GPUs; ask for at most {have} (you asked for {wanted}).",
             )
         gpu_type = request.resources.gpu_type
         if wanted and self.gpu_type and gpu_type is not None and gpu_type.key != self.gpu_type:
             raise JobError(
                 "gpu_type",
-                f"A job on this server runs on its {self.gpu_type!r} GPUs; ask for gpu_type "
-                f"{self.gpu_type!r} or start a server with {gpu_type.key!r} GPUs.",
+                f'A job on this server runs on its GPUs of type "{self.gpu_type}"; ask for that '
+                f'type, or start a server with GPUs of type "{gpu_type.key}".',
             )
 
     async def submit(self, request: JobRequest, owner: str) -> JobRecord:
