@@ -250,7 +250,7 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         (json.dumps(body(notebook_text, kind="cronjob")), 400, 'is not one of "job"'),
         (json.dumps(body(notebook_text, name="Bad_Name")), 400, "lower-case letters"),
         (json.dumps(body(notebook_text, parameters=[1])), 400, "Parameters must be a mapping"),
-        (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, "gpu_type"),
+        (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, 'GPU type "h100"'),
         (json.dumps(body(notebook_text, kind="pipeline")), 422, NOT_CONFIGURED),
     ]
     for data, status, sentence in cases:
