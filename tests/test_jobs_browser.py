@@ -1,4 +1,4 @@
-"""The jobs UI in a real JupyterLab: Run on cluster -> status -> log -> open result.
+"""The jobs UI in a real JupyterLab: Run as job -> status -> log -> open result.
 
 A real ``jupyter server`` with JupyterLab and the built gpuhub lab extension, driven by
 Playwright in Debian's Chromium; jobs run with the local backend (papermill, real kernels).
@@ -125,7 +125,12 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     panel = jobs_panel(page)
     empty = panel.locator(".gpuhub-JobsPanel-empty")
     empty.wait_for(state="visible")
-    assert "Run on cluster" in empty.inner_text()
+    assert "Run as job" in empty.inner_text()  # not on a cluster: jobs run on this server
+    toolbar = page.locator(".jp-NotebookPanel-toolbar").first
+    page.wait_for_function(
+        "el => el.textContent.includes('Run as job')", arg=toolbar.element_handle()
+    )
+    assert "Run on cluster" not in toolbar.inner_text()
     assert "train.ipynb" in panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
     page.screenshot(path=str(artifact("jobs-panel-empty.png")))
 
@@ -231,16 +236,52 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     item.locator(".gpuhub-Job-details > summary").click()
     details = item.locator(".gpuhub-Job-detailsList").inner_text()
     assert "epochs = 7, layers = [64,32], optimizer = adam" in details
-    assert "1 cores, 1G" in details and job["id"] in details
+    assert "1 core, 1G" in details and job["id"] in details
+    assert "default" not in details  # the image is named, not a raw key
     item.get_by_role("button", name="Open result").click()
     result_tab = page.locator(f'.lm-TabBar-tab[title*="{job["output"].split("/")[-2]}"]')
     result_tab.wait_for(timeout=60_000)
+    # The tab names the job (its id), not the notebook's file name a second time.
+    assert result_tab.inner_text() == f"{job['id']}.ipynb"
     result = page.locator(".jp-NotebookPanel:visible")
     result.locator("text=trained for 7 epochs at rate 0.1").wait_for(timeout=60_000)
     assert "epochs = 7" in result.locator(".jp-Cell").nth(2).inner_text()
     executed = nbformat.read(lab.root / job["output"], as_version=4)
     assert "injected-parameters" in executed.cells[2].metadata.get("tags", [])
     page.screenshot(path=str(artifact("jobs-result.png")))
+    # The executed copy is a result: "Current notebook" still names the notebook to run.
+    hint = panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
+    assert "train.ipynb" in hint and "gpuhub-runs" not in hint
+
+
+def test_two_runs_of_one_notebook_are_told_apart(browser: Any, lab: JupyterServer) -> None:
+    with notebook_page(browser, lab, "train.ipynb", "jobs-apart") as page:
+        panel = jobs_panel(page)
+        panel.locator(".gpuhub-JobsPanel-hint").first.wait_for()
+        # Submitted by another route (as %submit does) while the panel is open: each shows
+        # within one poll, no reload.
+        ids = []
+        for epochs in (3, 5):
+            answer = lab.api(
+                "POST",
+                "gpuhub/api/jobs",
+                json={"notebook": "train.ipynb", "gpus": 0, "parameters": {"epochs": epochs}},
+            )
+            assert answer.status_code == 201, answer.text
+            ids.append(answer.json()["id"])
+            page.locator(f'.gpuhub-Job[data-job-id="{ids[-1]}"]').wait_for(timeout=6_000)
+        cards = [panel.locator(f'.gpuhub-Job[data-job-id="{i}"]') for i in ids]
+        names = [c.locator(".gpuhub-Job-name").inner_text() for c in cards]
+        summaries = [c.locator(".gpuhub-Job-summary").inner_text() for c in cards]
+        assert names[0] == names[1] == "train"  # same notebook, same name...
+        assert summaries[0] != summaries[1]  # ...told apart without expanding anything
+        assert summaries[0].startswith("started ") and "epochs = 3" in summaries[0]
+        assert "epochs = 5" in summaries[1]
+        for i in ids:
+            page.locator(f'.gpuhub-Job[data-job-id="{i}"][data-status="succeeded"]').wait_for(
+                timeout=TIMEOUT
+            )
+        page.screenshot(path=str(artifact("jobs-two-runs.png")))
 
 
 def test_failed_job_shows_the_failing_cell(browser: Any, lab: JupyterServer) -> None:
@@ -252,8 +293,8 @@ def failed_job_shows_the_failing_cell(page: Any) -> None:
     # The command palette entry (category GPU) opens the same dialog. The palette is
     # opened from the View menu and filled directly: stray keys would edit the notebook.
     palette = open_palette(page)
-    palette.fill("Run Notebook on Cluster")
-    palette_item = page.locator(".lm-CommandPalette-item", has_text="Run Notebook on Cluster")
+    palette.fill("Run Notebook as Job")
+    palette_item = page.locator(".lm-CommandPalette-item", has_text="Run Notebook as Job")
     palette_item.first.wait_for()
     page.screenshot(path=str(artifact("jobs-palette.png")))
     palette_item.first.click()
@@ -289,7 +330,7 @@ def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> Non
     panel = jobs_panel(page)
     # The sidebar's own entry point runs the notebook the user was working in.
     assert "slow.ipynb" in panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
-    panel.get_by_role("button", name="Run notebook on cluster…").click()
+    panel.get_by_role("button", name="Run as job…").click()
     dialog = page.locator(".gpuhub-JobDialog")
     dialog.get_by_role("button", name="Submit job").click()
     dialog.wait_for(state="detached")

@@ -66,7 +66,7 @@ async def test_runs_with_parameters_and_this_servers_gpus(root):
     assert record.status == "running" and record.id.startswith("train-")
     done = await until_final(backend, record.id)
     assert done.status == "succeeded", done.error
-    assert done.output == f"exp/gpuhub-runs/{record.id}/train.ipynb"
+    assert done.output == f"exp/gpuhub-runs/{record.id}/{record.id}.ipynb"
     output = read_outputs(root / done.output)
     # The parameter was injected, and the job saw only the first of the server's GPUs.
     assert "epochs 7 gpus '2'" in output

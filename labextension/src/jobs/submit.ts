@@ -879,7 +879,10 @@ export async function showSubmitDialog(
 ): Promise<ISubmitReply | null> {
   const form = new SubmitForm(options);
   const name = options.notebook.split('/').pop();
-  const dialog = new SubmitDialog(form, `Run ${name} on the cluster`);
+  const dialog = new SubmitDialog(
+    form,
+    options.options.kubernetes ? `Run ${name} on the cluster` : `Run ${name} as a job`
+  );
   const answer = await dialog.launch();
   return answer.button.accept ? form.result : null;
 }

@@ -43,6 +43,7 @@ from .model import (
     JobRequest,
     _parse_iso,
     check_job_id,
+    output_name,
     utcnow,
 )
 from .run_notebook import write_json
@@ -50,6 +51,7 @@ from .run_notebook import write_json
 log = logging.getLogger(__name__)
 
 RUNS_DIR = "gpuhub-runs"
+
 STORE = Path(".gpuhub") / "jobs.json"
 MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL on cancel
@@ -203,7 +205,7 @@ class LocalBackend(JobBackend):
             job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
         notebook_dir = request.notebook.os_path.parent
         run_dir = _runs_dir(notebook_dir, self.root) / job_id
-        output = run_dir / request.notebook.os_path.name
+        output = run_dir / output_name(job_id)
         record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
         record.image = None  # a local job runs in this server's own environment
         record.message = "Starting the kernel."
@@ -373,7 +375,7 @@ class LocalBackend(JobBackend):
                 record.error = (
                     f"The job's process exited with code {returncode} before it finished."
                 )
-        output = job.run_dir / Path(record.notebook).name
+        output = job.run_dir / output_name(record.id)
         if not await asyncio.to_thread(output.is_file):
             record.output = None
         job.process = None

@@ -92,6 +92,12 @@ def _parse_iso(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+def output_name(job_id: str) -> str:
+    """The executed notebook's file name: the job's id, so two runs of one notebook open in
+    tabs that say which run each is (``train-1e9fe9.ipynb``, not ``train.ipynb`` twice)."""
+    return f"{job_id}.ipynb"
+
+
 def _short(value: object) -> str:
     """A value as the user wrote it (JSON: "text", true, 2), never a Python literal."""
     try:
