@@ -268,3 +268,16 @@ def test_parser_answers_a_request_or_one_sentence(root, notebook, extra, kind):
         assert json.loads(json.dumps(dict(request.parameters))) == request.parameters
         assert request.workers == 1 or request.kind in ("pytorchjob", "tfjob")
     assert snapshot(root) == before
+
+
+def test_job_logs_lose_transport_warnings_and_rulers() -> None:
+    from gpuhub.jobs.model import without_noise
+
+    raw = (
+        "[IPKernelApp] WARNING | Kernel is running over TCP without encryption. All "
+        "communication (including code and outputs) is sent in plain text.\n"
+        "18:37:31 Executing Cell 1---------------------------------------\n"
+        "loss 0.25\n"
+        "----------\n"
+    )
+    assert without_noise(raw) == "18:37:31 Executing Cell 1\nloss 0.25\n----------\n"

@@ -9,6 +9,8 @@ cannot disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the u
 from __future__ import annotations
 
 import json
+import logging
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,45 @@ def refusal(message: str, status: int = 400) -> web.HTTPError:
     return error
 
 
+class QuietRefusals(logging.Filter):
+    """Keep a refused request to the one warning gpuhub logs.
+
+    JupyterHub logs a spawn that ``apply_user_options`` refused up to four more times, three
+    of them as ``[E]`` with a traceback (spawner, pages, user), though a refusal is the user's
+    input, not the hub's error. Records at ERROR that carry a recent refusal's sentence, in
+    their message or their exception, are dropped; everything else passes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recent: deque[str] = deque(maxlen=64)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not self.recent:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        texts = [record.getMessage(), str(exc) if exc is not None else ""]
+        return not any(refused in text for refused in self.recent for text in texts)
+
+
+def _quiet_refusals(log: Any) -> QuietRefusals:
+    """The filter on JupyterHub's logger (the spawner's ``log``) and on tornado's application
+    logger (JupyterHub's ``User`` logs there), added once."""
+    for existing in getattr(log, "filters", []):
+        if isinstance(existing, QuietRefusals):
+            return existing
+    quiet = QuietRefusals()
+    for logger in (log, logging.getLogger("tornado.application")):
+        if hasattr(logger, "addFilter"):
+            logger.addFilter(quiet)
+    return quiet
+
+
+def _log_refusal(spawner: GPUSpawnerMixin, message: str) -> None:
+    _quiet_refusals(spawner.log).recent.append(message)
+    spawner.log.warning("Refused options for %s: %s", spawner._log_name, message)
+
+
 async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[str, Any]) -> None:
     """Default ``Spawner.apply_user_options``: validate against the policy, then apply."""
     try:
@@ -43,9 +84,15 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
             ignore=spawner.extra_option_keys(),
         )
     except OptionsError as exc:
-        spawner.log.info("Refused options for %s: %s", spawner._log_name, exc.message)
+        _log_refusal(spawner, exc.message)
         raise refusal(exc.message) from None
-    await spawner.check_launch_options(options)
+    try:
+        await spawner.check_launch_options(options)
+    except web.HTTPError as exc:
+        message = getattr(exc, "jupyterhub_message", None)
+        if message:
+            _log_refusal(spawner, message)
+        raise
     spawner.launch_options = options
     spawner.apply_launch_options(options)
 

@@ -45,6 +45,7 @@ from .model import (
     check_job_id,
     output_name,
     utcnow,
+    without_noise,
 )
 from .run_notebook import write_json
 
@@ -428,6 +429,7 @@ def _read_log(path: Path, tail: int | None) -> str:
     text = data.decode("utf-8", errors="replace")
     if size > MAX_LOG_BYTES:
         text = text.split("\n", 1)[-1]  # drop the partial first line
+    text = without_noise(text)
     if tail is not None:
         text = "\n".join(text.splitlines()[-tail:]) + ("\n" if text.endswith("\n") else "")
     return text

@@ -92,6 +92,26 @@ def _parse_iso(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+# Lines the kernel writes to every job's log that say nothing about the job: a job's kernel
+# talks to papermill over loopback TCP on the same machine or pod, which ipykernel >= 6.30
+# warns about at every start.
+_NOISE = ("Kernel is running over TCP without encryption",)
+# papermill ends each "Executing Cell 3" line with a ruler of dashes.
+_RULER = re.compile(r"(?<=[^\s-])-{8,}$", re.MULTILINE)
+
+
+def without_noise(text: str) -> str:
+    """A job's log as every client shows it (panel, ``%job logs``, the REST API): without
+    the kernel's transport warnings (``_NOISE``) and papermill's trailing rulers."""
+    if any(marker in text for marker in _NOISE):
+        text = "".join(
+            line
+            for line in text.splitlines(keepends=True)
+            if not any(marker in line for marker in _NOISE)
+        )
+    return _RULER.sub("", text)
+
+
 def output_name(job_id: str) -> str:
     """The executed notebook's file name: the job's id, so two runs of one notebook open in
     tabs that say which run each is (``train-1e9fe9.ipynb``, not ``train.ipynb`` twice)."""

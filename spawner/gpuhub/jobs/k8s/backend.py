@@ -40,6 +40,7 @@ from ..model import (
     JobRequest,
     check_job_id,
     utcnow,
+    without_noise,
 )
 from . import manifests as m
 from .status import Obj, Phase, PodLog, job_phase, parse_pod_log, parse_time, training_phase
@@ -637,7 +638,7 @@ class KubernetesBackend(JobBackend):
         pod = self._primary_pod(obj, pods)
         if pod is None:
             return ""
-        text = parse_pod_log(await self._read_log(pod)).text
+        text = without_noise(parse_pod_log(await self._read_log(pod)).text)
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:])
         return text[-MAX_LOG_BYTES:]
