@@ -51,7 +51,11 @@ images: wheel
 	$(DOCKER) build -f images/notebook/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-notebook:$(GPUHUB_VERSION) .
 	$(DOCKER) build -f images/notebook-cpu/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-notebook-cpu:$(GPUHUB_VERSION) .
 
+# jupyterlab-nvdashboard, the peer the metrics benchmark runs beside gpuhub, goes into its
+# own folder (pip --target): installed in .venv it would enable itself in the demo and tests.
 benchmarks: install
+	test -d .bench/nvdashboard/jupyterlab_nvdashboard || $(BIN)/python -m pip install --quiet \
+		--no-deps --target .bench/nvdashboard "jupyterlab-nvdashboard==0.15.0"
 	$(BIN)/python -m benchmarks
 
 clean:

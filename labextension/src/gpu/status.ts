@@ -57,16 +57,14 @@ export class GpuStatus extends Widget {
     const kind = metrics.source === 'simulated' ? 'Simulated GPU' : 'GPU';
     node.textContent = `${kind}${count} ${util}${gib(used, 1).replace(' GiB', '')}/${gib(total, 0)}`;
     const heading = assigned ? [`${assignedText(assigned)}.`] : [];
-    node.title = heading
-      .concat(
-        metrics.gpus
-      .map(
-        g =>
-          `GPU ${g.index} ${g.name}: ${
-            g.error ? g.error : `${g.utilization ?? 'n/a'}% busy, ${gib(g.memory_used)} of ${gib(g.memory_total)}`
-          }`
-      )
-      )
-      .join('\n');
+    const lines = metrics.gpus.map(
+      g =>
+        `GPU ${g.index} ${g.name}: ${
+          g.error
+            ? g.error
+            : `${g.utilization ?? 'n/a'}% busy, ${gib(g.memory_used)} of ${gib(g.memory_total)}`
+        }`
+    );
+    node.title = heading.concat(lines).join('\n');
   }
 }
