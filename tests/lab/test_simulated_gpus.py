@@ -36,6 +36,22 @@ def simulated_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def stray_on_gpu0() -> Iterator[int]:
+    """A process that sets CUDA_VISIBLE_DEVICES=0 but was not started under a server with
+    simulated GPUs: not a simulated GPU's user."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUHUB_SIMULATED_GPUS"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**env, "CUDA_VISIBLE_DEVICES": "0"},
+    )
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
 def busy_on_gpu0() -> Iterator[int]:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
     proc = subprocess.Popen([sys.executable, "-c", BUSY], env=env)
@@ -71,7 +87,9 @@ def test_the_sampler_picks_simulated_gpus_only_when_told(
     assert sampler.nvml_module == simulated.__name__ and sampler.simulated
 
 
-def test_a_busy_process_moves_only_its_simulated_gpu(simulated_env: None, busy_on_gpu0: int):
+def test_a_busy_process_moves_only_its_simulated_gpu(
+    simulated_env: None, busy_on_gpu0: int, stray_on_gpu0: int
+):
     source = NVMLSource(simulated.__name__, visible="0,1")
     try:
         source.read()  # cpu_percent measures between two reads
@@ -83,9 +101,11 @@ def test_a_busy_process_moves_only_its_simulated_gpu(simulated_env: None, busy_o
     assert [g["index"] for g in gpus] == [0, 1]  # 2 and 3 belong to other servers
     gpu0, gpu1 = gpus
     assert gpu0["name"] == "Simulated GPU" and not gpu0["mig"]
-    assert gpu0["utilization"] >= 50, gpu0  # one busy core
+    # One busy core is 100 %; on a loaded 2-core test machine it gets less, never nothing.
+    assert gpu0["utilization"] >= 20, gpu0
     assert gpu0["memory_used"] >= 300 * 2**20
-    assert [p["pid"] for p in gpu0["processes"]] == [busy_on_gpu0]
+    pids = [p["pid"] for p in gpu0["processes"]]
+    assert busy_on_gpu0 in pids and stray_on_gpu0 not in pids
     assert gpu0["temperature"] is None and gpu0["power"] is None
     assert gpu1["utilization"] == 0 and gpu1["processes"] == []
 

@@ -5,8 +5,10 @@ exist and tells the server so with ``GPUHUB_SIMULATED_GPUS=N``; the sampler then
 this module instead of ``pynvml`` (:func:`module_name`), and every figure comes from psutil:
 
 * a simulated GPU's processes are the processes whose ``CUDA_VISIBLE_DEVICES`` lists its
-  index (a kernel inherits its server's), except the process reading (the Jupyter server
-  itself does no GPU work);
+  index (a kernel inherits its server's), among those started under a server with simulated
+  GPUs (``GPUHUB_SIMULATED_GPUS`` in their environment: a stray ``CUDA_VISIBLE_DEVICES=0``
+  elsewhere on the machine is not a simulated GPU's user), except the process reading (the
+  Jupyter server itself does no GPU work);
 * its utilization is their CPU activity (100 % = one busy core), capped at 100 %;
 * its used memory is their resident memory (RSS), each process's as its "GPU memory".
 
@@ -115,7 +117,12 @@ class _Tracker:
                 entry = self._known.get(key)
                 if entry is None:
                     try:
-                        devices = visible_indices(proc.environ().get("CUDA_VISIBLE_DEVICES"))
+                        environ = proc.environ()
+                        devices = (
+                            visible_indices(environ.get("CUDA_VISIBLE_DEVICES"))
+                            if ENV in environ
+                            else frozenset()
+                        )
                         proc.cpu_percent(None)  # starts the measurement; first answer is 0
                     except (psutil.Error, OSError):
                         devices = frozenset()
