@@ -62,6 +62,9 @@ def test_form_hides_what_does_not_apply_and_starts_a_server(hub: Hub) -> None:
         page.wait_for_url("**/user/alice/lab**", timeout=90_000)
         model = hub.user_model("alice")
         assert model["servers"][""]["user_options"]["gpus"] in (2, "2")
+        # The spawn page's last word (JupyterHub's ready event) names the GPUs too.
+        progress = hub.api("GET", "/users/alice/server/progress")
+        assert "with GPUs 0, 1 (Simulated GPU)" in progress.text, progress.text
         env = server_env(hub, "alice")
         assert (env["CUDA_VISIBLE_DEVICES"], env["GPUHUB_SIMULATED_GPUS"]) == ("0,1", "3")
         assert env["GPUHUB_GPU_TYPE_NAME"] == "Simulated GPU"

@@ -21,10 +21,10 @@ from gpuhub import words
 from gpuhub.form import GPUCapacity, options_from_formdata
 from gpuhub.jobs.local import LocalBackend
 from gpuhub.jobs.model import MAX_NAME, JobError, JobRequest
+from gpuhub.local import LocalGPUSpawner
 from gpuhub.options import LaunchOptions, OptionsError, parse_launch_options
 from gpuhub.policy import Policy
 from gpuhub.progress import SpawnRequest, describe, timeout_message, waiting_for_gpus
-from gpuhub.spawner_base import GPUSpawnerMixin
 
 NAMES = ["NVIDIA GPU", "Simulated GPU", "NVIDIA A100 80GB", "A100 MIG 1g.10gb slice"]
 
@@ -202,8 +202,10 @@ def progress_messages() -> Iterator[str]:
     yield timeout_message(None, 60)
 
 
-class _Spawner(GPUSpawnerMixin):
-    allocated_gpus: list[int] = []
+class _Spawner(LocalGPUSpawner):
+    """A LocalGPUSpawner whose devices the test sets (no allocator, no hub)."""
+
+    allocated_gpus: list[int] = []  # type: ignore[assignment]
 
 
 def starting_messages() -> Iterator[str]:
@@ -220,6 +222,7 @@ def starting_messages() -> Iterator[str]:
     spawner = _Spawner()
     spawner.launch_options = LaunchOptions(None, None, 1, 2**30, 0, None)
     yield spawner.starting_message()
+    yield spawner.progress_ready_hook(spawner, {"message": "Server ready at /user/a/"})["message"]
 
 
 def test_every_message_reads_right(tmp_path: Path) -> None:
@@ -247,6 +250,14 @@ def test_the_progress_page_names_the_gpus_assigned() -> None:
     assert spawner.starting_message() == "GPUs 0, 1 (RTX A6000) assigned; starting your server"
     spawner.allocated_gpus = [3]
     assert spawner.starting_message().startswith("GPU 3 (RTX A6000) assigned")
+    # The ready event JupyterHub shows last says it too (its hook, escaped in HTML).
+    spawner.allocated_gpus = [0, 1]
+    hook = spawner.progress_ready_hook
+    event = hook(spawner, {"message": "Server ready at /user/a/", "html_message": "Server ready"})
+    assert event["message"] == "Server ready at /user/a/ with GPUs 0, 1 (RTX A6000)"
+    # On a cluster the indices are the device plugin's business: the count and type.
+    spawner.allocated_gpus = []
+    assert spawner.starting_message() == "2 RTX A6000 GPUs assigned; starting your server"
 
 
 @pytest.mark.parametrize(

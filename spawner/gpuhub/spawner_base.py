@@ -8,6 +8,7 @@ cannot disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the u
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from collections import deque
@@ -151,6 +152,10 @@ class GPUSpawnerMixin(Configurable):
     def _gpuhub_apply_user_options(self) -> Any:
         return apply_gpuhub_options
 
+    @default("progress_ready_hook")
+    def _gpuhub_progress_ready_hook(self) -> Any:
+        return _ready_event
+
     def clear_state(self) -> None:
         super().clear_state()  # type: ignore[misc]  # Spawner.clear_state
         self.launch_options = None
@@ -192,13 +197,23 @@ class GPUSpawnerMixin(Configurable):
         """Device indices this server holds (LocalGPUSpawner); empty where the cluster picks."""
         return list(getattr(self, "allocated_gpus", []) or [])
 
+    def gpus_said(self) -> str:
+        """ "GPUs 0, 1 (RTX A6000)" where the indices are known (local), else "2 NVIDIA A100
+        80GB GPUs" (the cluster picks them); "" for a CPU-only server."""
+        options = self.launch_options
+        if options is None or options.gpu_type is None or not options.gpus:
+            return ""
+        devices = self.assigned_gpus()
+        if devices:
+            return words.device_list(devices, options.gpu_type.display_name)
+        return words.gpus(options.gpus, options.gpu_type.display_name)
+
     def starting_message(self) -> str:
         """ "GPUs 0, 1 (RTX A6000) assigned; starting your server": the spawn page's words."""
-        options = self.launch_options
-        devices = self.assigned_gpus()
-        if options is None or options.gpu_type is None or not devices:
-            return "Starting your CPU-only server" if options is not None else "Starting your server"
-        return f"{words.device_list(devices, options.gpu_type.display_name)} assigned; starting your server"
+        if self.launch_options is None:
+            return "Starting your server"
+        said = self.gpus_said()
+        return f"{said} assigned; starting your server" if said else "Starting your CPU-only server"
 
     async def progress(self) -> Any:
         """What JupyterHub's spawn page shows while the server starts (GPUSpawner has its own,
@@ -243,6 +258,15 @@ async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
         capacity=capacity,
         capacity_note=note,
     )
+
+
+def _ready_event(spawner: GPUSpawnerMixin, event: dict[str, Any]) -> dict[str, Any]:
+    """JupyterHub's "Server ready at …" names the GPUs too ("… with GPUs 0, 1 (RTX A6000)")."""
+    said = spawner.gpus_said() or "no GPU (CPU only)"
+    event["message"] = f"{event.get('message', 'Server ready')} with {said}"
+    if event.get("html_message"):
+        event["html_message"] = f"{event['html_message']} with {html.escape(said)}"
+    return event
 
 
 def _options_from_form(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
