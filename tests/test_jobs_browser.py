@@ -340,8 +340,12 @@ def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> Non
         timeout=TIMEOUT
     )
     log = item.get_by_role("log")
+    # Long enough to scroll (job logs no longer carry the kernel's transport warning, so
+    # the first steps alone may fit): a log that fits on screen is always "at the end".
     page.wait_for_function(
-        "el => /step [3-9]/.test(el.textContent)", arg=log.element_handle(), timeout=TIMEOUT
+        "el => /step [3-9]/.test(el.textContent) && el.scrollHeight > el.clientHeight + 40",
+        arg=log.element_handle(),
+        timeout=TIMEOUT,
     )
     # Scrolled up, the log stays where the reader is; "Follow the end" brings it back.
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
