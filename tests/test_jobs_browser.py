@@ -559,3 +559,30 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
         in page.locator('.gpuhub-Job[data-job-id^="train-"] .gpuhub-Job-meta').inner_text()
     )
     page.screenshot(path=str(artifact("jobs-panel-cluster.png")))
+
+
+def test_on_kubernetes_the_command_says_run_on_cluster(browser: Any, tmp_path: Any) -> None:
+    """Kubernetes mode (GPUHUB_JOBS_URL set): jobs do run on a cluster, and say so."""
+    root = tmp_path / "home"
+    write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
+    expose_lab_extension(tmp_path)
+    env = {
+        **policy_env(DESIGN_CONFIG, ["staff"]),
+        "GPUHUB_JOBS_URL": "http://127.0.0.1:9/services/gpuhub/api",
+        "JUPYTERHUB_API_TOKEN": "user-token",
+        "JUPYTERHUB_USER": "ada",
+        "GPUHUB_TEST_FORWARD_LOG": str(tmp_path / "forwarded.jsonl"),
+    }
+    backend = "tests.jupyter.recording_backend.RecordingBackend"
+    config = f"c.GPUHubJobs.remote_backend_class = {backend!r}\n"
+    with (
+        jupyter_server(root, tmp_path, lab=True, env=env, config=config) as server,
+        notebook_page(browser, server, "train.ipynb", "jobs-cluster") as page,
+    ):
+        toolbar = page.locator(".jp-NotebookPanel-toolbar").first
+        page.wait_for_function(
+            "el => el.textContent.includes('Run on cluster')", arg=toolbar.element_handle()
+        )
+        assert "Run as job" not in toolbar.inner_text()
+        panel = jobs_panel(page)
+        assert panel.get_by_role("button", name="Run on cluster…").is_visible()
