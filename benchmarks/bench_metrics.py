@@ -268,9 +268,7 @@ async def nvdashboard_design(
     }
 
 
-async def nvdashboard_itself(
-    server: JupyterServer, sockets: int, seconds: float
-) -> dict[str, Any]:
+async def nvdashboard_itself(server: JupyterServer, sockets: int, seconds: float) -> dict[str, Any]:
     """jupyterlab-nvdashboard's own GPU utilization socket, at the design's 100 ms."""
     return await nvdashboard_design(
         server,

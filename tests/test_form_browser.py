@@ -20,7 +20,9 @@ pytestmark = pytest.mark.browser
 SIMULATED = CONFIG.replace(
     "c.LocalGPUSpawner.gpu_devices = [0, 1, 2]", 'c.LocalGPUSpawner.gpu_devices = "simulated:3"'
 )
-BUSY_CELL = "import time; x = bytearray(600 * 2**20); end = time.time() + 60\nwhile time.time() < end: pass"
+BUSY_CELL = (
+    "import time; x = bytearray(600 * 2**20); end = time.time() + 60\nwhile time.time() < end: pass"
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +93,7 @@ def test_form_hides_what_does_not_apply_and_starts_a_server(hub: Hub) -> None:
         page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
         editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
         editor.wait_for(timeout=90_000)
-        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(
-            timeout=90_000
-        )
+        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=90_000)
         editor.click()
         page.keyboard.type(BUSY_CELL)
         page.keyboard.press("Shift+Enter")

@@ -494,7 +494,7 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
     dialog.get_by_role("button", name="Submit job").click()
     params_error = form.locator(".gpuhub-JobForm-params ~ .gpuhub-JobForm-error")
     params_error.wait_for(state="visible")
-    assert "\"learning rate\" must be a Python identifier" in params_error.inner_text()
+    assert '"learning rate" must be a Python identifier' in params_error.inner_text()
     form.get_by_role("button", name="Remove parameter").last.click()
 
     name = form.get_by_label("Job name (optional)")

@@ -123,7 +123,12 @@ BAD = [
     # Resources: the spawn form's own messages (parse_launch_options).
     ({"notebook": "train.ipynb", "gpus": 9}, "gpus", 400, "at most 8"),
     ({"notebook": "train.ipynb", "gpus": -1}, "gpus", 400, "negative"),
-    ({"notebook": "train.ipynb", "gpu_type": "h100", "gpus": 1}, "gpu_type", 400, "is not one of this hub's"),
+    (
+        {"notebook": "train.ipynb", "gpu_type": "h100", "gpus": 1},
+        "gpu_type",
+        400,
+        "is not one of this hub's",
+    ),
     ({"notebook": "train.ipynb", "image": "evil.io/x:1"}, "image", 400, "not allowed"),
     ({"notebook": "train.ipynb", "cpu": 64}, "cpu", 400, "between"),
     ({"notebook": "train.ipynb", "memory": "16"}, "memory", 400, "did you mean 16G"),

@@ -79,7 +79,12 @@ def test_gpus_zero_ignores_a_valid_type_but_not_an_unknown_one():
         ({"gpus": 9, "gpu_type": "a100"}, ["staff"], "gpus", "at most 8"),
         ({"gpus": 2}, ["students"], "gpus", "at most 1"),
         ({"gpus": 1, "gpu_type": "a100"}, ["students"], "gpu_type", "not allowed for your groups"),
-        ({"gpus": 1, "gpu_type": "h100"}, ["staff"], "gpu_type", "GPU type \"h100\" is not one of this hub's"),
+        (
+            {"gpus": 1, "gpu_type": "h100"},
+            ["staff"],
+            "gpu_type",
+            'GPU type "h100" is not one of this hub\'s',
+        ),
         ({"image": "x:1; rm -rf /"}, ["staff"], "image", "not allowed"),
         ({"image": ["pytorch"]}, ["staff"], "image", "offered image"),
         ({"profile": "nope"}, ["staff"], "profile", "offered profiles"),

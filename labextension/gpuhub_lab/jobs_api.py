@@ -267,9 +267,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
     options.update(
         {
             # The same defaults POST applies to what a request leaves out.
-            "defaults": context.config.request_defaults(
-                policy, job_backend, context.local_gpu_ids
-            )
+            "defaults": context.config.request_defaults(policy, job_backend, context.local_gpu_ids)
             if job_backend is not None
             else {"gpus": 0},
             "images": [

@@ -168,7 +168,9 @@ def _cpu(value: Any, policy: Policy) -> float:
     try:
         cores = parse_cpu(value)
     except QuantityError:
-        raise OptionsError("cpu", f"{hint}, such as 2 or 500m (you gave {_short(value)}).") from None
+        raise OptionsError(
+            "cpu", f"{hint}, such as 2 or 500m (you gave {_short(value)})."
+        ) from None
     if not low <= cores <= high:
         raise OptionsError("cpu", f"{hint} (you gave {_short(value)}).")
     return cores

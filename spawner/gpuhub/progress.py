@@ -123,7 +123,9 @@ def _explain(request: SpawnRequest, reasons: Mapping[str, int]) -> str:
             taint = reason.removeprefix("node(s) had untolerated taint").strip()
             parts.append(f"{nodes} reserved ({taint}) for other work")
         elif reason.startswith("node(s) didn't match Pod's node affinity/selector"):
-            kind = words.gpu_noun(request.gpu_name, 2) if request.gpu_name else "the required labels"
+            kind = (
+                words.gpu_noun(request.gpu_name, 2) if request.gpu_name else "the required labels"
+            )
             parts.append(f"{nodes} without {kind}")
         elif reason.startswith("node(s) were unschedulable"):
             parts.append(f"{nodes} cordoned for maintenance")
