@@ -122,7 +122,7 @@ def test_invalid_json_and_unknown_jobs(standalone):
     ]:
         answer = standalone.api(method, path)
         assert answer.status_code == 404
-        assert answer.json()["message"] == "There is no job 'missing-123' among your jobs."
+        assert answer.json()["message"] == 'There is no job "missing-123" among your jobs.'
     bad_tail = standalone.api("GET", "gpuhub/api/jobs/missing-123/logs?tail=x")
     assert bad_tail.status_code == 400
 

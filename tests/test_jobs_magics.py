@@ -115,7 +115,7 @@ def test_refusals_are_the_servers_sentences(kernel):
         ("%submit exp/train.ipynb --kind tfjob", "not connected to one"),
         ("%submit exp/train.ipynb --name Bad_Name", "lower-case letters"),
         ("%submit exp/train.ipynb -p novalue", "-p takes KEY=VALUE"),
-        ("%job logs nope-123", "There is no job 'nope-123' among your jobs."),
+        ("%job logs nope-123", 'There is no job "nope-123" among your jobs.'),
         ("%job frobnicate x", "Use %job logs ID"),
     ]:
         out = run(kernel, line)

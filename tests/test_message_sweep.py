@@ -20,7 +20,7 @@ import pytest
 from gpuhub import words
 from gpuhub.form import GPUCapacity, options_from_formdata
 from gpuhub.jobs.local import LocalBackend
-from gpuhub.jobs.model import MAX_NAME, JobError, JobRequest
+from gpuhub.jobs.model import MAX_NAME, JobError, JobNotFound, JobRequest
 from gpuhub.local import LocalGPUSpawner
 from gpuhub.options import LaunchOptions, OptionsError, parse_launch_options
 from gpuhub.policy import Policy
@@ -235,6 +235,7 @@ def test_every_message_reads_right(tmp_path: Path) -> None:
         *progress_messages(),
         *starting_messages(),
         *(words.gpus(n, name) for name in [*NAMES, ""] for n in (0, 1, 2)),
+        JobNotFound("train-1e9fe9").message,
     ]
     assert len(messages) > 300
     bad = {m: problems(m) for m in set(messages) if problems(m)}

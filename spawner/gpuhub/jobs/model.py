@@ -67,7 +67,7 @@ class JobError(OptionsError):
 class JobNotFound(JobError):
     def __init__(self, job_id: str) -> None:
         shown = job_id if len(job_id) <= 40 else job_id[:37] + "..."
-        super().__init__("id", f"There is no job {shown!r} among your jobs.", status=404)
+        super().__init__("id", f'There is no job "{shown}" among your jobs.', status=404)
         self.job_id = job_id
 
 
