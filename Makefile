@@ -5,6 +5,7 @@ VENV ?= .venv
 BIN := $(CURDIR)/$(VENV)/bin
 # JupyterHub finds configurable-http-proxy (npm) and jupyterhub-singleuser (venv) on PATH.
 export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
+# auto: this machine's GPUs, or 4 simulated ones without a driver; also simulated:N or 0,1,2.
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
@@ -50,7 +51,11 @@ images: wheel
 	$(DOCKER) build -f images/notebook/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-notebook:$(GPUHUB_VERSION) .
 	$(DOCKER) build -f images/notebook-cpu/Dockerfile --build-arg GPUHUB_VERSION=$(GPUHUB_VERSION) -t $(IMAGE_PREFIX)/gpuhub-notebook-cpu:$(GPUHUB_VERSION) .
 
+# jupyterlab-nvdashboard, the peer the metrics benchmark runs beside gpuhub, goes into its
+# own folder (pip --target): installed in .venv it would enable itself in the demo and tests.
 benchmarks: install
+	test -d .bench/nvdashboard/jupyterlab_nvdashboard || $(BIN)/python -m pip install --quiet \
+		--no-deps --target .bench/nvdashboard "jupyterlab-nvdashboard==0.15.0"
 	$(BIN)/python -m benchmarks
 
 clean:

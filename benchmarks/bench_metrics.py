@@ -7,6 +7,11 @@
 * the same server running the jupyterlab-nvdashboard design (one 100 ms sampler per socket
   on the event loop, ``benchmarks/nvdashboard_design.py``) with 1, 10 and 50 sockets, in the
   same run; both with an event-loop probe (``GET /api/status`` every 100 ms);
+* jupyterlab-nvdashboard 0.15.0 itself, from PyPI, in the same server on the same NVML
+  stand-in (``benchmarks/nvml_shim`` answers its ``import pynvml``), its GPU utilization
+  socket set to 100 ms as its frontend does. ``make benchmarks`` installs it into
+  ``.bench/nvdashboard`` (``pip --target``: its lab and server extensions stay out of the
+  project's environment, so the demo and tests never load it);
 * the sampler thread's CPU share at 1 Hz, and that nothing is sampled when nobody polls;
 * the size of the shipped lab extension JS (gzip).
 
@@ -47,6 +52,15 @@ BUDGET_P50_MS = 2.0  # GET /gpuhub/api/metrics with 50 polling clients
 BUDGET_CPU = 1.0  # percent of a core, sampler at 1 Hz
 BUDGET_JS_KB = 250.0
 NVDASHBOARD_PERIOD_MS = 100
+NVDASHBOARD_VERSION = "0.15.0"
+PEER_DIR = REPO / ".bench" / "nvdashboard"  # pip install --target (see the Makefile)
+SHIM_DIR = REPO / "benchmarks" / "nvml_shim"
+
+
+def peer_version() -> str | None:
+    """The installed jupyterlab-nvdashboard's version under PEER_DIR, or None."""
+    found = sorted(PEER_DIR.glob("jupyterlab_nvdashboard-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").split("-")[1] if found else None
 
 
 def busy_machine(n_gpus: int) -> fake.Scenario:
@@ -146,7 +160,7 @@ class Probe:
 
 async def _calls(session: aiohttp.ClientSession, server: JupyterServer) -> int:
     async with session.get(server.url + "bench/nvml-calls") as r:
-        return int((await r.json()).get("nvmlDeviceGetCount", 0))
+        return sum(int(n) for n in (await r.json()).values())
 
 
 def _cpu(pid: int) -> float:
@@ -202,21 +216,29 @@ async def gpuhub_design(server: JupyterServer, clients: int, seconds: float) -> 
         "status_p50": percentile(probe.latencies, 50),
         "status_p95": percentile(probe.latencies, 95),
         "cpu_percent": cpu,
-        "nvml_reads_per_s": reads,
+        "nvml_calls_per_s": reads,
     }
 
 
-async def nvdashboard_design(server: JupyterServer, sockets: int, seconds: float) -> dict[str, Any]:
+async def nvdashboard_design(
+    server: JupyterServer,
+    sockets: int,
+    seconds: float,
+    path: str = f"bench/nvdashboard?period={NVDASHBOARD_PERIOD_MS}",
+    hello: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``sockets`` charts on ``path``; ``hello`` is sent first (nvdashboard's own sockets
+    start at 1 s and take their period from the frontend's first message)."""
     headers = {"Authorization": f"token {TOKEN}"}
-    ws_url = server.url.replace("http://", "ws://") + (
-        f"bench/nvdashboard?period={NVDASHBOARD_PERIOD_MS}"
-    )
+    ws_url = server.url.replace("http://", "ws://") + path
     stop = asyncio.Event()
     received = [0]
     async with aiohttp.ClientSession(headers=headers) as session:
 
         async def chart() -> None:
             async with session.ws_connect(ws_url) as ws:
+                if hello is not None:
+                    await ws.send_json(hello)
                 while not stop.is_set():
                     try:
                         await asyncio.wait_for(ws.receive(), 0.5)
@@ -242,8 +264,19 @@ async def nvdashboard_design(server: JupyterServer, sockets: int, seconds: float
         "status_p50": percentile(probe.latencies, 50),
         "status_p95": percentile(probe.latencies, 95),
         "cpu_percent": cpu,
-        "nvml_reads_per_s": reads,
+        "nvml_calls_per_s": reads,
     }
+
+
+async def nvdashboard_itself(server: JupyterServer, sockets: int, seconds: float) -> dict[str, Any]:
+    """jupyterlab-nvdashboard's own GPU utilization socket, at the design's 100 ms."""
+    return await nvdashboard_design(
+        server,
+        sockets,
+        seconds,
+        path="nvdashboard/gpu_utilization",
+        hello={"updateFrequency": NVDASHBOARD_PERIOD_MS, "isPaused": False},
+    )
 
 
 async def server_runs(clients: list[int], seconds: float) -> dict[str, list[dict[str, Any]]]:
@@ -253,8 +286,10 @@ async def server_runs(clients: list[int], seconds: float) -> dict[str, list[dict
         root.mkdir()
         scenario_path = tmp / "nvml.json"
         scenario_path.write_text(busy_machine(8).to_json())
+        peer = peer_version()
+        paths = [str(SHIM_DIR), str(PEER_DIR)] if peer else []
         env = {
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": os.pathsep.join([*paths, str(REPO)]),
             "GPUHUB_FAKE_NVML": str(scenario_path),
             "GPUHUB_NVML_MODULE": FAKE,
         }
@@ -265,11 +300,14 @@ async def server_runs(clients: list[int], seconds: float) -> dict[str, list[dict
             "c.ServerApp.jpserver_extensions['benchmarks.nvdashboard_design'] = True\n"
             "c.ServerApp.log_level = 'WARN'\n"
         )
+        if peer:
+            config += "c.ServerApp.jpserver_extensions['jupyterlab_nvdashboard'] = True\n"
         with jupyter_server(root, tmp, env=env, config=config) as server:
             ours = [await gpuhub_design(server, n, seconds) for n in clients]
             await asyncio.sleep(3.0)  # gpuhub's sampler goes idle: nvdashboard runs alone
             theirs = [await nvdashboard_design(server, n, seconds) for n in clients]
-    return {"gpuhub": ours, "nvdashboard": theirs}
+            itself = [await nvdashboard_itself(server, n, seconds) for n in clients] if peer else []
+    return {"gpuhub": ours, "nvdashboard": theirs, "nvdashboard_itself": itself}
 
 
 # --- report ------------------------------------------------------------------------------
@@ -302,15 +340,30 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, bool
         f"| gpuhub: 1 sampler thread, clients poll at 1 Hz | {r['clients']} | "
         f"{r['handler_p50']:.2f} / {r['handler_p95']:.2f} ms | "
         f"{r['rtt_p50']:.1f} / {r['rtt_p95']:.1f} ms | {r['status_p50']:.1f} / "
-        f"{r['status_p95']:.1f} ms | {r['cpu_percent']:.1f} % | {r['nvml_reads_per_s']:.1f} |"
+        f"{r['status_p95']:.1f} ms | {r['cpu_percent']:.1f} % | {r['nvml_calls_per_s']:.1f} |"
         for r in ours
     )
     rows_theirs = "\n".join(
-        f"| nvdashboard: sampler per socket, {NVDASHBOARD_PERIOD_MS} ms, on the event loop | "
-        f"{r['clients']} | n/a (push) | {r['messages_per_s']:.0f} msg/s pushed | "
+        f"| nvdashboard design (rebuilt): sampler per socket, {NVDASHBOARD_PERIOD_MS} ms, on "
+        f"the event loop | {r['clients']} | n/a (push) | {r['messages_per_s']:.0f} msg/s pushed | "
         f"{r['status_p50']:.1f} / {r['status_p95']:.1f} ms | {r['cpu_percent']:.1f} % | "
-        f"{r['nvml_reads_per_s']:.1f} |"
+        f"{r['nvml_calls_per_s']:.1f} |"
         for r in theirs
+    )
+    itself = results["server"].get("nvdashboard_itself") or []
+    version = peer_version()
+    rows_itself = (
+        "\n".join(
+            f"| jupyterlab-nvdashboard {version} itself: `gpu_utilization` socket, "
+            f"{NVDASHBOARD_PERIOD_MS} ms | {r['clients']} | n/a (push) | "
+            f"{r['messages_per_s']:.0f} msg/s pushed | {r['status_p50']:.1f} / "
+            f"{r['status_p95']:.1f} ms | {r['cpu_percent']:.1f} % | "
+            f"{r['nvml_calls_per_s']:.1f} |"
+            for r in itself
+        )
+        if itself
+        else f"| jupyterlab-nvdashboard {NVDASHBOARD_VERSION} itself | not installed "
+        "(`make benchmarks` installs it into `.bench/nvdashboard`) | | | | | |"
     )
     body = f"""## GPU metrics (sampler, `GET /gpuhub/api/metrics`, lab extension size)
 
@@ -336,10 +389,16 @@ and the benchmark's own client on the same cores. `/api/status` is probed every 
 to show how responsive the server stays. CPU is the whole Jupyter server process.
 Budget: handler p50 < {BUDGET_P50_MS:g} ms with {at50["clients"]} clients — {ok("p50")}.
 
-| design | clients | metrics handler p50 / p95 | metrics round trip p50 / p95 | `/api/status` p50 / p95 | server CPU | NVML reads/s |
+| design | clients | metrics handler p50 / p95 | metrics round trip p50 / p95 | `/api/status` p50 / p95 | server CPU | NVML calls/s |
 |---|---|---|---|---|---|---|
 {rows_ours}
 {rows_theirs}
+{rows_itself}
+
+NVML calls/s counts every call the server made into the NVML stand-in (8 GPUs). The
+nvdashboard rows pay per socket per tick, on the event loop: its own `gpu_utilization` socket
+reads only utilization (one call per GPU), the rebuilt design reads every figure; gpuhub's one
+sampler thread reads every figure of every GPU once per second, however many clients poll.
 
 ### Sampler thread at 1 Hz (budget < {BUDGET_CPU:g} % of a core) — {ok("cpu")}
 

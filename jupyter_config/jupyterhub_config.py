@@ -4,7 +4,12 @@ Every server runs as the hub's own OS user in ./gpuhub-users/<name> (``run_as_hu
 so nothing needs root or system accounts, and so every user can read every other user's files
 and API tokens: the hub refuses to start servers on an address other than loopback
 (GPUHUB_DEMO_IP) unless LocalGPUSpawner.run_as_hub_user_acknowledge_shared_account is set. Users log in with any of the names below and the
-shared password ``gpuhub-demo``. Set GPUHUB_DEMO_GPUS=0,1,2,3 to try the form on a machine without GPUs.
+shared password ``gpuhub-demo``.
+
+GPUHUB_DEMO_GPUS picks the GPUs: ``auto`` (the default) hands out this machine's NVIDIA GPUs,
+or 4 simulated GPUs when there is no driver (the lab charts their notebooks' CPU and memory,
+labelled "simulated"); ``simulated:N`` for N simulated GPUs; ``0,1`` for those indices.
+Production configs never simulate: ``LocalGPUSpawner.gpu_devices`` defaults to ``"auto"``.
 """
 
 import os
@@ -30,9 +35,29 @@ c.Spawner.default_url = "/lab"
 c.Spawner.http_timeout = 60
 c.LocalGPUSpawner.run_as_hub_user = True
 
-_gpus = os.environ.get("GPUHUB_DEMO_GPUS", "auto").strip()
-c.LocalGPUSpawner.gpu_devices = (
-    "auto" if _gpus in ("", "auto") else [int(i) for i in _gpus.split(",") if i.strip()]
+
+def _demo_gpus(value: str) -> tuple[object, str]:
+    """``LocalGPUSpawner.gpu_devices`` for GPUHUB_DEMO_GPUS, and how the banner says it."""
+    if value in ("", "auto"):
+        from gpuhub.devices import discover
+
+        found = discover()
+        if found.devices:
+            names = ", ".join(f"{d.index} ({d.name})" for d in found.devices)
+            return "auto", f"this machine's GPUs {names}"
+        value = "simulated:4"
+    if value.startswith("simulated:"):
+        count = value.removeprefix("simulated:")
+        return value, (
+            f"{count} simulated GPUs (no NVIDIA driver here; the lab charts each notebook's "
+            "CPU and memory as its GPU figures)"
+        )
+    indices = [int(i) for i in value.split(",") if i.strip()]
+    return indices, "GPUs " + ", ".join(map(str, indices)) + " (pretend: nothing reads them)"
+
+
+c.LocalGPUSpawner.gpu_devices, _gpus_said = _demo_gpus(
+    os.environ.get("GPUHUB_DEMO_GPUS", "auto").strip()
 )
 c.LocalGPUSpawner.cpu_range = {"min": 0.5, "max": float(os.cpu_count() or 2), "default": 1}
 c.LocalGPUSpawner.memory_range = {"min": "512Mi", "max": "16G", "default": "2G"}
@@ -44,18 +69,12 @@ c.JupyterHub.allow_named_servers = True
 # The hub's GPU ledger endpoints: the lab's GPU sidebar shows what each user holds.
 configure_hub(c)
 
+_pw = c.SharedPasswordAuthenticator.user_password
 print(
-    "\n  gpuhub demo: open http://{ip}:{port}/ and log in as alice (staff, up to 4 GPUs)\n"
-    "  or bob (students, 1 GPU) with password '{pw}'. GPUs offered: {gpus}.\n"
+    f"\n  gpuhub demo: open http://{c.JupyterHub.ip}:{c.JupyterHub.port}/ and log in as alice"
+    f" (staff, up to 4 GPUs),\n  bob or carol (students, 1 GPU each) with password '{_pw}'.\n"
+    f"  GPUs offered: {_gpus_said}.\n"
     "  Warning: all users' servers run as one OS account (run_as_hub_user), so every user\n"
-    "  can read every other user's files and API tokens; keep the demo on 127.0.0.1.\n".format(
-        ip=c.JupyterHub.ip,
-        port=c.JupyterHub.port,
-        pw=c.SharedPasswordAuthenticator.user_password,
-        gpus=_gpus
-        if _gpus != "auto"
-        else "discovered with NVML (none if no driver; "
-        "run `make demo GPUHUB_DEMO_GPUS=0,1,2,3` to pretend)",
-    ),
+    "  can read every other user's files and API tokens; keep the demo on 127.0.0.1.\n",
     flush=True,
 )

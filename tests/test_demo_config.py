@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import requests
+from traitlets.config import Config
 
 from tests.hub.process import ROOT, _env, free_port
 
@@ -88,3 +91,41 @@ def test_demo_hub_logs_in_and_spawns_with_a_gpu(tmp_path: Path) -> None:
         os.killpg(hub.pid, signal.SIGTERM)
         hub.wait(timeout=30)
         log.close()
+
+
+def _load_demo_config(monkeypatch: pytest.MonkeyPatch, gpus: str | None) -> Config:
+    if gpus is None:
+        monkeypatch.delenv("GPUHUB_DEMO_GPUS", raising=False)
+    else:
+        monkeypatch.setenv("GPUHUB_DEMO_GPUS", gpus)
+    config = Config()
+    runpy.run_path(str(DEMO_CONFIG), init_globals={"get_config": lambda: config})
+    return config
+
+
+def test_demo_without_a_driver_offers_four_simulated_gpus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuhub import devices
+
+    monkeypatch.setattr(devices, "discover", lambda: devices.Discovery((), "no driver"))
+    config = _load_demo_config(monkeypatch, None)
+    assert config.LocalGPUSpawner.gpu_devices == "simulated:4"
+    banner = capsys.readouterr().out
+    assert "alice" in banner and "bob or carol" in banner
+    assert "4 simulated GPUs" in banner
+
+
+def test_demo_with_a_driver_hands_out_the_real_gpus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuhub import devices
+
+    found = devices.Discovery((devices.Device(0, "NVIDIA RTX A6000", "GPU-1", 48 * 2**30),), None)
+    monkeypatch.setattr(devices, "discover", lambda: found)
+    assert _load_demo_config(monkeypatch, None).LocalGPUSpawner.gpu_devices == "auto"
+    assert "0 (NVIDIA RTX A6000)" in capsys.readouterr().out
+    assert _load_demo_config(monkeypatch, "simulated:2").LocalGPUSpawner.gpu_devices == (
+        "simulated:2"
+    )
+    assert _load_demo_config(monkeypatch, "0,1").LocalGPUSpawner.gpu_devices == [0, 1]

@@ -122,7 +122,7 @@ def test_invalid_json_and_unknown_jobs(standalone):
     ]:
         answer = standalone.api(method, path)
         assert answer.status_code == 404
-        assert answer.json()["message"] == "There is no job 'missing-123' among your jobs."
+        assert answer.json()["message"] == 'There is no job "missing-123" among your jobs.'
     bad_tail = standalone.api("GET", "gpuhub/api/jobs/missing-123/logs?tail=x")
     assert bad_tail.status_code == 400
 
@@ -192,6 +192,32 @@ def test_a_spawned_server_applies_the_hubs_policy(tmp_path):
         created = server.api("POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb"}).json()
         job = wait_final(server, created["id"])
         assert (job["status"], job["owner"], job["gpu"]) == ("succeeded", "ada", "CPU only")
+
+
+def test_one_default_and_one_maximum_for_dialog_magic_and_api(tmp_path):
+    """staff may have 4 GPUs per job, but this server was given 2: every route says 2."""
+    root = tmp_path / "home"
+    write_notebook(
+        root / "train.ipynb", "import os\nprint('gpus', repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+    )
+    env = {
+        **policy_env(DESIGN_CONFIG, ["staff"]),
+        "GPUHUB_GPU_TYPE": "a100",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "JUPYTERHUB_USER": "alice",
+    }
+    with jupyter_server(root, tmp_path, env=env) as server:
+        options = server.api("GET", "gpuhub/api/jobs/options").json()
+        assert options["max_gpus"] == 2 and options["defaults"]["gpus"] == 1
+        a100 = next(t for t in options["gpu_types"] if t["key"] == "a100")
+        assert a100["max_gpus"] == 2
+        refused = server.api("POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "gpus": 3})
+        assert refused.status_code == 400
+        assert "at most 2" in refused.json()["message"], refused.json()
+        # Left out (as %submit without --gpus sends it): the same default the dialog shows.
+        created = server.api("POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb"}).json()
+        job = wait_final(server, created["id"])
+        assert job["status"] == "succeeded" and job["gpu"].startswith("1 x ")
 
 
 # -- Kubernetes mode: the forwarding seam -----------------------------------------------------------

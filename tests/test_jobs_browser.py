@@ -1,4 +1,4 @@
-"""The jobs UI in a real JupyterLab: Run on cluster -> status -> log -> open result.
+"""The jobs UI in a real JupyterLab: Run as job -> status -> log -> open result.
 
 A real ``jupyter server`` with JupyterLab and the built gpuhub lab extension, driven by
 Playwright in Debian's Chromium; jobs run with the local backend (papermill, real kernels).
@@ -125,7 +125,12 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     panel = jobs_panel(page)
     empty = panel.locator(".gpuhub-JobsPanel-empty")
     empty.wait_for(state="visible")
-    assert "Run on cluster" in empty.inner_text()
+    assert "Run as job" in empty.inner_text()  # not on a cluster: jobs run on this server
+    toolbar = page.locator(".jp-NotebookPanel-toolbar").first
+    page.wait_for_function(
+        "el => el.textContent.includes('Run as job')", arg=toolbar.element_handle()
+    )
+    assert "Run on cluster" not in toolbar.inner_text()
     assert "train.ipynb" in panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
     page.screenshot(path=str(artifact("jobs-panel-empty.png")))
 
@@ -231,16 +236,52 @@ def submit_follow_and_open_result(page: Any, lab: JupyterServer) -> None:
     item.locator(".gpuhub-Job-details > summary").click()
     details = item.locator(".gpuhub-Job-detailsList").inner_text()
     assert "epochs = 7, layers = [64,32], optimizer = adam" in details
-    assert "1 cores, 1G" in details and job["id"] in details
+    assert "1 core, 1G" in details and job["id"] in details
+    assert "default" not in details  # the image is named, not a raw key
     item.get_by_role("button", name="Open result").click()
     result_tab = page.locator(f'.lm-TabBar-tab[title*="{job["output"].split("/")[-2]}"]')
     result_tab.wait_for(timeout=60_000)
+    # The tab names the job (its id), not the notebook's file name a second time.
+    assert result_tab.inner_text() == f"{job['id']}.ipynb"
     result = page.locator(".jp-NotebookPanel:visible")
     result.locator("text=trained for 7 epochs at rate 0.1").wait_for(timeout=60_000)
     assert "epochs = 7" in result.locator(".jp-Cell").nth(2).inner_text()
     executed = nbformat.read(lab.root / job["output"], as_version=4)
     assert "injected-parameters" in executed.cells[2].metadata.get("tags", [])
     page.screenshot(path=str(artifact("jobs-result.png")))
+    # The executed copy is a result: "Current notebook" still names the notebook to run.
+    hint = panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
+    assert "train.ipynb" in hint and "gpuhub-runs" not in hint
+
+
+def test_two_runs_of_one_notebook_are_told_apart(browser: Any, lab: JupyterServer) -> None:
+    with notebook_page(browser, lab, "train.ipynb", "jobs-apart") as page:
+        panel = jobs_panel(page)
+        panel.locator(".gpuhub-JobsPanel-hint").first.wait_for()
+        # Submitted by another route (as %submit does) while the panel is open: each shows
+        # within one poll, no reload.
+        ids = []
+        for epochs in (3, 5):
+            answer = lab.api(
+                "POST",
+                "gpuhub/api/jobs",
+                json={"notebook": "train.ipynb", "gpus": 0, "parameters": {"epochs": epochs}},
+            )
+            assert answer.status_code == 201, answer.text
+            ids.append(answer.json()["id"])
+            page.locator(f'.gpuhub-Job[data-job-id="{ids[-1]}"]').wait_for(timeout=6_000)
+        cards = [panel.locator(f'.gpuhub-Job[data-job-id="{i}"]') for i in ids]
+        names = [c.locator(".gpuhub-Job-name").inner_text() for c in cards]
+        summaries = [c.locator(".gpuhub-Job-summary").inner_text() for c in cards]
+        assert names[0] == names[1] == "train"  # same notebook, same name...
+        assert summaries[0] != summaries[1]  # ...told apart without expanding anything
+        assert summaries[0].startswith("started ") and "epochs = 3" in summaries[0]
+        assert "epochs = 5" in summaries[1]
+        for i in ids:
+            page.locator(f'.gpuhub-Job[data-job-id="{i}"][data-status="succeeded"]').wait_for(
+                timeout=TIMEOUT
+            )
+        page.screenshot(path=str(artifact("jobs-two-runs.png")))
 
 
 def test_failed_job_shows_the_failing_cell(browser: Any, lab: JupyterServer) -> None:
@@ -252,8 +293,8 @@ def failed_job_shows_the_failing_cell(page: Any) -> None:
     # The command palette entry (category GPU) opens the same dialog. The palette is
     # opened from the View menu and filled directly: stray keys would edit the notebook.
     palette = open_palette(page)
-    palette.fill("Run Notebook on Cluster")
-    palette_item = page.locator(".lm-CommandPalette-item", has_text="Run Notebook on Cluster")
+    palette.fill("Run Notebook as Job")
+    palette_item = page.locator(".lm-CommandPalette-item", has_text="Run Notebook as Job")
     palette_item.first.wait_for()
     page.screenshot(path=str(artifact("jobs-palette.png")))
     palette_item.first.click()
@@ -289,7 +330,7 @@ def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> Non
     panel = jobs_panel(page)
     # The sidebar's own entry point runs the notebook the user was working in.
     assert "slow.ipynb" in panel.locator(".gpuhub-JobsPanel-hint").first.inner_text()
-    panel.get_by_role("button", name="Run notebook on cluster…").click()
+    panel.get_by_role("button", name="Run as job…").click()
     dialog = page.locator(".gpuhub-JobDialog")
     dialog.get_by_role("button", name="Submit job").click()
     dialog.wait_for(state="detached")
@@ -299,8 +340,12 @@ def cancel_from_the_sidebar_and_dark_theme(page: Any, lab: JupyterServer) -> Non
         timeout=TIMEOUT
     )
     log = item.get_by_role("log")
+    # Long enough to scroll (job logs no longer carry the kernel's transport warning, so
+    # the first steps alone may fit): a log that fits on screen is always "at the end".
     page.wait_for_function(
-        "el => /step [3-9]/.test(el.textContent)", arg=log.element_handle(), timeout=TIMEOUT
+        "el => /step [3-9]/.test(el.textContent) && el.scrollHeight > el.clientHeight + 40",
+        arg=log.element_handle(),
+        timeout=TIMEOUT,
     )
     # Scrolled up, the log stays where the reader is; "Follow the end" brings it back.
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
@@ -449,7 +494,7 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
     dialog.get_by_role("button", name="Submit job").click()
     params_error = form.locator(".gpuhub-JobForm-params ~ .gpuhub-JobForm-error")
     params_error.wait_for(state="visible")
-    assert "'learning rate' must be a Python identifier" in params_error.inner_text()
+    assert '"learning rate" must be a Python identifier' in params_error.inner_text()
     form.get_by_role("button", name="Remove parameter").last.click()
 
     name = form.get_by_label("Job name (optional)")
@@ -514,3 +559,30 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
         in page.locator('.gpuhub-Job[data-job-id^="train-"] .gpuhub-Job-meta').inner_text()
     )
     page.screenshot(path=str(artifact("jobs-panel-cluster.png")))
+
+
+def test_on_kubernetes_the_command_says_run_on_cluster(browser: Any, tmp_path: Any) -> None:
+    """Kubernetes mode (GPUHUB_JOBS_URL set): jobs do run on a cluster, and say so."""
+    root = tmp_path / "home"
+    write_notebook(root / "train.ipynb", TRAIN, parameters="epochs = 1\nrate = 0.1")
+    expose_lab_extension(tmp_path)
+    env = {
+        **policy_env(DESIGN_CONFIG, ["staff"]),
+        "GPUHUB_JOBS_URL": "http://127.0.0.1:9/services/gpuhub/api",
+        "JUPYTERHUB_API_TOKEN": "user-token",
+        "JUPYTERHUB_USER": "ada",
+        "GPUHUB_TEST_FORWARD_LOG": str(tmp_path / "forwarded.jsonl"),
+    }
+    backend = "tests.jupyter.recording_backend.RecordingBackend"
+    config = f"c.GPUHubJobs.remote_backend_class = {backend!r}\n"
+    with (
+        jupyter_server(root, tmp_path, lab=True, env=env, config=config) as server,
+        notebook_page(browser, server, "train.ipynb", "jobs-cluster") as page,
+    ):
+        toolbar = page.locator(".jp-NotebookPanel-toolbar").first
+        page.wait_for_function(
+            "el => el.textContent.includes('Run on cluster')", arg=toolbar.element_handle()
+        )
+        assert "Run as job" not in toolbar.inner_text()
+        panel = jobs_panel(page)
+        assert panel.get_by_role("button", name="Run on cluster…").is_visible()

@@ -141,7 +141,7 @@ def test_shared_home_mounts_the_claim_and_writes_next_to_the_notebook(root):
     assert claims == [settings.home_volume.claim_name("Alice.B")]
     env = {e["name"]: e["value"] for e in container_of(job)["env"]}
     assert env["GPUHUB_INPUT"] == "/home/jovyan/exp/broken.ipynb"
-    assert env["GPUHUB_OUTPUT"] == "/home/jovyan/exp/gpuhub-runs/broken-x1/broken.ipynb"
+    assert env["GPUHUB_OUTPUT"] == "/home/jovyan/exp/gpuhub-runs/broken-x1/broken-x1.ipynb"
     assert env["GPUHUB_PRINT_OUTPUT"] == "0"
     assert "notebook.ipynb" not in configmap["data"]  # it is read from the volume
 

@@ -66,15 +66,16 @@ async def test_runs_with_parameters_and_this_servers_gpus(root):
     assert record.status == "running" and record.id.startswith("train-")
     done = await until_final(backend, record.id)
     assert done.status == "succeeded", done.error
-    assert done.output == f"exp/gpuhub-runs/{record.id}/train.ipynb"
+    assert done.output == f"exp/gpuhub-runs/{record.id}/{record.id}.ipynb"
     output = read_outputs(root / done.output)
     # The parameter was injected, and the job saw only the first of the server's GPUs.
     assert "epochs 7 gpus '2'" in output
     assert "cpu 2 memory 3000000000" in output  # the request, for thread pools and the UI
-    assert done.progress == {"done": 4, "total": 4}  # markdown, parameters, injected, code
+    assert done.progress == {"done": 3, "total": 3}  # markdown, parameters, code (not injected)
     assert done.started and done.finished and done.elapsed() is not None
     logs = await backend.logs("ada", record.id)
     assert "epochs 7 gpus '2'" in logs and "Executing Cell" in logs
+    assert "without encryption" not in logs  # the kernel's transport warning is not news
     assert (await backend.logs("ada", record.id, tail=1)).count("\n") <= 1
     # A CPU-only job sees no GPU at all.
     cpu = await backend.submit(request(root, notebook="exp/train.ipynb", gpus=0), "ada")
@@ -98,7 +99,8 @@ async def test_failure_reports_the_failing_cell(root):
     )
     done = await until_final(backend, record.id)
     assert done.status == "failed"
-    assert done.error == "The notebook failed in cell [4]: ValueError: loss diverged at epoch 3."
+    # Cell 4 of the notebook as its author sees it: papermill's injected cell is not counted.
+    assert done.error == "The notebook failed in cell 4: ValueError: loss diverged at epoch 3."
     assert done.failed_cell is not None
     assert done.failed_cell.ename == "ValueError"
     assert "raise ValueError" in done.failed_cell.source
@@ -181,7 +183,7 @@ async def test_gpu_requests_beyond_this_server_are_refused(root):
         await none.check(request(root, notebook="exp/train.ipynb", gpus=1), "ada")
     assert caught.value.field == "gpus" and "This server has no GPU" in caught.value.message
     two = LocalBackend(root, owner="ada", gpu_ids=["0", "1"], gpu_type="a100")
-    with pytest.raises(JobError, match=r"has 2 GPUs.*at most 2 \(asked for 3\)"):
+    with pytest.raises(JobError, match=r"has 2 GPUs.*at most 2 \(you asked for 3\)"):
         await two.check(request(root, notebook="exp/train.ipynb", gpus=3), "ada")
     await two.check(request(root, notebook="exp/train.ipynb", gpus=2), "ada")
     assert two.request_defaults() == {"gpu_type": "a100"}

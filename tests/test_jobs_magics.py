@@ -110,12 +110,12 @@ def test_submit_defaults_to_this_notebook(kernel):
 
 def test_refusals_are_the_servers_sentences(kernel):
     for line, message in [
-        ("%submit ../outside.ipynb", "notebook '../outside.ipynb' is outside this server's root"),
+        ("%submit ../outside.ipynb", 'Notebook "../outside.ipynb" is outside this server\'s root'),
         ("%submit exp/train.ipynb --gpus 2", "at most 1"),
         ("%submit exp/train.ipynb --kind tfjob", "not connected to one"),
         ("%submit exp/train.ipynb --name Bad_Name", "lower-case letters"),
         ("%submit exp/train.ipynb -p novalue", "-p takes KEY=VALUE"),
-        ("%job logs nope-123", "There is no job 'nope-123' among your jobs."),
+        ("%job logs nope-123", 'There is no job "nope-123" among your jobs.'),
         ("%job frobnicate x", "Use %job logs ID"),
     ]:
         out = run(kernel, line)
@@ -143,7 +143,8 @@ def test_train_cell_runs_from_the_notebooks_folder(server, kernel):
     logs = run(kernel, f"%job logs {ident}").stdout
     assert f"training 2 in {server.root / 'exp'}" in logs
     # No runs inside runs: the result sits with the other runs of this folder.
-    assert (server.root / "exp" / "gpuhub-runs" / ident / generated[0].name).is_file()
+    assert (server.root / "exp" / "gpuhub-runs" / ident / f"{ident}.ipynb").is_file()
+    assert not re.search(r"-{8,}$", logs, re.MULTILINE)  # no papermill rulers
 
 
 def test_jobs_table_and_cancel(kernel):
@@ -188,3 +189,13 @@ def test_outside_a_jupyter_server_the_magics_say_so(tmp_path):
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
+
+
+def test_help_shows_the_usage_once() -> None:
+    """``%submit?`` prints the docstring: magic_arguments writes the usage; it must not be
+    written a second time by hand."""
+    from gpuhub_lab.jobs_magics import JobMagics
+
+    for name, magic in (("%submit", JobMagics.submit), ("%train", JobMagics.train)):
+        doc = magic.__doc__ or ""
+        assert doc.count(f"{name} [") == 1, doc

@@ -97,9 +97,9 @@ BAD = [
     ({"notebook": "missing.ipynb"}, "notebook", 404, "does not exist"),
     ({"notebook": "notes.txt"}, "notebook", 400, "not a notebook"),
     ({"notebook": "folder.ipynb"}, "notebook", 400, "not a file"),
-    ({"notebook": ""}, "notebook", 400, "path of a notebook"),
-    ({"notebook": 7}, "notebook", 400, "path of a notebook"),
-    ({}, "notebook", 400, "path of a notebook"),
+    ({"notebook": ""}, "notebook", 400, "must be a path"),
+    ({"notebook": 7}, "notebook", 400, "must be a path"),
+    ({}, "notebook", 400, "must be a path"),
     ({"notebook": "a\0b.ipynb"}, "notebook", 400, "not a valid path"),
     ({"notebook": "train.ipynb", "name": "Train_1"}, "name", 400, "lower-case"),
     ({"notebook": "train.ipynb", "name": "-train"}, "name", 400, "starting and ending"),
@@ -138,9 +138,9 @@ BAD = [
         400,
         "over the limit",
     ),
-    ({"notebook": "train.ipynb", "kind": "spark"}, "kind", 400, "not one of job, pytorchjob"),
+    ({"notebook": "train.ipynb", "kind": "spark"}, "kind", 400, 'not one of "job", "pytorchjob"'),
     ({"notebook": "train.ipynb", "kind": 3}, "kind", 400, "not one of"),
-    ({"notebook": "train.ipynb", "workers": 2}, "workers", 400, "only to pytorchjob and tfjob"),
+    ({"notebook": "train.ipynb", "workers": 2}, "workers", 400, "only to a PyTorchJob or a TFJob"),
     ({"notebook": "train.ipynb", "kind": "tfjob", "workers": 0}, "workers", 400, "between 1"),
     ({"notebook": "train.ipynb", "kind": "tfjob", "workers": 65}, "workers", 400, "between 1"),
     ({"notebook": "train.ipynb", "kind": "tfjob", "workers": 1.5}, "workers", 400, "whole"),
@@ -148,7 +148,12 @@ BAD = [
     # Resources: the spawn form's own messages (parse_launch_options).
     ({"notebook": "train.ipynb", "gpus": 9}, "gpus", 400, "at most 8"),
     ({"notebook": "train.ipynb", "gpus": -1}, "gpus", 400, "negative"),
-    ({"notebook": "train.ipynb", "gpu_type": "h100", "gpus": 1}, "gpu_type", 400, "not a GPU type"),
+    (
+        {"notebook": "train.ipynb", "gpu_type": "h100", "gpus": 1},
+        "gpu_type",
+        400,
+        "is not one of this hub's",
+    ),
     ({"notebook": "train.ipynb", "image": "evil.io/x:1"}, "image", 400, "not allowed"),
     ({"notebook": "train.ipynb", "cpu": 64}, "cpu", 400, "between"),
     ({"notebook": "train.ipynb", "memory": "16"}, "memory", 400, "did you mean 16G"),
@@ -293,3 +298,16 @@ def test_parser_answers_a_request_or_one_sentence(root, notebook, extra, kind):
         assert json.loads(json.dumps(dict(request.parameters))) == request.parameters
         assert request.workers == 1 or request.kind in ("pytorchjob", "tfjob")
     assert snapshot(root) == before
+
+
+def test_job_logs_lose_transport_warnings_and_rulers() -> None:
+    from gpuhub.jobs.model import without_noise
+
+    raw = (
+        "[IPKernelApp] WARNING | Kernel is running over TCP without encryption. All "
+        "communication (including code and outputs) is sent in plain text.\n"
+        "18:37:31 Executing Cell 1---------------------------------------\n"
+        "loss 0.25\n"
+        "----------\n"
+    )
+    assert without_noise(raw) == "18:37:31 Executing Cell 1\nloss 0.25\n----------\n"

@@ -169,7 +169,7 @@ def test_own_jobs_only_and_idempotent_submit(service, cluster, tokens, notebook_
     ):
         refused = call(service, method, path, bob)
         assert refused.status_code == 404, (method, path, refused.text)
-        assert refused.json()["message"] == f"There is no job {job_id!r} among your jobs."
+        assert refused.json()["message"] == f'There is no job "{job_id}" among your jobs.'
     assert cluster.get("Job", job_id)["metadata"].get("deletionTimestamp") is None
 
     status = call(service, "GET", f"jobs/{job_id}", alice).json()
@@ -210,10 +210,10 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         ),
         (json.dumps({"notebook": "train.ipynb"}), 400, "notebook_content is missing"),
         (json.dumps(body("{}")), 400, "is not a valid notebook file"),
-        (json.dumps(body(notebook_text, kind="cronjob")), 400, "is not one of job"),
+        (json.dumps(body(notebook_text, kind="cronjob")), 400, 'is not one of "job"'),
         (json.dumps(body(notebook_text, name="Bad_Name")), 400, "lower-case letters"),
-        (json.dumps(body(notebook_text, parameters=[1])), 400, "parameters must be a mapping"),
-        (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, "gpu_type"),
+        (json.dumps(body(notebook_text, parameters=[1])), 400, "Parameters must be a mapping"),
+        (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, 'GPU type "h100"'),
         (json.dumps(body(notebook_text, kind="pipeline")), 422, NOT_CONFIGURED),
     ]
     for data, status, sentence in cases:
@@ -302,7 +302,7 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
             timeout=60,
         )
         # The executed notebook came back through the API into the user's files.
-        assert done["output"] == f"gpuhub-runs/{job_id}/train.ipynb"
+        assert done["output"] == f"gpuhub-runs/{job_id}/{job_id}.ipynb"  # named after the run
         executed = json.loads((root / done["output"]).read_text())
         assert any(
             "result 10\n" in o.get("text", "")
@@ -328,7 +328,7 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
         )
         missing = server.api("GET", "gpuhub/api/jobs/no-such-job-1")
         assert missing.status_code == 404
-        assert missing.json()["message"] == "There is no job 'no-such-job-1' among your jobs."
+        assert missing.json()["message"] == 'There is no job "no-such-job-1" among your jobs.'
         pipeline = server.api(
             "POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "kind": "pipeline"}
         )

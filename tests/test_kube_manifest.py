@@ -93,6 +93,8 @@ async def test_gpu_pod_gets_limit_selector_tolerations_and_shm():
     assert {"name": "gpuhub-dshm", "mountPath": "/dev/shm"} in container(body)["volumeMounts"]
     assert container(body)["image"] == "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20"
     assert env(body)["GPUHUB_GPUS"] == "2"
+    # The lab names the GPUs it was given, driver or not (gpuhub_lab.metrics.assigned).
+    assert env(body)["GPUHUB_GPU_TYPE_NAME"] == "NVIDIA A100 80GB"
     assert "NVIDIA_VISIBLE_DEVICES" not in env(body)
 
 
@@ -139,7 +141,7 @@ async def test_refusal_is_http_400_with_the_sentence():
     with pytest.raises(web.HTTPError) as info:
         await apply_gpuhub_options(spawner, {"gpus": 1, "gpu_type": "a100"})
     assert info.value.status_code == 400
-    assert "gpu_type 'a100' is not allowed" in info.value.log_message % info.value.args
+    assert 'GPU type "a100" is not allowed' in info.value.log_message % info.value.args
     assert spawner.launch_options is None
 
 

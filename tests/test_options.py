@@ -67,7 +67,7 @@ def test_gpus_zero_ignores_a_valid_type_but_not_an_unknown_one():
 @pytest.mark.parametrize(
     ("raw", "groups", "field", "words"),
     [
-        ({"cpu": 64}, ["staff"], "cpu", "between 500m and 32 cores"),
+        ({"cpu": 64}, ["staff"], "cpu", "CPU must be between 0.5 and 32 cores"),
         ({"cpu": "lots"}, ["staff"], "cpu", "such as 2 or 500m"),
         ({"cpu": True}, ["staff"], "cpu", "cores"),
         ({"memory": "1T"}, ["staff"], "memory", "between 1G and 256G"),
@@ -79,11 +79,16 @@ def test_gpus_zero_ignores_a_valid_type_but_not_an_unknown_one():
         ({"gpus": 9, "gpu_type": "a100"}, ["staff"], "gpus", "at most 8"),
         ({"gpus": 2}, ["students"], "gpus", "at most 1"),
         ({"gpus": 1, "gpu_type": "a100"}, ["students"], "gpu_type", "not allowed for your groups"),
-        ({"gpus": 1, "gpu_type": "h100"}, ["staff"], "gpu_type", "not a GPU type"),
+        (
+            {"gpus": 1, "gpu_type": "h100"},
+            ["staff"],
+            "gpu_type",
+            'GPU type "h100" is not one of this hub\'s',
+        ),
         ({"image": "x:1; rm -rf /"}, ["staff"], "image", "not allowed"),
         ({"image": ["pytorch"]}, ["staff"], "image", "offered image"),
         ({"profile": "nope"}, ["staff"], "profile", "offered profiles"),
-        ({"gpu": 1}, ["staff"], "gpu", "Unknown option 'gpu'"),
+        ({"gpu": 1}, ["staff"], "gpu", 'Unknown option "gpu"'),
     ],
 )
 def test_each_refusal_is_one_sentence_naming_the_field(raw, groups, field, words):

@@ -45,17 +45,23 @@ def _from_server(timeout: float) -> dict[str, Any]:
 
 
 def _from_nvml() -> dict[str, Any]:
+    from .metrics.assigned import assignment
     from .metrics.nvml import NVMLSource
+    from .metrics.simulated import module_name
 
-    source = NVMLSource(
-        os.environ.get("GPUHUB_NVML_MODULE", "pynvml"),
-        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
-    )
+    module = os.environ.get("GPUHUB_NVML_MODULE") or module_name() or "pynvml"
+    source = NVMLSource(module, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     try:
         gpus, reason = source.read()
     finally:
         source.close()
-    return {"available": bool(gpus), "reason": reason, "gpus": gpus}
+    return {
+        "available": bool(gpus),
+        "reason": reason,
+        "gpus": gpus,
+        "assigned": assignment(),
+        "source": "simulated" if module == module_name() else "nvml",
+    }
 
 
 def _own_pids() -> set[int]:
@@ -95,14 +101,33 @@ class GPUReport:
         self.data = data
         self.own = own_pids if own_pids is not None else _own_pids()
 
+    def _headline(self) -> str | None:
+        """The assignment (and, for simulated GPUs, what their figures mean), or None."""
+        from .metrics.assigned import describe
+
+        assigned = self.data.get("assigned")
+        if not assigned:
+            return None
+        text = f"{describe(assigned)} to this server."
+        if not self.data.get("available"):
+            reason = self.data.get("reason") or "they cannot be read here."
+            return f"{text} No live figures: {reason}"
+        if self.data.get("source") == "simulated":
+            text += (
+                " Simulated: utilization is the CPU activity of the processes using them, "
+                "memory their resident memory."
+            )
+        return text
+
     def _label(self, gpu: dict[str, Any]) -> str:
         kind = "MIG slice of GPU" if gpu.get("mig") else "GPU"
         return f"{kind} {gpu['index']}: {gpu['name']}"
 
     def __repr__(self) -> str:
+        headline = self._headline()
         if not self.data.get("available"):
-            return f"No GPU: {self.data.get('reason') or 'unknown reason'}"
-        lines = []
+            return headline or f"No GPU: {self.data.get('reason') or 'unknown reason'}"
+        lines = [headline] if headline else []
         for gpu in self.data["gpus"]:
             lines.append(self._label(gpu))
             if gpu.get("error"):
@@ -121,7 +146,10 @@ class GPUReport:
 
     def _repr_html_(self) -> str:
         esc = html.escape
+        headline = self._headline()
         if not self.data.get("available"):
+            if headline:
+                return f'<div class="gpuhub-gpu-magic">{esc(headline)}</div>'
             reason = self.data.get("reason") or "unknown reason"
             return f'<div class="gpuhub-gpu-magic"><b>No GPU</b>: {esc(reason)}</div>'
         rows = []
@@ -150,7 +178,8 @@ class GPUReport:
             )
         note = self.data.get("note")
         return (
-            '<table class="gpuhub-gpu-magic"><thead><tr><th>GPU</th><th>Utilization</th>'
+            (f"<div><b>{esc(headline)}</b></div>" if headline else "")
+            + '<table class="gpuhub-gpu-magic"><thead><tr><th>GPU</th><th>Utilization</th>'
             "<th>Memory</th><th>Temp, power</th><th>Memory held by</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
             + (f"<div><small>{esc(note)}</small></div>" if note else "")

@@ -130,7 +130,10 @@ class JobsHandler(JobsHandlerBase):
         router = self.jobs.router
         kind = parse_kind(body.get("kind"))
         backend = router.backend_for(kind)
-        for key, value in backend.request_defaults().items():
+        defaults = self.jobs.config.request_defaults(
+            self.jobs.policy, backend, self.jobs.local_gpu_ids
+        )
+        for key, value in defaults.items():
             if body.get(key) in (None, ""):
                 body[key] = value
         request = JobRequest.parse(
@@ -274,8 +277,13 @@ def job_options(context: JobsContext) -> dict[str, Any]:
     policy = context.policy
     limits = policy.limits_for(context.config.groups)
     allowed_types = policy.allowed_gpu_types(limits)
+    job_backend = router.backends.get("job")
     options.update(
         {
+            # The same defaults POST applies to what a request leaves out.
+            "defaults": context.config.request_defaults(policy, job_backend, context.local_gpu_ids)
+            if job_backend is not None
+            else {"gpus": 0},
             "images": [
                 {"key": i.key, "display_name": i.display_name, "description": i.description}
                 for i in policy.allowed_images(limits)

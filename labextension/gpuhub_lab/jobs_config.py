@@ -21,7 +21,7 @@ from typing import Any
 from traitlets import Dict, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
-from gpuhub.jobs.backend import JobRouter, RemoteBackend
+from gpuhub.jobs.backend import JobBackend, JobRouter, RemoteBackend
 from gpuhub.jobs.model import KIND_NAMES, KINDS, MAX_NOTEBOOK_BYTES, MAX_WORKERS
 from gpuhub.jobs.policy_env import read_policy_env
 from gpuhub.policy import Policy
@@ -126,6 +126,15 @@ class GPUHubJobs(LoggingConfigurable):
             configured = "default_limits" in self.config.get("GPUHubJobs", {})
             if not configured and "default_limits" not in self._env_policy():
                 default_limits["max_gpus"] = count
+        if local_gpu_ids and not self.kubernetes_mode:
+            # A local job runs on this server's GPUs: the dialog, %submit and the API all read
+            # their maximum from this policy, so it says what this server can give.
+            gpu_types = {
+                key: {**spec, "max_gpus": min(int(spec.get("max_gpus", 1)), len(local_gpu_ids))}
+                if isinstance(spec, dict)
+                else spec
+                for key, spec in gpu_types.items()
+            }
         return Policy.from_config(
             images=self.images,
             custom_image_pattern=self.custom_image_pattern,
@@ -135,6 +144,21 @@ class GPUHubJobs(LoggingConfigurable):
             group_limits=self.group_limits,
             default_limits=default_limits,
         )
+
+    def request_defaults(
+        self, policy: Policy, backend: JobBackend, local_gpu_ids: list[str]
+    ) -> dict[str, object]:
+        """Values for what a job request leaves out: the one place the dialog's initial values,
+        ``%submit`` without ``--gpus`` and ``POST /gpuhub/api/jobs`` all take them from.
+
+        One GPU when the user may have one (and, locally, when this server has one), else none.
+        """
+        limits = policy.limits_for(self.groups)
+        most = max((policy.max_gpus_for(limits, t) for t in policy.allowed_gpu_types(limits)),
+                   default=0)  # fmt: skip
+        if not self.kubernetes_mode:
+            most = min(most, len(local_gpu_ids))
+        return {"gpus": min(1, most), **backend.request_defaults()}
 
     def router(self, root_dir: str, local_gpu_ids: list[str]) -> JobRouter:
         """Backends per kind for this deployment, and why the other kinds are unavailable."""
@@ -171,8 +195,8 @@ class GPUHubJobs(LoggingConfigurable):
             gpu_type=os.environ.get("GPUHUB_GPU_TYPE") or None,
         )
         off_cluster = (
-            "A {} runs on the cluster, and this server is not connected to one "
-            "(no GPUHUB_JOBS_URL); submit a training job (kind job) to run it here."
+            "A {} runs on a Kubernetes cluster, and this server is not connected to one"
+            "; submit it as a training job to run it here."
         )
         return JobRouter(
             {"job": local},

@@ -291,8 +291,8 @@ class JobMagics(Magics):
     def submit(self, line: str) -> None:
         """Submit a notebook (by default this one, as saved) as a job.
 
-        %submit [NOTEBOOK] [--kind K] [--gpus N] [--gpu-type T] [--image I] [--cpu C]
-                [--memory M] [--workers W] [--name NAME] [-p key=value ...] [--wait]
+        Without --gpus it gets the jobs API's default (1 GPU when you may have one); the
+        most you may ask for is what the Run as job dialog says.
         """
         args = parse_args(self.submit, line)
         notebook = args.notebook or self._current_notebook()
@@ -304,11 +304,7 @@ class JobMagics(Magics):
     @_job_options
     @cell_magic
     def train(self, line: str, cell: str) -> None:
-        """Run this cell as a training job (written to a notebook under gpuhub-runs/train/).
-
-        %%train [--kind K] [--gpus N] [--gpu-type T] [--image I] [--cpu C] [--memory M]
-                [--workers W] [--name NAME] [-p key=value ...] [--wait]
-        """
+        """Run this cell as a training job (written to a notebook under gpuhub-runs/train/)."""
         args = parse_args(self.train, line)
         if not cell.strip():
             raise UsageError("%%train needs code in the cell below the magic.")

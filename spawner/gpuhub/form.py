@@ -198,7 +198,7 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
         custom = first("custom_image")
         if not custom:
             raise OptionsError(
-                "image", "image: enter a custom image reference, or choose an offered image."
+                "image", "Enter a custom image reference, or choose an offered image."
             )
         options["image"] = custom
     gpus = options.get("gpus")

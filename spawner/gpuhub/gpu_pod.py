@@ -58,8 +58,14 @@ def gpu_env(options: LaunchOptions | None) -> dict[str, str]:
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "GPUHUB_GPUS": "0",
             "GPUHUB_GPU_TYPE": "",
+            "GPUHUB_GPU_TYPE_NAME": "",
         }
-    return {"GPUHUB_GPUS": str(options.gpus), "GPUHUB_GPU_TYPE": options.gpu_type.key}
+    return {
+        "GPUHUB_GPUS": str(options.gpus),
+        "GPUHUB_GPU_TYPE": options.gpu_type.key,
+        # What the lab calls the GPUs it was given (gpuhub_lab.metrics.assigned).
+        "GPUHUB_GPU_TYPE_NAME": options.gpu_type.display_name,
+    }
 
 
 def shm_volume(options: LaunchOptions) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -15,6 +15,7 @@ from typing import Any
 from kubespawner import KubeSpawner
 from traitlets import Bool, Float
 
+from . import words
 from .capacity import CapacityUnavailable, shared_capacity, shared_ledger
 from .form import GPUCapacity, Preset
 from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
@@ -279,22 +280,23 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         name = gpu_type.display_name
         if fit.nodes == 0:
             raise refusal(
-                f"This cluster has no nodes with {name} GPUs, so the server could never start; "
+                f"This cluster has no nodes with {words.gpu_noun(name, 2)}, so the server could never start; "
                 "pick another GPU type."
             )
         if options.gpus > fit.max_gpus:
             raise refusal(
-                f"No node in this cluster has {options.gpus} {name} GPUs (the most on one node "
+                f"No node in this cluster has {words.gpus(options.gpus, name)} (the most on one node "
                 f"is {fit.max_gpus}); ask for {fit.max_gpus} or fewer."
             )
         if options.cpu > fit.max_cpu:
             raise refusal(
-                f"No node with {options.gpus} {name} GPUs has {format_cpu(options.cpu)} CPUs "
+                f"No node with {words.gpus(options.gpus, name)} has "
+                f"{words.plural(options.cpu, 'CPU')} "
                 f"(the most is {format_cpu(fit.max_cpu)}); ask for fewer CPUs."
             )
         if options.memory > fit.max_memory:
             raise refusal(
-                f"No node with {options.gpus} {name} GPUs has {format_memory(options.memory)} "
+                f"No node with {words.gpus(options.gpus, name)} has {format_memory(options.memory)} "
                 f"of memory (the most is {format_memory(fit.max_memory)}); ask for less memory."
             )
 

@@ -24,6 +24,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Bool, Float, Int, List, Unicode, Union, default
 
 from . import devices as gpu_devices_mod
+from . import words
 from .allocator import (
     ALLOCATOR,
     GPUAllocator,
@@ -51,6 +52,9 @@ SHARED_ACCOUNT_WARNING = (
     "files and API tokens (and the hub's database and cookie secret)."
 )
 
+SIMULATED_PREFIX = "simulated:"
+SIMULATED_NAME = "Simulated GPU"
+
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     """Local processes with GPUs handed out by index (see DESIGN.md for the traits)."""
@@ -59,7 +63,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         [Unicode(), List(Int())],
         default_value="auto",
         config=True,
-        help="""GPU indices this hub may hand out, or "auto" to ask NVML (no driver: none).""",
+        help="""GPU indices this hub may hand out, "auto" to ask NVML (no driver: none), or
+        "simulated:N" for N simulated GPUs (demos and tests: the lab shows its CPU activity and
+        memory as the GPUs' figures, labelled "simulated" everywhere).""",
     )
     run_as_hub_user = Bool(
         False,
@@ -104,12 +110,25 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     _told_no_gpus = False
 
     # -- devices and policy ---------------------------------------------------------------
+    @property
+    def simulated_gpus(self) -> int:
+        """N of ``gpu_devices = "simulated:N"``, else 0."""
+        value = self.gpu_devices
+        if isinstance(value, str) and value.startswith(SIMULATED_PREFIX):
+            count = value.removeprefix(SIMULATED_PREFIX)
+            if count.isdigit():
+                return int(count)
+        return 0
+
     def device_indices(self) -> list[int]:
         if isinstance(self.gpu_devices, list):
             return list(self.gpu_devices)
+        if self.simulated_gpus:
+            return list(range(self.simulated_gpus))
         if self.gpu_devices != "auto":
             raise ValueError(
-                f'gpu_devices must be "auto" or a list of indices, not {self.gpu_devices!r}'
+                'gpu_devices must be "auto", "simulated:N" or a list of indices, '
+                f"not {self.gpu_devices!r}"
             )
         found = gpu_devices_mod.discover()
         if found.reason and not LocalGPUSpawner._told_no_gpus:
@@ -122,7 +141,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         config = super().policy_config()
         indices = self.device_indices()
         if not config["gpu_types"] and indices:
-            names = {d.name for d in gpu_devices_mod.discover().devices if d.index in indices}
+            if self.simulated_gpus:
+                names = {SIMULATED_NAME}
+            else:
+                names = {d.name for d in gpu_devices_mod.discover().devices if d.index in indices}
             config["gpu_types"] = {
                 "gpu": {
                     "display_name": names.pop() if len(names) == 1 else "NVIDIA GPU",
@@ -180,9 +202,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         candidates = self._devices_of(gpu_type.key)
         if options.gpus > len(candidates):
             raise refusal(
-                f"This machine has {len(candidates)} {gpu_type.display_name} GPU"
-                f"{'s' if len(candidates) != 1 else ''}, so a server with {options.gpus} could "
-                "never start; ask for fewer."
+                f"This machine has {words.gpus(len(candidates), gpu_type.display_name)}, so a "
+                f"server with {options.gpus} could never start; ask for fewer."
             )
         try:
             LEDGER.check(
@@ -199,9 +220,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         except NotEnoughGPUs as exc:
             if self.gpu_queue_timeout <= 0:
                 raise refusal(
-                    f"Not enough free GPUs: you asked for {exc.wanted} {gpu_type.display_name} "
-                    f"GPU{'s' if exc.wanted != 1 else ''} but {exc.free} of {exc.total} are free "
-                    "now; ask for fewer or try again when someone stops a server.",
+                    f"Not enough free GPUs: you asked for "
+                    f"{words.gpus(exc.wanted, gpu_type.display_name)} but {exc.free} of "
+                    f"{exc.total} are free now; ask for fewer or try again when someone stops a "
+                    "server.",
                     status=409,
                 ) from None
             # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
@@ -230,7 +252,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         env[SERVER_ID_ENV] = self._server_id
         env["GPUHUB_GPUS"] = str(len(gpus))
         options = self.launch_options
-        env["GPUHUB_GPU_TYPE"] = options.gpu_type.key if options and options.gpu_type else ""
+        gpu_type = options.gpu_type if options and gpus else None
+        env["GPUHUB_GPU_TYPE"] = gpu_type.key if gpu_type else ""
+        # The lab shows the assignment by name, driver or not (gpuhub_lab.metrics.assigned).
+        env["GPUHUB_GPU_TYPE_NAME"] = gpu_type.display_name if gpu_type else ""
+        if self.simulated_gpus:
+            # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
+            env["GPUHUB_SIMULATED_GPUS"] = str(self.simulated_gpus)
         return env
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -258,9 +286,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 f"{minutes:g} minutes" if minutes >= 1 else f"{self.gpu_queue_timeout:g} seconds"
             )
             message = (
-                f"Waited {waited} in line for {ticket.gpus} {ticket.type_name} GPU"
-                f"{'s' if ticket.gpus != 1 else ''} and none came free; try again later or ask "
-                "for fewer GPUs."
+                f"Waited {waited} in line for {words.gpus(ticket.gpus, ticket.type_name)} and "
+                "none came free; try again later or ask for fewer GPUs."
             )
             self.log.warning("Spawn of %s: %s", self._log_name, message)
             raise refusal(message, 503) from None
@@ -279,15 +306,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 last = message
                 yield {"progress": 10, "message": message}
             await asyncio.sleep(0.5)
-        gpus = self.allocated_gpus
-        options = self.launch_options
-        if gpus and options is not None and options.gpu_type is not None:
-            word = "GPU" if len(gpus) == 1 else "GPUs"
-            yield {
-                "progress": 50,
-                "message": f"{word} {', '.join(map(str, gpus))} ({options.gpu_type.display_name}) "
-                "assigned; starting your server",
-            }
+        yield {"progress": 50, "message": self.starting_message()}
 
     def _line_message(self, ticket: Ticket) -> str:
         position = QUEUE.position(ticket)

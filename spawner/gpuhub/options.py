@@ -8,14 +8,16 @@ sentence naming the field. Nothing else escapes it (see the hypothesis tests).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import words
 from .policy import GPUType, Policy, UserLimits
-from .quantity import QuantityError, format_cpu, format_memory, parse_cpu, parse_memory
+from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
 
 FIELDS = ("image", "cpu", "memory", "gpu_type", "gpus", "profile")
 
@@ -138,7 +140,8 @@ def parse_launch_options(
     if unknown:
         raise OptionsError(
             unknown[0],
-            f"Unknown option {unknown[0]!r}; the options are {', '.join(FIELDS)}.",
+            f"Unknown option {_short(unknown[0])}; the options are "
+            f"{', '.join(_short(f) for f in FIELDS)}.",
         )
     values: dict[str, Any] = {k: v for k, v in raw.items() if k in FIELDS and v not in (None, "")}
     limits = policy.limits_for(groups)
@@ -166,7 +169,11 @@ def parse_launch_options(
 
 
 def _short(value: object) -> str:
-    text = repr(value)
+    """A value as the user wrote it (JSON: "text", true, 2), never a Python literal."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = json.dumps(str(value), ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -176,7 +183,7 @@ def _profile(value: Any, presets: Mapping[str, Mapping[str, Any]]) -> str | None
     if not isinstance(value, str) or value not in presets:
         offered = ", ".join(presets) or "none are configured"
         raise OptionsError(
-            "profile", f"profile {_short(value)} is not one of the offered profiles ({offered})."
+            "profile", f"Profile {_short(value)} is not one of the offered profiles ({offered})."
         )
     return value
 
@@ -189,14 +196,14 @@ def _image(value: Any, policy: Policy, limits: UserLimits) -> tuple[str | None, 
         return None, None
     if not isinstance(value, str) or len(value) > _MAX_TEXT:
         raise OptionsError(
-            "image", "image must be the name of an offered image or an image reference."
+            "image", "The image must be the name of an offered image or an image reference."
         )
     # A custom reference that names a configured image is that image, limits included.
     choice = policy.images.get(value) or policy.image_for_reference(value)
     if choice is not None:
         if not limits.allows_image(choice.key):
             raise OptionsError(
-                "image", f"image {choice.display_name!r} is not available to your groups."
+                "image", f"Image {_short(choice.display_name)} is not available to your groups."
             )
         return choice.key, choice.image
     pattern = policy.custom_image_pattern
@@ -212,7 +219,7 @@ def _image(value: Any, policy: Policy, limits: UserLimits) -> tuple[str | None, 
     custom = " or a custom image this hub allows" if custom_ok else ""
     raise OptionsError(
         "image",
-        f"image {_short(value)} is not allowed; choose one of the offered images ({offered}){custom}.",
+        f"Image {_short(value)} is not allowed; choose one of the offered images ({offered}){custom}.",
     )
 
 
@@ -230,32 +237,34 @@ def _together(
     what = policy.images[image_key].display_name if image_key else image
     raise OptionsError(
         "image",
-        f"None of your groups allows image {what!r} together with {gpus} "
-        f"{gpu_type.display_name if gpu_type else ''} GPU{'s' if gpus != 1 else ''}; "
+        f"None of your groups allows image {_short(what)} together with "
+        f"{words.gpus(gpus, gpu_type.display_name if gpu_type else '')}; "
         "choose another image or fewer GPUs.",
     )
 
 
 def _cpu(value: Any, policy: Policy) -> float:
     low, high = policy.cpu.min, policy.cpu.max
-    hint = f"cpu must be between {format_cpu(low)} and {format_cpu(high)} cores"
+    hint = f"CPU must be between {low:g} and {words.plural(high, 'core')}"
     try:
         cores = parse_cpu(value)
     except QuantityError:
-        raise OptionsError("cpu", f"{hint}, such as 2 or 500m (got {_short(value)}).") from None
+        raise OptionsError(
+            "cpu", f"{hint}, such as 2 or 500m (you gave {_short(value)})."
+        ) from None
     if not low <= cores <= high:
-        raise OptionsError("cpu", f"{hint} (got {_short(value)}).")
+        raise OptionsError("cpu", f"{hint} (you gave {_short(value)}).")
     return cores
 
 
 def _memory(value: Any, policy: Policy) -> int:
     low, high = int(policy.memory.min), int(policy.memory.max)
-    hint = f"memory must be between {format_memory(low)} and {format_memory(high)}"
+    hint = f"Memory must be between {format_memory(low)} and {format_memory(high)}"
     try:
         size = parse_memory(value)
     except QuantityError:
         raise OptionsError(
-            "memory", f"{hint}, written like 16G or 512Mi (got {_short(value)})."
+            "memory", f"{hint}, written like 16G or 512Mi (you gave {_short(value)})."
         ) from None
     if not low <= size <= high:
         guess = ""
@@ -265,7 +274,7 @@ def _memory(value: Any, policy: Policy) -> int:
             and low <= int(value) * 10**9 <= high
         ):
             guess = f"; did you mean {value}G?"
-        raise OptionsError("memory", f"{hint} (got {_short(value)}{guess}).")
+        raise OptionsError("memory", f"{hint} (you gave {_short(value)}{guess}).")
     return size
 
 
@@ -275,10 +284,12 @@ def _gpus(value: Any) -> int:
     count = whole_number(value)
     if count is None:
         raise OptionsError(
-            "gpus", f"gpus must be a whole number such as 0, 1 or 2 (got {_short(value)})."
+            "gpus",
+            f"The number of GPUs must be a whole number such as 0, 1 or 2 "
+            f"(you gave {_short(value)}).",
         )
     if count < 0:
-        raise OptionsError("gpus", "gpus must not be negative.")
+        raise OptionsError("gpus", "The number of GPUs must not be negative.")
     return count
 
 
@@ -287,10 +298,10 @@ def _gpu_type(
 ) -> GPUType | None:
     allowed = policy.allowed_gpu_types(limits)
     if value is not None and (not isinstance(value, str) or value not in policy.gpu_types):
-        offered = ", ".join(t.key for t in allowed) or "none"
+        offered = ", ".join(_short(t.key) for t in allowed) or "none"
         raise OptionsError(
             "gpu_type",
-            f"gpu_type {_short(value)} is not a GPU type of this hub (yours: {offered}).",
+            f"GPU type {_short(value)} is not one of this hub's (yours: {offered}).",
         )
     if gpus == 0:
         return None
@@ -302,14 +313,14 @@ def _gpu_type(
     if not limits.allows_gpu_type(gpu_type.key):
         raise OptionsError(
             "gpu_type",
-            f"gpu_type {gpu_type.key!r} is not allowed for your groups "
-            f"(yours: {', '.join(t.key for t in allowed)}).",
+            f"GPU type {_short(gpu_type.key)} is not allowed for your groups "
+            f"(yours: {', '.join(_short(t.key) for t in allowed)}).",
         )
     most = policy.max_gpus_for(limits, gpu_type)
     if gpus > most:
         raise OptionsError(
             "gpus",
-            f"gpus: you may use at most {most} {gpu_type.display_name} GPU{'s' if most != 1 else ''} "
-            f"per {subject} (asked for {gpus}).",
+            f"You may use at most {words.gpus(most, gpu_type.display_name)} per {subject}; "
+            f"you asked for {words.plural(gpus, 'GPU')}.",
         )
     return gpu_type

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import words
 from .form import GPUCapacity
 from .quantity import format_cpu, format_memory
 
@@ -70,8 +71,7 @@ def parse_fit_error(message: str) -> tuple[int, dict[str, int]] | None:
 
 
 def gpus_wanted(request: SpawnRequest) -> str:
-    what = f"{request.gpu_name} GPU" if request.gpu_name else "GPU"
-    return f"{request.gpus} free {what}" + ("" if request.gpus == 1 else "s")
+    return f"{request.gpus} free {words.gpu_noun(request.gpu_name, request.gpus)}"
 
 
 def waiting_for_gpus(request: SpawnRequest, capacity: GPUCapacity | None) -> str:
@@ -80,9 +80,7 @@ def waiting_for_gpus(request: SpawnRequest, capacity: GPUCapacity | None) -> str
     if capacity is None:
         return text
     if capacity.largest_free is not None and capacity.largest_free >= request.gpus:
-        return f"{request.gpus} {request.gpu_name or ''} GPU{'' if request.gpus == 1 else 's'} free now; placing your server".replace(
-            "  ", " "
-        )
+        return f"{words.gpus(request.gpus, request.gpu_name)} free now; placing your server"
     if capacity.free >= request.gpus and capacity.largest_free is not None:
         return f"{text} on one node ({capacity.free} free now, at most {capacity.largest_free} on one node)"
     return f"{text} ({capacity.free} free now)"
@@ -125,7 +123,9 @@ def _explain(request: SpawnRequest, reasons: Mapping[str, int]) -> str:
             taint = reason.removeprefix("node(s) had untolerated taint").strip()
             parts.append(f"{nodes} reserved ({taint}) for other work")
         elif reason.startswith("node(s) didn't match Pod's node affinity/selector"):
-            kind = f"{request.gpu_name} GPUs" if request.gpu_name else "the required labels"
+            kind = (
+                words.gpu_noun(request.gpu_name, 2) if request.gpu_name else "the required labels"
+            )
             parts.append(f"{nodes} without {kind}")
         elif reason.startswith("node(s) were unschedulable"):
             parts.append(f"{nodes} cordoned for maintenance")
@@ -154,7 +154,7 @@ def describe(
         node = message.rsplit(" to ", 1)[-1] if " to " in message else ""
         if request.gpus:
             return Step(
-                f"{_plural(request.gpus, request.gpu_name + ' GPU' if request.gpu_name else 'GPU')} reserved on node {node}",
+                f"{words.gpus(request.gpus, request.gpu_name)} reserved on node {node}",
                 30,
             )
         return Step(f"Assigned to node {node}", 30)

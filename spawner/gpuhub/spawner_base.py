@@ -8,7 +8,10 @@ cannot disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the u
 
 from __future__ import annotations
 
+import html
 import json
+import logging
+from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,7 @@ from traitlets import Any as TraitAny
 from traitlets import Dict, Unicode, Union, default
 from traitlets.config import Configurable
 
+from . import words
 from .form import GPUCapacity, Preset, QuotaView, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
 from .ledger import GPUQuota, Ledger
@@ -34,6 +38,45 @@ def refusal(message: str, status: int = 400) -> web.HTTPError:
     return error
 
 
+class QuietRefusals(logging.Filter):
+    """Keep a refused request to the one warning gpuhub logs.
+
+    JupyterHub logs a spawn that ``apply_user_options`` refused up to four more times, three
+    of them as ``[E]`` with a traceback (spawner, pages, user), though a refusal is the user's
+    input, not the hub's error. Records at ERROR that carry a recent refusal's sentence, in
+    their message or their exception, are dropped; everything else passes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recent: deque[str] = deque(maxlen=64)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not self.recent:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        texts = [record.getMessage(), str(exc) if exc is not None else ""]
+        return not any(refused in text for refused in self.recent for text in texts)
+
+
+def _quiet_refusals(log: Any) -> QuietRefusals:
+    """The filter on JupyterHub's logger (the spawner's ``log``) and on tornado's application
+    logger (JupyterHub's ``User`` logs there), added once."""
+    for existing in getattr(log, "filters", []):
+        if isinstance(existing, QuietRefusals):
+            return existing
+    quiet = QuietRefusals()
+    for logger in (log, logging.getLogger("tornado.application")):
+        if hasattr(logger, "addFilter"):
+            logger.addFilter(quiet)
+    return quiet
+
+
+def _log_refusal(spawner: GPUSpawnerMixin, message: str) -> None:
+    _quiet_refusals(spawner.log).recent.append(message)
+    spawner.log.warning("Refused options for %s: %s", spawner._log_name, message)
+
+
 async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[str, Any]) -> None:
     """Default ``Spawner.apply_user_options``: validate against the policy, then apply."""
     try:
@@ -45,9 +88,15 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
             ignore=spawner.extra_option_keys(),
         )
     except OptionsError as exc:
-        spawner.log.info("Refused options for %s: %s", spawner._log_name, exc.message)
+        _log_refusal(spawner, exc.message)
         raise refusal(exc.message) from None
-    await spawner.check_launch_options(options)
+    try:
+        await spawner.check_launch_options(options)
+    except web.HTTPError as exc:
+        message = getattr(exc, "jupyterhub_message", None)
+        if message:
+            _log_refusal(spawner, message)
+        raise
     spawner.launch_options = options
     spawner.apply_launch_options(options)
 
@@ -123,6 +172,10 @@ class GPUSpawnerMixin(Configurable):
     def _gpuhub_apply_user_options(self) -> Any:
         return apply_gpuhub_options
 
+    @default("progress_ready_hook")
+    def _gpuhub_progress_ready_hook(self) -> Any:
+        return _ready_event
+
     def clear_state(self) -> None:
         super().clear_state()  # type: ignore[misc]  # Spawner.clear_state
         self.launch_options = None
@@ -166,6 +219,34 @@ class GPUSpawnerMixin(Configurable):
         env: dict[str, str] = super().get_env()  # type: ignore[misc]  # Spawner.get_env
         env.update(policy_env(self.policy_config(), self.user_groups()))
         return env
+
+    # -- progress -------------------------------------------------------------------------
+    def assigned_gpus(self) -> list[int]:
+        """Device indices this server holds (LocalGPUSpawner); empty where the cluster picks."""
+        return list(getattr(self, "allocated_gpus", []) or [])
+
+    def gpus_said(self) -> str:
+        """ "GPUs 0, 1 (RTX A6000)" where the indices are known (local), else "2 NVIDIA A100
+        80GB GPUs" (the cluster picks them); "" for a CPU-only server."""
+        options = self.launch_options
+        if options is None or options.gpu_type is None or not options.gpus:
+            return ""
+        devices = self.assigned_gpus()
+        if devices:
+            return words.device_list(devices, options.gpu_type.display_name)
+        return words.gpus(options.gpus, options.gpu_type.display_name)
+
+    def starting_message(self) -> str:
+        """ "GPUs 0, 1 (RTX A6000) assigned; starting your server": the spawn page's words."""
+        if self.launch_options is None:
+            return "Starting your server"
+        said = self.gpus_said()
+        return f"{said} assigned; starting your server" if said else "Starting your CPU-only server"
+
+    async def progress(self) -> Any:
+        """What JupyterHub's spawn page shows while the server starts (GPUSpawner has its own,
+        from the cluster's events)."""
+        yield {"progress": 50, "message": self.starting_message()}
 
     # -- hooks for the concrete spawners -------------------------------------------------
     async def profile_presets(self) -> list[Preset]:
@@ -225,6 +306,15 @@ async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
         capacity_note=note,
         quota=await spawner.quota_view(),
     )
+
+
+def _ready_event(spawner: GPUSpawnerMixin, event: dict[str, Any]) -> dict[str, Any]:
+    """JupyterHub's "Server ready at …" names the GPUs too ("… with GPUs 0, 1 (RTX A6000)")."""
+    said = spawner.gpus_said() or "no GPU (CPU only)"
+    event["message"] = f"{event.get('message', 'Server ready')} with {said}"
+    if event.get("html_message"):
+        event["html_message"] = f"{event['html_message']} with {html.escape(said)}"
+    return event
 
 
 def _options_from_form(formdata: Mapping[str, list[str]]) -> dict[str, Any]:

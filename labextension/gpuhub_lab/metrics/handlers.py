@@ -3,6 +3,7 @@
 Response (DESIGN.md)::
 
     {"available": bool, "reason": str|null, "interval": s, "time": epoch s,
+     "assigned": {"devices": [0, 1], "gpu_type": "NVIDIA A100 80GB", "simulated": bool}|null,
      "gpus": [{"index", "uuid", "name", "utilization", "memory_used", "memory_total",
                "temperature", "power", "mig", "processes": [{"pid", "memory_used",
                "kernel_id", "path"}], "error"}],
@@ -10,7 +11,8 @@ Response (DESIGN.md)::
                                     "power"}]}]}
 
 Memory in bytes, power in watts, temperature in degrees Celsius, utilization in percent;
-``null`` where the GPU does not report a figure. ``?since=<time>`` returns only the history
+``null`` where the GPU does not report a figure. ``assigned`` is what the hub gave this
+server (from the spawner's environment, see :mod:`.assigned`), driver or not. ``?since=<time>`` returns only the history
 newer than ``time`` (what a poller already has is not sent again).
 
 Many clients poll the same server: the part of the answer that only depends on the sample is
@@ -29,6 +31,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from .assigned import assignment
 from .kernels import KernelPids, SessionPaths
 from .sampler import MIN_INTERVAL, GPUSampler, Sample
 
@@ -36,9 +39,15 @@ from .sampler import MIN_INTERVAL, GPUSampler, Sample
 class MetricsService:
     """Sampler + notebook paths + the shared serialized answer."""
 
-    def __init__(self, sampler: GPUSampler, paths: SessionPaths | None) -> None:
+    def __init__(
+        self,
+        sampler: GPUSampler,
+        paths: SessionPaths | None,
+        assigned: dict[str, Any] | None = None,
+    ) -> None:
         self.sampler = sampler
         self.paths = paths
+        self.assigned = assigned
         self._head_key: tuple[int, int] | None = None
         self._head = ""
 
@@ -83,9 +92,10 @@ class MetricsService:
                 "time": round(sample.time, 3),
                 "gpus": gpus,
             }
+        body["assigned"] = self.assigned
         body["interval"] = self.sampler.interval
         body["min_interval"] = MIN_INTERVAL
-        body["source"] = self.sampler.source
+        body["source"] = "simulated" if self.sampler.simulated else self.sampler.source
         return json.dumps(body, separators=(",", ":"))
 
 
@@ -121,7 +131,7 @@ def setup_metrics(server_app: Any) -> MetricsService:
     web_app = server_app.web_app
     sampler = GPUSampler(parent=server_app, pid_mapper=KernelPids(server_app.kernel_manager))
     paths = SessionPaths(server_app.session_manager)
-    service = MetricsService(sampler, paths)
+    service = MetricsService(sampler, paths, assignment())
     web_app.settings["gpuhub_metrics"] = service
     route = url_path_join(web_app.settings["base_url"], "gpuhub", "api", "metrics")
     web_app.add_handlers(".*$", [(route, MetricsHandler)])

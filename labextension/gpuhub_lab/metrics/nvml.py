@@ -91,10 +91,7 @@ class NVMLSource:
         except nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code == getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", -1):
-                self.reason = (
-                    "No NVIDIA driver on this server (libnvidia-ml.so not found), "
-                    "so there is no GPU to show."
-                )
+                self.reason = "No NVIDIA driver on this server (libnvidia-ml.so not found)."
             elif code == getattr(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", -1):
                 self.reason = "The NVIDIA driver is installed but not loaded on this machine."
             else:
@@ -114,7 +111,7 @@ class NVMLSource:
     def read(self) -> tuple[list[dict[str, Any]], str | None]:
         """All visible GPUs now, and why there are none when the list is empty."""
         if self.visibility.none:
-            return [], "This server was started without a GPU (CUDA_VISIBLE_DEVICES is empty)."
+            return [], "This server was started without a GPU."
         if not self._start():
             return [], self.reason
         nvml = self.nvml

@@ -94,9 +94,9 @@ class GPUSampler(LoggingConfigurable):
         help="Stop sampling when no client has asked for this many seconds.",
     )
     nvml_module = Unicode(
-        "pynvml",
         config=True,
-        help="Python module with the NVML API (nvidia-ml-py's 'pynvml'). Tests point it at a "
+        help="Python module with the NVML API (nvidia-ml-py's 'pynvml'). Default: 'pynvml', or "
+        "gpuhub's simulated GPUs when the spawner set GPUHUB_SIMULATED_GPUS. Tests point it at a "
         "stand-in.",
     )
     dcgm_url = Unicode(
@@ -110,6 +110,12 @@ class GPUSampler(LoggingConfigurable):
         help="Only count DCGM series whose 'pod' label is this (default: $HOSTNAME, the pod's "
         "name on Kubernetes). Empty: every GPU the exporter reports.",
     )
+
+    @default("nvml_module")
+    def _default_nvml_module(self) -> str:
+        from .simulated import module_name
+
+        return module_name() or "pynvml"
 
     @default("dcgm_pod")
     def _default_pod(self) -> str:
@@ -147,6 +153,13 @@ class GPUSampler(LoggingConfigurable):
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.samples_taken = 0
         self.cpu_seconds = 0.0  # CPU time the thread spent sampling (benchmarks, logs)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the figures come from gpuhub's simulated GPUs (see :mod:`.simulated`)."""
+        from . import simulated
+
+        return self.source == "nvml" and self.nvml_module == simulated.__name__
 
     @property
     def history_length(self) -> int:

@@ -1,4 +1,5 @@
 /** Human figures for the GPU panel and the status bar. */
+import { IAssigned } from './types';
 
 const GIB = 1024 ** 3;
 
@@ -20,4 +21,10 @@ export function unit(value: number | null | undefined, suffix: string): string {
 export function basename(path: string): string {
   const parts = path.split('/');
   return parts[parts.length - 1] || path;
+}
+
+/** "GPUs 0, 1 (NVIDIA RTX A6000) assigned": what the hub gave this server. */
+export function assignedText(assigned: IAssigned): string {
+  const noun = assigned.devices.length === 1 ? 'GPU' : 'GPUs';
+  return `${noun} ${assigned.devices.join(', ')} (${assigned.gpu_type}) assigned`;
 }

@@ -14,12 +14,12 @@ import { CommandRegistry } from '@lumino/commands';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { basename, gib, percent, unit } from './format';
+import { assignedText, basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
 import { HoldingsSection } from './holdings';
 import { GpuMetricsModel } from './model';
 import { Sparkline } from './sparkline';
-import { IGpu } from './types';
+import { IAssigned, IGpu } from './types';
 
 export namespace GpuPanel {
   export interface IOptions {
@@ -260,6 +260,11 @@ class GpuCard {
   private _vitals: HTMLElement;
 }
 
+/** "No NVIDIA driver…" -> "no NVIDIA driver…", to follow a colon. */
+function lowerFirst(text: string): string {
+  return text.charAt(0).toLowerCase() + text.slice(1);
+}
+
 /** What a person can do about having no GPU here. */
 function emptyHint(): string {
   if (PageConfig.getOption('hubPrefix')) {
@@ -354,16 +359,26 @@ export class GpuPanel extends Widget {
     }
     if (metrics === null) {
       this._status.textContent = model.error === null ? 'Loading…' : '';
-      this._showEmpty(null);
+      this._showEmpty(null, null);
       return;
     }
     const when = metrics.time ? new Date(metrics.time * 1000).toLocaleTimeString() : '';
-    this._status.textContent = metrics.available
-      ? `Sampled every ${metrics.interval} s from ${metrics.source.toUpperCase()}` +
-        (when ? ` · ${when}` : '')
-      : '';
+    const assigned = metrics.assigned ?? null;
+    const simulated = metrics.source === 'simulated';
+    const parts: string[] = [];
+    if (assigned && metrics.available) {
+      parts.push(`${assignedText(assigned)}.`);
+    }
+    if (metrics.available) {
+      parts.push(
+        simulated
+          ? `Simulated: utilization is the CPU activity of the processes using them, memory their resident memory; sampled every ${metrics.interval} s`
+          : `Sampled every ${metrics.interval} s from ${metrics.source.toUpperCase()}`
+      );
+    }
+    this._status.textContent = parts.join(' ') + (metrics.available && when ? ` · ${when}` : '');
     if (!metrics.available) {
-      this._showEmpty(metrics.reason);
+      this._showEmpty(metrics.reason, assigned);
       return;
     }
     this._empty.hidden = true;
@@ -387,23 +402,40 @@ export class GpuPanel extends Widget {
     }
   }
 
-  private _showEmpty(reason: string | null): void {
+  /**
+   * No figures to chart: either no GPU at all (say why and what to do), or GPUs the
+   * hub assigned that cannot be read here (say which; there is nothing to do about it).
+   */
+  private _showEmpty(reason: string | null, assigned: IAssigned | null): void {
     this._cardsNode.hidden = true;
     this._empty.hidden = false;
-    if (reason === this._emptyReason && this._empty.childElementCount) {
+    const key = JSON.stringify([reason, assigned]);
+    if (key === this._emptyKey && this._empty.childElementCount) {
       return;
     }
-    this._emptyReason = reason;
+    this._emptyKey = key;
     this._empty.replaceChildren();
-    if (reason === null) {
+    if (reason === null && assigned === null) {
       return;
     }
     const icon = el('div', 'gpuhub-GpuPanel-emptyIcon');
     gpuIcon.element({ container: icon, width: '48px', height: '48px' });
+    if (assigned) {
+      this._empty.append(
+        icon,
+        el('h3', 'gpuhub-GpuPanel-emptyTitle', assignedText(assigned)),
+        el(
+          'p',
+          'gpuhub-GpuPanel-emptyReason',
+          `The hub gave this server ${assigned.devices.length === 1 ? 'this GPU' : 'these GPUs'}, but there are no live figures for ${assigned.devices.length === 1 ? 'it' : 'them'}: ${lowerFirst(reason ?? 'They cannot be read here.')}`
+        )
+      );
+      return;
+    }
     this._empty.append(
       icon,
       el('h3', 'gpuhub-GpuPanel-emptyTitle', 'No GPU on this server'),
-      el('p', 'gpuhub-GpuPanel-emptyReason', reason),
+      el('p', 'gpuhub-GpuPanel-emptyReason', reason ?? ''),
       el('p', 'gpuhub-GpuPanel-emptyHint', emptyHint())
     );
   }
@@ -413,7 +445,7 @@ export class GpuPanel extends Widget {
   private _cardsNode: HTMLElement;
   private _commands: CommandRegistry;
   private _empty: HTMLElement;
-  private _emptyReason: string | null | undefined = undefined;
+  private _emptyKey = '';
   private _holdings = new HoldingsSection();
   private _kernels: Kernel.IManager;
   private _model: GpuMetricsModel;

@@ -4,7 +4,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { gib } from './format';
+import { assignedText, gib } from './format';
 import { GpuMetricsModel } from './model';
 
 export class GpuStatus extends Widget {
@@ -29,6 +29,16 @@ export class GpuStatus extends Widget {
       node.title = this._model.error ?? 'Loading GPU metrics';
       return;
     }
+    const assigned = metrics.assigned ?? null;
+    if (!metrics.available && assigned) {
+      // The hub gave us GPUs we cannot read (no driver here): say both, advise nothing.
+      const n = assigned.devices.length;
+      node.textContent = `${n} ${n === 1 ? 'GPU' : 'GPUs'} assigned · no live figures`;
+      node.title = `${assignedText(assigned)}. No live figures: ${
+        metrics.reason ?? 'the GPUs cannot be read here.'
+      }`;
+      return;
+    }
     if (!metrics.available) {
       node.textContent = 'No GPU';
       node.title = metrics.reason ?? 'No GPU on this server';
@@ -44,14 +54,17 @@ export class GpuStatus extends Widget {
       ? `${Math.round(utils.reduce((a, b) => a + b, 0) / utils.length)}% · `
       : '';
     const count = metrics.gpus.length > 1 ? ` ×${metrics.gpus.length}` : '';
-    node.textContent = `GPU${count} ${util}${gib(used, 1).replace(' GiB', '')}/${gib(total, 0)}`;
-    node.title = metrics.gpus
-      .map(
-        g =>
-          `GPU ${g.index} ${g.name}: ${
-            g.error ? g.error : `${g.utilization ?? 'n/a'}% busy, ${gib(g.memory_used)} of ${gib(g.memory_total)}`
-          }`
-      )
-      .join('\n');
+    const kind = metrics.source === 'simulated' ? 'Simulated GPU' : 'GPU';
+    node.textContent = `${kind}${count} ${util}${gib(used, 1).replace(' GiB', '')}/${gib(total, 0)}`;
+    const heading = assigned ? [`${assignedText(assigned)}.`] : [];
+    const lines = metrics.gpus.map(
+      g =>
+        `GPU ${g.index} ${g.name}: ${
+          g.error
+            ? g.error
+            : `${g.utilization ?? 'n/a'}% busy, ${gib(g.memory_used)} of ${gib(g.memory_total)}`
+        }`
+    );
+    node.title = heading.concat(lines).join('\n');
   }
 }

@@ -39,12 +39,24 @@ export interface IHistoryEntry {
   }[];
 }
 
+/** The GPUs the hub gave this server (from its spawner's environment), driver or not. */
+export interface IAssigned {
+  /** Indices as CUDA numbers them (or UUIDs where the spawner gave UUIDs). */
+  devices: (number | string)[];
+  /** The GPU type's display name: "NVIDIA A100 80GB", "GPU" when unnamed. */
+  gpu_type: string;
+  simulated: boolean;
+}
+
 export interface IMetrics {
   available: boolean;
+  /** Null for a CPU-only server (or a plain JupyterLab outside a hub). */
+  assigned?: IAssigned | null;
   reason: string | null;
   /** Seconds between two server samples: polling faster gains nothing. */
   interval: number;
   min_interval: number;
+  /** "nvml", "dcgm" or "simulated". */
   source: string;
   time?: number;
   gpus: IGpu[];

@@ -47,6 +47,29 @@ export function elapsedSeconds(
   return isNaN(start) || isNaN(end) ? null : Math.max(0, (end - start) / 1000);
 }
 
+/** "epochs = 3, lr = 0.1, +2 more": what tells two runs of one notebook apart. */
+export function parameterSummary(
+  parameters: Record<string, unknown> | null | undefined,
+  shown = 3,
+  width = 14
+): string {
+  const entries = Object.entries(parameters ?? {});
+  const cut = (text: string): string =>
+    text.length > width ? `${text.slice(0, width - 1)}…` : text;
+  const parts = entries
+    .slice(0, shown)
+    .map(([k, v]) => `${k} = ${cut(typeof v === 'string' ? v : JSON.stringify(v))}`);
+  if (entries.length > shown) {
+    parts.push(`+${entries.length - shown} more`);
+  }
+  return parts.join(', ');
+}
+
+/** "1 core", "2 cores", "0.5 cores". */
+export function plural(count: number, word: string): string {
+  return `${count} ${count === 1 ? word : `${word}s`}`;
+}
+
 /** A local date-time a person reads, e.g. "21 Nov, 14:03". */
 export function formatTime(iso: string | null): string {
   if (!iso) {

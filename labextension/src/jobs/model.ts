@@ -1,7 +1,7 @@
 /**
- * The user's jobs, kept fresh with a lumino `Poll`: fast while a job is
- * pending or running and the panel is open, slow while the panel is closed
- * but a job still runs (so its end can be announced), in standby when the
+ * The user's jobs, kept fresh with a lumino `Poll`: fast while the panel is
+ * open (a job submitted by %submit shows within one poll), slow while the
+ * panel is closed but a job still runs (so its end can be announced), in standby when the
  * browser tab is hidden or nothing runs and nobody looks, backing off after
  * errors. `finished` fires for each job seen to end while the page is open.
  */
@@ -14,9 +14,9 @@ import { FINAL_STATUSES, IJob } from './types';
 
 export namespace JobsModel {
   export interface IOptions {
-    /** Seconds between polls while a job is pending or running. */
+    /** Seconds between polls while the panel is open. */
     activeInterval: number;
-    /** Seconds between polls when every job has finished. */
+    /** Seconds between polls while the panel is closed and a job runs. */
     idleInterval: number;
     /** True when nobody can see the jobs: polling pauses. */
     hidden: () => boolean;
@@ -103,10 +103,12 @@ export class JobsModel implements IDisposable {
   }
 
   private _intervalMs(): number {
-    const seconds =
-      this.active && !this._options.hidden()
-        ? this._options.activeInterval
-        : this._options.idleInterval;
+    // While the panel is open, every poll may bring a job submitted elsewhere (%submit,
+    // the REST API): poll at the active pace so it shows within one poll. Hidden, only a
+    // running job's end is awaited, at the idle pace.
+    const seconds = !this._options.hidden()
+      ? this._options.activeInterval
+      : this._options.idleInterval;
     return Math.max(0.5, seconds) * 1000;
   }
 

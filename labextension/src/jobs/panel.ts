@@ -16,6 +16,8 @@ import {
   formatDuration,
   formatTime,
   KIND_LABELS,
+  parameterSummary,
+  plural,
   STATUS_LABELS
 } from './format';
 import { jobsIcon } from './icon';
@@ -23,6 +25,14 @@ import { LogPane } from './log';
 import { JobsModel } from './model';
 import { formatParameterValue } from './params';
 import { FINAL_STATUSES, IJob } from './types';
+
+/** "1 core", "4 cores", "500m CPU" (Kubernetes millicores as the server wrote them). */
+function cpuText(cpu: string | null | undefined): string {
+  if (cpu === null || cpu === undefined) {
+    return '? cores';
+  }
+  return /^\d+(\.\d+)?$/.test(cpu) ? plural(Number(cpu), 'core') : `${cpu} CPU`;
+}
 
 export namespace JobsPanel {
   export interface IOptions {
@@ -33,6 +43,8 @@ export namespace JobsPanel {
     currentNotebook: () => string | null;
     /** Open a file (the executed notebook, or the source) in JupyterLab. */
     open: (path: string) => void;
+    /** Open a job's executed notebook, in a tab named after the job. */
+    openResult: (job: IJob) => void;
     /** Open a job's log in a main-area tab. */
     openLog: (job: IJob) => void;
     logInterval: number;
@@ -48,7 +60,7 @@ export class JobsPanel extends Widget {
     this.addClass('gpuhub-SidePanel');
     this.addClass('gpuhub-JobsPanel');
     this.title.icon = jobsIcon;
-    this.title.caption = 'Jobs: notebooks running on the cluster';
+    this.title.caption = 'Jobs: notebooks running in the background';
     this.node.setAttribute('role', 'region');
     this.node.setAttribute('aria-label', 'Jobs');
 
@@ -58,7 +70,7 @@ export class JobsPanel extends Widget {
         type: 'button',
         className: 'jp-mod-styled jp-mod-accept gpuhub-JobsPanel-run'
       },
-      'Run notebook on cluster…'
+      'Run as job…'
     );
     this._runButton.addEventListener('click', () => options.runCurrent());
     this._runHint = h('div', { className: 'gpuhub-JobsPanel-hint' });
@@ -82,7 +94,7 @@ export class JobsPanel extends Widget {
         'p',
         {},
         'To start one, open a notebook and choose ',
-        h('em', {}, 'Run on cluster'),
+        (this._runName = h('em', {}, 'Run as job')),
         ' in its toolbar, the button above, or the command palette (GPU section). ' +
           'Tag a cell \u201cparameters\u201d to set values per run.'
       )
@@ -114,6 +126,15 @@ export class JobsPanel extends Widget {
   }
 
   /** Re-check whether a notebook is open (the shell's current widget changed). */
+  /** "Run as job" locally, "Run on cluster" on Kubernetes (known once options load). */
+  setRunLabel(label: string, onCluster: boolean): void {
+    this._runButton.textContent = `${label}…`;
+    this._runName.textContent = label;
+    this.title.caption = onCluster
+      ? 'Jobs: notebooks running on the cluster'
+      : 'Jobs: notebooks running in the background on this server';
+  }
+
   updateRunButton(): void {
     const path = this._opts.currentNotebook();
     this._runButton.disabled = path === null;
@@ -228,6 +249,7 @@ export class JobsPanel extends Widget {
   private _loading: HTMLElement;
   private _opts: JobsPanel.IOptions;
   private _runButton: HTMLButtonElement;
+  private _runName!: HTMLElement;
   private _runHint: HTMLElement;
   private _ticker = 0;
 }
@@ -249,6 +271,7 @@ class JobItem {
     this._title = h('span', { className: 'gpuhub-Job-name', id: titleId });
     this._badge = h('span', { className: 'gpuhub-Job-badge' });
     this._meta = h('div', { className: 'gpuhub-Job-meta' });
+    this._summary = h('div', { className: 'gpuhub-Job-summary' });
     this._message = h('div', { className: 'gpuhub-Job-message' });
     this._failure = h('div', { className: 'gpuhub-Job-failure', hidden: true });
     this._progress = h('progress', {
@@ -263,7 +286,7 @@ class JobItem {
     this._logToggle.setAttribute('aria-expanded', 'false');
     this._openResult = this._button('Open result', () => {
       if (this._job.output) {
-        this._opts.open(this._job.output);
+        this._opts.openResult(this._job);
       }
     });
     this._runPage = h(
@@ -296,6 +319,7 @@ class JobItem {
 
     this.node.append(
       h('div', { className: 'gpuhub-Job-head' }, this._title, this._badge),
+      this._summary,
       this._meta,
       this._progress,
       this._message,
@@ -313,6 +337,16 @@ class JobItem {
     this._receivedAt = Date.now();
     this._title.textContent = job.name;
     this._title.title = `${job.notebook} (${job.id})`;
+    // Two runs of one notebook share a name: when they started and with what tells them apart.
+    const summary = [
+      `started ${formatTime(job.started ?? job.created)}`,
+      parameterSummary(job.parameters)
+    ]
+      .filter(Boolean)
+      .join(' \u00b7 ');
+    if (this._summary.textContent !== summary) {
+      this._summary.textContent = summary;
+    }
     this._badge.textContent = STATUS_LABELS[job.status] ?? job.status;
     this._badge.className = `gpuhub-Job-badge gpuhub-mod-${job.status}`;
     this._badge.setAttribute(
@@ -437,11 +471,11 @@ class JobItem {
     if (job.output) {
       rows.push(['Result', job.output]);
     }
-    rows.push(['Image', job.image ?? 'default']);
+    rows.push(['Image', job.image ?? "This server's image"]);
     const each = job.workers > 1 ? ' per worker' : '';
     rows.push([
       'CPU, memory',
-      `${job.cpu ?? '?'} cores, ${job.memory ?? '?'}${each}`
+      `${cpuText(job.cpu)}, ${job.memory ?? '?'}${each}`
     ]);
     rows.push(['GPUs', job.gpu]);
     rows.push([
@@ -560,6 +594,7 @@ class JobItem {
   private _logToggle: HTMLButtonElement;
   private _message: HTMLElement;
   private _meta: HTMLElement;
+  private _summary: HTMLElement;
   private _openResult: HTMLButtonElement;
   private _progress: HTMLProgressElement;
   private _receivedAt = Date.now();

@@ -10,6 +10,7 @@ import {
 } from '@jupyterlab/application';
 import {
   ICommandPalette,
+  IToolbarWidgetRegistry,
   Notification,
   showErrorMessage
 } from '@jupyterlab/apputils';
@@ -18,9 +19,11 @@ import type {
   IDocumentWidget
 } from '@jupyterlab/docregistry';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { CommandToolbarButton } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { JobsAPI } from './client';
+import { formatTime } from './format';
 import { jobsIcon, runOnClusterIcon } from './icon';
 import { JobLogWidget } from './log';
 import { JobsModel } from './model';
@@ -51,6 +54,12 @@ const DEFAULTS: ISettings = {
 type NotebookWidget = IDocumentWidget<Widget, DocumentRegistry.IModel>;
 
 /** The widget if it is an open notebook document. */
+/** A job's executed copy (under gpuhub-runs/) is a result to read, not a notebook to run. */
+function runnable(widget: NotebookWidget | null): NotebookWidget | null {
+  const path = widget?.context.path ?? '';
+  return /(^|\/)gpuhub-runs\//.test(path) ? null : widget;
+}
+
 function asNotebook(widget: Widget | null): NotebookWidget | null {
   const context = (widget as Partial<NotebookWidget> | null)?.context;
   if (
@@ -95,20 +104,27 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
   description:
     'Run the open notebook as a training job or pipeline step, and follow its jobs.',
   autoStart: true,
-  optional: [ILabShell, ILayoutRestorer, ICommandPalette, ISettingRegistry],
+  optional: [
+    ILabShell,
+    ILayoutRestorer,
+    ICommandPalette,
+    ISettingRegistry,
+    IToolbarWidgetRegistry
+  ],
   activate: (
     app: JupyterFrontEnd,
     labShell: ILabShell | null,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
-    settingRegistry: ISettingRegistry | null
+    settingRegistry: ISettingRegistry | null,
+    toolbarRegistry: IToolbarWidgetRegistry | null
   ) => {
     let settings: ISettings = { ...DEFAULTS };
     // The last notebook the user worked in: the sidebar button still knows it
     // while focus is in the sidebar, a terminal or the file browser.
     let lastNotebook: NotebookWidget | null = null;
     const currentNotebook = (): NotebookWidget | null => {
-      const current = asNotebook(app.shell.currentWidget);
+      const current = runnable(asNotebook(app.shell.currentWidget));
       if (current) {
         lastNotebook = current;
       }
@@ -117,6 +133,18 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       }
       return current ?? lastNotebook;
     };
+
+    // Where jobs run decides what the command is called: "Run on cluster" only when
+    // they do run on a cluster (Kubernetes mode), "Run as job" on the workstation.
+    let onCluster = false;
+    const runLabel = (toolbar: boolean): string =>
+      toolbar
+        ? onCluster
+          ? 'Run on cluster'
+          : 'Run as job'
+        : onCluster
+          ? 'Run Notebook on Cluster…'
+          : 'Run Notebook as Job…';
 
     let panel: JobsPanel | null = null;
     const logTabs = new Map<string, JobLogWidget>();
@@ -131,7 +159,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       if (!widget) {
         await showErrorMessage(
           'No notebook to run',
-          'Open the notebook you want to run, then choose Run on cluster again.'
+          `Open the notebook you want to run, then choose ${runLabel(true)} again.`
         );
         return;
       }
@@ -173,6 +201,17 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       runCurrent: () => void app.commands.execute(JobsCommandIDs.runOnCluster),
       currentNotebook: () => currentNotebook()?.context.path ?? null,
       open: path => void app.commands.execute('docmanager:open', { path }),
+      openResult: job => {
+        // The executed copy is named after the job (gpuhub-runs/<id>/<id>.ipynb), so its
+        // tab says which run it is; the caption adds what it is a result of.
+        void app.commands
+          .execute('docmanager:open', { path: job.output })
+          .then((widget: Widget | undefined) => {
+            if (widget?.title) {
+              widget.title.caption = `Result of job ${job.name} (${formatTime(job.started ?? job.created)}): ${job.output}`;
+            }
+          });
+      },
       openLog: job => {
         let tab = logTabs.get(job.id);
         if (!tab || tab.isDisposed) {
@@ -196,10 +235,11 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(panel, panel.id);
 
     app.commands.addCommand(JobsCommandIDs.runOnCluster, {
-      label: args =>
-        args.toolbar ? 'Run on cluster' : 'Run Notebook on Cluster…',
-      caption:
-        'Run this notebook as a training job or pipeline step, with the GPUs you choose',
+      label: args => runLabel(!!args.toolbar),
+      caption: () =>
+        onCluster
+          ? 'Run this notebook on the cluster as a training job or pipeline step, with the GPUs you choose'
+          : "Run a copy of this notebook in the background on this server's GPUs",
       icon: args => (args.toolbar ? runOnClusterIcon : undefined),
       isEnabled: () => currentNotebook() !== null,
       execute: () => runOnCluster()
@@ -209,6 +249,16 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       caption: 'Open the Jobs panel in the left sidebar',
       icon: jobsIcon,
       execute: () => app.shell.activateById(panel!.id)
+    });
+    // The notebook toolbar button (declared in the settings schema) shows its words,
+    // which depend on where jobs run, so it is built here rather than from a fixed label.
+    toolbarRegistry?.addFactory('Notebook', 'gpuhub-run-on-cluster', () => {
+      return new CommandToolbarButton({
+        commands: app.commands,
+        id: JobsCommandIDs.runOnCluster,
+        args: { toolbar: true },
+        label: () => runLabel(true)
+      });
     });
     if (palette) {
       palette.addItem({
@@ -250,6 +300,14 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
         });
       }
     });
+
+    JobsAPI.options()
+      .then(options => {
+        onCluster = options.kubernetes;
+        panel!.setRunLabel(runLabel(true), onCluster);
+        app.commands.notifyCommandChanged(JobsCommandIDs.runOnCluster);
+      })
+      .catch(() => undefined); // the dialog says why jobs are unavailable when opened
 
     labShell?.currentChanged.connect(() => {
       currentNotebook();

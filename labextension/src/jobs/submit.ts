@@ -423,7 +423,8 @@ export class SubmitForm extends Widget {
       id: gpusId,
       type: 'text',
       inputmode: 'numeric',
-      value: maxGpus > 0 ? 1 : 0,
+      // The server's default, so the dialog, %submit and the API agree.
+      value: Math.min(o.defaults?.gpus ?? 1, maxGpus),
       readonly: maxGpus === 0,
       'aria-describedby': `${gpusId}-help`
     });
@@ -878,7 +879,10 @@ export async function showSubmitDialog(
 ): Promise<ISubmitReply | null> {
   const form = new SubmitForm(options);
   const name = options.notebook.split('/').pop();
-  const dialog = new SubmitDialog(form, `Run ${name} on the cluster`);
+  const dialog = new SubmitDialog(
+    form,
+    options.options.kubernetes ? `Run ${name} on the cluster` : `Run ${name} as a job`
+  );
   const answer = await dialog.launch();
   return answer.button.accept ? form.result : null;
 }

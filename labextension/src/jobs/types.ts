@@ -86,6 +86,8 @@ export interface IJobOptions {
   custom_images?: boolean;
   gpu_types?: IGpuTypeOption[];
   max_gpus?: number;
+  /** What the server fills in for a field a request leaves out (%submit, the API). */
+  defaults?: { gpus: number; gpu_type?: string };
   cpu?: { min: number; max: number; default: string };
   memory?: { min: string; max: string; default: string };
 }

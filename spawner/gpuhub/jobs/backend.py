@@ -167,9 +167,7 @@ class JobRouter:
     def backend_for(self, kind: Kind) -> JobBackend:
         backend = self.backends.get(kind)
         if backend is None:
-            reason = self.unavailable.get(
-                kind, f"This server cannot run a {KIND_NAMES[kind]} (kind {kind!r})."
-            )
+            reason = self.unavailable.get(kind, f"This server cannot run a {KIND_NAMES[kind]}.")
             raise JobError("kind", reason)
         return backend
 

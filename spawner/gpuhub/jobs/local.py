@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import words
 from . import run_notebook
 from .backend import JobBackend
 from .model import (
@@ -42,13 +43,16 @@ from .model import (
     JobRequest,
     _parse_iso,
     check_job_id,
+    output_name,
     utcnow,
+    without_noise,
 )
 from .run_notebook import write_json
 
 log = logging.getLogger(__name__)
 
 RUNS_DIR = "gpuhub-runs"
+
 STORE = Path(".gpuhub") / "jobs.json"
 MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL on cancel
@@ -179,19 +183,19 @@ class LocalBackend(JobBackend):
                 raise JobError(
                     "gpus",
                     f"This server has no GPU, and a job on it runs on this server's GPUs; "
-                    f"ask for 0 GPUs (asked for {wanted}).",
+                    f"ask for 0 GPUs (you asked for {wanted}).",
                 )
             raise JobError(
                 "gpus",
-                f"This server has {have} GPU{'s' if have != 1 else ''}, and a job on it runs on "
-                f"this server's GPUs; ask for at most {have} (asked for {wanted}).",
+                f"This server has {words.plural(have, 'GPU')}, and a job on it runs on "
+                f"this server's GPUs; ask for at most {have} (you asked for {wanted}).",
             )
         gpu_type = request.resources.gpu_type
         if wanted and self.gpu_type and gpu_type is not None and gpu_type.key != self.gpu_type:
             raise JobError(
                 "gpu_type",
-                f"A job on this server runs on its {self.gpu_type!r} GPUs; ask for gpu_type "
-                f"{self.gpu_type!r} or start a server with {gpu_type.key!r} GPUs.",
+                f'A job on this server runs on its GPUs of type "{self.gpu_type}"; ask for that '
+                f'type, or start a server with GPUs of type "{gpu_type.key}".',
             )
 
     async def submit(self, request: JobRequest, owner: str) -> JobRecord:
@@ -202,7 +206,7 @@ class LocalBackend(JobBackend):
             job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
         notebook_dir = request.notebook.os_path.parent
         run_dir = _runs_dir(notebook_dir, self.root) / job_id
-        output = run_dir / request.notebook.os_path.name
+        output = run_dir / output_name(job_id)
         record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
         record.image = None  # a local job runs in this server's own environment
         record.message = "Starting the kernel."
@@ -373,7 +377,7 @@ class LocalBackend(JobBackend):
                 record.error = (
                     f"The job's process exited with code {returncode} before it finished."
                 )
-        output = job.run_dir / Path(record.notebook).name
+        output = job.run_dir / output_name(record.id)
         if not await asyncio.to_thread(output.is_file):
             record.output = None
         job.process = None
@@ -426,6 +430,7 @@ def _read_log(path: Path, tail: int | None) -> str:
     text = data.decode("utf-8", errors="replace")
     if size > MAX_LOG_BYTES:
         text = text.split("\n", 1)[-1]  # drop the partial first line
+    text = without_noise(text)
     if tail is not None:
         text = "\n".join(text.splitlines()[-tail:]) + ("\n" if text.endswith("\n") else "")
     return text

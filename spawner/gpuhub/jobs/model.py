@@ -73,7 +73,7 @@ class JobError(OptionsError):
 class JobNotFound(JobError):
     def __init__(self, job_id: str) -> None:
         shown = job_id if len(job_id) <= 40 else job_id[:37] + "..."
-        super().__init__("id", f"There is no job {shown!r} among your jobs.", status=404)
+        super().__init__("id", f'There is no job "{shown}" among your jobs.', status=404)
         self.job_id = job_id
 
 
@@ -98,8 +98,38 @@ def _parse_iso(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+# Lines the kernel writes to every job's log that say nothing about the job: a job's kernel
+# talks to papermill over loopback TCP on the same machine or pod, which ipykernel >= 6.30
+# warns about at every start.
+_NOISE = ("Kernel is running over TCP without encryption",)
+# papermill ends each "Executing Cell 3" line with a ruler of dashes.
+_RULER = re.compile(r"(?<=[^\s-])-{8,}$", re.MULTILINE)
+
+
+def without_noise(text: str) -> str:
+    """A job's log as every client shows it (panel, ``%job logs``, the REST API): without
+    the kernel's transport warnings (``_NOISE``) and papermill's trailing rulers."""
+    if any(marker in text for marker in _NOISE):
+        text = "".join(
+            line
+            for line in text.splitlines(keepends=True)
+            if not any(marker in line for marker in _NOISE)
+        )
+    return _RULER.sub("", text)
+
+
+def output_name(job_id: str) -> str:
+    """The executed notebook's file name: the job's id, so two runs of one notebook open in
+    tabs that say which run each is (``train-1e9fe9.ipynb``, not ``train.ipynb`` twice)."""
+    return f"{job_id}.ipynb"
+
+
 def _short(value: object) -> str:
-    text = repr(value)
+    """A value as the user wrote it (JSON: "text", true, 2), never a Python literal."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = json.dumps(str(value), ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -191,7 +221,9 @@ def parse_kind(value: Any) -> Kind:
     if value in (None, ""):
         return "job"
     if not isinstance(value, str) or value not in KINDS:
-        raise JobError("kind", f"kind {_short(value)} is not one of {', '.join(KINDS)}.")
+        raise JobError(
+            "kind", f"Job kind {_short(value)} is not one of {', '.join(_short(k) for k in KINDS)}."
+        )
     return value
 
 
@@ -204,9 +236,9 @@ def resolve_notebook(
     like ``../`` is.
     """
     if not isinstance(value, str) or not value.strip():
-        raise JobError("notebook", "notebook must be the path of a notebook, such as train.ipynb.")
+        raise JobError("notebook", "The notebook must be a path, such as train.ipynb.")
     if len(value) > 4096 or "\0" in value:
-        raise JobError("notebook", "notebook is not a valid path.")
+        raise JobError("notebook", "The notebook is not a valid path.")
     root = Path(root_dir).resolve()
     candidate = Path(value)
     if not candidate.is_absolute():
@@ -214,23 +246,23 @@ def resolve_notebook(
     try:
         resolved = candidate.resolve(strict=False)
     except (OSError, RuntimeError):  # symlink loops
-        raise JobError("notebook", f"notebook {_short(value)} is not a valid path.") from None
+        raise JobError("notebook", f"Notebook {_short(value)} is not a valid path.") from None
     if resolved != root and root not in resolved.parents:
         raise JobError(
-            "notebook", f"notebook {_short(value)} is outside this server's root directory."
+            "notebook", f"Notebook {_short(value)} is outside this server's root directory."
         )
     if resolved.suffix != ".ipynb":
-        raise JobError("notebook", f"notebook {_short(value)} is not a notebook (an .ipynb file).")
+        raise JobError("notebook", f"{_short(value)} is not a notebook (an .ipynb file).")
     try:
         stat = resolved.stat()
     except OSError:
-        raise JobError("notebook", f"notebook {_short(value)} does not exist.", 404) from None
+        raise JobError("notebook", f"Notebook {_short(value)} does not exist.", 404) from None
     if not resolved.is_file():
-        raise JobError("notebook", f"notebook {_short(value)} is not a file.")
+        raise JobError("notebook", f"Notebook {_short(value)} is not a file.")
     if stat.st_size > max_bytes:
         raise JobError(
             "notebook",
-            f"notebook {_short(value)} is {format_memory(stat.st_size)}, over the "
+            f"Notebook {_short(value)} is {format_memory(stat.st_size)}, over the "
             f"{format_memory(max_bytes)} a job may take; clear large outputs and try again.",
             413,
         )
@@ -251,7 +283,8 @@ def parse_name(value: Any, *, default_from: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME or not _DNS_1123_LABEL.fullmatch(value):
         raise JobError(
             "name",
-            f"name {_short(value)} must be at most {MAX_NAME} lower-case letters, digits or '-', "
+            f"The name {_short(value)} must be at most {MAX_NAME} lower-case letters, digits or "
+            '"-", '
             "starting and ending with a letter or digit.",
         )
     return value
@@ -262,17 +295,22 @@ def parse_workers(value: Any, kind: Kind, max_workers: int = MAX_WORKERS) -> int
         return 1
     count = whole_number(value)
     if count is None:
-        raise JobError("workers", f"workers must be a whole number (got {_short(value)}).")
+        raise JobError(
+            "workers", f"The number of workers must be a whole number (you gave {_short(value)})."
+        )
     value = count
     if kind not in DISTRIBUTED_KINDS:
         if value != 1:
             raise JobError(
                 "workers",
-                f"workers applies only to pytorchjob and tfjob; a {KIND_NAMES[kind]} runs once.",
+                f"Workers apply only to a PyTorchJob or a TFJob; a {KIND_NAMES[kind]} runs once.",
             )
         return 1
     if not 1 <= value <= max_workers:
-        raise JobError("workers", f"workers must be between 1 and {max_workers} (got {value}).")
+        raise JobError(
+            "workers",
+            f"The number of workers must be between 1 and {max_workers} (you gave {value}).",
+        )
     return value
 
 
@@ -286,8 +324,8 @@ def parse_parameters(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise JobError(
             "parameters",
-            f"parameters must be a mapping of names to values, such as "
-            f'{{"epochs": 10}} (got {type(value).__name__}).',
+            f"Parameters must be a mapping of names to values, such as "
+            f'{{"epochs": 10}} (you gave {_short(value)}).',
         )
     try:
         check_json_value(value, "parameters")
@@ -297,19 +335,20 @@ def parse_parameters(value: Any) -> dict[str, Any]:
         if not isinstance(key, str) or not _IDENTIFIER.fullmatch(key) or key == "__builtins__":
             raise JobError(
                 "parameters",
-                f"parameter name {_short(key)} must be a Python identifier such as learning_rate.",
+                f"Parameter name {_short(key)} must be a Python identifier, such as "
+                '"learning_rate".',
             )
     try:
         text = json.dumps(dict(value), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise JobError(
             "parameters",
-            f"parameters must be JSON values (numbers, strings, lists, objects): {exc}.",
+            f"Parameters must be JSON values (numbers, strings, lists, objects): {exc}.",
         ) from None
     if len(text) > MAX_PARAMETERS_BYTES:
         raise JobError(
             "parameters",
-            f"parameters take {len(text)} bytes as JSON, over the limit of {MAX_PARAMETERS_BYTES}.",
+            f"Parameters take {len(text)} bytes as JSON, over the limit of {MAX_PARAMETERS_BYTES}.",
         )
     parsed: dict[str, Any] = json.loads(text)  # a plain, detached copy
     return parsed

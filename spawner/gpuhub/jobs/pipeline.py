@@ -81,9 +81,9 @@ def embed_notebook(notebook: bytes, path: str) -> str:
     if len(encoded) > MAX_EMBEDDED_BYTES:
         raise JobError(
             "notebook",
-            f"notebook {path!r} is {format_memory(len(notebook))} and too large to travel "
+            f'Notebook "{path}" is {format_memory(len(notebook))} and too large to travel '
             f"inside a pipeline ({format_memory(MAX_EMBEDDED_BYTES)} compressed at most); "
-            "clear large outputs, or submit it as a training job (kind job).",
+            "clear large outputs, or submit it as a training job.",
             413,
         )
     return encoded
@@ -259,7 +259,7 @@ class KFPBackend(JobBackend):
             if existing is not None:
                 notes = existing["metadata"].get("annotations") or {}
                 if notes.get(m.ANNOTATION_USERNAME) != owner or notes.get(m.ANNOTATION_KEY) != key:
-                    raise JobError("name", f"A job named {job_id!r} already exists.", 409)
+                    raise JobError("name", f'A job named "{job_id}" already exists.', 409)
                 if notes.get("gpuhub.io/run-id"):
                     return await self._record(existing)
                 # A first attempt died between the record and the run: finish it below.

@@ -26,6 +26,29 @@ from typing import Any
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours in IPython tracebacks
 MAX_SOURCE = 2000  # characters of the failing cell's source kept in the result
 
+INJECTED = "injected-parameters"  # papermill's tag on the cell it adds
+
+
+def _is_injected(cell: Any) -> bool:
+    return INJECTED in (cell.get("metadata", {}).get("tags") or [])
+
+
+def user_cell_number(cells: list[Any], index: int) -> int:
+    """1-based number of executed cell ``index`` among the cells the user wrote: papermill's
+    injected parameters cell is not one of them, so it is not counted."""
+    return 1 + sum(1 for cell in cells[:index] if not _is_injected(cell))
+
+
+def _failed_where(output: str, cell_index: int) -> str:
+    """ "cell 4", numbered as in the user's notebook (read from papermill's output copy)."""
+    try:
+        import nbformat
+
+        cells = nbformat.read(output, as_version=4).cells
+    except Exception:
+        return f"cell {cell_index + 1}"
+    return f"cell {user_cell_number(cells, cell_index)}"
+
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
     """Write JSON atomically (temp file + rename), so readers never see half a file."""
@@ -51,19 +74,21 @@ def _engine(progress_path: str) -> type:
     class ProgressEngine(NBClientEngine):
         @classmethod
         def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, **kwargs: Any) -> Any:
-            total = len(nb_man.nb.cells)
+            # Counted as the user sees their notebook: without papermill's injected cell.
+            cells = nb_man.nb.cells
+            total = sum(1 for cell in cells if not _is_injected(cell))
             start, complete = nb_man.cell_start, nb_man.cell_complete
 
             def report(done: int) -> None:
                 write_json(progress_path, {"done": done, "total": total})
 
             def cell_start(cell: Any, cell_index: int | None = None, **kw: Any) -> Any:
-                report(cell_index or 0)
+                report(user_cell_number(cells, cell_index or 0) - 1)
                 return start(cell, cell_index, **kw)
 
             def cell_complete(cell: Any, cell_index: int | None = None, **kw: Any) -> Any:
                 result = complete(cell, cell_index, **kw)
-                report((cell_index or 0) + 1)
+                report(user_cell_number(cells, (cell_index or 0) + 1) - 1)
                 return result
 
             nb_man.cell_start, nb_man.cell_complete = cell_start, cell_complete
@@ -96,7 +121,7 @@ def run(spec: dict[str, Any]) -> int:
             progress_bar=False,
         )
     except PapermillExecutionError as exc:
-        where = f"cell [{exc.exec_count}]" if exc.exec_count else f"cell #{exc.cell_index + 1}"
+        where = _failed_where(spec["output"], exc.cell_index)
         evalue = str(exc.evalue).strip().splitlines()[0][:300] if str(exc.evalue).strip() else ""
         error = f"The notebook failed in {where}: {exc.ename}: {evalue}".rstrip(": ") + "."
         traceback = _ANSI.sub("", "\n".join(exc.traceback))

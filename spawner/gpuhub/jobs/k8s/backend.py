@@ -42,6 +42,7 @@ from ..model import (
     JobRequest,
     check_job_id,
     utcnow,
+    without_noise,
 )
 from . import manifests as m
 from .status import (
@@ -739,7 +740,7 @@ class KubernetesBackend(JobBackend):
             return ""
         # Only the tail is read (tailLines); the notebook block is skipped, never inflated.
         raw = await self._read_log(pod, tail=tail)
-        text = parse_pod_log(raw, tail=tail is not None).text
+        text = without_noise(parse_pod_log(raw, tail=tail is not None).text)
         if tail is not None:
             text = "".join(text.splitlines(keepends=True)[-tail:])
         return text[-MAX_LOG_BYTES:]

@@ -21,7 +21,7 @@ from kubespawner.slugs import is_valid_label, safe_slug
 
 from ...gpu_pod import container_resources, gpu_env, placement, shm_volume
 from ...quantity import format_memory
-from ..model import JobError, JobRequest, Kind
+from ..model import JobError, JobRequest, Kind, output_name
 
 MANAGED_BY = "gpuhub"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -34,7 +34,7 @@ ANNOTATION_KEY = "gpuhub.io/idempotency-key"
 
 RUN_DIR = "/var/run/gpuhub"  # the ConfigMap, read-only
 WORK_DIR = "/var/run/gpuhub-work"  # an emptyDir for the output when there is no shared home
-RUNS_DIR = "gpuhub-runs"  # as the local backend: <notebook dir>/gpuhub-runs/<id>/<name>.ipynb
+RUNS_DIR = "gpuhub-runs"  # as the local backend: <notebook dir>/gpuhub-runs/<id>/<id>.ipynb
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes refuses ConfigMaps whose data exceed 1 MiB
 _CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
 
@@ -126,7 +126,7 @@ def labels(owner: str, job_id: str, kind: str) -> dict[str, str]:
 def output_path(request: JobRequest, job_id: str) -> str:
     """Where the executed notebook goes, relative to the user's home (as the local backend)."""
     directory = PurePosixPath(request.notebook.directory or ".")
-    return str(directory / RUNS_DIR / job_id / f"{request.notebook.stem}.ipynb").removeprefix("./")
+    return str(directory / RUNS_DIR / job_id / output_name(job_id)).removeprefix("./")
 
 
 def runner_source() -> str:

@@ -36,6 +36,30 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_SOURCE = 2000
 
 
+INJECTED = "injected-parameters"  # papermill's tag on the cell it adds
+
+
+def _is_injected(cell: Any) -> bool:
+    return INJECTED in (cell.get("metadata", {}).get("tags") or [])
+
+
+def user_cell_number(cells: list[Any], index: int) -> int:
+    """1-based number of executed cell ``index`` among the cells the user wrote: papermill's
+    injected parameters cell is not one of them, so it is not counted."""
+    return 1 + sum(1 for cell in cells[:index] if not _is_injected(cell))
+
+
+def _failed_where(output: str, cell_index: int) -> str:
+    """ "cell 4", numbered as in the user's notebook (read from papermill's output copy)."""
+    try:
+        import nbformat
+
+        cells = nbformat.read(output, as_version=4).cells
+    except Exception:
+        return f"cell {cell_index + 1}"
+    return f"cell {user_cell_number(cells, cell_index)}"
+
+
 def _first_line(text: object) -> str:
     lines = str(text).strip().splitlines()
     return lines[0][:300] if lines else ""
@@ -77,7 +101,7 @@ def run(environ: dict[str, str]) -> tuple[int, dict[str, Any]]:
             progress_bar=False,
         )
     except PapermillExecutionError as exc:
-        where = f"cell [{exc.exec_count}]" if exc.exec_count else f"cell #{exc.cell_index + 1}"
+        where = _failed_where(output, exc.cell_index)
         error = f"The notebook failed in {where}: {exc.ename}: {_first_line(exc.evalue)}"
         print(_ANSI.sub("", "\n".join(exc.traceback)), file=sys.stderr)
         return 1, {

@@ -1,0 +1,40 @@
+"""How gpuhub says counts of things, so every message reads the same and none doubles a word.
+
+A GPU type's display name is one name per type ("NVIDIA A100 80GB"); names that already end
+in "GPU" ("NVIDIA GPU", "Simulated GPU") are not followed by a second "GPU".
+"""
+
+from __future__ import annotations
+
+import re
+
+_ENDS_IN_GPU = re.compile(r"(?:^|\s)GPUs?$", re.IGNORECASE)
+
+
+def plural(count: int | float, word: str, words: str | None = None) -> str:
+    """ "1 core", "2 cores", "0.5 cores" (``words`` for irregular plurals)."""
+    shown = f"{count:g}" if isinstance(count, float) else str(count)
+    return f"{shown} {word if count == 1 else (words or word + 's')}"
+
+
+def gpu_noun(name: str, count: int) -> str:
+    """ "NVIDIA A100 80GB GPUs", "NVIDIA GPU", "GPUs": the type's name as a noun for ``count``."""
+    name = name.strip()
+    suffix = "GPU" if count == 1 else "GPUs"
+    if not name:
+        return suffix
+    if _ENDS_IN_GPU.search(name):
+        return re.sub(r"GPUs?$", suffix, name, flags=re.IGNORECASE)
+    return f"{name} {suffix}"
+
+
+def gpus(count: int, name: str = "") -> str:
+    """ "2 NVIDIA A100 80GB GPUs", "1 Simulated GPU", "3 GPUs"."""
+    return f"{count} {gpu_noun(name, count)}"
+
+
+def device_list(devices: list[int] | tuple[int, ...], name: str = "") -> str:
+    """ "GPUs 0, 1 (RTX A6000)": which GPUs, by index, and of what type."""
+    noun = "GPU" if len(devices) == 1 else "GPUs"
+    kind = f" ({name})" if name else ""
+    return f"{noun} {', '.join(str(d) for d in devices)}{kind}"
