@@ -180,7 +180,7 @@ def test_threat_gpu_count_as_json_text_is_refused(hub):
     for gpus in ("2", "\u00b2", " 1", 1.0, True):
         response = spawn(hub, {"gpus": gpus})
         assert response.status_code == 400, (gpus, response.text)
-        assert "gpus must be a whole number" in response.json()["message"]
+        assert "The number of GPUs must be a whole number" in response.json()["message"]
     assert not hub.user_model("mallory")["servers"]
 
 
@@ -215,6 +215,17 @@ def test_threat_any_json_in_any_option_is_not_a_5xx(hub, field, value):
 @given(body=json_values)
 def test_threat_any_json_body_to_spawn_is_not_a_5xx(hub, body):
     assert_one_sentence_4xx(spawn(hub, body), body)
+
+
+def test_threat_body_too_deep_for_the_hubs_database_is_refused(hub):
+    """JupyterHub stores a spawn's body before any spawner code runs; one nested ~900 deep
+    overflowed its ``json.dumps`` (a 500). gpuhub refuses it first, and nothing is stored."""
+    for depth in (60, 900):
+        response = spawn(hub, {"gpus": Deep(depth)})
+        assert_one_sentence_4xx(response, depth)
+        assert response.status_code == 400
+        assert "nested more than" in response.json()["message"]
+    assert not hub.user_model("mallory")["servers"]
 
 
 # -- the magics ---------------------------------------------------------------------------------------

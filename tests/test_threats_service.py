@@ -182,7 +182,7 @@ def test_threat_lone_surrogate_in_notebook_content_is_400(service, token, notebo
     response = call(service, "POST", "jobs", token, data=encode(body))
     assert response.status_code == 400, response.text
     assert response.json() == {
-        "message": "notebook_content contains text that is not valid Unicode (a lone surrogate).",
+        "message": "The notebook's content contains text that is not valid Unicode (a lone surrogate).",
         "field": "notebook_content",
     }
 

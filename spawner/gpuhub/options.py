@@ -60,23 +60,35 @@ def check_json_value(value: object, field: str) -> None:
                 except UnicodeEncodeError:
                     raise OptionsError(
                         field,
-                        f"{field} contains text that is not valid Unicode (a lone surrogate).",
+                        f"{_contain(field)} text that is not valid Unicode (a lone surrogate).",
                     ) from None
         elif isinstance(item, bool) or item is None:
             continue
         elif isinstance(item, int):
             if not -MAX_JSON_INT <= item <= MAX_JSON_INT:
-                raise OptionsError(field, f"{field} contains a number too large to use.")
+                raise OptionsError(field, f"{_contain(field)} a number too large to use.")
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise OptionsError(field, f"{field} contains a number that is not finite.")
+                raise OptionsError(field, f"{_contain(field)} a number that is not finite.")
         elif isinstance(item, Mapping | list | tuple):
             if depth >= MAX_JSON_DEPTH:
                 raise OptionsError(
-                    field, f"{field} is nested more than {MAX_JSON_DEPTH} levels deep."
+                    field,
+                    f"{_contain(field)} lists or objects nested more than {MAX_JSON_DEPTH} "
+                    "levels deep.",
                 )
             children = [*item.keys(), *item.values()] if isinstance(item, Mapping) else item
             stack.extend((child, depth + 1) for child in children)
+
+
+def _contain(field: str) -> str:
+    """The start of a sentence about what a field holds, as people call the field."""
+    plural = {"user_options": "The options", "parameters": "The parameters"}
+    if field in plural:
+        return f"{plural[field]} contain"
+    if field == "notebook_content":
+        return "The notebook's content contains"
+    return f"The value of {field.replace('_', ' ')} contains"
 
 
 def whole_number(value: Any) -> int | None:

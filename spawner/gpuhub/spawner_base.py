@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from tornado import web
 from traitlets import Any as TraitAny
-from traitlets import Dict, Unicode, Union, default
+from traitlets import Dict, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from . import words
 from .form import GPUCapacity, Preset, QuotaView, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
 from .ledger import GPUQuota, Ledger
-from .options import LaunchOptions, OptionsError, parse_launch_options
+from .options import LaunchOptions, OptionsError, check_json_value, parse_launch_options
 from .policy import Policy
 
 _POLICY_CACHE: dict[str, Policy] = {}
@@ -159,6 +159,8 @@ class GPUSpawnerMixin(Configurable):
         log: Any
         user: Any
         _log_name: str
+        db: Any
+        server: Any
 
     @default("options_form")
     def _gpuhub_options_form(self) -> Any:
@@ -171,6 +173,32 @@ class GPUSpawnerMixin(Configurable):
     @default("apply_user_options")
     def _gpuhub_apply_user_options(self) -> Any:
         return apply_gpuhub_options
+
+    @observe("handler")
+    def _refuse_unstorable_body(self, change: Any) -> None:
+        """Refuse a REST body JupyterHub could not store, before it tries.
+
+        JupyterHub saves a spawn's body to its database as the user's next defaults before
+        any spawner code runs; a body nested deep enough overflows ``json.dumps`` there (a
+        500). It sets ``spawner.handler`` just before, which is the last moment to say 400.
+        """
+        request = getattr(change["new"], "request", None)
+        if request is None or request.method != "POST" or not request.body:
+            return
+        try:
+            body = json.loads(request.body)
+        except (ValueError, RecursionError):
+            return  # JupyterHub has already refused what it could not parse
+        try:
+            check_json_value(body, "user_options")
+        except OptionsError as exc:
+            _log_refusal(self, exc.message)
+            # JupyterHub has just recorded a server for this spawn: take it back (its own
+            # setter deletes the record), so that nothing is left half-made.
+            self.server = None
+            if self.db is not None:
+                self.db.commit()
+            raise refusal(exc.message) from None
 
     @default("progress_ready_hook")
     def _gpuhub_progress_ready_hook(self) -> Any:

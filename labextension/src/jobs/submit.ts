@@ -11,6 +11,8 @@
 import { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { requestAPI } from '../api';
+import { IHoldings, summary } from '../gpu/holdings';
 import { JobAPIError, JobsAPI } from './client';
 import { h, uid } from './dom';
 import { parseParameterValue } from './params';
@@ -457,7 +459,32 @@ export class SubmitForm extends Widget {
       );
       section.append(this._gpuTypeRow);
     }
+    section.append(this._quotaLine());
     return section;
+  }
+
+  /** "You hold 1 of your 4 GPUs." from the hub's ledger, filled in when it answers. */
+  private _quotaLine(): HTMLElement {
+    const line = h('p', {
+      className: 'gpuhub-JobForm-quota',
+      'aria-live': 'polite'
+    });
+    line.hidden = true;
+    const kubernetes = this._opts.options.kubernetes;
+    requestAPI<IHoldings>('holdings')
+      .then(data => {
+        if (!data.available || data.quota === null) {
+          return;
+        }
+        line.textContent = `${summary(data)} ${
+          kubernetes
+            ? "This job's GPUs count toward your quota, with your servers'."
+            : "A job here runs on this server's GPUs, which count already."
+        }`;
+        line.hidden = false;
+      })
+      .catch(() => undefined); // the quota is checked on submit anyway
+    return line;
   }
 
   private _buildParameters(): HTMLElement {
