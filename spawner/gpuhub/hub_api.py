@@ -32,7 +32,9 @@ cannot share the hub's lock and caches, which is the point here.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import time
 from datetime import UTC, datetime
@@ -42,10 +44,11 @@ from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
 from . import monitor as gpu_monitor
+from .fleet import FLEET_SCOPE
+from .fleet import HANDLERS as FLEET_HANDLERS
 from .ledger import Grant, Ledger, QuotaExceeded, gpus_held
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
-FLEET_SCOPE = "custom:gpuhub:fleet"
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
 # How long a job's grant counts while its pods are not in the watch yet: a pipeline step's
 # pod appears after Kubeflow's driver pods, which can take minutes on a busy cluster.
@@ -74,6 +77,44 @@ def configure_hub(c: Any) -> None:
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars["gpuhub_notices"] = notices_for
     hub.template_vars = template_vars
+    _start_monitor_with_the_hub()
+
+
+def _start_monitor_with_the_hub() -> None:
+    """Start the GPU monitor once the hub is up, so ``/hub/metrics`` has gpuhub's figures
+    before any page creates a spawner. The hub loads its config inside its event loop; the
+    monitor needs a gpuhub spawner for its settings, and any user's default one serves."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not inside a hub (a tool reading the config)
+
+    async def start() -> None:
+        from jupyterhub import orm
+        from jupyterhub.app import JupyterHub
+
+        while gpu_monitor.current() is None:
+            await asyncio.sleep(1)
+            if not JupyterHub.initialized():
+                continue
+            app = JupyterHub.instance()
+            users = app.tornado_settings.get("users")
+            if users is None or getattr(app, "db", None) is None:
+                continue
+            orm_user = app.db.query(orm.User).first()
+            if orm_user is None:
+                await asyncio.sleep(9)  # no users yet: nothing is held
+                continue
+            try:
+                users[orm_user].spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+            except Exception as exc:
+                logging.getLogger("gpuhub").debug("gpuhub: monitor not started yet: %s", exc)
+            await asyncio.sleep(4)
+
+    _STARTER.add(loop.create_task(start()))
+
+
+_STARTER: set[asyncio.Task[None]] = set()
 
 
 def notices_for(user: Any) -> list[dict[str, str]]:
@@ -91,14 +132,16 @@ def notices_for(user: Any) -> list[dict[str, str]]:
 def notice_text(notice: Any) -> dict[str, str]:
     when = datetime.fromtimestamp(notice.when, UTC)
     server = f"server {notice.server!r}" if notice.server else "server"
-    who = "gpuhub stopped your" if notice.by == "idle" else f"{notice.by} stopped your"
+    at = f"on {when:%Y-%m-%d at %H:%M} UTC"
+    if notice.by == "idle":
+        what = f"Your {server} was stopped {at} because {notice.reason}."
+    else:
+        what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
     return {
         "server": notice.server,
         "when": when.isoformat(timespec="seconds"),
-        "text": (
-            f"{who[0].upper()}{who[1:]} {server} on {when:%Y-%m-%d at %H:%M} UTC because "
-            f"{notice.reason}. Your files are safe; start the server again when you need it."
-        ),
+        "by": notice.by,
+        "text": f"{what} Your files are safe; start the server again when you need it.",
     }
 
 
@@ -247,6 +290,7 @@ class KeepHandler(ReclaimHandler):
 
 
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
+    *FLEET_HANDLERS,
     (r"/api/gpuhub/reclaim/([^/]+)", ReclaimHandler),
     (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
     (r"/api/gpuhub/grants", GrantsHandler),

@@ -26,6 +26,7 @@ from typing import Any
 
 from .ledger import Holding, Ledger
 from .reclaim import Action, IdleClocks, ReclaimRule
+from .sparkline import sparkline
 from .usage import Notice, UsageStore
 from .utilization import GPUSample, UtilizationSource, holding_key
 
@@ -45,6 +46,15 @@ class Track:
     history: deque[tuple[float, float]] = field(default_factory=deque)  # (time, mean 0..1)
     samples: list[GPUSample] = field(default_factory=list)
     idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
+    _spark: tuple[float | None, str] = (None, "")
+
+    def spark(self) -> str:
+        """The fleet page's sparkline of the last 30 minutes, redrawn once per new sample."""
+        last = self.history[-1][0] if self.history else None
+        if self._spark[0] != last:
+            points = sparkline(self.history, last, HISTORY_SECONDS) if last is not None else ""
+            self._spark = (last, points)
+        return self._spark[1]
 
     def launch(self) -> tuple[str, str, str]:
         """The idle clock's key: a new launch of a server starts a new clock."""
@@ -281,6 +291,7 @@ class GPUMonitor:
             return False
         finally:
             self._stopping.discard(key)
+        self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )
