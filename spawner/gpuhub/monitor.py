@@ -16,6 +16,7 @@ else at the first page that shows one), since JupyterHub has no start-up hook fo
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import time
 from collections import deque
@@ -329,6 +330,7 @@ async def _start(spawner: Any) -> None:
     rule = spawner.gpu_idle_reclaim_rule()
     source = spawner.gpu_utilization_source(**spawner.gpu_utilization_settings())
     store = UsageStore(spawner.gpu_usage_file or None)
+    atexit.register(store.save)  # the hub's shutdown keeps the GPU-seconds since the last save
     monitor = GPUMonitor(spawner, ledger, source, rule, store, spawner.gpu_monitor_interval)
     _MONITOR = monitor
     from .metrics import register
