@@ -29,6 +29,9 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     from .jobs_api import setup_jobs
 
     setup_jobs(server_app)
+    from .reclaim_api import setup_reclaim
+
+    setup_reclaim(server_app)
 
 
 def _unload_jupyter_server_extension(server_app: Any) -> None:
