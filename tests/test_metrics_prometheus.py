@@ -4,24 +4,20 @@ package) and read back with PromQL; GPU-seconds keep counting across a hub resta
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
-from tests.hub.process import API_TOKEN, ROOT, Hub, free_port, start_hub
+from tests.hub.process import API_TOKEN, ROOT, Hub, start_hub
+from tests.hub.prometheus import eventually, running_prometheus
 from tests.hub.standin_gpus import write as set_utilization
 
 from .test_jobs_hub import config as jobs_hub_config
 from .test_ledger_local import spawn, stop, wait_ready
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 CONFIG = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
@@ -59,70 +55,14 @@ def hub(workdir: Path) -> Iterator[Hub]:
 
 @pytest.fixture(scope="module")
 def prometheus(hub: Hub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not Path(PROMETHEUS).exists():
-        pytest.skip("Prometheus is not installed (apt-get install prometheus)")
-    tmp = tmp_path_factory.mktemp("prometheus")
-    (tmp / "prometheus.yml").write_text(
-        textwrap.dedent(
-            f"""
-            global:
-              scrape_interval: 1s
-            scrape_configs:
-              - job_name: jupyterhub
-                metrics_path: /hub/metrics
-                authorization:
-                  type: token
-                  credentials: {API_TOKEN}
-                static_configs:
-                  - targets: ["127.0.0.1:{hub.port}"]
-            """
-        )
-    )
-    port = free_port()
-    log = open(tmp / "prometheus.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert proc.poll() is None, (tmp / "prometheus.log").read_text()
-            assert time.monotonic() < deadline, "Prometheus did not become ready"
-            time.sleep(0.3)
+    scrape = {
+        "job_name": "jupyterhub",
+        "metrics_path": "/hub/metrics",
+        "authorization": {"type": "token", "credentials": API_TOKEN},
+        "static_configs": [{"targets": [f"127.0.0.1:{hub.port}"]}],
+    }
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), [scrape]) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-
-
-def query(url: str, promql: str) -> list[dict[str, Any]]:
-    answer = requests.get(f"{url}/api/v1/query", params={"query": promql}, timeout=10)
-    assert answer.status_code == 200, answer.text
-    return answer.json()["data"]["result"]
-
-
-def eventually(url: str, promql: str, timeout: float = 60) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = query(url, promql)
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"no answer to {promql}"
-        time.sleep(0.5)
 
 
 def scraped(hub: Hub) -> str:

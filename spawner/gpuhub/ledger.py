@@ -81,6 +81,7 @@ class Holding:
     gpu_type: str = ""  # display name, for people
     devices: tuple[int, ...] = ()  # device indices (local mode), for counting each GPU once
     since: float | None = None  # epoch seconds
+    pods: tuple[tuple[str, str], ...] = ()  # (namespace, pod) on Kubernetes, for utilization
 
     @property
     def label(self) -> str:

@@ -29,7 +29,7 @@ from .ledger import Holding, Ledger
 from .reclaim import Action, IdleClocks, ReclaimRule
 from .sparkline import sparkline
 from .usage import Notice, UsageStore
-from .utilization import GPUSample, UtilizationSource, holding_key
+from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
 
 log = logging.getLogger("gpuhub.monitor")
 
@@ -337,6 +337,11 @@ async def _start(spawner: Any) -> None:
 
     register(monitor)
     monitor.start()
+    if rule is not None and isinstance(source, NoUtilization):
+        log.warning(
+            "gpuhub: gpu_idle_reclaim is set but no GPU utilization source is configured "
+            "(GPUSpawner.prometheus_url); nothing will be reclaimed"
+        )
     log.info(
         "gpuhub: GPU monitor every %ss with %s; idle reclaim %s",
         monitor.interval,

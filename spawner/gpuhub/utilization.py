@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,6 +87,70 @@ def samples_by_device(
             GPUSample(str(d), by_device[d][0], by_device[d][1]) for d in holding.devices
         ]
     return out
+
+
+class PrometheusUtilization(UtilizationSource):
+    """The cluster's Prometheus, which scrapes NVIDIA's dcgm-exporter (the GPU Operator's
+    setup): ``DCGM_FI_DEV_GPU_UTIL`` (percent) and ``DCGM_FI_DEV_FB_USED`` (MiB) per GPU,
+    labelled with the pod using it. One query per metric per tick, for the whole fleet.
+
+    Under a ServiceMonitor without ``honorLabels`` Prometheus renames the workload's labels
+    to ``exported_pod``/``exported_namespace``; both spellings are read.
+    """
+
+    UTIL = "DCGM_FI_DEV_GPU_UTIL"
+    MEMORY = "DCGM_FI_DEV_FB_USED"
+
+    def __init__(self, url: str = "", timeout: float = 10.0, **settings: Any) -> None:
+        super().__init__(url=url, timeout=timeout, **settings)
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    async def _query(self, promql: str) -> list[dict[str, Any]]:
+        from urllib.parse import urlencode
+
+        from tornado.httpclient import AsyncHTTPClient
+
+        response = await AsyncHTTPClient().fetch(
+            f"{self.url}/api/v1/query?{urlencode({'query': promql})}",
+            request_timeout=self.timeout,
+        )
+        data = json.loads(response.body)
+        if data.get("status") != "success":
+            raise RuntimeError(f"Prometheus answered {data.get('error') or data}")
+        return list(data["data"]["result"])
+
+    async def sample(
+        self, holdings: Sequence[Holding]
+    ) -> dict[tuple[str, str, str], list[GPUSample]]:
+        if not self.url or not any(h.pods for h in holdings):
+            return {}
+        utilization, memory = await asyncio.gather(self._query(self.UTIL), self._query(self.MEMORY))
+        per_pod: dict[tuple[str, str], dict[str, list[Any]]] = {}
+        for series, scale, slot in ((utilization, 0.01, 0), (memory, 1 << 20, 1)):
+            for item in series:
+                labels = item.get("metric") or {}
+                pod = labels.get("exported_pod") or labels.get("pod")
+                namespace = labels.get("exported_namespace") or labels.get("namespace") or ""
+                if not pod:
+                    continue
+                gpu = str(labels.get("gpu", labels.get("UUID", "?")))
+                entry = per_pod.setdefault((namespace, pod), {}).setdefault(gpu, [None, None])
+                try:
+                    entry[slot] = float(item["value"][1]) * scale
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+        out: dict[tuple[str, str, str], list[GPUSample]] = {}
+        for holding in holdings:
+            samples = []
+            for namespace, pod in holding.pods:
+                for gpu, (util, used) in sorted(per_pod.get((namespace, pod), {}).items()):
+                    if util is not None:
+                        memory_used = int(used) if used is not None else None
+                        samples.append(GPUSample(f"{pod}/{gpu}", util, memory_used))
+            if samples and len(samples) >= holding.gpus:  # a GPU not reported is unknown
+                out[holding_key(holding)] = samples
+        return out
 
 
 def _nvml_read(indices: Sequence[int]) -> dict[int, tuple[float, int | None]]:
