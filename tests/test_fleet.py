@@ -97,7 +97,7 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
     xsrf = bob.cookies.get("_xsrf", path="/hub/")
     refused = bob.post(
         f"{hub.url}/hub/gpuhub/fleet/stop",
-        data={"user": "carol", "server": "", "reason": "mine now", "_xsrf": xsrf},
+        data={"target": "carol/", "reason": "mine now", "_xsrf": xsrf},
         timeout=30,
     )
     assert refused.status_code == 403 and page.status_code == 200
@@ -105,7 +105,7 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
     root = hub.login("root")
     fleet(hub, root)
     xsrf = root.cookies.get("_xsrf", path="/hub/")
-    stop: dict[str, Any] = {"user": "bob", "server": "", "_xsrf": xsrf}
+    stop: dict[str, Any] = {"target": "bob/", "_xsrf": xsrf}
     no_reason = root.post(f"{hub.url}/hub/gpuhub/fleet/stop", data=stop, timeout=30)
     assert no_reason.status_code == 400 and "Give a reason" in no_reason.text
     done = root.post(

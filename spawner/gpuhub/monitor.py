@@ -85,6 +85,7 @@ class GPUMonitor:
         self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
         self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed since start
         self.last_tick: float | None = None
+        self.version = 0  # bumped whenever what the fleet page shows may have changed
         self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[tuple[str, str]] = set()
@@ -134,6 +135,7 @@ class GPUMonitor:
             await self._reclaim(now)
         self._drop_read_notices()
         self.last_tick = now
+        self.version += 1
 
     def _drop_read_notices(self) -> None:
         """A notice is shown until its server has been started again after the stop."""
@@ -293,6 +295,7 @@ class GPUMonitor:
         finally:
             self._stopping.discard(key)
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        self.version += 1
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )
