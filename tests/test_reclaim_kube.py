@@ -6,6 +6,7 @@ An idle server is warned and stopped (its pod goes), a busy one is kept."""
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 import threading
 import time
@@ -14,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import requests
 
-from tests.hub.process import Hub, free_port, spawn_json, start_hub
+from tests.hub.process import API_TOKEN, Hub, free_port, spawn_json, start_hub
 from tests.hub.prometheus import running_prometheus
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import DEFAULT_NODES
@@ -147,7 +149,16 @@ def test_idle_pod_is_reclaimed_and_busy_one_kept(hub: Hub, cluster: KubeSimThrea
     assert idle_pod not in {p["metadata"]["name"] for p in cluster.list("Pod", NAMESPACE)}
     home = hub.login("bob").get(f"{hub.url}/hub/home", timeout=30).text
     assert "Your server was stopped on" in home and "Your files are safe" in home
+    assert "its 1 NVIDIA A100 80GB GPU stayed below 5% utilization" in home  # not the resource
     # carol's GPU was busy all along: sampled (so the source works) and never warned.
     state = clock(hub, "carol")
     assert state is not None and state["idle_seconds"] == 0 and not state["warned"]
     assert hub.user_model("carol")["servers"][""]["ready"]
+    metrics = requests.get(
+        f"{hub.url}/hub/metrics", headers={"Authorization": f"token {API_TOKEN}"}, timeout=30
+    ).text
+    assert 'gpuhub_idle_reclaims_total{gpu_type="NVIDIA A100 80GB"} 1.0' in metrics
+    assert 'gpuhub_gpus_held{gpu_type="NVIDIA A100 80GB",kind="server",user="carol"} 1.0' in (
+        metrics
+    )
+    assert re.search(r'gpuhub_gpus\{gpu_type="NVIDIA A100 80GB",state="held"\} 1\.0', metrics)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -83,6 +84,8 @@ class GPUMonitor:
         self.interval = interval
         self.tracks: dict[HoldingKey, Track] = {}
         self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
+        self.type_names: dict[str, str] = {}  # resource name -> the one type's display name
+        self._told_capacity = False
         self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed since start
         self.last_tick: float | None = None
         self.version = 0  # bumped whenever what the fleet page shows may have changed
@@ -112,7 +115,8 @@ class GPUMonitor:
 
     async def tick(self, now: float) -> None:
         """One round: holdings, samples, GPU-seconds, history, idle clocks, stops."""
-        holdings = [h for h in self.ledger.holdings() if h.gpus > 0]
+        await self._refresh_capacity()
+        holdings = [self._named(h) for h in self.ledger.holdings() if h.gpus > 0]
         try:
             samples = await asyncio.wait_for(self.source.sample(holdings), SAMPLE_TIMEOUT)
         except Exception as exc:  # a broken source must not stop accounting
@@ -130,7 +134,6 @@ class GPUMonitor:
             self._remember(track, now)
             live[key] = track
         self.tracks = live
-        await self._refresh_capacity()
         if self.clocks is not None:
             await self._reclaim(now)
         self._drop_read_notices()
@@ -151,6 +154,12 @@ class GPUMonitor:
                     started = started.replace(tzinfo=UTC)
                 if started.timestamp() > notice.when:
                     self.store.clear_notice(name, server)
+
+    def _named(self, holding: Holding) -> Holding:
+        """Pods name their GPUs by resource (``nvidia.com/gpu``); people and the metrics use
+        the GPU type's display name, where only one type asks for that resource."""
+        name = self.type_names.get(holding.gpu_type)
+        return dataclasses.replace(holding, gpu_type=name) if name else holding
 
     def _account(self, holdings: Sequence[Holding], now: float) -> None:
         """GPU-seconds since the last tick, each device of a user counted once."""
@@ -183,10 +192,22 @@ class GPUMonitor:
 
     async def _refresh_capacity(self) -> None:
         try:
-            capacity, _ = await self.spawner.gpu_capacity()
             types = self.spawner.gpu_policy.gpu_types
+        except Exception as exc:  # an admin mistake is reported where the form renders
+            log.debug("gpuhub: no GPU types for metrics: %s", exc)
+            return
+        by_resource: dict[str, set[str]] = {}
+        for gpu_type in types.values():
+            by_resource.setdefault(gpu_type.resource_name, set()).add(gpu_type.display_name)
+        self.type_names = {r: names.pop() for r, names in by_resource.items() if len(names) == 1}
+        try:
+            capacity, note = await self.spawner.gpu_capacity()
         except Exception as exc:
-            log.debug("gpuhub: no GPU capacity for metrics: %s", exc)
+            capacity, note = {}, f"{type(exc).__name__}: {exc}"
+        if note and not self._told_capacity:
+            self._told_capacity = True  # once per hub process, not every tick
+            log.warning("gpuhub: gpuhub_gpus has no figures: %s", note)
+        if not capacity:
             return
         self.capacity = {
             types[key].display_name: (c.free, c.total)
