@@ -156,17 +156,18 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
     resource = gpus[0][0]
     count = sum(n for _, n in gpus)
     since = _epoch(meta.get("creationTimestamp"))
+    pods = ((str(meta.get("namespace") or ""), str(meta.get("name") or "")),)
     if labels.get("component") == SERVER_COMPONENT:
         user = notes.get("hub.jupyter.org/username") or labels.get("hub.jupyter.org/username")
         if not user:
             return None
         name = notes.get("hub.jupyter.org/servername", "")
-        return Holding(user, "server", name, count, resource, since=since)
+        return Holding(user, "server", name, count, resource, since=since, pods=pods)
     if labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(JOB_ID_LABEL):
         user = notes.get(USERNAME_ANNOTATION) or labels.get("gpuhub.io/user")
         if not user:
             return None
-        return Holding(user, "job", labels[JOB_ID_LABEL], count, resource, since=since)
+        return Holding(user, "job", labels[JOB_ID_LABEL], count, resource, since=since, pods=pods)
     return None
 
 

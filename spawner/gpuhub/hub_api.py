@@ -14,7 +14,17 @@ service asks the hub for a *grant* before it creates anything:
   themselves (any token of theirs, e.g. their server's) and for the jobs service.
 
 Callers need the custom scope ``custom:gpuhub:grants`` (the chart gives it to the jobs
-service's role). Enable in ``jupyterhub_config.py`` (the Helm chart does)::
+service's role).
+
+GPU reclaim (:mod:`gpuhub.monitor`), for the user's own server (its JUPYTERHUB_API_TOKEN),
+the user, admins and holders of ``custom:gpuhub:fleet``:
+
+* ``GET /hub/api/gpuhub/reclaim/<user>`` -> ``{"enabled", "servers": {name: idle clock}}``;
+* ``POST /hub/api/gpuhub/reclaim/<user>/keep`` body ``{"server": name}`` -> the restarted
+  clock, or ``409 {"message"}`` once ``max_postpones`` is used up.
+
+Hub pages show why a user's server was reclaimed (``template_vars`` ``gpuhub_notices``,
+rendered by gpuhub's ``page.html``, which extends JupyterHub's). Enable in ``jupyterhub_config.py`` (the Helm chart does)::
 
     from gpuhub.hub_api import configure_hub
     configure_hub(c)
@@ -25,16 +35,24 @@ cannot share the hub's lock and caches, which is the point here.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
+from . import monitor as gpu_monitor
+from .fleet import FLEET_SCOPE
+from .fleet import HANDLERS as FLEET_HANDLERS
 from .ledger import Grant, Ledger, QuotaExceeded, gpus_held
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
+TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
 # How long a job's grant counts while its pods are not in the watch yet: a pipeline step's
 # pod appears after Kubeflow's driver pods, which can take minutes on a busy cluster.
 GRANT_SECONDS = 600.0
@@ -47,10 +65,87 @@ def configure_hub(c: Any) -> None:
     # Unset traits are lazy placeholders in a config object: read only what was set.
     scopes = dict(hub.custom_scopes) if "custom_scopes" in hub else {}
     scopes[GRANTS_SCOPE] = {"description": "Ask the hub's GPU ledger for GPUs for a user's job."}
+    scopes[FLEET_SCOPE] = {
+        "description": "See every GPU holder on the fleet page and stop their servers."
+    }
     hub.custom_scopes = scopes
     handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
     handlers += [(path, handler) for path, handler in HANDLERS if (path, handler) not in handlers]
     hub.extra_handlers = handlers
+    # Searched before JupyterHub's own templates; an admin's own page.html listed earlier wins.
+    paths = list(hub.template_paths) if "template_paths" in hub else []
+    if TEMPLATES not in paths:
+        paths.append(TEMPLATES)
+    hub.template_paths = paths
+    template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
+    template_vars["gpuhub_notices"] = notices_for
+    hub.template_vars = template_vars
+    _start_monitor_with_the_hub()
+
+
+def _start_monitor_with_the_hub() -> None:
+    """Start the GPU monitor once the hub is up, so ``/hub/metrics`` has gpuhub's figures
+    before any page creates a spawner. The hub loads its config inside its event loop; the
+    monitor needs a gpuhub spawner for its settings, and any user's default one serves."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return  # not inside a hub (a tool reading the config)
+
+    async def start() -> None:
+        from jupyterhub import orm
+        from jupyterhub.app import JupyterHub
+
+        while gpu_monitor.current() is None:
+            await asyncio.sleep(1)
+            if not JupyterHub.initialized():
+                continue
+            app = JupyterHub.instance()
+            users = app.tornado_settings.get("users")
+            if users is None or getattr(app, "db", None) is None:
+                continue
+            orm_user = app.db.query(orm.User).first()
+            if orm_user is None:
+                await asyncio.sleep(9)  # no users yet: nothing is held
+                continue
+            try:
+                users[orm_user].spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+            except Exception as exc:
+                logging.getLogger("gpuhub").debug("gpuhub: monitor not started yet: %s", exc)
+            await asyncio.sleep(4)
+
+    _STARTER.add(loop.create_task(start()))
+
+
+_STARTER: set[asyncio.Task[None]] = set()
+
+
+def notices_for(user: Any) -> list[dict[str, str]]:
+    """Why the user's servers were stopped, for gpuhub's ``page.html`` (template_vars)."""
+    if user is None:
+        return []
+    if gpu_monitor.current() is None:
+        user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor, which reads the store
+    monitor = gpu_monitor.current()
+    if monitor is None:
+        return []
+    return [notice_text(n) for n in monitor.store.notices_for(user.name)]
+
+
+def notice_text(notice: Any) -> dict[str, str]:
+    when = datetime.fromtimestamp(notice.when, UTC)
+    server = f"server {notice.server!r}" if notice.server else "server"
+    at = f"on {when:%Y-%m-%d at %H:%M} UTC"
+    if notice.by == "idle":
+        what = f"Your {server} was stopped {at} because {notice.reason}."
+    else:
+        what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
+    return {
+        "server": notice.server,
+        "when": when.isoformat(timespec="seconds"),
+        "by": notice.by,
+        "text": f"{what} Your files are safe; start the server again when you need it.",
+    }
 
 
 class GrantsHandler(APIHandler):
@@ -170,7 +265,75 @@ class HoldingsHandler(GrantsHandler):
         )
 
 
+class ReclaimHandler(APIHandler):
+    """Idle clocks of a user's GPU servers, and "Keep my GPUs" (see the module docstring)."""
+
+    def _allowed(self, name: str) -> None:
+        current = self.current_user
+        if current is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        if getattr(current, "name", None) == name and getattr(current, "kind", "user") == "user":
+            return
+        if (
+            FLEET_SCOPE in self.expanded_scopes
+            or f"admin:servers!user={name}" in (self.expanded_scopes)
+            or "admin:servers" in self.expanded_scopes
+        ):
+            return
+        raise web.HTTPError(403, f"Only {name} and GPU fleet admins may see this.")
+
+    def _monitor(self) -> gpu_monitor.GPUMonitor | None:
+        monitor = gpu_monitor.current()
+        if monitor is None:
+            user = self.find_user(self.current_user.name) if self.current_user else None
+            if user is not None:
+                user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+        return gpu_monitor.current()
+
+    def get(self, name: str) -> None:
+        self._allowed(name)
+        monitor = self._monitor()
+        now = time.time()
+        servers: dict[str, Any] = {}
+        if monitor is not None and monitor.rule is not None:
+            for (user, kind, server), _ in monitor.tracks.items():
+                if user != name or kind != "server":
+                    continue
+                found = monitor.clock_of(name, server)
+                if found is not None:
+                    servers[server] = found[1].as_json(monitor.rule, now)
+        enabled = monitor is not None and monitor.rule is not None
+        self.finish(json.dumps({"enabled": enabled, "servers": servers}))
+
+
+class KeepHandler(ReclaimHandler):
+    """ "Keep my GPUs": restart the idle clock of one of the user's servers."""
+
+    def post(self, name: str) -> None:
+        self._allowed(name)
+        body = self.get_json_body() or {}
+        server = body.get("server", "") if isinstance(body, dict) else None
+        if not isinstance(server, str):
+            raise web.HTTPError(400, "Send a JSON object with the server's name.")
+        monitor = self._monitor()
+        if monitor is None or monitor.rule is None:
+            raise web.HTTPError(409, "GPU reclaim is off on this hub.")
+        now = time.time()
+        refused = monitor.postpone(name, server, now)
+        if refused is not None:
+            self.set_status(409)
+            self.finish(json.dumps({"status": 409, "message": refused}))
+            return
+        self.log.info("gpuhub: %s kept the GPUs of server %r", name, server)
+        found = monitor.clock_of(name, server)
+        assert found is not None
+        self.finish(json.dumps(found[1].as_json(monitor.rule, now)))
+
+
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
+    *FLEET_HANDLERS,
+    (r"/api/gpuhub/reclaim/([^/]+)", ReclaimHandler),
+    (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
     (r"/api/gpuhub/grants", GrantsHandler),
     (r"/api/gpuhub/grants/([^/]+)/([^/]+)", GrantsHandler),
     (r"/api/gpuhub/holdings/([^/]+)", HoldingsHandler),

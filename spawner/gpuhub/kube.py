@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from kubespawner import KubeSpawner
-from traitlets import Bool, Float
+from traitlets import Bool, Float, Unicode, default
 
 from . import words
 from .capacity import CapacityUnavailable, shared_capacity, shared_ledger
@@ -25,6 +25,7 @@ from .policy import GPUType
 from .progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from .quantity import format_cpu, format_memory
 from .spawner_base import GPUSpawnerMixin, refusal
+from .utilization import NoUtilization, PrometheusUtilization
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
 
@@ -61,6 +62,21 @@ class NeverSchedulable(Exception):
 
 class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
     """Spawns single-user pods with the GPUs, node selector and tolerations of a GPU type."""
+
+    prometheus_url = Unicode(
+        "",
+        config=True,
+        help="""The cluster's Prometheus that scrapes NVIDIA's dcgm-exporter (e.g.
+        ``http://prometheus-operated.monitoring:9090``). GPU utilization per pod comes from it;
+        without it the hub knows no utilization, so ``gpu_idle_reclaim`` never stops anything.""",
+    )
+
+    @default("gpu_utilization_source")
+    def _utilization_from_prometheus(self) -> type:
+        return PrometheusUtilization if self.prometheus_url else NoUtilization
+
+    def gpu_utilization_settings(self) -> dict[str, Any]:
+        return {"url": self.prometheus_url}
 
     capacity_wait = Float(
         2.0,

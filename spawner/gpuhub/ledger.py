@@ -82,6 +82,7 @@ class Holding:
     devices: tuple[int, ...] = ()  # device indices (local mode), for counting each GPU once
     since: float | None = None  # epoch seconds
     what: str = ""  # how people call it, where the kind and name do not say it well
+    pods: tuple[tuple[str, str], ...] = ()  # (namespace, pod) on Kubernetes, for utilization
 
     @property
     def label(self) -> str:

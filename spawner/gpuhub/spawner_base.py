@@ -17,18 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 from tornado import web
 from traitlets import Any as TraitAny
-from traitlets import Dict, Unicode, Union, default, observe
+from traitlets import Dict, Float, Type, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from . import words
 from .form import GPUCapacity, Preset, QuotaView, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
 from .ledger import GPUQuota, Ledger
+from .monitor import ensure_started
 from .options import LaunchOptions, OptionsError, check_json_value, parse_launch_options
 from .policy import Policy
+from .reclaim import ReclaimRule
+from .utilization import NVMLUtilization, UtilizationSource
 
 _POLICY_CACHE: dict[str, Policy] = {}
 _QUOTA_CACHE: dict[str, GPUQuota] = {}
+_RECLAIM_CACHE: dict[str, ReclaimRule | None] = {}
 
 
 def refusal(message: str, status: int = 400) -> web.HTTPError:
@@ -153,7 +157,46 @@ class GPUSpawnerMixin(Configurable):
         so that a bad REST body is refused with 400 by the validation).""",
     )
 
+    gpu_idle_reclaim = Dict(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Stop servers whose GPUs stay idle: ``{"after": 7200, "utilization_below": 0.05,
+        "warn": 900, "exempt_groups": ["staff"], "max_postpones": 3}``. After ``after`` seconds
+        with every GPU below ``utilization_below`` (0..1) the user is warned; ``warn`` seconds
+        later the server is stopped through the hub unless its GPUs got busy or the user kept
+        them (at most ``max_postpones`` times). Exempt groups, CPU-only servers and jobs are
+        never reclaimed. None (the default): nothing is reclaimed.""",
+    )
+    gpu_utilization_source = Type(
+        NVMLUtilization,
+        klass=UtilizationSource,
+        config=True,
+        help="""Class (or import string) the hub reads GPU utilization from, a
+        :class:`gpuhub.utilization.UtilizationSource`: NVML on this machine for
+        LocalGPUSpawner, the cluster's Prometheus (dcgm-exporter) for GPUSpawner.""",
+    )
+    gpu_monitor_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between the hub's samples of held GPUs (reclaim, metrics, GPU-hours).""",
+    )
+    gpu_usage_file = Unicode(
+        "gpuhub-usage.json",
+        config=True,
+        help="""Where the hub keeps GPU-seconds per user and reclaim notices across restarts;
+        relative to the hub's working directory, like its database. "" keeps them in memory.""",
+    )
+
     launch_options: LaunchOptions | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Only a spawner of a running hub (whose users carry the hub's settings) starts the
+        # hub's GPU monitor; spawners built in tools and unit tests do not.
+        settings = getattr(getattr(self, "user", None), "settings", None)
+        if isinstance(settings, Mapping) and settings.get("users") is not None:
+            ensure_started(self)
 
     if TYPE_CHECKING:  # provided by jupyterhub.spawner.Spawner, which this is mixed into
         log: Any
@@ -238,6 +281,17 @@ class GPUSpawnerMixin(Configurable):
         if quota is None:
             quota = _QUOTA_CACHE[key] = GPUQuota.from_config(self.gpu_quota)
         return quota.limit_for(self.user_groups())
+
+    def gpu_idle_reclaim_rule(self) -> ReclaimRule | None:
+        """The validated reclaim rule (None: off), checked once per distinct setting."""
+        key = json.dumps(self.gpu_idle_reclaim, sort_keys=True, default=str)
+        if key not in _RECLAIM_CACHE:
+            _RECLAIM_CACHE[key] = ReclaimRule.from_config(self.gpu_idle_reclaim)
+        return _RECLAIM_CACHE[key]
+
+    def gpu_utilization_settings(self) -> dict[str, Any]:
+        """Keyword arguments for the utilization source (the Kubernetes one's Prometheus)."""
+        return {}
 
     def user_groups(self) -> list[str]:
         return [group.name for group in self.user.groups]

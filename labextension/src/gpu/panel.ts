@@ -294,11 +294,22 @@ export class GpuPanel extends Widget {
     header.append(this._status);
     this._banner = el('p', 'gpuhub-GpuPanel-banner');
     this._banner.setAttribute('role', 'alert');
+    this._idleClock = el('p', 'gpuhub-GpuPanel-idleClock');
+    this._idleClock.setAttribute('aria-live', 'polite');
+    this._idleClock.style.display = 'none';
+    header.append(this._idleClock);
     this._empty = el('div', 'gpuhub-GpuPanel-empty');
     this._cardsNode = el('div', 'gpuhub-GpuPanel-cards');
     this.node.append(header, this._banner, this._empty, this._cardsNode, this._holdings.node);
     this._model.changed.connect(this._onChanged, this);
     this._render();
+  }
+
+  /** The hub's idle clock of this server ('' hides the line). */
+  showIdleClock(text: string, warned: boolean): void {
+    this._idleClock.textContent = text;
+    this._idleClock.style.display = text ? '' : 'none';
+    this._idleClock.classList.toggle('gpuhub-mod-warned', warned);
   }
 
   async openNotebook(path: string): Promise<void> {
@@ -441,6 +452,7 @@ export class GpuPanel extends Widget {
   }
 
   private _banner: HTMLElement;
+  private _idleClock: HTMLElement;
   private _cards = new Map<string, GpuCard>();
   private _cardsNode: HTMLElement;
   private _commands: CommandRegistry;

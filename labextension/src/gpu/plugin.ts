@@ -13,6 +13,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { gpuIcon } from './icon';
 import { GpuMetricsModel } from './model';
 import { GpuPanel } from './panel';
+import { ReclaimWatcher, clockText } from './reclaim';
 import { GpuStatus } from './status';
 
 export const GPU_PLUGIN_ID = 'gpuhub:gpu';
@@ -60,6 +61,11 @@ export const gpuPlugin: JupyterFrontEndPlugin<void> = {
       kernels: app.serviceManager.kernels
     });
     app.shell.add(panel, 'left', { rank: 900, type: 'GPU' });
+    const reclaim = new ReclaimWatcher();
+    reclaim.changed.connect((_, state) => {
+      panel?.showIdleClock(clockText(state), state?.server?.warned ?? false);
+    });
+    void app.restored.then(() => reclaim.start());
     if (restorer) {
       restorer.add(panel, panel.id);
     }

@@ -1,0 +1,98 @@
+"""gpuhub's Prometheus metrics, in JupyterHub's own ``/hub/metrics``.
+
+JupyterHub serves ``prometheus_client``'s default registry; gpuhub adds one collector to it
+in the hub process, which reads the monitor's figures at scrape time (nothing is pushed,
+nothing goes stale between ticks):
+
+* ``gpuhub_gpus{gpu_type, state="free|held"}``
+* ``gpuhub_gpus_held{user, kind="server|job", gpu_type}``
+* ``gpuhub_gpu_seconds_total{user, gpu_type}`` (from the persisted store: never goes back)
+* ``gpuhub_gpu_utilization{user, server, gpu}`` (0-1, the last sample)
+* ``gpuhub_idle_reclaims_total{gpu_type}``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .monitor import GPUMonitor
+
+
+class GPUCollector(Collector):
+    def __init__(self, monitor: GPUMonitor) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        monitor = self.monitor
+        gpus = GaugeMetricFamily(
+            "gpuhub_gpus", "GPUs this hub hands out, free or held", labels=["gpu_type", "state"]
+        )
+        for gpu_type, (free, total) in sorted(monitor.capacity.items()):
+            gpus.add_metric([gpu_type, "free"], free)
+            gpus.add_metric([gpu_type, "held"], max(0, total - free))
+        yield gpus
+
+        held = GaugeMetricFamily(
+            "gpuhub_gpus_held",
+            "GPUs held per user, by servers and by jobs",
+            labels=["user", "kind", "gpu_type"],
+        )
+        sums: dict[tuple[str, str, str], int] = {}
+        for track in monitor.tracks.values():
+            h = track.holding
+            key = (h.user, h.kind, h.gpu_type or "GPU")
+            sums[key] = sums.get(key, 0) + h.gpus
+        for labels, value in sorted(sums.items()):
+            held.add_metric(list(labels), value)
+        yield held
+
+        seconds = CounterMetricFamily(
+            "gpuhub_gpu_seconds",
+            "GPU-seconds held per user (kept across hub restarts)",
+            labels=["user", "gpu_type"],
+        )
+        for (user, gpu_type), gpu_seconds in sorted(monitor.store.totals.items()):
+            seconds.add_metric([user, gpu_type or "GPU"], gpu_seconds)
+        yield seconds
+
+        utilization = GaugeMetricFamily(
+            "gpuhub_gpu_utilization",
+            "Utilization (0-1) of each GPU a server holds, at the last sample",
+            labels=["user", "server", "gpu"],
+        )
+        for track in monitor.tracks.values():
+            if track.holding.kind != "server":
+                continue
+            for sample in track.samples:
+                utilization.add_metric(
+                    [track.holding.user, track.holding.name, sample.gpu], sample.utilization
+                )
+        yield utilization
+
+        reclaims = CounterMetricFamily(
+            "gpuhub_idle_reclaims",
+            "Servers stopped because their GPUs stayed idle",
+            labels=["gpu_type"],
+        )
+        for gpu_type, count in sorted(monitor.reclaims.items()):
+            reclaims.add_metric([gpu_type], count)
+        yield reclaims
+
+
+_REGISTERED: list[GPUCollector] = []
+
+
+def register(monitor: GPUMonitor) -> None:
+    """Add the collector to the default registry once per process (a new monitor replaces
+    the figures it reads)."""
+    if _REGISTERED:
+        _REGISTERED[0].monitor = monitor
+        return
+    collector = GPUCollector(monitor)
+    REGISTRY.register(collector)
+    _REGISTERED.append(collector)

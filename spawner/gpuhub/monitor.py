@@ -1,0 +1,398 @@
+"""The hub's GPU monitor: one loop per hub process that samples every held GPU.
+
+Each tick (``gpu_monitor_interval`` seconds) it reads what is held from the GPU ledger and
+how busy those GPUs are from the utilization source, then
+
+* adds GPU-seconds per user to the usage store (persisted beside the hub database);
+* keeps 30 minutes of utilization per holding, for the fleet page's sparklines;
+* runs the idle clocks of :mod:`gpuhub.reclaim` and stops servers whose warning ran out,
+  through the hub's own proxy and ``User.stop`` (as the hub's REST API does), so the
+  database, the proxy and the ledger stay right, and records why for the user's next visit.
+
+It starts with the first gpuhub spawner the hub creates (at start-up for running servers,
+else at the first page that shows one), since JupyterHub has no start-up hook for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
+
+from .ledger import Holding, Ledger
+from .reclaim import Action, IdleClocks, ReclaimRule
+from .sparkline import sparkline
+from .usage import Notice, UsageStore
+from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
+
+log = logging.getLogger("gpuhub.monitor")
+
+HISTORY_SECONDS = 30 * 60
+SAMPLE_TIMEOUT = 20.0
+
+HoldingKey = tuple[str, str, str]  # (user, kind, name)
+
+
+@dataclass
+class Track:
+    """What the monitor knows of one holding: recent samples and its idle clock's key."""
+
+    holding: Holding
+    history: deque[tuple[float, float]] = field(default_factory=deque)  # (time, mean 0..1)
+    samples: list[GPUSample] = field(default_factory=list)
+    idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
+    _spark: tuple[float | None, str] = (None, "")
+
+    def spark(self) -> str:
+        """The fleet page's sparkline of the last 30 minutes, redrawn once per new sample."""
+        last = self.history[-1][0] if self.history else None
+        if self._spark[0] != last:
+            points = sparkline(self.history, last, HISTORY_SECONDS) if last is not None else ""
+            self._spark = (last, points)
+        return self._spark[1]
+
+    def launch(self) -> tuple[str, str, str]:
+        """The idle clock's key: a new launch of a server starts a new clock."""
+        return (self.holding.user, self.holding.name, f"{self.holding.since or 0:.3f}")
+
+
+class GPUMonitor:
+    """Samples, accounts and reclaims (see the module docstring)."""
+
+    def __init__(
+        self,
+        spawner: Any,
+        ledger: Ledger,
+        source: UtilizationSource,
+        rule: ReclaimRule | None,
+        store: UsageStore,
+        interval: float,
+    ) -> None:
+        self.spawner = spawner  # for the hub's settings and the GPU types' capacity
+        self.ledger = ledger
+        self.source = source
+        self.rule = rule
+        self.clocks = IdleClocks(rule) if rule is not None else None
+        self.store = store
+        self.interval = interval
+        self.tracks: dict[HoldingKey, Track] = {}
+        self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
+        self.type_names: dict[str, str] = {}  # resource name -> the one type's display name
+        self._told_capacity = False
+        self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed since start
+        self.last_tick: float | None = None
+        self.version = 0  # bumped whenever what the fleet page shows may have changed
+        self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
+        self._task: asyncio.Task[None] | None = None
+        self._stopping: set[tuple[str, str]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    # -- the loop -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        ticks = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                await self.tick(time.time())
+            except Exception:
+                log.exception("gpuhub: GPU monitor tick failed")
+            self.tick_seconds.append(time.perf_counter() - started)
+            ticks += 1
+            if ticks % max(1, int(30 / self.interval)) == 0:
+                self.store.save()
+            await asyncio.sleep(self.interval)
+
+    async def tick(self, now: float) -> None:
+        """One round: holdings, samples, GPU-seconds, history, idle clocks, stops."""
+        await self._refresh_capacity()
+        holdings = [self._named(h) for h in self.ledger.holdings() if h.gpus > 0]
+        try:
+            samples = await asyncio.wait_for(self.source.sample(holdings), SAMPLE_TIMEOUT)
+        except Exception as exc:  # a broken source must not stop accounting
+            log.warning("gpuhub: cannot read GPU utilization: %s", exc)
+            samples = {}
+        self._account(holdings, now)
+        live: dict[HoldingKey, Track] = {}
+        for holding in holdings:
+            key = holding_key(holding)
+            track = self.tracks.get(key)
+            if track is None or track.holding.since != holding.since:
+                track = Track(holding)
+            track.holding = holding
+            track.samples = samples.get(key, [])
+            self._remember(track, now)
+            live[key] = track
+        self.tracks = live
+        if self.clocks is not None:
+            await self._reclaim(now)
+        self._drop_read_notices()
+        self.last_tick = now
+        self.version += 1
+
+    def _drop_read_notices(self) -> None:
+        """A notice is shown until its server has been started again after the stop."""
+        users = self._users() if self.store.notices else {}
+        for name, notices in list(self.store.notices.items()):
+            user = users.get(name)
+            for server, notice in list(notices.items()):
+                spawner = user.spawners.get(server) if user is not None else None
+                started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
+                if spawner is None or not spawner.ready or started is None:
+                    continue
+                if started.tzinfo is None:  # JupyterHub stores naive UTC
+                    started = started.replace(tzinfo=UTC)
+                if started.timestamp() > notice.when:
+                    self.store.clear_notice(name, server)
+
+    def _named(self, holding: Holding) -> Holding:
+        """Pods name their GPUs by resource (``nvidia.com/gpu``); people and the metrics use
+        the GPU type's display name, where only one type asks for that resource."""
+        name = self.type_names.get(holding.gpu_type)
+        return dataclasses.replace(holding, gpu_type=name) if name else holding
+
+    def _account(self, holdings: Sequence[Holding], now: float) -> None:
+        """GPU-seconds since the last tick, each device of a user counted once."""
+        if self.last_tick is None:
+            return
+        elapsed = min(now - self.last_tick, 3 * self.interval)  # a stalled hub adds no hours
+        seen: set[tuple[str, int]] = set()
+        for holding in holdings:
+            count = holding.gpus
+            if holding.devices:
+                fresh = {(holding.user, d) for d in holding.devices} - seen
+                seen |= fresh
+                count = len(fresh)
+            self.store.add(holding.user, holding.gpu_type, count * elapsed, now)
+
+    def _remember(self, track: Track, now: float) -> None:
+        if not track.samples:
+            track.idle_since = None
+            return
+        mean = sum(s.utilization for s in track.samples) / len(track.samples)
+        track.history.append((now, mean))
+        while track.history and track.history[0][0] < now - HISTORY_SECONDS:
+            track.history.popleft()
+        below = self.rule.utilization_below if self.rule is not None else 0.01
+        if all(s.utilization < below for s in track.samples):
+            if track.idle_since is None:
+                track.idle_since = now
+        else:
+            track.idle_since = None
+
+    async def _refresh_capacity(self) -> None:
+        try:
+            types = self.spawner.gpu_policy.gpu_types
+        except Exception as exc:  # an admin mistake is reported where the form renders
+            log.debug("gpuhub: no GPU types for metrics: %s", exc)
+            return
+        by_resource: dict[str, set[str]] = {}
+        for gpu_type in types.values():
+            by_resource.setdefault(gpu_type.resource_name, set()).add(gpu_type.display_name)
+        self.type_names = {r: names.pop() for r, names in by_resource.items() if len(names) == 1}
+        try:
+            capacity, note = await self.spawner.gpu_capacity()
+        except Exception as exc:
+            capacity, note = {}, f"{type(exc).__name__}: {exc}"
+        if note and not self._told_capacity:
+            self._told_capacity = True  # once per hub process, not every tick
+            log.warning("gpuhub: gpuhub_gpus has no figures: %s", note)
+        if not capacity:
+            return
+        self.capacity = {
+            types[key].display_name: (c.free, c.total)
+            for key, c in capacity.items()
+            if key in types
+        }
+
+    # -- reclaim --------------------------------------------------------------------------
+    def _users(self) -> dict[str, Any]:
+        """The hub's loaded users by name (every user with a running server is loaded)."""
+        users = self.spawner.user.settings.get("users")
+        if users is None:
+            return {}
+        return {u.name: u for u in users.values()}
+
+    async def _reclaim(self, now: float) -> None:
+        assert self.clocks is not None and self.rule is not None
+        users = self._users()
+        launches = []
+        for track in self.tracks.values():
+            holding = track.holding
+            if holding.kind != "server":
+                continue  # jobs end by themselves
+            user = users.get(holding.user)
+            if user is None:
+                continue
+            if self.rule.exempt(g.name for g in user.groups):
+                continue
+            spawner = user.spawners.get(holding.name)
+            if spawner is None or not spawner.ready:
+                continue  # starting or stopping: not this loop's business now
+            launch = track.launch()
+            launches.append(launch)
+            idle = bool(track.samples) and all(
+                s.utilization < self.rule.utilization_below for s in track.samples
+            )
+            action = self.clocks.observe(launch, idle, now)
+            if action is Action.WARN:
+                log.info(
+                    "gpuhub: %s's %s idle on %s GPUs since %.0fs; stops in %.0fs unless kept",
+                    holding.user,
+                    holding.label,
+                    holding.gpus,
+                    self.rule.after,
+                    self.rule.warn,
+                )
+            elif action is Action.LIFT:
+                log.info(
+                    "gpuhub: %s's %s is busy again; warning lifted", holding.user, holding.label
+                )
+            elif action is Action.STOP:
+                task = asyncio.ensure_future(self._stop_idle(user, holding))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        self.clocks.forget_except(launches)
+
+    def clock_of(self, user: str, server: str) -> tuple[Track, Any] | None:
+        """The track and idle clock of ``user``'s server ``server`` (None: no GPU holding)."""
+        track = self.tracks.get((user, "server", server))
+        if track is None or self.clocks is None:
+            return None
+        clock = self.clocks.clocks.get(track.launch())
+        return (track, clock) if clock is not None else None
+
+    def postpone(self, user: str, server: str, now: float) -> str | None:
+        """ "Keep my GPUs": None when postponed, else the sentence saying why not."""
+        if self.clocks is None:
+            return "GPU reclaim is off on this hub."
+        track = self.tracks.get((user, "server", server))
+        if track is None:
+            return "This server holds no GPUs that are being reclaimed."
+        return self.clocks.postpone(track.launch(), now)
+
+    async def _stop_idle(self, user: Any, holding: Holding) -> None:
+        assert self.rule is not None
+        rule = self.rule
+        reason = (
+            f"its {_gpus(holding.gpus, holding.gpu_type)} stayed below "
+            f"{rule.utilization_below:.0%} utilization for {_duration(rule.after)} and nobody "
+            f"kept them during the {_duration(rule.warn)} warning"
+        )
+        if await self.stop_server(user, holding.name, reason, by="idle"):
+            gpu_type = holding.gpu_type or "GPU"
+            self.reclaims[gpu_type] = self.reclaims.get(gpu_type, 0) + 1
+
+    async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool:
+        """Stop ``user``'s server as the hub's REST API does, and leave the user a notice."""
+        key = (user.name, server)
+        if key in self._stopping:
+            return False
+        spawner = user.spawners.get(server)
+        if spawner is None or not spawner.active or spawner.pending:
+            return False
+        held = self.tracks.get((user.name, "server", server))
+        gpus, gpu_type = (held.holding.gpus, held.holding.gpu_type) if held else (0, "")
+        self._stopping.add(key)
+        try:
+            log.warning("gpuhub: stopping %s's server %r: %s", user.name, server, reason)
+            proxy = user.settings.get("proxy")
+            if proxy is not None:
+                await proxy.delete_user(user, server)
+            await user.stop(server)
+        except Exception:
+            log.exception("gpuhub: could not stop %s's server %r", user.name, server)
+            return False
+        finally:
+            self._stopping.discard(key)
+        self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        self.version += 1
+        self.store.notify(
+            user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
+        )
+        return True
+
+
+def _gpus(count: int, gpu_type: str) -> str:
+    name = f"{gpu_type} GPU" if gpu_type and "GPU" not in gpu_type else (gpu_type or "GPU")
+    return f"{count} {name}{'s' if count != 1 else ''}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        hours = int(seconds // 3600)
+        return f"{hours} hour{'s' if hours != 1 else ''}"
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{seconds:g} seconds"
+
+
+_MONITOR: GPUMonitor | None = None
+
+
+def current() -> GPUMonitor | None:
+    """This hub process's monitor, once a gpuhub spawner has started it."""
+    return _MONITOR
+
+
+async def _start(spawner: Any) -> None:
+    global _MONITOR
+    ledger = await spawner.gpu_ledger()
+    if _MONITOR is not None:
+        return
+    rule = spawner.gpu_idle_reclaim_rule()
+    source = spawner.gpu_utilization_source(**spawner.gpu_utilization_settings())
+    store = UsageStore(spawner.gpu_usage_file or None)
+    atexit.register(store.save)  # the hub's shutdown keeps the GPU-seconds since the last save
+    monitor = GPUMonitor(spawner, ledger, source, rule, store, spawner.gpu_monitor_interval)
+    _MONITOR = monitor
+    from .metrics import register
+
+    register(monitor)
+    monitor.start()
+    if rule is not None and isinstance(source, NoUtilization):
+        log.warning(
+            "gpuhub: gpu_idle_reclaim is set but no GPU utilization source is configured "
+            "(GPUSpawner.prometheus_url); nothing will be reclaimed"
+        )
+    log.info(
+        "gpuhub: GPU monitor every %ss with %s; idle reclaim %s",
+        monitor.interval,
+        type(source).__name__,
+        rule if rule is not None else "off",
+    )
+
+
+_STARTING: asyncio.Future[None] | None = None
+
+
+def ensure_started(spawner: Any) -> None:
+    """Start the hub's monitor from ``spawner`` once (no-op outside a running event loop)."""
+    global _STARTING
+    if _MONITOR is not None or _STARTING is not None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    def done(task: asyncio.Future[None]) -> None:
+        global _STARTING
+        if task.cancelled() or task.exception() is not None:
+            if not task.cancelled():
+                log.error("gpuhub: GPU monitor did not start: %s", task.exception())
+            _STARTING = None  # try again with the next spawner
+
+    _STARTING = asyncio.ensure_future(_start(spawner))
+    _STARTING.add_done_callback(done)

@@ -1,0 +1,133 @@
+"""GPU-seconds per user, and notices of reclaimed servers, kept across hub restarts.
+
+A small JSON file beside the hub's database (``gpu_usage_file``), written atomically by the
+hub process alone, so there is nothing new to operate. It holds:
+
+* the running total of GPU-seconds per ``(user, gpu_type)`` (the Prometheus counter
+  ``gpuhub_gpu_seconds_total`` starts from it after a restart, so it never goes back);
+* hourly buckets of the last 8 days, for GPU-hours over 24 hours and 7 days;
+* per user, the last reclaim of each server, shown on their next visit to the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+HOUR = 3600
+KEEP_SECONDS = 8 * 24 * HOUR
+NOTICE_SECONDS = 7 * 24 * HOUR  # a notice nobody read is dropped after a week
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Why and when a user's server was stopped (shown until they start it again)."""
+
+    server: str
+    when: float
+    reason: str
+    gpus: int
+    gpu_type: str
+    by: str = "idle"  # "idle" (the reclaim rule) or the admin who stopped it
+
+
+class UsageStore:
+    """GPU-seconds and reclaim notices, persisted to ``path`` (None: memory only)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path).resolve() if path is not None else None
+        self.totals: dict[tuple[str, str], float] = {}
+        self.hourly: dict[tuple[int, str, str], float] = {}  # (hour start, user, type)
+        self.notices: dict[str, dict[str, Notice]] = {}  # user -> server -> notice
+        self._dirty = False
+        if self.path is not None:
+            self._load()
+
+    # -- recording ------------------------------------------------------------------------
+    def add(self, user: str, gpu_type: str, gpu_seconds: float, now: float) -> None:
+        if gpu_seconds <= 0:
+            return
+        key = (user, gpu_type)
+        self.totals[key] = self.totals.get(key, 0.0) + gpu_seconds
+        hour = int(now // HOUR * HOUR)
+        bucket = (hour, user, gpu_type)
+        self.hourly[bucket] = self.hourly.get(bucket, 0.0) + gpu_seconds
+        self._dirty = True
+
+    def notify(self, user: str, notice: Notice) -> None:
+        self.notices.setdefault(user, {})[notice.server] = notice
+        self._dirty = True
+        self.save()
+
+    def clear_notice(self, user: str, server: str) -> None:
+        if self.notices.get(user, {}).pop(server, None) is not None:
+            if not self.notices[user]:
+                del self.notices[user]
+            self._dirty = True
+            self.save()
+
+    # -- reading --------------------------------------------------------------------------
+    def notices_for(self, user: str, now: float | None = None) -> list[Notice]:
+        now = time.time() if now is None else now
+        found = self.notices.get(user, {}).values()
+        return sorted((n for n in found if now - n.when < NOTICE_SECONDS), key=lambda n: n.when)
+
+    def gpu_hours(self, since: float) -> dict[str, float]:
+        """GPU-hours per user since ``since`` (whole hourly buckets that overlap it)."""
+        start = since // HOUR * HOUR
+        out: dict[str, float] = {}
+        for (hour, user, _), seconds in self.hourly.items():
+            if hour >= start:
+                out[user] = out.get(user, 0.0) + seconds / HOUR
+        return out
+
+    # -- persistence ----------------------------------------------------------------------
+    def _load(self) -> None:
+        assert self.path is not None
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.error("gpuhub: cannot read GPU usage %s (%s); starting from zero", self.path, exc)
+            return
+        try:
+            for user, gpu_type, seconds in data.get("totals", []):
+                self.totals[(str(user), str(gpu_type))] = float(seconds)
+            for hour, user, gpu_type, seconds in data.get("hourly", []):
+                self.hourly[(int(hour), str(user), str(gpu_type))] = float(seconds)
+            for user, servers in (data.get("notices") or {}).items():
+                self.notices[user] = {name: Notice(**n) for name, n in servers.items()}
+        except (TypeError, ValueError) as exc:
+            log.error("gpuhub: GPU usage %s is damaged (%s); keeping what was read", self.path, exc)
+
+    def save(self, now: float | None = None) -> None:
+        """Write the store if it changed (the monitor calls this every few ticks)."""
+        if self.path is None or not self._dirty:
+            return
+        now = time.time() if now is None else now
+        for bucket in [b for b in self.hourly if b[0] < now - KEEP_SECONDS]:
+            del self.hourly[bucket]
+        data: dict[str, Any] = {
+            "version": 1,
+            "totals": [[u, t, s] for (u, t), s in sorted(self.totals.items())],
+            "hourly": [[h, u, t, s] for (h, u, t), s in sorted(self.hourly.items())],
+            "notices": {
+                user: {name: asdict(n) for name, n in servers.items()}
+                for user, servers in self.notices.items()
+            },
+        }
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.path)
+            self._dirty = False
+        except OSError as exc:
+            log.error("gpuhub: cannot write GPU usage %s: %s", self.path, exc)

@@ -1,0 +1,178 @@
+"""Where the hub learns how busy each held GPU is (for reclaim, metrics and the fleet page).
+
+A source is named by the spawners' ``gpu_utilization_source`` trait, so a deployment (or a
+test, or the demo's simulated GPUs) plugs in its own: subclass :class:`UtilizationSource`
+and implement :meth:`~UtilizationSource.sample`. The hub calls it once per monitor tick for
+every GPU holding; it must not block the event loop (run blocking reads in a thread).
+
+A GPU missing from the answer is *unknown*, and unknown never counts as idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .ledger import Holding
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GPUSample:
+    """One GPU of one holding at one moment."""
+
+    gpu: str  # device index locally, "<pod>/<gpu>" on Kubernetes: a label for people
+    utilization: float  # 0..1
+    memory_used: int | None = None  # bytes
+
+
+def holding_key(holding: Holding) -> tuple[str, str, str]:
+    return (holding.user, holding.kind, holding.name)
+
+
+class UtilizationSource:
+    """Base class of utilization sources (the ``gpu_utilization_source`` trait)."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+
+    async def sample(
+        self, holdings: Sequence[Holding]
+    ) -> dict[tuple[str, str, str], list[GPUSample]]:
+        """Samples per holding (keyed by :func:`holding_key`); omit what cannot be read."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release what the source opened (HTTP sessions)."""
+
+
+class NoUtilization(UtilizationSource):
+    """Nothing is known: reclaim stays off (Kubernetes without ``prometheus_url``)."""
+
+    async def sample(
+        self, holdings: Sequence[Holding]
+    ) -> dict[tuple[str, str, str], list[GPUSample]]:
+        return {}
+
+
+class NVMLUtilization(UtilizationSource):
+    """The hub machine's own GPUs, by device index, through NVML (local mode)."""
+
+    async def sample(
+        self, holdings: Sequence[Holding]
+    ) -> dict[tuple[str, str, str], list[GPUSample]]:
+        wanted = sorted({d for h in holdings for d in h.devices})
+        if not wanted:
+            return {}
+        by_device = await asyncio.to_thread(_nvml_read, wanted)
+        return samples_by_device(holdings, by_device)
+
+
+def samples_by_device(
+    holdings: Sequence[Holding], by_device: dict[int, tuple[float, int | None]]
+) -> dict[tuple[str, str, str], list[GPUSample]]:
+    """Per-device readings ``{index: (utilization, memory_used)}`` spread over holdings; a
+    holding with any device unread is left out (unknown)."""
+    out: dict[tuple[str, str, str], list[GPUSample]] = {}
+    for holding in holdings:
+        if not holding.devices or any(d not in by_device for d in holding.devices):
+            continue
+        out[holding_key(holding)] = [
+            GPUSample(str(d), by_device[d][0], by_device[d][1]) for d in holding.devices
+        ]
+    return out
+
+
+class PrometheusUtilization(UtilizationSource):
+    """The cluster's Prometheus, which scrapes NVIDIA's dcgm-exporter (the GPU Operator's
+    setup): ``DCGM_FI_DEV_GPU_UTIL`` (percent) and ``DCGM_FI_DEV_FB_USED`` (MiB) per GPU,
+    labelled with the pod using it. One query per metric per tick, for the whole fleet.
+
+    Under a ServiceMonitor without ``honorLabels`` Prometheus renames the workload's labels
+    to ``exported_pod``/``exported_namespace``; both spellings are read.
+    """
+
+    UTIL = "DCGM_FI_DEV_GPU_UTIL"
+    MEMORY = "DCGM_FI_DEV_FB_USED"
+
+    def __init__(self, url: str = "", timeout: float = 10.0, **settings: Any) -> None:
+        super().__init__(url=url, timeout=timeout, **settings)
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    async def _query(self, promql: str) -> list[dict[str, Any]]:
+        from urllib.parse import urlencode
+
+        from tornado.httpclient import AsyncHTTPClient
+
+        response = await AsyncHTTPClient().fetch(
+            f"{self.url}/api/v1/query?{urlencode({'query': promql})}",
+            request_timeout=self.timeout,
+        )
+        data = json.loads(response.body)
+        if data.get("status") != "success":
+            raise RuntimeError(f"Prometheus answered {data.get('error') or data}")
+        return list(data["data"]["result"])
+
+    async def sample(
+        self, holdings: Sequence[Holding]
+    ) -> dict[tuple[str, str, str], list[GPUSample]]:
+        if not self.url or not any(h.pods for h in holdings):
+            return {}
+        utilization, memory = await asyncio.gather(self._query(self.UTIL), self._query(self.MEMORY))
+        per_pod: dict[tuple[str, str], dict[str, list[Any]]] = {}
+        for series, scale, slot in ((utilization, 0.01, 0), (memory, 1 << 20, 1)):
+            for item in series:
+                labels = item.get("metric") or {}
+                pod = labels.get("exported_pod") or labels.get("pod")
+                namespace = labels.get("exported_namespace") or labels.get("namespace") or ""
+                if not pod:
+                    continue
+                gpu = str(labels.get("gpu", labels.get("UUID", "?")))
+                entry = per_pod.setdefault((namespace, pod), {}).setdefault(gpu, [None, None])
+                try:
+                    entry[slot] = float(item["value"][1]) * scale
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+        out: dict[tuple[str, str, str], list[GPUSample]] = {}
+        for holding in holdings:
+            samples = []
+            for namespace, pod in holding.pods:
+                for gpu, (util, used) in sorted(per_pod.get((namespace, pod), {}).items()):
+                    if util is not None:
+                        memory_used = int(used) if used is not None else None
+                        samples.append(GPUSample(f"{pod}/{gpu}", util, memory_used))
+            if samples and len(samples) >= holding.gpus:  # a GPU not reported is unknown
+                out[holding_key(holding)] = samples
+        return out
+
+
+def _nvml_read(indices: Sequence[int]) -> dict[int, tuple[float, int | None]]:
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return {}
+    readings: dict[int, tuple[float, int | None]] = {}
+    try:
+        for index in indices:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                readings[index] = (float(rates.gpu) / 100.0, int(memory.used))
+            except pynvml.NVMLError as exc:
+                log.debug("gpuhub: cannot read GPU %s: %s", index, exc)
+        return readings
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
