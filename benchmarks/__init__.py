@@ -1,4 +1,4 @@
-"""gpuhub's benchmarks: they prove the budgets in DESIGN.md and write ``docs/benchmarks.md``.
+"""gpuhub's benchmarks: they prove the budgets in docs/architecture.md and write ``docs/benchmarks.md``.
 
 ``python -m benchmarks`` runs every module here that has a ``main(argv)``;
 ``python -m benchmarks metrics load_ext`` runs ``bench_metrics`` (or ``metrics``) and

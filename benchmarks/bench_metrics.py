@@ -1,4 +1,4 @@
-"""Benchmark: GPU metrics (budgets in DESIGN.md), side by side with the nvdashboard design.
+"""Benchmark: GPU metrics (budgets in docs/architecture.md), side by side with the nvdashboard design.
 
 * cost of one sample (NVML stand-in with 1 and 8 GPUs; real NVML too when this machine has
   a GPU);

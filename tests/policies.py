@@ -1,4 +1,4 @@
-"""Admin configurations shared by the tests (the DESIGN.md example, and variations)."""
+"""Admin configurations shared by the tests (the docs/architecture.md example, and variations)."""
 
 from __future__ import annotations
 

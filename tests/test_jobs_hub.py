@@ -1,6 +1,6 @@
 """Flow 3a end to end: a real JupyterHub starts a LocalGPUSpawner server, and jobs go through
 the proxy to that server's jobs API (and its magics), with the hub's policy and the server's
-own GPUs. The workstation has no GPU, so the hub is told the indices (DESIGN.md)."""
+own GPUs. The workstation has no GPU, so the hub is told the indices (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -259,7 +259,7 @@ def test_kernel_config_loads_the_magics(
     shutil.copy(ROOT / "jupyter_config" / "ipython" / "ipython_kernel_config.py", target)
     (configured,) = run_in_kernel(specs, environ, PROBE)
     assert "gpuhub_lab" in configured["loaded"]
-    # Exactly the magics `%load_ext gpuhub_lab` gives: those DESIGN.md lists.
+    # Exactly the magics `%load_ext gpuhub_lab` gives: those docs/architecture.md lists.
     assert configured["magics"] == by_hand["magics"]
     assert {"gpu", "submit", "jobs", "job"} <= set(configured["magics"]["line"])
     assert "train" in configured["magics"]["cell"]

@@ -35,7 +35,7 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 
 def hub_config(extra: str = "") -> str:
-    """GPUSpawner's admin config for these tests (DESIGN.md's example, scaled down)."""
+    """GPUSpawner's admin config for these tests (docs/architecture.md's example, scaled down)."""
     gpu_types = {
         "a100": {
             "display_name": "NVIDIA A100 80GB",

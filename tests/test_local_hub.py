@@ -1,7 +1,7 @@
 """LocalGPUSpawner end to end: a real JupyterHub, the real proxy, real single-user servers.
 
 The workstation here has no GPU, so the hub is told the indices (``gpu_devices``), which is
-what DESIGN.md offers when NVML is unavailable; the allocator and CUDA_VISIBLE_DEVICES are real.
+what docs/architecture.md offers when NVML is unavailable; the allocator and CUDA_VISIBLE_DEVICES are real.
 """
 
 from __future__ import annotations

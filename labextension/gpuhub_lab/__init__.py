@@ -1,7 +1,7 @@
 """gpuhub_lab: the JupyterLab side of gpuhub.
 
 A Jupyter server extension (GPU metrics sampler, jobs REST API) and IPython magics. Imports
-are lazy: ``%load_ext gpuhub_lab`` must stay fast (DESIGN.md budget) and a plain ``import``
+are lazy: ``%load_ext gpuhub_lab`` must stay fast (docs/architecture.md budget) and a plain ``import``
 must not start anything.
 """
 

@@ -3,7 +3,7 @@
 Every route needs Jupyter's authentication (token, cookie + XSRF for browsers). Errors are
 JSON ``{"message": one sentence, "field": what was wrong}`` with a 4xx status. Bodies:
 
-* ``POST /gpuhub/api/jobs`` (DESIGN.md body) -> ``201 {"id", "status", "url", "job"}``
+* ``POST /gpuhub/api/jobs`` (docs/architecture.md body) -> ``201 {"id", "status", "url", "job"}``
 * ``GET /gpuhub/api/jobs`` -> ``{"jobs": [job, ...]}``, newest first
 * ``GET /gpuhub/api/jobs/options`` -> the choices the submit dialog offers (see
   :func:`job_options`): the same images, GPU types and ranges as the spawn form

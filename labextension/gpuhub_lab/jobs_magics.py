@@ -32,7 +32,7 @@ STATUS_MARK = {
 
 
 def _job_options(func: Any) -> Any:
-    """The options %submit and %%train share (DESIGN.md)."""
+    """The options %submit and %%train share (docs/architecture.md)."""
     for decorator in reversed(
         [
             argument(

@@ -57,7 +57,7 @@ SIMULATED_NAME = "Simulated GPU"
 
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
-    """Local processes with GPUs handed out by index (see DESIGN.md for the traits)."""
+    """Local processes with GPUs handed out by index (see docs/architecture.md for the traits)."""
 
     gpu_devices = Union(
         [Unicode(), List(Int())],

@@ -1,6 +1,6 @@
 """Admin policy: images, GPU types, resource ranges and per-group limits.
 
-The admin writes plain dicts in ``jupyterhub_config.py`` or Helm values (see DESIGN.md);
+The admin writes plain dicts in ``jupyterhub_config.py`` or Helm values (see docs/architecture.md);
 :meth:`Policy.from_config` checks them once at start-up and turns them into frozen objects
 that the spawn form, both spawners, the job API and the hub service share. A mistake in the
 admin's config is a :class:`PolicyConfigError` naming the setting, raised before any user
@@ -180,7 +180,7 @@ class Policy:
         group_limits: Mapping[str, Any] | None = None,
         default_limits: Mapping[str, Any] | None = None,
     ) -> Policy:
-        """Validate the admin's dicts (DESIGN.md contract) into a Policy."""
+        """Validate the admin's dicts (docs/architecture.md contract) into a Policy."""
         parsed_images = {k: _image(k, v) for k, v in (images or {}).items()}
         parsed_types = {k: _gpu_type(k, v) for k, v in (gpu_types or {}).items()}
         pattern = None

@@ -1,6 +1,6 @@
 """``GET /gpuhub/api/metrics``: the latest GPU sample and recent history.
 
-Response (DESIGN.md)::
+Response (docs/architecture.md)::
 
     {"available": bool, "reason": str|null, "interval": s, "time": epoch s,
      "assigned": {"devices": [0, 1], "gpu_type": "NVIDIA A100 80GB", "simulated": bool}|null,

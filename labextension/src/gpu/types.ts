@@ -1,4 +1,4 @@
-/** The shape of `GET /gpuhub/api/metrics` (see DESIGN.md and metrics/handlers.py). */
+/** The shape of `GET /gpuhub/api/metrics` (see docs/architecture.md and metrics/handlers.py). */
 
 export interface IGpuProcess {
   pid: number;

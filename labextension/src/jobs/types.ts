@@ -92,7 +92,7 @@ export interface IJobOptions {
   memory?: { min: string; max: string; default: string };
 }
 
-/** The body of `POST /gpuhub/api/jobs` (DESIGN.md). */
+/** The body of `POST /gpuhub/api/jobs` (docs/architecture.md). */
 export interface ISubmitBody {
   notebook: string;
   kind: JobKind;

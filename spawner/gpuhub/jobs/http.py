@@ -1,7 +1,7 @@
 """The jobs REST answers, written once for both places that serve them.
 
 The user's Jupyter server (``/gpuhub/api/jobs``) and the ``gpuhub`` hub service speak the
-same shapes (DESIGN.md): JSON bodies, and refusals as ``{"message": one sentence,
+same shapes (docs/architecture.md): JSON bodies, and refusals as ``{"message": one sentence,
 "field": what was wrong}`` with a 4xx status. Mixed into a tornado ``RequestHandler``.
 """
 
