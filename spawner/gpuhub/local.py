@@ -39,6 +39,7 @@ from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
 from .spawner_base import GPUSpawnerMixin, refusal
+from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
 
 SERVER_ID_ENV = "GPUHUB_SERVER_ID"
 
@@ -102,6 +103,11 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         jobs), so a hub restart keeps them held; relative to the hub's working directory, like
         its database.""",
     )
+
+    @default("gpu_utilization_source")
+    def _utilization_default(self) -> type[UtilizationSource]:
+        # Simulated GPUs are as busy as their processes: reclaim and the fleet page see them.
+        return SimulatedUtilization if self.simulated_gpus else NVMLUtilization
 
     @default("home_dir_template")
     def _home_dir_template_default(self) -> str:

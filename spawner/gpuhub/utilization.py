@@ -74,6 +74,30 @@ class NVMLUtilization(UtilizationSource):
         return samples_by_device(holdings, by_device)
 
 
+class SimulatedUtilization(UtilizationSource):
+    """The simulated GPUs of ``gpu_devices = "simulated:N"`` (demos and tests): a GPU is as
+    busy as the processes that use it (:mod:`gpuhub.simulated`), so an idle notebook on the
+    demo is reclaimed and a busy cell keeps its GPU, as on real hardware."""
+
+    async def sample(
+        self, holdings: Sequence[Holding]
+    ) -> dict[tuple[str, str, str], list[GPUSample]]:
+        from .simulated import TRACKER
+
+        if not any(h.devices for h in holdings):
+            return {}
+        usage = await asyncio.to_thread(TRACKER.refresh)
+        devices = {d for h in holdings for d in h.devices}
+        by_device: dict[int, tuple[float, int | None]] = {
+            d: (
+                min(usage.utilization.get(d, 0.0) / 100, 1.0),
+                sum(rss for _, rss in usage.processes.get(d, [])),
+            )
+            for d in devices
+        }
+        return samples_by_device(holdings, by_device)
+
+
 def samples_by_device(
     holdings: Sequence[Holding], by_device: dict[int, tuple[float, int | None]]
 ) -> dict[tuple[str, str, str], list[GPUSample]]:

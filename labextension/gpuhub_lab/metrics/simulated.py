@@ -20,15 +20,15 @@ a real GPU.
 from __future__ import annotations
 
 import os
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-import psutil
+# The processes behind each simulated GPU are counted in gpuhub, which the hub reads too.
+from gpuhub.simulated import ENV, TRACKER, visible_indices
 
-#: Set by LocalGPUSpawner: how many simulated GPUs the machine has (their indices 0..N-1).
-ENV = "GPUHUB_SIMULATED_GPUS"
+__all__ = ["ENV", "NAME", "count", "module_name", "visible_indices"]
+
 NAME = "Simulated GPU"
 MEMORY_TOTAL = 16 * 2**30  # bytes per simulated GPU
 
@@ -72,83 +72,7 @@ def module_name() -> str | None:
     return __name__ if count() > 0 else None
 
 
-def visible_indices(value: str | None) -> frozenset[int]:
-    """Indices a ``CUDA_VISIBLE_DEVICES`` value lists. Unset counts as none here: a process
-    that never heard of gpuhub does not use a simulated GPU."""
-    if not value:
-        return frozenset()
-    return frozenset(int(v) for v in value.split(",") if v.strip().isdigit())
-
-
-@dataclass
-class _Usage:
-    """One sample's figures per simulated GPU index."""
-
-    utilization: dict[int, float] = field(default_factory=dict)
-    processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # (pid, rss)
-
-
-class _Tracker:
-    """psutil processes by (pid, start time), with the devices each one sees.
-
-    ``cpu_percent`` needs the same Process object between two calls, and a process's
-    environment never changes after it started, so both are kept; only new processes have
-    their environment read.
-    """
-
-    def __init__(self) -> None:
-        self._known: dict[tuple[int, float], tuple[psutil.Process, frozenset[int]]] = {}
-        self._lock = threading.Lock()
-        self._usage = _Usage()
-
-    def refresh(self) -> _Usage:
-        me = os.getpid()
-        uid = os.getuid()
-        seen: set[tuple[int, float]] = set()
-        usage = _Usage()
-        with self._lock:
-            for proc in psutil.process_iter(["pid", "uids", "create_time"]):
-                info = proc.info
-                uids = info.get("uids")
-                if info["pid"] == me or uids is None or uids.real != uid:
-                    continue  # others' environments are unreadable anyway
-                key = (info["pid"], info["create_time"] or 0.0)
-                seen.add(key)
-                entry = self._known.get(key)
-                if entry is None:
-                    try:
-                        environ = proc.environ()
-                        devices = (
-                            visible_indices(environ.get("CUDA_VISIBLE_DEVICES"))
-                            if ENV in environ
-                            else frozenset()
-                        )
-                        proc.cpu_percent(None)  # starts the measurement; first answer is 0
-                    except (psutil.Error, OSError):
-                        devices = frozenset()
-                    entry = self._known[key] = (proc, devices)
-                proc, devices = entry
-                if not devices:
-                    continue
-                try:
-                    cpu = proc.cpu_percent(None)
-                    rss = proc.memory_info().rss
-                except (psutil.Error, OSError):
-                    continue
-                for index in devices:
-                    usage.utilization[index] = usage.utilization.get(index, 0.0) + cpu
-                    usage.processes.setdefault(index, []).append((proc.pid, rss))
-            for key in set(self._known) - seen:
-                del self._known[key]
-            self._usage = usage
-        return usage
-
-    @property
-    def usage(self) -> _Usage:
-        return self._usage
-
-
-_tracker = _Tracker()
+_tracker = TRACKER
 _initialized = 0
 
 
