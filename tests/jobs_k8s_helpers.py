@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,15 @@ def run_job_pod(configmap: dict[str, Any], workload: dict[str, Any], tmp: Path) 
     return proc.stderr + proc.stdout
 
 
+@dataclass(frozen=True)
+class RunningService:
+    """The jobs service's URL, its process and its log."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
 @contextmanager
 def jobs_service(
     workdir: Path,
@@ -103,9 +113,9 @@ def jobs_service(
     token: str,
     port: int,
     kubeconfig: Path,
-) -> Iterator[str]:
+) -> Iterator[RunningService]:
     """``python -m gpuhub.service`` as its own process, registered with the hub at
-    ``hub_api_url`` as the service ``gpuhub`` with ``token``; yields its URL once healthy."""
+    ``hub_api_url`` as the service ``gpuhub`` with ``token``; yielded once healthy."""
     import requests
     import yaml
 
@@ -144,7 +154,7 @@ def jobs_service(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the service did not start:\n{log_path.read_text()}")
             time.sleep(0.1)
-        yield url
+        yield RunningService(url, proc, log_path)
     finally:
         proc.terminate()
         try:

@@ -129,8 +129,8 @@ def service(
         token=SERVICE_TOKEN,
         port=service_port,
         kubeconfig=cluster.kubeconfig,
-    ) as url:
-        yield url
+    ) as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,6 @@ from urllib.parse import quote, urlparse
 
 import pytest
 import requests
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +28,7 @@ from gpuhub.jobs.model import JOB_FIELDS
 from gpuhub.options import FIELDS
 from tests.hostile import Deep, encode, gzip_bomb, json_values, text
 from tests.hub.process import Hub, free_port, start_hub
-from tests.jobs_k8s_helpers import NOTEBOOK_OK, write_notebook
+from tests.jobs_k8s_helpers import NOTEBOOK_OK, jobs_service, write_notebook
 from tests.kubesim.pytest_plugin import DEFAULT_NODES
 from tests.kubesim.sim import KubeSimThread
 from tests.policies import DESIGN_CONFIG
@@ -109,45 +106,15 @@ def service(
         "max_notebook_bytes": MAX_NOTEBOOK,
         # max_output_bytes: the default (64 MiB), as the chart ships it.
     }
-    (workdir / "service.yaml").write_text(yaml.safe_dump(config))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "GPUHUB_"))},
-        "JUPYTERHUB_API_TOKEN": SERVICE_TOKEN,
-        "JUPYTERHUB_API_URL": hub.api_url,
-        "JUPYTERHUB_SERVICE_NAME": "gpuhub",
-        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{service_port}",
-        "JUPYTERHUB_SERVICE_PREFIX": "/services/gpuhub/",
-        "KUBECONFIG": str(cluster.kubeconfig),
-    }
-    log_path = workdir / "service.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuhub.service", "--config", str(workdir / "service.yaml")],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{service_port}/services/gpuhub/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"the service exited:\n{log_path.read_text()}"
-            try:
-                if requests.get(url + "health", timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, f"no service:\n{log_path.read_text()}"
-            time.sleep(0.1)
-        yield Service(url, proc, log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with jobs_service(
+        workdir,
+        config,
+        hub_api_url=hub.api_url,
+        token=SERVICE_TOKEN,
+        port=service_port,
+        kubeconfig=cluster.kubeconfig,
+    ) as running:
+        yield Service(running.url, running.proc, running.log_path)
 
 
 @pytest.fixture(scope="module")
