@@ -9,7 +9,6 @@ hub's ledger for every submit, so both go through one lock.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from tests.hub.process import Hub, free_port, start_hub
 from tests.jobs_k8s_helpers import NOTEBOOK_OK, jobs_service, write_notebook
 from tests.kfp_standin import KFPStandIn
 from tests.kubesim import KubeSimThread
-from tests.kubesim.pytest_plugin import DEFAULT_NODES
+from tests.kubesim.pytest_plugin import hub_cluster
 from tests.policies import DESIGN_CONFIG
 
 from .test_kube_e2e import hub_config
@@ -36,19 +35,8 @@ QUOTA = {"default": 2, "groups": {"staff": 4}}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
-    previous = os.environ.get("KUBECONFIG")
-    path = tmp_path_factory.mktemp("kubesim") / "kubeconfig"
-    sim = KubeSimThread(DEFAULT_NODES, kubeconfig=path)
-    sim.run_locally({"jupyterhub-singleuser"})
-    os.environ["KUBECONFIG"] = str(path)
-    try:
+    with hub_cluster(tmp_path_factory.mktemp("kubesim") / "kubeconfig") as sim:
         yield sim
-    finally:
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
-        sim.stop()
 
 
 @pytest.fixture(scope="module")

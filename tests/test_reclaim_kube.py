@@ -5,7 +5,6 @@ An idle server is warned and stopped (its pod goes), a busy one is kept."""
 
 from __future__ import annotations
 
-import os
 import re
 import textwrap
 import threading
@@ -20,7 +19,7 @@ import requests
 from tests.hub.process import API_TOKEN, Hub, free_port, spawn_json, start_hub
 from tests.hub.prometheus import running_prometheus
 from tests.kubesim import KubeSimThread
-from tests.kubesim.pytest_plugin import DEFAULT_NODES
+from tests.kubesim.pytest_plugin import hub_cluster
 
 from .test_kube_e2e import NAMESPACE, hub_config
 
@@ -30,19 +29,8 @@ SAMPLES: dict[tuple[str, str], float] = {}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
-    previous = os.environ.get("KUBECONFIG")
-    path = tmp_path_factory.mktemp("kubesim") / "kubeconfig"
-    sim = KubeSimThread(DEFAULT_NODES, kubeconfig=path)
-    sim.run_locally({"jupyterhub-singleuser"})
-    os.environ["KUBECONFIG"] = str(path)
-    try:
+    with hub_cluster(tmp_path_factory.mktemp("kubesim") / "kubeconfig") as sim:
         yield sim
-    finally:
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
-        sim.stop()
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,21 @@ def kube_cluster(request: pytest.FixtureRequest) -> Cluster:
         return Cluster(Path(real), os.environ.get("GPUHUB_TEST_NAMESPACE", "default"), None)
     sim = request.getfixturevalue("kubesim")
     return Cluster(sim.kubeconfig, "default", sim)
+
+
+@contextmanager
+def hub_cluster(path: Path) -> Iterator[KubeSimThread]:
+    """kubesim with the default nodes, running ``jupyterhub-singleuser`` pods as local
+    processes, and ``KUBECONFIG`` pointing at it for the hubs a test starts (restored after)."""
+    previous = os.environ.get("KUBECONFIG")
+    sim = KubeSimThread(DEFAULT_NODES, kubeconfig=path)
+    sim.run_locally({"jupyterhub-singleuser"})
+    os.environ["KUBECONFIG"] = str(path)
+    try:
+        yield sim
+    finally:
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+        sim.stop()
