@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.hub.process import free_port
-from tests.hub.prometheus import eventually, query, running_prometheus
+from tests.hub.prometheus import eventually, query, running_prometheus, serving_exposition
 
 from .test_helm import by_kind, make_chart, render, validate_all
 
@@ -68,21 +65,8 @@ def test_dashboard_config_map_renders_and_can_be_turned_off(chart: Path) -> None
 
 @pytest.fixture(scope="module")
 def hub_metrics() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = HUB_METRICS.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serving_exposition(lambda: HUB_METRICS) as target:
+        yield target
 
 
 def test_every_panel_query_runs_on_prometheus(

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import re
 import textwrap
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import requests
 
-from tests.hub.process import API_TOKEN, Hub, free_port, spawn_json, start_hub
-from tests.hub.prometheus import running_prometheus
+from tests.hub.process import API_TOKEN, Hub, spawn_json, start_hub
+from tests.hub.prometheus import running_prometheus, serving_exposition
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import hub_cluster
 
@@ -35,27 +33,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            lines = ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
-            for i, ((namespace, pod), util) in enumerate(sorted(SAMPLES.items())):
-                lines.append(
-                    f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}",namespace="{namespace}",'
-                    f'pod="{pod}",container="notebook"}} {util}'
-                )
-            body = ("\n".join(lines) + "\n").encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
+    with serving_exposition(dcgm_exposition) as target:
+        yield target
 
-        def log_message(self, *args: Any) -> None:
-            pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_port}"
-    server.shutdown()
+def dcgm_exposition() -> str:
+    """dcgm-exporter's utilization of each pod's one GPU, as the test set it in SAMPLES."""
+    lines = ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+    for i, ((namespace, pod), util) in enumerate(sorted(SAMPLES.items())):
+        lines.append(
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}",namespace="{namespace}",'
+            f'pod="{pod}",container="notebook"}} {util}'
+        )
+    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")

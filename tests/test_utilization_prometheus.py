@@ -6,17 +6,14 @@ pod watch makes of gpuhub's own pods (both label spellings: ``pod`` with honorLa
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from gpuhub.capacity import pod_holding
 from gpuhub.utilization import PrometheusUtilization
-from tests.hub.process import free_port
-from tests.hub.prometheus import eventually, running_prometheus
+from tests.hub.prometheus import eventually, running_prometheus, serving_exposition
 
 # What dcgm-exporter serves with Kubernetes pod mapping on (GPU Operator defaults).
 EXPOSITION = """\
@@ -36,22 +33,8 @@ DCGM_FI_DEV_FB_USED{gpu="2",UUID="GPU-c",Hostname="n1",modelName="NVIDIA A100",c
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = EXPOSITION.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serving_exposition(lambda: EXPOSITION) as target:
+        yield target
 
 
 def pod(name: str, labels: dict[str, str], notes: dict[str, str], gpus: int) -> dict[str, Any]:

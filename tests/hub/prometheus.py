@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +74,28 @@ def eventually(url: str, promql: str, timeout: float = 60) -> list[dict[str, Any
             return result
         assert time.monotonic() < deadline, f"no answer to {promql}"
         time.sleep(0.5)
+
+
+@contextmanager
+def serving_exposition(text: Callable[[], str]) -> Iterator[str]:
+    """A scrape target on 127.0.0.1 answering ``text()`` in Prometheus' text format (a
+    stand-in for dcgm-exporter or the hub's /hub/metrics); yields ``host:port``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
