@@ -66,10 +66,13 @@ class Jobs:
 
     async def kinds(self) -> list[dict[str, Any]]:
         served = await self.kube.served_custom_kinds()
+        queue_problem = await self.kube.queue_problem()
         out = []
         for kind in KINDS:
             reason = None
-            if kind in ("pytorchjob", "tfjob") and kind not in served:
+            if kind != "pipeline" and queue_problem is not None:
+                reason = queue_problem
+            elif kind in ("pytorchjob", "tfjob") and kind not in served:
                 reason = f"This cluster does not run {KIND_NAMES[kind]}s (no Kubeflow training operator)."
             if kind == "pipeline" and not self.config.kfp.configured:
                 reason = NOT_CONFIGURED
