@@ -113,6 +113,7 @@ def jobs_service(
     token: str,
     port: int,
     kubeconfig: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[RunningService]:
     """``python -m gpuhub.service`` as its own process, registered with the hub at
     ``hub_api_url`` as the service ``gpuhub`` with ``token``; yielded once healthy."""
@@ -130,6 +131,7 @@ def jobs_service(
         "JUPYTERHUB_SERVICE_PREFIX": "/services/gpuhub/",
         "KUBECONFIG": str(kubeconfig),
         "GPUHUB_LOG_LEVEL": "DEBUG",
+        **(extra_env or {}),
     }
     log_path = workdir / "service.log"
     with open(log_path, "wb") as log:
