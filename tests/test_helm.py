@@ -150,8 +150,15 @@ def hub_yaml(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def validate_all(objects: list[dict[str, Any]]) -> None:
+    """Built-in kinds against the official schema; custom resources (Kueue's LocalQueue)
+    against the CRDs kubesim installs, strictly as well."""
+    from tests.kubesim import crd_schemas
+
     for obj in objects:
-        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        if crd_schemas.serves(obj):
+            crd_schemas.validate_strict(obj)
+        else:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
 
 
 def gpuhub_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -270,6 +277,7 @@ def test_service_yaml_contract(chart: Path) -> None:
         "kfp",
         "max_notebook_bytes",
         "max_output_bytes",
+        "kueue",
     }
     assert config["namespace"] == NAMESPACE
     assert set(config["policy"]) == {
@@ -296,6 +304,7 @@ def test_service_yaml_contract(chart: Path) -> None:
     }
     assert config["max_notebook_bytes"] == 500000
     assert config["max_output_bytes"] == 64 * 1024 * 1024  # the default bound on inflating
+    assert config["kueue"] == {"queue_name": ""}  # jobs do not go through Kueue by default
     # The service's policy is loadable by gpuhub's one policy parser.
     Policy.from_config(**config["policy"])
 
@@ -789,6 +798,15 @@ BAD_VALUES = [
         "resourceQuota.gpus.nvidia.com/gpu: Invalid type",
     ),
     ({"priorityClass": {"preemptionPolicy": "Always"}}, "priorityClass.preemptionPolicy"),
+    (
+        {"jobs": {"kueue": {"createLocalQueue": True, "clusterQueue": "gpus"}}},
+        "jobs.kueue.createLocalQueue needs jobs.kueue.queueName",
+    ),
+    (
+        {"jobs": {"kueue": {"createLocalQueue": True, "queueName": "gpu-jobs"}}},
+        "jobs.kueue.createLocalQueue needs jobs.kueue.clusterQueue",
+    ),
+    ({"jobs": {"kueue": {"queueName": "GPU Jobs"}}}, "jobs.kueue.queueName"),
 ]
 
 
@@ -825,3 +843,44 @@ def test_gpu_quota_is_set_once_for_the_hub_and_the_jobs_service(
     unlimited = render(chart, values={"gpuQuota": {"default": None}})
     hub = yaml.safe_load(by_kind(unlimited, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"])
     assert hub["gpu_quota"] == {"default": None, "groups": {}}
+
+
+def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(chart: Path) -> None:
+    """jobs.kueue: the queue name in the service's config, the Role's read access to Kueue's
+    Workloads and visibility API (only then), and optionally the LocalQueue itself, valid
+    against Kueue's CRD (kubesim's copy) and accepted by kubesim's Kueue."""
+    plain = render(chart)
+    assert not any(o["kind"] == "LocalQueue" for o in plain)
+    groups = {g for rule in by_kind(plain, "Role")["rules"] for g in rule["apiGroups"]}
+    assert not groups & {"kueue.x-k8s.io", "visibility.kueue.x-k8s.io"}
+    objects = render(
+        chart,
+        values={
+            "jobs": {
+                "namespace": "jupyter-users",
+                "kueue": {
+                    "queueName": "gpu-jobs",
+                    "createLocalQueue": True,
+                    "clusterQueue": "gpus",
+                },
+            }
+        },
+    )
+    validate_all(objects)
+    assert service_config(objects)["kueue"] == {"queue_name": "gpu-jobs"}
+    local = by_kind(objects, "LocalQueue", "gpu-jobs")
+    assert local["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert local["metadata"]["namespace"] == "jupyter-users"
+    assert local["spec"] == {"clusterQueue": "gpus"}
+    rules = {
+        (group, resource): sorted(rule["verbs"])
+        for rule in by_kind(objects, "Role")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert rules[("kueue.x-k8s.io", "workloads")] == ["get", "list"]
+    assert rules[("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads")] == ["get"]
+    # Queue without the chart's LocalQueue (the admin made one): the name alone.
+    only_name = render(chart, values={"jobs": {"kueue": {"queueName": "team-a"}}})
+    assert not any(o["kind"] == "LocalQueue" for o in only_name)
+    assert service_config(only_name)["kueue"] == {"queue_name": "team-a"}
