@@ -85,9 +85,28 @@ def is_manifest(doc: dict[str, Any]) -> bool:
     return "apiVersion" in doc and "kind" in doc
 
 
+def documents(name: str) -> list[dict[str, Any]]:
+    """The YAML documents of a guide file (Kubernetes manifests may be several, `---`)."""
+    return [doc for doc in yaml.safe_load_all(GUIDE_CONTENT.files[name]) if doc]
+
+
+def is_manifest_file(name: str) -> bool:
+    return all(is_manifest(doc) for doc in documents(name))
+
+
+def validate_manifest(doc: dict[str, Any]) -> None:
+    """Built-ins against the official schema; custom resources (Kueue's) against the CRDs
+    kubesim installs, strictly."""
+    from tests.kubesim import crd_schemas
+
+    if crd_schemas.serves(doc):
+        crd_schemas.validate_strict(doc)
+    else:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
 def values_files() -> dict[str, dict[str, Any]]:
-    docs = {name: yaml.safe_load(text) for name, text in GUIDE_CONTENT.files.items()}
-    return {name: doc for name, doc in docs.items() if not is_manifest(doc)}
+    return {name: documents(name)[0] for name in GUIDE_CONTENT.files if not is_manifest_file(name)}
 
 
 def all_gpu_types() -> list[dict[str, Any]]:
@@ -123,10 +142,11 @@ def test_guide_has_commands_and_values() -> None:
 
 @pytest.mark.parametrize("name", sorted(GUIDE_CONTENT.files))
 def test_guide_yaml(name: str, chart: Path, files: Path) -> None:
-    doc = yaml.safe_load(GUIDE_CONTENT.files[name])
-    if is_manifest(doc):
-        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    if is_manifest_file(name):
+        for manifest in documents(name):
+            validate_manifest(manifest)
         return
+    (doc,) = documents(name)
     objects = render(chart, files / name)
     validate_all(objects)
     policy = service_config(objects)["policy"]
@@ -342,10 +362,26 @@ def check_kubectl(
         ]
         assert tolerated, f"{line}: no GPU type tolerates this taint"
     elif verb == "apply":
-        name = option(words, "-f")
-        assert name in GUIDE_CONTENT.files and is_manifest(
-            yaml.safe_load(GUIDE_CONTENT.files[name])
-        )
+        name = option(words, "-f") or ""
+        if name.startswith("https://"):
+            # Kueue's own release manifests (kueue.sigs.k8s.io/docs/installation/).
+            assert re.fullmatch(
+                r"https://github\.com/kubernetes-sigs/kueue/releases/download/v0\.(9|1\d)\.\d+/"
+                r"manifests\.yaml",
+                name,
+            ), line
+            assert "--server-side" in words, (
+                f"{line}: Kueue's CRDs are too big for client-side apply"
+            )
+        else:
+            assert name in GUIDE_CONTENT.files and is_manifest_file(name), line
+    elif verb == "get" and "--raw" in words:
+        # Kueue's visibility API for the LocalQueue the guide's values name.
+        queue = values_files()["kueue-values.yaml"]["jobs"]["kueue"]["queueName"]
+        assert option(words, "--raw") == (
+            f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/"
+            f"{queue}/pendingworkloads"
+        ), line
     elif verb == "auth":
         assert args[1] == "can-i" and install is not None
         who = option(words, "--as") or ""
