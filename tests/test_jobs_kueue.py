@@ -333,3 +333,39 @@ def test_service_config_reads_the_queue():
     ):
         with pytest.raises(ServiceConfigError, match=words):
             ServiceConfig.from_dict({**base, "kueue": bad})
+
+
+# -- how it is said ----------------------------------------------------------------------------
+def test_ordinals_have_one_home():
+    from gpuhub.words import ordinal
+
+    said = [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)]
+    assert said == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th",
+        "21st", "22nd", "23rd", "101st", "111th", "112th",
+    ]  # fmt: skip
+    import gpuhub.local
+
+    assert not hasattr(gpuhub.local, "_ordinal")
+
+
+def test_magics_say_queued_with_the_place_in_line(capsys):
+    from gpuhub_lab.jobs_magics import JobMagics, JobTable, status_words
+
+    queued = {
+        "id": "train-abc",
+        "kind": "job",
+        "status": "queued",
+        "queue_position": 3,
+        "gpu": "4 x NVIDIA A100 80GB",
+        "message": "Couldn't assign flavors to pod set main: insufficient unused quota.",
+        "created": "2026-11-22T20:00:00Z",
+    }
+    assert status_words(queued) == "queued, 3rd in line"
+    assert status_words({**queued, "queue_position": None}) == "queued"
+    assert status_words({**queued, "queue_position": True}) == "queued"
+    assert status_words({**queued, "status": "pending", "queue_position": 3}) == "pending"
+    assert "queued, 3rd in line" in repr(JobTable([queued]))
+    JobMagics._report(queued)
+    out = capsys.readouterr().out
+    assert out.startswith("train-abc queued, 3rd in line (Couldn't assign flavors")

@@ -28,7 +28,6 @@ from ..options import (
 )
 from ..policy import Policy
 from ..quantity import format_cpu, format_memory
-from ..words import ordinal
 
 Kind = Literal["job", "pytorchjob", "tfjob", "pipeline"]
 KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "pipeline")
@@ -420,12 +419,6 @@ class JobRecord:
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATUSES
-
-    def status_text(self) -> str:
-        """The status in words: "queued, 3rd in line" while the queue says where it is."""
-        if self.status == "queued" and self.queue_position:
-            return f"queued, {ordinal(self.queue_position)} in line"
-        return self.status
 
     @classmethod
     def new(
