@@ -369,3 +369,30 @@ def test_magics_say_queued_with_the_place_in_line(capsys):
     JobMagics._report(queued)
     out = capsys.readouterr().out
     assert out.startswith("train-abc queued, 3rd in line (Couldn't assign flavors")
+
+
+def test_record_json_contract_round_trips_through_the_forwarder():
+    """The user's server rebuilds the service's records (JobRecord.from_json) and answers
+    with to_json: queue_position survives, is null unless queued, and a record from a
+    service that predates it reads as unknown."""
+    from datetime import UTC, datetime
+
+    record = JobRecord(
+        id="train-abc",
+        name="train",
+        kind="job",
+        backend="kubernetes",
+        status="queued",
+        owner="alice",
+        notebook="train.ipynb",
+        created=datetime(2026, 11, 22, tzinfo=UTC),
+        message="Couldn't assign flavors to pod set main: insufficient unused quota.",
+        queue_position=2,
+    )
+    data = record.to_json()
+    assert (data["status"], data["queue_position"]) == ("queued", 2)
+    assert JobRecord.from_json(data).to_json() == data
+    running = JobRecord.from_json({**data, "status": "running"}).to_json()
+    assert running["queue_position"] is None
+    older = {k: v for k, v in data.items() if k != "queue_position"}
+    assert JobRecord.from_json(older).queue_position is None

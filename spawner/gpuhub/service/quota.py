@@ -98,15 +98,20 @@ class HubQuota:
         except (OSError, HTTPClientError) as exc:
             log.warning("gpuhub: could not renew the grant of queued job %s: %s", job_id, exc)
             return
+        if response.code == 204:
+            HubQuota.hub_has_ledger = True  # so that a cancel releases the grant it renewed
+            return
+        if response.code == 404 and b"gpuhub" not in (response.body or b""):
+            HubQuota.hub_has_ledger = False  # no ledger endpoints: the service counts itself
+            return
         if response.code == 405 and not HubQuota._warned_no_renewal:
             HubQuota._warned_no_renewal = True
             log.warning(
                 "gpuhub: the hub cannot renew grants (an older gpuhub in the hub); a job queued "
-                "in Kueue stops counting against its owner's quota after %s minutes",
-                10,
+                "in Kueue stops counting against its owner's quota ten minutes after its submit"
             )
             return
-        if response.code not in (204, 405):
+        if response.code != 405:
             log.warning(
                 "gpuhub: the hub answered %s renewing the grant of %s: %s",
                 response.code,
