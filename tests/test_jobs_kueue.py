@@ -396,3 +396,43 @@ def test_record_json_contract_round_trips_through_the_forwarder():
     assert running["queue_position"] is None
     older = {k: v for k, v in data.items() if k != "queue_position"}
     assert JobRecord.from_json(older).queue_position is None
+
+
+async def test_queue_messages_read_right(kubesim, backend):
+    """The sentences a queued job can carry, swept like every other message
+    (tests/test_message_sweep.py)."""
+    from gpuhub.jobs.k8s.status import queue_phase
+    from tests.test_message_sweep import problems
+
+    def workload(**conditions: tuple[str, str]) -> dict:
+        return {
+            "status": {
+                "conditions": [
+                    {"type": t, "status": s, "message": msg} for t, (s, msg) in conditions.items()
+                ]
+            }
+        }
+
+    said = [
+        queue_phase("gpu-jobs", None).message,
+        queue_phase("gpu-jobs", workload()).message,
+        queue_phase("gpu-jobs", workload(Admitted=("True", "The workload is admitted"))).message,
+        queue_phase(
+            "gpu-jobs",
+            workload(
+                QuotaReserved=(
+                    "False",
+                    "couldn't assign flavors to pod set main: insufficient unused quota for "
+                    "nvidia.com/gpu in flavor a100, 1 more needed",
+                )
+            ),
+        ).message,
+        queue_phase(
+            "gpu-jobs", workload(Evicted=("True", "Preempted to accommodate a workload"))
+        ).message,
+    ]
+    for name in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
+        kubesim.delete("CustomResourceDefinition", f"{name}.kueue.x-k8s.io", "")
+    said.append(await backend.queue_problem())
+    for message in said:
+        assert message and not problems(message), (message, problems(message))

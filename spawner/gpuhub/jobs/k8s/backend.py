@@ -224,9 +224,9 @@ class KubernetesBackend(JobBackend):
         if not queue or await self.kueue_served():
             return None
         return (
-            f"Jobs on this cluster wait in Kueue's queue {queue!r} (jobs.kueue.queueName), but "
-            "the cluster does not run Kueue (no kueue.x-k8s.io/v1beta1 Workload resource); "
-            "ask your admin to install Kueue or unset the queue."
+            f'Jobs on this cluster wait in Kueue\'s queue "{queue}", but the cluster does not '
+            "run Kueue (it serves no kueue.x-k8s.io/v1beta1 Workloads), so they would never "
+            "start; ask your admin to install Kueue or to unset jobs.kueue.queueName."
         )
 
     async def check(self, request: JobRequest, owner: str) -> None:
