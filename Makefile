@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install demo test lint typecheck pytest benchmarks clean wheel images
+.PHONY: install demo test lint typecheck pytest pytest-fast benchmarks clean wheel images
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,10 @@ typecheck: install
 
 pytest: install
 	$(BIN)/python -m pytest
+
+# The tests that start no real hub, Jupyter server, service or browser (tests/support/e2e.py).
+pytest-fast: install
+	$(BIN)/python -m pytest -m "not e2e"
 
 test: lint typecheck pytest
 
