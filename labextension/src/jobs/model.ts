@@ -9,7 +9,8 @@ import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { JobAPIError, JobsAPI } from './client';
+import { GpuhubAPIError } from '../api';
+import { JobsAPI } from './client';
 import { FINAL_STATUSES, IJob } from './types';
 
 export namespace JobsModel {
@@ -125,7 +126,7 @@ export class JobsModel implements IDisposable {
       this._error = null;
     } catch (error) {
       this._error =
-        error instanceof JobAPIError ? error.message : String(error);
+        error instanceof GpuhubAPIError ? error.message : String(error);
       this._changed.emit();
       throw error; // the poll backs off
     }
@@ -219,8 +220,8 @@ export class LogFollower implements IDisposable {
       }
     } catch (error) {
       this._error =
-        error instanceof JobAPIError ? error.message : String(error);
-      if (error instanceof JobAPIError && error.status === 404) {
+        error instanceof GpuhubAPIError ? error.message : String(error);
+      if (error instanceof GpuhubAPIError && error.status === 404) {
         this._poll.dispose();
       }
       if (!this._disposed) {

@@ -11,9 +11,9 @@
 import { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { requestAPI } from '../api';
+import { GpuhubAPIError, requestAPI } from '../api';
 import { IHoldings, summary } from '../gpu/holdings';
-import { JobAPIError, JobsAPI } from './client';
+import { JobsAPI } from './client';
 import { h, uid } from './dom';
 import { parseParameterValue } from './params';
 import { IJobOptions, ISubmitBody, ISubmitReply, JobKind } from './types';
@@ -764,7 +764,7 @@ export class SubmitForm extends Widget {
       error instanceof Error
         ? error.message
         : `The job could not be submitted: ${String(error)}`;
-    const field = error instanceof JobAPIError ? error.field : null;
+    const field = error instanceof GpuhubAPIError ? error.field : null;
     const target = field
       ? this._fieldErrors.get(field as FieldName)
       : undefined;
