@@ -8,7 +8,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from './dom';
+import { h } from '../dom';
 import { jobsIcon } from './icon';
 import { LogFollower } from './model';
 import { FINAL_STATUSES, JobStatus } from './types';

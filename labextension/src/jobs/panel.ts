@@ -10,7 +10,7 @@ import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from './dom';
+import { h } from '../dom';
 import {
   elapsedSeconds,
   formatDuration,

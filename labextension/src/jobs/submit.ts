@@ -14,7 +14,7 @@ import { Widget } from '@lumino/widgets';
 import { GpuhubAPIError, requestAPI } from '../api';
 import { IHoldings, summary } from '../gpu/holdings';
 import { JobsAPI } from './client';
-import { h, uid } from './dom';
+import { h, uid } from '../dom';
 import { parseParameterValue } from './params';
 import { IJobOptions, ISubmitBody, ISubmitReply, JobKind } from './types';
 
