@@ -1,12 +1,18 @@
 /** Small formatting helpers for the jobs UI. */
-import { JobKind, JobStatus } from './types';
+import { IKindOption, JobKind, JobStatus } from './types';
 
-export const KIND_LABELS: Record<JobKind, string> = {
-  job: 'Training job',
-  pytorchjob: 'PyTorchJob',
-  tfjob: 'TFJob',
-  pipeline: 'Pipeline step'
-};
+/**
+ * A kind as the server names it in `GET /gpuhub/api/jobs/options` (`label`:
+ * "training job", "PyTorchJob", ...), capitalised to stand alone; the kind
+ * itself when the server did not name it.
+ */
+export function kindLabel(
+  kind: JobKind,
+  kinds: readonly IKindOption[] | null | undefined
+): string {
+  const label = kinds?.find(k => k.kind === kind)?.label || kind;
+  return label.charAt(0).toUpperCase() + label.slice(1);
+}
 
 export const STATUS_LABELS: Record<JobStatus, string> = {
   pending: 'Pending',

@@ -15,7 +15,7 @@ import {
   elapsedSeconds,
   formatDuration,
   formatTime,
-  KIND_LABELS,
+  kindLabel,
   parameterSummary,
   plural,
   STATUS_LABELS
@@ -24,7 +24,7 @@ import { jobsIcon } from './icon';
 import { LogPane } from './log';
 import { JobsModel } from './model';
 import { formatParameterValue } from './params';
-import { FINAL_STATUSES, IJob } from './types';
+import { FINAL_STATUSES, IJob, IKindOption } from './types';
 
 /** "1 core", "4 cores", "500m CPU" (Kubernetes millicores as the server wrote them). */
 function cpuText(cpu: string | null | undefined): string {
@@ -135,6 +135,14 @@ export class JobsPanel extends Widget {
       : 'Jobs: notebooks running in the background on this server';
   }
 
+  /** How the server names each kind (the options' `label`), for the job lines. */
+  setKinds(kinds: readonly IKindOption[]): void {
+    this._kinds = kinds;
+    for (const item of this._items.values()) {
+      item.tick();
+    }
+  }
+
   updateRunButton(): void {
     const path = this._opts.currentNotebook();
     this._runButton.disabled = path === null;
@@ -210,7 +218,7 @@ export class JobsPanel extends Widget {
       seen.add(job.id);
       let item = this._items.get(job.id);
       if (!item) {
-        item = new JobItem(job, this._opts, model);
+        item = new JobItem(job, this._opts, model, () => this._kinds);
         this._items.set(job.id, item);
       } else {
         item.update(job);
@@ -245,6 +253,7 @@ export class JobsPanel extends Widget {
   private _error: HTMLElement;
   private _followOnArrival: string | null = null;
   private _items = new Map<string, JobItem>();
+  private _kinds: readonly IKindOption[] | null = null;
   private _list: HTMLElement;
   private _loading: HTMLElement;
   private _opts: JobsPanel.IOptions;
@@ -259,7 +268,8 @@ class JobItem {
   constructor(
     job: IJob,
     private _opts: JobsPanel.IOptions,
-    private _model: JobsModel
+    private _model: JobsModel,
+    private _kinds: () => readonly IKindOption[] | null
   ) {
     this._job = job;
     const titleId = `gpuhub-job-${cssSafe(job.id)}-title`;
@@ -404,8 +414,9 @@ class JobItem {
     } else if (seconds === null) {
       seconds = elapsedSeconds(job.started, job.finished);
     }
+    const kinds = this._kinds();
     const parts = [
-      KIND_LABELS[job.kind] ?? job.kind,
+      kinds ? kindLabel(job.kind, kinds) : '', // known once the options load
       job.gpu, // "CPU only", "2 x NVIDIA A100", "3 workers, 4 x ... each"
       seconds === null
         ? `submitted ${formatTime(job.created)}`

@@ -174,6 +174,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
         );
         return;
       }
+      panel!.setKinds(options.kinds);
       const reply = await showSubmitDialog({
         notebook: context.localPath ?? context.path,
         options,
@@ -305,6 +306,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       .then(options => {
         onCluster = options.kubernetes;
         panel!.setRunLabel(runLabel(true), onCluster);
+        panel!.setKinds(options.kinds);
         app.commands.notifyCommandChanged(JobsCommandIDs.runOnCluster);
       })
       .catch(() => undefined); // the dialog says why jobs are unavailable when opened

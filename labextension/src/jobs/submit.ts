@@ -16,6 +16,7 @@ import { IHoldings, summary } from '../gpu/holdings';
 import { JobsAPI } from './client';
 import { h, uid } from '../dom';
 import { parseParameterValue } from './params';
+import { kindLabel } from './format';
 import { IJobOptions, ISubmitBody, ISubmitReply, JobKind } from './types';
 
 const CUSTOM_IMAGE = '__custom__';
@@ -32,18 +33,8 @@ type FieldName =
   | 'parameters'
   | 'name';
 
-const KIND_SHORT: Record<JobKind, string> = {
-  job: 'Single node',
-  pytorchjob: 'PyTorchJob',
-  tfjob: 'TFJob',
-  pipeline: 'Pipeline step'
-};
-
-const TRAINING_KINDS: { kind: JobKind; label: string }[] = [
-  { kind: 'job', label: 'Single node' },
-  { kind: 'pytorchjob', label: 'Distributed: PyTorchJob' },
-  { kind: 'tfjob', label: 'Distributed: TFJob' }
-];
+/** The training kinds, offered under "Run as" in this order. */
+const TRAINING_KINDS: JobKind[] = ['job', 'pytorchjob', 'tfjob'];
 
 export namespace SubmitForm {
   export interface IOptions {
@@ -182,7 +173,9 @@ export class SubmitForm extends Widget {
   }
 
   private _buildKind(): HTMLElement {
-    const kinds = new Map(this._opts.options.kinds.map(k => [k.kind, k]));
+    const kindList = this._opts.options.kinds;
+    const kinds = new Map(kindList.map(k => [k.kind, k]));
+    const nameOf = (kind: JobKind): string => kindLabel(kind, kindList);
     const group = uid('gpuhub-kind');
     const mkRadio = (
       value: 'training' | 'pipeline',
@@ -217,12 +210,12 @@ export class SubmitForm extends Widget {
     };
     const training = mkRadio(
       'training',
-      'Training job',
+      nameOf('job'),
       'The whole notebook as one run, on one node or distributed over workers.'
     );
     const pipeline = mkRadio(
       'pipeline',
-      'Pipeline step',
+      nameOf('pipeline'),
       'The notebook as a one-step Kubeflow pipeline; its run page links from the Jobs panel.'
     );
     this._training = training.input;
@@ -238,20 +231,23 @@ export class SubmitForm extends Widget {
     // behind a short "why" that keyboard and screen reader users can open.
     const unavailable: string[] = [];
     const reasons: string[] = [];
-    for (const { kind, label } of TRAINING_KINDS) {
+    for (const kind of TRAINING_KINDS) {
       const info = kinds.get(kind);
       const available = info?.available ?? false;
+      // One node or several: the server's name for a distributed kind follows.
+      const text =
+        kind === 'job' ? 'Single node' : `Distributed: ${nameOf(kind)}`;
       this._mode.append(
         h(
           'option',
           { value: kind, disabled: !available },
-          available ? label : `${label} (unavailable)`
+          available ? text : `${text} (unavailable)`
         )
       );
       if (!available) {
-        unavailable.push(KIND_SHORT[kind]);
+        unavailable.push(nameOf(kind));
         reasons.push(
-          info?.reason ?? `${KIND_SHORT[kind]} is not offered on this server.`
+          info?.reason ?? `${nameOf(kind)} is not offered on this server.`
         );
       }
     }
@@ -300,7 +296,7 @@ export class SubmitForm extends Widget {
       pipeline.node.classList.add('gpuhub-mod-disabled');
     }
     const trainingAvailable = TRAINING_KINDS.some(
-      k => kinds.get(k.kind)?.available
+      kind => kinds.get(kind)?.available
     );
     if (!trainingAvailable) {
       this._training.disabled = true;
@@ -309,9 +305,9 @@ export class SubmitForm extends Widget {
     // Preselect the first available choice and mode.
     if (trainingAvailable || this._pipeline.disabled) {
       this._training.checked = true;
-      const first = TRAINING_KINDS.find(k => kinds.get(k.kind)?.available);
+      const first = TRAINING_KINDS.find(kind => kinds.get(kind)?.available);
       if (first) {
-        this._mode.value = first.kind;
+        this._mode.value = first;
       }
     } else {
       this._pipeline.checked = true;
