@@ -536,7 +536,7 @@ export class SubmitForm extends Widget {
       type: 'text',
       spellcheck: 'false',
       autocomplete: 'off',
-      placeholder: defaultName(stem),
+      placeholder: defaultName(stem, this._opts.options.max_name_length),
       'aria-describedby': `${id}-help`
     });
     return this._row(
@@ -836,13 +836,16 @@ export class SubmitForm extends Widget {
 /** What was submitted last in this page session: the next dialog starts there. */
 let lastChoices: ISubmitBody | null = null;
 
-/** The same default the server uses ("Train ResNet (v2)" -> "train-resnet-v2"). */
-function defaultName(stem: string): string {
+/**
+ * The same default the server uses ("Train ResNet (v2)" -> "train-resnet-v2",
+ * `gpuhub.jobs.model.default_name`), cut at the server's longest name.
+ */
+function defaultName(stem: string, maxLength: number): string {
   const slug = stem
     .toLowerCase()
     .replace(/[^a-z0-9]+/g, '-')
     .replace(/^-+|-+$/g, '')
-    .slice(0, 52)
+    .slice(0, maxLength)
     .replace(/-+$/, '');
   return slug || 'notebook';
 }

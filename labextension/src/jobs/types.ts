@@ -81,6 +81,8 @@ export interface IJobOptions {
   reason: string | null;
   kubernetes: boolean;
   max_workers: number;
+  /** Longest job name the server takes; its default name is cut there. */
+  max_name_length: number;
   local: { gpus: number; gpu_type: string | null } | null;
   images?: IImageOption[];
   custom_images?: boolean;
