@@ -29,7 +29,7 @@ import { JobLogWidget } from './log';
 import { JobsModel } from './model';
 import { JobsPanel } from './panel';
 import { parametersFromSource } from './params';
-import { showSubmitDialog } from './submit';
+import { showSubmitDialog } from './submit/dialog';
 
 export const JOBS_PLUGIN_ID = 'gpuhub:jobs';
 
