@@ -1,5 +1,5 @@
 /** Small formatting helpers for the jobs UI. */
-import { IKindOption, JobKind, JobStatus } from './types';
+import { IJob, IKindOption, JobKind, JobStatus } from './types';
 
 /**
  * A kind as the server names it in `GET /gpuhub/api/jobs/options` (`label`:
@@ -15,12 +15,44 @@ export function kindLabel(
 }
 
 export const STATUS_LABELS: Record<JobStatus, string> = {
+  queued: 'Queued',
   pending: 'Pending',
   running: 'Running',
   succeeded: 'Succeeded',
   failed: 'Failed',
   cancelled: 'Cancelled'
 };
+
+/** 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 22nd, 101st, 111th. */
+export function ordinal(n: number): string {
+  const tens = n % 100;
+  const suffix =
+    tens >= 11 && tens <= 13
+      ? 'th'
+      : ({ 1: 'st', 2: 'nd', 3: 'rd' } as Record<number, string>)[n % 10] ??
+        'th';
+  return `${n}${suffix}`;
+}
+
+/**
+ * A job's status in words: "Running", or for a queued job its place in line,
+ * "Queued, 3rd in line" ("Queued" when the queue does not say).
+ */
+export function statusText(
+  job: Pick<IJob, 'status' | 'queue_position'>
+): string {
+  const label = STATUS_LABELS[job.status] ?? job.status;
+  const position = job.queue_position;
+  if (
+    job.status === 'queued' &&
+    typeof position === 'number' &&
+    Number.isInteger(position) &&
+    position > 0
+  ) {
+    return `${label}, ${ordinal(position)} in line`;
+  }
+  return label;
+}
 
 /** "42 s", "3 min 07 s", "2 h 05 min". */
 export function formatDuration(seconds: number | null): string {

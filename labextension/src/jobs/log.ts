@@ -128,7 +128,11 @@ export class LogPane {
     if (follower.error) {
       status = `Could not load the log: ${follower.error}`;
     } else if (!follower.text) {
-      status = final ? 'The job wrote no log.' : 'Waiting for the first lines…';
+      status = final
+        ? 'The job wrote no log.'
+        : this._opts.status() === 'queued'
+          ? 'Queued: the log starts when the job runs.'
+          : 'Waiting for the first lines…';
     } else if (!final) {
       status = `Following the last ${this._opts.lines} lines.`;
     }

@@ -1,7 +1,8 @@
 /**
  * The user's jobs, kept fresh with a lumino `Poll`: fast while the panel is
  * open (a job submitted by %submit shows within one poll), slow while the
- * panel is closed but a job still runs (so its end can be announced), in standby when the
+ * panel is closed but a job is still active, queued in the cluster's queue,
+ * pending or running (so its end can be announced), in standby when the
  * browser tab is hidden or nothing runs and nobody looks, backing off after
  * errors. `finished` fires for each job seen to end while the page is open.
  */
@@ -60,6 +61,10 @@ export class JobsModel implements IDisposable {
     return this._error;
   }
 
+  /**
+   * Some job has not ended: queued, pending or running; a
+   * status this page does not know yet counts too, so its end is still seen.
+   */
   get active(): boolean {
     return (this._jobs ?? []).some(job => !FINAL_STATUSES.has(job.status));
   }
@@ -214,7 +219,7 @@ export class LogFollower implements IDisposable {
       if (answer.logs !== this._text) {
         this._text = answer.logs;
       }
-      if (FINAL_STATUSES.has(answer.status as any)) {
+      if (FINAL_STATUSES.has(answer.status)) {
         // The run is over and this was its last word: stop asking.
         this._poll.dispose();
       }

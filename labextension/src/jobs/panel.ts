@@ -18,7 +18,7 @@ import {
   kindLabel,
   parameterSummary,
   plural,
-  STATUS_LABELS
+  statusText
 } from './format';
 import { jobsIcon } from './icon';
 import { LogPane } from './log';
@@ -349,7 +349,7 @@ class JobItem {
     this._title.title = `${job.notebook} (${job.id})`;
     // Two runs of one notebook share a name: when they started and with what tells them apart.
     const summary = [
-      `started ${formatTime(job.started ?? job.created)}`,
+      `${job.status === 'queued' ? 'queued since' : 'started'} ${formatTime(job.started ?? job.created)}`,
       parameterSummary(job.parameters)
     ]
       .filter(Boolean)
@@ -357,12 +357,11 @@ class JobItem {
     if (this._summary.textContent !== summary) {
       this._summary.textContent = summary;
     }
-    this._badge.textContent = STATUS_LABELS[job.status] ?? job.status;
+    // "Queued, 3rd in line": the place in the cluster's queue, the reason in the message.
+    const status = statusText(job);
+    this._badge.textContent = status;
     this._badge.className = `gpuhub-Job-badge gpuhub-mod-${job.status}`;
-    this._badge.setAttribute(
-      'aria-label',
-      `Status: ${STATUS_LABELS[job.status] ?? job.status}`
-    );
+    this._badge.setAttribute('aria-label', `Status: ${status}`);
     this.node.dataset.status = job.status;
     this.tick();
 

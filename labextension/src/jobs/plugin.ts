@@ -23,7 +23,7 @@ import { CommandToolbarButton } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { JobsAPI } from './client';
-import { formatTime } from './format';
+import { formatTime, statusText } from './format';
 import { jobsIcon, runOnClusterIcon } from './icon';
 import { JobLogWidget } from './log';
 import { JobsModel } from './model';
@@ -191,9 +191,15 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       model.upsert(reply.job);
       panel!.follow(reply.id);
       app.shell.activateById(panel!.id);
-      Notification.success(`Submitted ${reply.job.name}: ${reply.job.gpu}.`, {
-        autoClose: 4000
-      });
+      // Held by the cluster's queue: say so and where in line, so a wait is expected.
+      const queued =
+        reply.job.status === 'queued'
+          ? `; ${statusText(reply.job).toLowerCase()}`
+          : '';
+      Notification.success(
+        `Submitted ${reply.job.name}: ${reply.job.gpu}${queued}.`,
+        { autoClose: 4000 }
+      );
       void model.refresh();
     };
 
