@@ -38,7 +38,8 @@ function plural(n: number, word: string): string {
 
 /** "Server 'default'" / "Job 'train-1'" / "Jobs of server 'x'", as the hub says it. */
 export function holderLabel(holding: IHolding): string {
-  const label = holding.label || `${holding.kind} '${holding.name || 'default'}'`;
+  const label =
+    holding.label || `${holding.kind} '${holding.name || 'default'}'`;
   return label.charAt(0).toUpperCase() + label.slice(1);
 }
 

@@ -40,7 +40,12 @@ interface IHolder {
 
 function holders(gpu: IGpu): IHolder[] {
   const byKernel = new Map<string, IHolder>();
-  const others: IHolder = { kernelId: null, path: null, memory: null, pids: [] };
+  const others: IHolder = {
+    kernelId: null,
+    path: null,
+    memory: null,
+    pids: []
+  };
   for (const p of gpu.processes) {
     let holder = others;
     if (p.kernel_id) {
@@ -91,9 +96,15 @@ class GpuCard {
     this._utilChart = new Sparkline('gpuhub-Sparkline-util', 'Utilization');
     this._memChart = new Sparkline('gpuhub-Sparkline-memory', 'Memory');
     const util = h('div', { className: 'gpuhub-GpuCard-metric' });
-    util.append(h('span', { className: 'gpuhub-GpuCard-label' }, 'Utilization'), this._utilValue);
+    util.append(
+      h('span', { className: 'gpuhub-GpuCard-label' }, 'Utilization'),
+      this._utilValue
+    );
     const mem = h('div', { className: 'gpuhub-GpuCard-metric' });
-    mem.append(h('span', { className: 'gpuhub-GpuCard-label' }, 'Memory'), this._memValue);
+    mem.append(
+      h('span', { className: 'gpuhub-GpuCard-label' }, 'Memory'),
+      this._memValue
+    );
     this._vitals = h('div', { className: 'gpuhub-GpuCard-vitals' });
     this._figures = h('div', { className: 'gpuhub-GpuCard-figures' });
     this._utilAxis = axis();
@@ -108,9 +119,19 @@ class GpuCard {
       this._vitals
     );
 
-    this._holdersTitle = h('h4', { className: 'gpuhub-GpuCard-subtitle' }, 'GPU memory held by');
+    this._holdersTitle = h(
+      'h4',
+      { className: 'gpuhub-GpuCard-subtitle' },
+      'GPU memory held by'
+    );
     this._holders = h('ul', { className: 'gpuhub-GpuCard-holders' });
-    this.node.append(header, this._error, this._figures, this._holdersTitle, this._holders);
+    this.node.append(
+      header,
+      this._error,
+      this._figures,
+      this._holdersTitle,
+      this._holders
+    );
   }
 
   readonly node: HTMLElement;
@@ -139,7 +160,10 @@ class GpuCard {
         : '';
     const memText = `${gib(gpu.memory_used)} of ${gib(gpu.memory_total)}`;
     this._memValue.textContent = memText;
-    this._vitals.textContent = [unit(gpu.temperature, '°C'), unit(gpu.power, 'W')]
+    this._vitals.textContent = [
+      unit(gpu.temperature, '°C'),
+      unit(gpu.power, 'W')
+    ]
       .filter(Boolean)
       .join(' · ');
 
@@ -191,7 +215,11 @@ class GpuCard {
     this._holders.replaceChildren();
     if (!list.length) {
       this._holders.append(
-        h('li', { className: 'gpuhub-GpuCard-holder gpuhub-mod-empty' }, 'No process uses this GPU.')
+        h(
+          'li',
+          { className: 'gpuhub-GpuCard-holder gpuhub-mod-empty' },
+          'No process uses this GPU.'
+        )
       );
       return;
     }
@@ -206,21 +234,33 @@ class GpuCard {
           : `${holder.pids.length} other processes`;
       const label = h('span', { className: 'gpuhub-GpuCard-holderName' }, name);
       label.title = holder.path ?? `pid ${holder.pids.join(', ')}`;
-      const memory = h('span', { className: 'gpuhub-GpuCard-holderMemory' }, gib(holder.memory));
+      const memory = h(
+        'span',
+        { className: 'gpuhub-GpuCard-holderMemory' },
+        gib(holder.memory)
+      );
       const row = h('div', { className: 'gpuhub-GpuCard-holderRow' });
       row.append(memory);
       item.append(label, row);
       if (holder.kernelId) {
         const actions = h('span', { className: 'gpuhub-GpuCard-actions' });
         if (holder.path) {
-          const open = h('button', { className: 'jp-Button jp-mod-minimal gpuhub-Button' }, 'Open');
+          const open = h(
+            'button',
+            { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
+            'Open'
+          );
           open.title = `Open ${holder.path}`;
           open.setAttribute('aria-label', `Open ${holder.path}`);
           const path = holder.path;
           open.onclick = () => void this._panel.openNotebook(path);
           actions.append(open);
         }
-        const stop = h('button', { className: 'jp-Button jp-mod-minimal gpuhub-Button' }, 'Shut down');
+        const stop = h(
+          'button',
+          { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
+          'Shut down'
+        );
         stop.title = 'Shut down this kernel and free its GPU memory';
         stop.setAttribute('aria-label', `Shut down the kernel of ${name}`);
         const kernelId = holder.kernelId;
@@ -288,7 +328,13 @@ export class GpuPanel extends Widget {
     header.append(this._idleClock);
     this._empty = h('div', { className: 'gpuhub-GpuPanel-empty' });
     this._cardsNode = h('div', { className: 'gpuhub-GpuPanel-cards' });
-    this.node.append(header, this._banner, this._empty, this._cardsNode, this._holdings.node);
+    this.node.append(
+      header,
+      this._banner,
+      this._empty,
+      this._cardsNode,
+      this._holdings.node
+    );
     this._model.changed.connect(this._onChanged, this);
     this._render();
   }
@@ -308,7 +354,10 @@ export class GpuPanel extends Widget {
     const result = await showDialog({
       title: 'Shut down kernel?',
       body: `Shutting down the kernel of ${name} frees its GPU memory; its variables are lost.`,
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut down' })]
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: 'Shut down' })
+      ]
     });
     if (!result.button.accept) {
       return;
@@ -361,7 +410,9 @@ export class GpuPanel extends Widget {
       this._showEmpty(null, null);
       return;
     }
-    const when = metrics.time ? new Date(metrics.time * 1000).toLocaleTimeString() : '';
+    const when = metrics.time
+      ? new Date(metrics.time * 1000).toLocaleTimeString()
+      : '';
     const assigned = metrics.assigned ?? null;
     const simulated = metrics.source === 'simulated';
     const parts: string[] = [];
@@ -375,7 +426,8 @@ export class GpuPanel extends Widget {
           : `Sampled every ${metrics.interval} s from ${metrics.source.toUpperCase()}`
       );
     }
-    this._status.textContent = parts.join(' ') + (metrics.available && when ? ` · ${when}` : '');
+    this._status.textContent =
+      parts.join(' ') + (metrics.available && when ? ` · ${when}` : '');
     if (!metrics.available) {
       this._showEmpty(metrics.reason, assigned);
       return;
@@ -422,14 +474,26 @@ export class GpuPanel extends Widget {
     if (assigned) {
       this._empty.append(
         icon,
-        h('h3', { className: 'gpuhub-GpuPanel-emptyTitle' }, assignedText(assigned)),
-        h('p', { className: 'gpuhub-GpuPanel-emptyReason' }, `The hub gave this server ${assigned.devices.length === 1 ? 'this GPU' : 'these GPUs'}, but there are no live figures for ${assigned.devices.length === 1 ? 'it' : 'them'}: ${lowerFirst(reason ?? 'They cannot be read here.')}`)
+        h(
+          'h3',
+          { className: 'gpuhub-GpuPanel-emptyTitle' },
+          assignedText(assigned)
+        ),
+        h(
+          'p',
+          { className: 'gpuhub-GpuPanel-emptyReason' },
+          `The hub gave this server ${assigned.devices.length === 1 ? 'this GPU' : 'these GPUs'}, but there are no live figures for ${assigned.devices.length === 1 ? 'it' : 'them'}: ${lowerFirst(reason ?? 'They cannot be read here.')}`
+        )
       );
       return;
     }
     this._empty.append(
       icon,
-      h('h3', { className: 'gpuhub-GpuPanel-emptyTitle' }, 'No GPU on this server'),
+      h(
+        'h3',
+        { className: 'gpuhub-GpuPanel-emptyTitle' },
+        'No GPU on this server'
+      ),
       h('p', { className: 'gpuhub-GpuPanel-emptyReason' }, reason ?? ''),
       h('p', { className: 'gpuhub-GpuPanel-emptyHint' }, emptyHint())
     );

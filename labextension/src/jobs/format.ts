@@ -23,15 +23,12 @@ export const STATUS_LABELS: Record<JobStatus, string> = {
   cancelled: 'Cancelled'
 };
 
+const ORDINAL_SUFFIXES: Record<number, string> = { 1: 'st', 2: 'nd', 3: 'rd' };
+
 /** 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 22nd, 101st, 111th. */
 export function ordinal(n: number): string {
-  const tens = n % 100;
-  const suffix =
-    tens >= 11 && tens <= 13
-      ? 'th'
-      : ({ 1: 'st', 2: 'nd', 3: 'rd' } as Record<number, string>)[n % 10] ??
-        'th';
-  return `${n}${suffix}`;
+  const teen = n % 100 >= 11 && n % 100 <= 13;
+  return `${n}${(!teen && ORDINAL_SUFFIXES[n % 10]) || 'th'}`;
 }
 
 /**
@@ -96,7 +93,9 @@ export function parameterSummary(
     text.length > width ? `${text.slice(0, width - 1)}…` : text;
   const parts = entries
     .slice(0, shown)
-    .map(([k, v]) => `${k} = ${cut(typeof v === 'string' ? v : JSON.stringify(v))}`);
+    .map(
+      ([k, v]) => `${k} = ${cut(typeof v === 'string' ? v : JSON.stringify(v))}`
+    );
   if (entries.length > shown) {
     parts.push(`+${entries.length - shown} more`);
   }

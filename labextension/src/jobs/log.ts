@@ -19,7 +19,9 @@ import { FINAL_STATUSES, JobStatus } from './types';
  * Drop rulers that follow text, and blank lines.
  */
 export function tidyLog(text: string): string {
-  return text.replace(/([^\s-])-{8,}$/gm, '$1').replace(/\n(?:[ \t]*\n)+/g, '\n');
+  return text
+    .replace(/([^\s-])-{8,}$/gm, '$1')
+    .replace(/\n(?:[ \t]*\n)+/g, '\n');
 }
 
 export namespace LogPane {

@@ -112,7 +112,11 @@ export class JobsPanel extends Widget {
       h(
         'div',
         { className: 'gpuhub-JobsPanel-header' },
-        h('h2', { className: 'gpuhub-SidePanel-title gpuhub-JobsPanel-title' }, 'Jobs'),
+        h(
+          'h2',
+          { className: 'gpuhub-SidePanel-title gpuhub-JobsPanel-title' },
+          'Jobs'
+        ),
         this._runButton,
         this._runHint
       ),

@@ -9,12 +9,7 @@ export type JobKind = 'job' | 'pytorchjob' | 'tfjob' | 'pipeline';
  * (Kueue) until GPUs are free; then `pending` while its pods start.
  */
 export type JobStatus =
-  | 'queued'
-  | 'pending'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled';
+  'queued' | 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
 
 /**
  * Every status, active (not ended: polled, can be cancelled) or final. A

@@ -152,7 +152,9 @@ export async function showSubmitDialog(
   const name = options.notebook.split('/').pop();
   const dialog = new SubmitDialog(
     form,
-    options.options.kubernetes ? `Run ${name} on the cluster` : `Run ${name} as a job`
+    options.options.kubernetes
+      ? `Run ${name} on the cluster`
+      : `Run ${name} as a job`
   );
   const answer = await dialog.launch();
   return answer.button.accept ? form.result : null;

@@ -243,12 +243,7 @@ export class SubmitFields {
     );
     const modeRow = this._row('kind', 'Run as', this.mode, why);
     training.node.append(
-      h(
-        'div',
-        { className: 'gpuhub-JobForm-nested' },
-        modeRow,
-        this.workersRow
-      )
+      h('div', { className: 'gpuhub-JobForm-nested' }, modeRow, this.workersRow)
     );
 
     const pipelineInfo = kinds.get('pipeline');
@@ -425,7 +420,6 @@ export class SubmitFields {
     section.append(this.quota);
     return section;
   }
-
 
   private _buildParameters(): HTMLElement {
     const helpId = uid('gpuhub-params-help');

@@ -35,7 +35,11 @@ export class FormState {
   }
 
   maxGpus(): number {
-    return maxGpus(this._opts.options, this.kind(), this._fields.gpuType?.value);
+    return maxGpus(
+      this._opts.options,
+      this.kind(),
+      this._fields.gpuType?.value
+    );
   }
 
   /** The request body as the form stands. */
@@ -205,9 +209,7 @@ export class FormState {
         ? error.message
         : `The job could not be submitted: ${String(error)}`;
     const field = error instanceof GpuhubAPIError ? error.field : null;
-    const target = field
-      ? f.errors.get(field as FieldName)
-      : undefined;
+    const target = field ? f.errors.get(field as FieldName) : undefined;
     if (target && !target.parentElement?.closest('[hidden]')) {
       target.textContent = message;
       target.hidden = false;
