@@ -25,8 +25,11 @@ demo: install
 	@mkdir -p .demo
 	cd .demo && $(BIN)/jupyterhub -f $(CURDIR)/jupyter_config/jupyterhub_config.py
 
+# The frontend too: stylelint, prettier and eslint over labextension/ (package.json "lint:check";
+# `npm run lint` fixes what they can).
 lint: install
 	$(BIN)/ruff check .
+	npm run --silent lint:check
 
 typecheck: install
 	$(BIN)/mypy

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from gpuhub.jobs.model import MAX_NAME
 from gpuhub.jobs.policy_env import policy_env
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
 from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
@@ -84,6 +85,7 @@ def test_options_offer_this_machines_gpus(standalone):
     kinds = {k["kind"]: k for k in options["kinds"]}
     assert kinds["job"]["available"] and not kinds["pytorchjob"]["available"]
     assert "not connected to one" in kinds["pipeline"]["reason"]
+    assert options["max_name_length"] == MAX_NAME  # the dialog's default name is cut there
 
 
 @pytest.mark.parametrize(

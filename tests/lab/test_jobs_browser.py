@@ -559,6 +559,98 @@ def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
     page.screenshot(path=str(artifact("jobs-panel-cluster.png")))
 
 
+# -- Kueue: a job held by the cluster's queue until GPUs are free ---------------------------
+WAITING = "Waiting for 4 GPUs of type a100: 2 jobs are ahead in the queue."
+JOBS_API = re.compile(r".*/gpuhub/api/jobs(/[^/?]+)?(\?.*)?$")
+
+
+def test_a_queued_job_shows_its_place_in_line(browser: Any, cluster_lab: JupyterServer) -> None:
+    """A queued record (status "queued", queue_position, message) as the jobs service sends it.
+
+    The recording backend's records stay "pending"; the page's own requests are answered
+    with the real server's records, this job's marked queued the way the service marks
+    them, so the test needs no queue. Runs after the test above (it counts what was
+    forwarded).
+    """
+    with notebook_page(browser, cluster_lab, "train.ipynb", "jobs-queued") as page:
+        queued_job_shows_its_place_in_line(page)
+
+
+def queued_job_shows_its_place_in_line(page: Any) -> None:
+    queue: dict[str, Any] = {"position": 3}
+
+    def mark_queued(job: dict[str, Any]) -> None:
+        if job.get("name") == "waiting-train" and job.get("status") == "pending":
+            job.update(status="queued", queue_position=queue["position"], message=WAITING)
+
+    def answer(route: Any) -> None:
+        response = route.fetch()
+        data = (
+            response.json()
+            if response.ok and "json" in response.headers.get("content-type", "")
+            else None
+        )
+        if not isinstance(data, dict):
+            route.fulfill(response=response)
+            return
+        for job in [*data.get("jobs", []), data.get("job"), data]:
+            if isinstance(job, dict):
+                mark_queued(job)
+        if (data.get("job") or {}).get("status") == "queued":
+            data["status"] = "queued"  # the submit answer's own status
+        route.fulfill(response=response, json=data)
+
+    page.route(JOBS_API, answer)
+    page.locator('.jp-NotebookPanel-toolbar [data-command="gpuhub:run-on-cluster"]').click()
+    dialog = page.locator(".gpuhub-JobDialog")
+    form = dialog.locator(".gpuhub-JobForm")
+    form.wait_for()
+    form.get_by_label("Job name (optional)").fill("waiting-train")
+    dialog.get_by_role("button", name="Submit job").click()
+    dialog.wait_for(state="detached")
+    # The submit's follow-up says it waits, and where in line.
+    page.get_by_text("queued, 3rd in line.", exact=False).first.wait_for(timeout=10_000)
+
+    item = page.locator('.gpuhub-Job[data-job-id^="waiting-train-"]')
+    item.wait_for()
+    assert item.get_attribute("data-status") == "queued"
+    badge = item.locator(".gpuhub-Job-badge")
+    assert badge.inner_text() == "Queued, 3rd in line"
+    assert badge.get_attribute("aria-label") == "Status: Queued, 3rd in line"
+    # Its own colour (the theme's info colour, not the error one) and a ring, not a dot.
+    colors = badge.evaluate(
+        """el => ({
+          status: getComputedStyle(el).getPropertyValue('--gpuhub-status-color').trim(),
+          info: getComputedStyle(document.body).getPropertyValue('--jp-info-color1').trim(),
+          error: getComputedStyle(document.body).getPropertyValue('--jp-error-color1').trim(),
+          ring: getComputedStyle(el, '::before').borderTopStyle,
+        })"""
+    )
+    assert colors["info"] and colors["status"] in ("var(--jp-info-color1)", colors["info"])
+    assert colors["ring"] == "solid" and colors["status"] != colors["error"]
+    assert contrast(badge) >= 4.5
+    # The service's reason is the detail, not an error.
+    message = item.locator(".gpuhub-Job-message")
+    assert message.inner_text() == WAITING
+    assert "gpuhub-mod-error" not in (message.get_attribute("class") or "")
+    assert item.locator(".gpuhub-Job-failure").is_hidden()
+    # Active: it can be cancelled, and the panel keeps polling while it waits.
+    assert item.get_by_role("button", name="Cancel waiting-train").is_visible()
+    page.screenshot(path=str(artifact("jobs-panel-queued.png")))
+    queue["position"] = 1
+    page.wait_for_function(
+        "el => el.textContent === 'Queued, 1st in line'", arg=badge.element_handle()
+    )
+    queue["position"] = None  # the queue does not say
+    page.wait_for_function("el => el.textContent === 'Queued'", arg=badge.element_handle())
+
+    item.get_by_role("button", name="Cancel waiting-train").click()
+    page.locator(".jp-Dialog").last.get_by_role("button", name="Cancel job waiting-train").click()
+    page.locator('.gpuhub-Job[data-job-id^="waiting-train-"][data-status="cancelled"]').wait_for()
+    assert badge.inner_text() == "Cancelled"
+    assert item.get_by_role("button", name="Cancel waiting-train").is_hidden()
+
+
 def test_on_kubernetes_the_command_says_run_on_cluster(browser: Any, tmp_path: Any) -> None:
     """Kubernetes mode (GPUHUB_JOBS_URL set): jobs do run on a cluster, and say so."""
     root = tmp_path / "home"

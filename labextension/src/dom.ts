@@ -1,4 +1,4 @@
-/** Tiny DOM helpers: every text goes through `textContent`, never HTML. */
+/** Tiny DOM helpers for every panel and dialog: every text goes through `textContent`, never HTML. */
 
 type Attrs = Record<string, string | number | boolean | null | undefined>;
 
