@@ -2,7 +2,7 @@
 PyTorchJobs and TFJobs carry Kueue's queue-name label and are created suspended; gpuhub
 shows them ``queued`` with Kueue's reason and their place in line until Kueue admits them,
 then as before. Against kubesim's Kueue (tests/kubesim/kueue.py, pinned by
-tests/test_kubesim_kueue.py to kueue.sigs.k8s.io's documented behaviour).
+tests/kubesim/test_kubesim_kueue.py to kueue.sigs.k8s.io's documented behaviour).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from tornado.httpclient import AsyncHTTPClient
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError, JobRecord
-from tests.jobs_k8s_helpers import NOTEBOOK_OK, make_request, validate, write_notebook
-from tests.policies import design_policy
+from tests.support.jobs_service import NOTEBOOK_OK, make_request, validate, write_notebook
+from tests.support.policies import design_policy
 
 GPU_NAMES = {k: t.display_name for k, t in design_policy().gpu_types.items()}
 PLAIN = m.KubeJobSettings(namespace="default", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
@@ -400,9 +400,9 @@ def test_record_json_contract_round_trips_through_the_forwarder():
 
 async def test_queue_messages_read_right(kubesim, backend):
     """The sentences a queued job can carry, swept like every other message
-    (tests/test_message_sweep.py)."""
+    (tests/spawner/test_message_sweep.py)."""
     from gpuhub.jobs.k8s.status import queue_phase
-    from tests.test_message_sweep import problems
+    from tests.spawner.test_message_sweep import problems
 
     def workload(**conditions: tuple[str, str]) -> dict:
         return {

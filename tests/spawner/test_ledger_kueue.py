@@ -23,14 +23,15 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.service.holds import renew_once
 from gpuhub.service.quota import HubQuota
-from tests.hub.process import Hub, free_port, start_hub
-from tests.jobs_k8s_helpers import NOTEBOOK_OK, jobs_service, write_notebook
+from tests.jobs.test_jobs_kueue import kueue_queues
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import hub_cluster
-from tests.policies import DESIGN_CONFIG
+from tests.spawner.test_kube_e2e import hub_config
+from tests.support.hub.process import Hub, free_port, start_hub
+from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, write_notebook
+from tests.support.policies import DESIGN_CONFIG
 
-from .test_jobs_kueue import kueue_queues
-from .test_kube_e2e import hub_config
+pytestmark = pytest.mark.e2e
 
 SERVICE_TOKEN = "gpuhub-kueue-service-token-0123456789"
 USER_SCOPES = ["access:services!service=gpuhub", "read:users:groups!user"]
