@@ -18,7 +18,8 @@ from traitlets import Bool, Float, Unicode, default
 from . import words
 from .capacity import CapacityUnavailable, shared_capacity, shared_ledger
 from .form import GPUCapacity, Preset
-from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
+from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
+from .gpu_resources import is_gpu_resource
 from .ledger import Grant, Ledger, QuotaExceeded
 from .options import FIELDS, LaunchOptions
 from .policy import GPUType

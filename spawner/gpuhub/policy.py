@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .gpu_resources import is_mig_resource
 from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -54,7 +55,7 @@ class GPUType:
 
     @property
     def is_mig(self) -> bool:
-        return self.resource_name.startswith("nvidia.com/mig-")
+        return is_mig_resource(self.resource_name)
 
 
 @dataclass(frozen=True)

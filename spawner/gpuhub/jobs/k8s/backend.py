@@ -31,7 +31,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ...capacity import pod_holding
-from ...gpu_pod import is_gpu_resource
+from ...gpu_resources import is_gpu_resource
 from ...ledger import Holding, gpus_held, quota_sentence
 from ..backend import JobBackend, QuotaGate
 from ..model import (
