@@ -34,6 +34,7 @@ from .allocator import (
     jobs_owner,
     server_owner,
 )
+from .devices import visible_devices
 from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
@@ -531,19 +532,10 @@ def _survivors(
 def _device_set(visible: str | None) -> set[int] | None:
     """Device indices in a ``CUDA_VISIBLE_DEVICES`` value; None when it is unset or names
     devices another way (UUIDs), since then the process may see any of the server's GPUs."""
-    if visible is None:
+    devices = visible_devices(visible)
+    if devices is None or not all(isinstance(d, int) for d in devices):
         return None
-    devices: set[int] = set()
-    for entry in visible.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        if not entry.lstrip("-").isdigit():
-            return None
-        if int(entry) < 0:
-            break  # CUDA stops at the first invalid index
-        devices.add(int(entry))
-    return devices
+    return {d for d in devices if isinstance(d, int)}
 
 
 def _ordinal(n: int) -> str:

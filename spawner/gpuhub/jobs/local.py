@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import words
+from ..devices import visible_devices
 from . import run_notebook
 from .backend import JobBackend
 from .model import (
@@ -67,9 +68,9 @@ def server_gpu_ids(environ: Mapping[str, str] | None = None) -> list[str]:
     Entries stay strings: they may be indices, ``GPU-<uuid>`` or ``MIG-<uuid>``.
     """
     environ = os.environ if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
-        return [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return [str(v) for v in visible]
     from ..devices import discover
 
     return [str(d.index) for d in discover().devices]
