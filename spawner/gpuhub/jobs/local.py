@@ -42,9 +42,9 @@ from .model import (
     JobNotFound,
     JobRecord,
     JobRequest,
-    _parse_iso,
     check_job_id,
     output_name,
+    parse_iso,
     utcnow,
     without_noise,
 )
@@ -361,7 +361,7 @@ class LocalBackend(JobBackend):
             record.message = "Cancelled; the output notebook holds the cells that ran."
         elif isinstance(result, dict) and result.get("status") in ("succeeded", "failed"):
             record.status = result["status"]
-            record.finished = _parse_iso(result.get("finished")) or record.finished
+            record.finished = parse_iso(result.get("finished")) or record.finished
             record.error = result.get("error")
             cell = result.get("failed_cell")
             record.failed_cell = FailedCell(**cell) if isinstance(cell, dict) else None
