@@ -21,7 +21,6 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .jobs_client import JobsClient, JobsClientError
 
 POLL_SECONDS = 1.0
-TRAIN_DIR = "gpuhub-runs/train"
 STATUS_MARK = {
     "pending": "…",
     "running": "▶",
@@ -305,6 +304,8 @@ class JobMagics(Magics):
     @cell_magic
     def train(self, line: str, cell: str) -> None:
         """Run this cell as a training job (written to a notebook under gpuhub-runs/train/)."""
+        from gpuhub.jobs.paths import TRAIN_DIR  # not at the top: %load_ext stays fast
+
         args = parse_args(self.train, line)
         if not cell.strip():
             raise UsageError("%%train needs code in the cell below the magic.")

@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import words
 from ..devices import visible_devices
-from . import run_notebook
+from . import paths, run_notebook
 from .backend import JobBackend
 from .model import (
     FailedCell,
@@ -51,8 +51,6 @@ from .model import (
 from .run_notebook import write_json
 
 log = logging.getLogger(__name__)
-
-RUNS_DIR = "gpuhub-runs"
 
 STORE = Path(".gpuhub") / "jobs.json"
 MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
@@ -206,7 +204,7 @@ class LocalBackend(JobBackend):
         while job_id in self._jobs:  # pragma: no cover - 16M to one
             job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
         notebook_dir = request.notebook.os_path.parent
-        run_dir = _runs_dir(notebook_dir, self.root) / job_id
+        run_dir = paths.run_dir(notebook_dir, job_id, self.root)
         output = run_dir / output_name(job_id)
         record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
         record.image = None  # a local job runs in this server's own environment
@@ -389,17 +387,6 @@ class LocalBackend(JobBackend):
             record.status,
             f": {record.error}" if record.error else "",
         )
-
-
-def _runs_dir(notebook_dir: Path, root: Path) -> Path:
-    """``<notebook dir>/gpuhub-runs``, or the enclosing one for a notebook already inside one
-    (``%%train`` writes its notebooks to ``gpuhub-runs/train/``): no runs in runs."""
-    for folder in (notebook_dir, *notebook_dir.parents):
-        if folder == root or root not in folder.parents:
-            break
-        if folder.name == RUNS_DIR:
-            return folder
-    return notebook_dir / RUNS_DIR
 
 
 # -- helpers run in threads ------------------------------------------------------------------------
