@@ -124,7 +124,7 @@ def labels(owner: str, job_id: str, kind: str) -> dict[str, str]:
 
 
 def runner_source() -> str:
-    return resources.files("gpuhub.jobs.k8s").joinpath("pod_runner.py").read_text()
+    return resources.files("gpuhub.jobs").joinpath("run_notebook.py").read_text()
 
 
 def configmap_name(job_id: str) -> str:

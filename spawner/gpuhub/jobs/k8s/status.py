@@ -17,7 +17,7 @@ from typing import Any
 
 from ...quantity import human_memory
 from ..model import FailedCell, Status
-from .pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
+from ..run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 
 Obj = dict[str, Any]
 
