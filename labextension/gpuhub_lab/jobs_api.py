@@ -66,6 +66,12 @@ class JobsContext:
         self.router: JobRouter = config.router(root_dir, self.local_gpu_ids)
 
     @property
+    def has_policy(self) -> bool:
+        """Whether the policy loaded; when not, :attr:`policy_error` says why and
+        :attr:`policy` raises it as a 503."""
+        return self._policy is not None
+
+    @property
     def policy(self) -> Policy:
         if self._policy is None:
             raise JobError("policy", self.policy_error or "Jobs are unavailable.", 503)
@@ -259,7 +265,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
     ]
     options: dict[str, Any] = {
         "kinds": kinds,
-        "available": context._policy is not None,
+        "available": context.has_policy,
         "reason": context.policy_error,
         "kubernetes": context.config.kubernetes_mode,
         "max_workers": context.config.max_workers,
@@ -272,7 +278,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
             else None,
         },
     }
-    if context._policy is None:
+    if not context.has_policy:
         return options
     policy = context.policy
     limits = policy.limits_for(context.config.groups)
