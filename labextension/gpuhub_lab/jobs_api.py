@@ -281,8 +281,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
     if not context.has_policy:
         return options
     policy = context.policy
-    limits = policy.limits_for(context.config.groups)
-    allowed_types = policy.allowed_gpu_types(limits)
+    choices = policy.choices_for(context.config.groups)
     job_backend = router.backends.get("job")
     options.update(
         {
@@ -292,29 +291,29 @@ def job_options(context: JobsContext) -> dict[str, Any]:
             else {"gpus": 0},
             "images": [
                 {"key": i.key, "display_name": i.display_name, "description": i.description}
-                for i in policy.allowed_images(limits)
+                for i in choices.images
             ],
-            "custom_images": policy.custom_image_pattern is not None,
+            "custom_images": choices.custom_images,
             "gpu_types": [
                 {
-                    "key": t.key,
-                    "display_name": t.display_name,
-                    "description": t.description,
-                    "max_gpus": policy.max_gpus_for(limits, t),
-                    "mig": t.is_mig,
+                    "key": c.gpu_type.key,
+                    "display_name": c.gpu_type.display_name,
+                    "description": c.gpu_type.description,
+                    "max_gpus": c.max_gpus,
+                    "mig": c.gpu_type.is_mig,
                 }
-                for t in allowed_types
+                for c in choices.gpu_types
             ],
-            "max_gpus": max((policy.max_gpus_for(limits, t) for t in allowed_types), default=0),
+            "max_gpus": choices.max_gpus,
             "cpu": {
-                "min": float(policy.cpu.min),
-                "max": float(policy.cpu.max),
-                "default": format_cpu(policy.cpu.default),
+                "min": float(choices.cpu.min),
+                "max": float(choices.cpu.max),
+                "default": format_cpu(choices.cpu.default),
             },
             "memory": {
-                "min": format_memory(int(policy.memory.min)),
-                "max": format_memory(int(policy.memory.max)),
-                "default": format_memory(int(policy.memory.default)),
+                "min": format_memory(int(choices.memory.min)),
+                "max": format_memory(int(choices.memory.max)),
+                "default": format_memory(int(choices.memory.default)),
             },
         }
     )
