@@ -35,7 +35,7 @@ from typing import Any
 from .. import words
 from ..devices import visible_devices
 from . import paths, run_notebook
-from .backend import JobBackend
+from .backend import JobBackend, QuotaGate
 from .model import (
     FailedCell,
     JobError,
@@ -197,7 +197,15 @@ class LocalBackend(JobBackend):
                 f'type, or start a server with GPUs of type "{gpu_type.key}".',
             )
 
-    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+    async def submit(
+        self,
+        request: JobRequest,
+        owner: str,
+        *,
+        notebook: bytes | None = None,  # read from this server's disk instead
+        key: str | None = None,  # each submit is a new job; nothing retries one
+        quota: QuotaGate | None = None,  # a local job runs on this server's own GPUs
+    ) -> JobRecord:
         self._check_owner(owner)
         await self._ensure_loaded()
         job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
-from .backend import RemoteBackend
+from .backend import QuotaGate, RemoteBackend
 from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id
 from .paths import output_path
 from .run_notebook import write_json
@@ -116,9 +116,17 @@ class HubServiceBackend(RemoteBackend):
         )
         return body
 
-    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+    async def submit(
+        self,
+        request: JobRequest,
+        owner: str,
+        *,
+        notebook: bytes | None = None,  # read from this server's disk and sent along
+        key: str | None = None,
+        quota: QuotaGate | None = None,  # the service asks the hub's ledger itself
+    ) -> JobRecord:
         body = await self._body(request)
-        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
         try:
             answer = await self._json("POST", "jobs", body, headers=headers)
         except JobError as exc:
