@@ -175,7 +175,7 @@ class GPUHubJobs(LoggingConfigurable):
                 )
                 return JobRouter({}, {kind: reason for kind in KINDS})
             remote = cls(self.jobs_url, token, root_dir=root_dir)
-            served = {kind: remote for kind in KINDS if kind in remote.kinds}
+            served: dict[str, JobBackend] = {k: remote for k in KINDS if k in remote.kinds}
             return JobRouter(
                 served,
                 {
