@@ -39,7 +39,7 @@ from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
-from .spawner_base import GPUSpawnerMixin, refusal
+from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
 
 SERVER_ID_ENV = "GPUHUB_SERVER_ID"
@@ -296,7 +296,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 f"Waited {waited} in line for {words.gpus(ticket.gpus, ticket.type_name)} and "
                 "none came free; try again later or ask for fewer GPUs."
             )
-            self.log.warning("Spawn of %s: %s", self._log_name, message)
+            self.log.warning("Spawn of %s: %s", log_name(self), message)
             raise refusal(message, 503) from None
         finally:
             QUEUE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
@@ -378,7 +378,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self.log.info(
                 "GPUs %s of %s stay held: processes %s outlived the server",
                 kept,
-                self._log_name,
+                log_name(self),
                 [pid for (pid, _), _ in survivors],
             )
 
@@ -451,7 +451,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         where = host or "every address"
         self.log.error(
             "Refusing to start %s: run_as_hub_user on a hub listening on %s. %s",
-            self._log_name,
+            log_name(self),
             where,
             SHARED_ACCOUNT_WARNING,
         )
