@@ -65,6 +65,17 @@ class JobsContext:
             )
         self.router: JobRouter = config.router(root_dir, self.local_gpu_ids)
 
+    def parse_request(self, body: dict[str, Any]) -> JobRequest:
+        """A submit body as a validated request, under this server's policy and limits."""
+        return JobRequest.parse(
+            body,
+            policy=self.policy,
+            groups=self.config.groups,
+            root_dir=self.root_dir,
+            max_notebook_bytes=self.config.max_notebook_size,
+            max_workers=self.config.max_workers,
+        )
+
     @property
     def has_policy(self) -> bool:
         """Whether the policy loaded; when not, :attr:`policy_error` says why and
@@ -142,14 +153,7 @@ class JobsHandler(JobsHandlerBase):
         for key, value in defaults.items():
             if body.get(key) in (None, ""):
                 body[key] = value
-        request = JobRequest.parse(
-            body,
-            policy=self.jobs.policy,
-            groups=self.jobs.config.groups,
-            root_dir=self.jobs.root_dir,
-            max_notebook_bytes=self.jobs.config.max_notebook_size,
-            max_workers=self.jobs.config.max_workers,
-        )
+        request = self.jobs.parse_request(body)
         record = await router.submit(request, self.owner)
         self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
         self.reply(
@@ -204,14 +208,7 @@ class PipelineYAMLHandler(JobsHandlerBase):
     async def post(self) -> None:
         body = self.json_object()
         body["kind"] = "pipeline"
-        request = JobRequest.parse(
-            body,
-            policy=self.jobs.policy,
-            groups=self.jobs.config.groups,
-            root_dir=self.jobs.root_dir,
-            max_notebook_bytes=self.jobs.config.max_notebook_size,
-            max_workers=self.jobs.config.max_workers,
-        )
+        request = self.jobs.parse_request(body)
         backend = self.jobs.router.backends.get("pipeline")
         if isinstance(backend, HubServiceBackend):
             text = await backend.compile_pipeline(request)
