@@ -66,6 +66,23 @@ class JobsContext:
             )
         self.router: JobRouter = config.router(root_dir, self.local_gpu_ids)
 
+    def parse_request(self, body: dict[str, Any]) -> JobRequest:
+        """A submit body as a validated request, under this server's policy and limits."""
+        return JobRequest.parse(
+            body,
+            policy=self.policy,
+            groups=self.config.groups,
+            root_dir=self.root_dir,
+            max_notebook_bytes=self.config.max_notebook_size,
+            max_workers=self.config.max_workers,
+        )
+
+    @property
+    def has_policy(self) -> bool:
+        """Whether the policy loaded; when not, :attr:`policy_error` says why and
+        :attr:`policy` raises it as a 503."""
+        return self._policy is not None
+
     @property
     def policy(self) -> Policy:
         if self._policy is None:
@@ -137,14 +154,7 @@ class JobsHandler(JobsHandlerBase):
         for key, value in defaults.items():
             if body.get(key) in (None, ""):
                 body[key] = value
-        request = JobRequest.parse(
-            body,
-            policy=self.jobs.policy,
-            groups=self.jobs.config.groups,
-            root_dir=self.jobs.root_dir,
-            max_notebook_bytes=self.jobs.config.max_notebook_size,
-            max_workers=self.jobs.config.max_workers,
-        )
+        request = self.jobs.parse_request(body)
         record = await router.submit(request, self.owner)
         self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
         self.reply(
@@ -199,14 +209,7 @@ class PipelineYAMLHandler(JobsHandlerBase):
     async def post(self) -> None:
         body = self.json_object()
         body["kind"] = "pipeline"
-        request = JobRequest.parse(
-            body,
-            policy=self.jobs.policy,
-            groups=self.jobs.config.groups,
-            root_dir=self.jobs.root_dir,
-            max_notebook_bytes=self.jobs.config.max_notebook_size,
-            max_workers=self.jobs.config.max_workers,
-        )
+        request = self.jobs.parse_request(body)
         backend = self.jobs.router.backends.get("pipeline")
         if isinstance(backend, HubServiceBackend):
             text = await backend.compile_pipeline(request)
@@ -260,7 +263,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
     ]
     options: dict[str, Any] = {
         "kinds": kinds,
-        "available": context._policy is not None,
+        "available": context.has_policy,
         "reason": context.policy_error,
         "kubernetes": context.config.kubernetes_mode,
         "max_workers": context.config.max_workers,
@@ -274,11 +277,10 @@ def job_options(context: JobsContext) -> dict[str, Any]:
             else None,
         },
     }
-    if context._policy is None:
+    if not context.has_policy:
         return options
     policy = context.policy
-    limits = policy.limits_for(context.config.groups)
-    allowed_types = policy.allowed_gpu_types(limits)
+    choices = policy.choices_for(context.config.groups)
     job_backend = router.backends.get("job")
     options.update(
         {
@@ -288,29 +290,29 @@ def job_options(context: JobsContext) -> dict[str, Any]:
             else {"gpus": 0},
             "images": [
                 {"key": i.key, "display_name": i.display_name, "description": i.description}
-                for i in policy.allowed_images(limits)
+                for i in choices.images
             ],
-            "custom_images": policy.custom_image_pattern is not None,
+            "custom_images": choices.custom_images,
             "gpu_types": [
                 {
-                    "key": t.key,
-                    "display_name": t.display_name,
-                    "description": t.description,
-                    "max_gpus": policy.max_gpus_for(limits, t),
-                    "mig": t.is_mig,
+                    "key": c.gpu_type.key,
+                    "display_name": c.gpu_type.display_name,
+                    "description": c.gpu_type.description,
+                    "max_gpus": c.max_gpus,
+                    "mig": c.gpu_type.is_mig,
                 }
-                for t in allowed_types
+                for c in choices.gpu_types
             ],
-            "max_gpus": max((policy.max_gpus_for(limits, t) for t in allowed_types), default=0),
+            "max_gpus": choices.max_gpus,
             "cpu": {
-                "min": float(policy.cpu.min),
-                "max": float(policy.cpu.max),
-                "default": format_cpu(policy.cpu.default),
+                "min": float(choices.cpu.min),
+                "max": float(choices.cpu.max),
+                "default": format_cpu(choices.cpu.default),
             },
             "memory": {
-                "min": format_memory(int(policy.memory.min)),
-                "max": format_memory(int(policy.memory.max)),
-                "default": format_memory(int(policy.memory.default)),
+                "min": format_memory(int(choices.memory.min)),
+                "max": format_memory(int(choices.memory.max)),
+                "default": format_memory(int(choices.memory.default)),
             },
         }
     )

@@ -153,9 +153,7 @@ class GPUHubJobs(LoggingConfigurable):
 
         One GPU when the user may have one (and, locally, when this server has one), else none.
         """
-        limits = policy.limits_for(self.groups)
-        most = max((policy.max_gpus_for(limits, t) for t in policy.allowed_gpu_types(limits)),
-                   default=0)  # fmt: skip
+        most = policy.choices_for(self.groups).max_gpus
         if not self.kubernetes_mode:
             most = min(most, len(local_gpu_ids))
         return {"gpus": min(1, most), **backend.request_defaults()}
@@ -177,7 +175,7 @@ class GPUHubJobs(LoggingConfigurable):
                 )
                 return JobRouter({}, {kind: reason for kind in KINDS})
             remote = cls(self.jobs_url, token, root_dir=root_dir)
-            served = {kind: remote for kind in KINDS if kind in remote.kinds}
+            served: dict[str, JobBackend] = {k: remote for k in KINDS if k in remote.kinds}
             return JobRouter(
                 served,
                 {

@@ -23,7 +23,6 @@ from gpuhub.words import ordinal
 from .jobs_client import JobsClient, JobsClientError
 
 POLL_SECONDS = 1.0
-TRAIN_DIR = "gpuhub-runs/train"
 STATUS_MARK = {
     "queued": "⋯",
     "pending": "…",
@@ -39,8 +38,7 @@ def status_words(job: dict[str, Any]) -> str:
     it waits (``queue_position``), else the status itself."""
     status = str(job.get("status", ""))
     position = job.get("queue_position")
-    known = isinstance(position, int) and not isinstance(position, bool) and position > 0
-    if status == "queued" and known:
+    if status == "queued" and type(position) is int and position > 0:
         return f"queued, {ordinal(position)} in line"
     return status
 
@@ -319,6 +317,8 @@ class JobMagics(Magics):
     @cell_magic
     def train(self, line: str, cell: str) -> None:
         """Run this cell as a training job (written to a notebook under gpuhub-runs/train/)."""
+        from gpuhub.jobs.paths import TRAIN_DIR  # not at the top: %load_ext stays fast
+
         args = parse_args(self.train, line)
         if not cell.strip():
             raise UsageError("%%train needs code in the cell below the magic.")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .form import GPUCapacity
-from .gpu_pod import is_gpu_resource
+from .gpu_resources import is_gpu_resource
 from .ledger import Holding, Ledger
 from .policy import GPUType
 from .quantity import QuantityError, parse_cpu, parse_memory

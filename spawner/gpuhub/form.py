@@ -135,12 +135,11 @@ def render_form(
     quota: QuotaView | None = None,
 ) -> str:
     """HTML for JupyterHub's spawn page (goes inside its ``<form>``)."""
-    limits = policy.limits_for(groups)
-    types = policy.allowed_gpu_types(limits)
+    choices = policy.choices_for(groups)
     capacity = capacity or {}
     gpu_types: list[dict[str, Any]] = []
-    for t in types:
-        most = policy.max_gpus_for(limits, t)
+    for choice in choices.gpu_types:
+        t, most = choice.gpu_type, choice.max_gpus
         gpu_types.append(
             {
                 "key": t.key,
@@ -161,12 +160,12 @@ def render_form(
     template = _environment().get_template("spawn_form.html")
     return template.render(
         values=form_values(policy, user_options),
-        images=policy.allowed_images(limits),
-        custom_image=policy.custom_image_pattern is not None,
-        cpu={"min": _plain_cpu(policy.cpu.min), "max": _plain_cpu(policy.cpu.max)},
+        images=list(choices.images),
+        custom_image=choices.custom_images,
+        cpu={"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)},
         memory={
-            "min": format_memory(int(policy.memory.min)),
-            "max": format_memory(int(policy.memory.max)),
+            "min": format_memory(int(choices.memory.min)),
+            "max": format_memory(int(choices.memory.max)),
         },
         max_gpus=max_gpus,
         no_gpu_reason=no_gpu_reason,

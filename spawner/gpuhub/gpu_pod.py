@@ -17,16 +17,6 @@ from .quantity import format_cpu, format_memory
 SHM_VOLUME = "gpuhub-dshm"
 
 
-# Device plugins' resource prefixes: NVIDIA GPUs and MIG slices, AMD and Intel GPUs.
-GPU_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/")
-
-
-def is_gpu_resource(name: str) -> bool:
-    """Whether an extended resource name is a GPU (or a slice of one): the one rule that
-    capacity, the ledger and pod manifests share."""
-    return name.startswith(GPU_PREFIXES)
-
-
 def gpu_resources(options: LaunchOptions) -> dict[str, str]:
     """``{resource_name: count}`` of the chosen GPU type; empty for a CPU-only pod."""
     if options.gpu_type is None or options.gpus == 0:

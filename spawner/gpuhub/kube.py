@@ -18,13 +18,14 @@ from traitlets import Bool, Float, Unicode, default
 from . import words
 from .capacity import CapacityUnavailable, shared_capacity, shared_ledger
 from .form import GPUCapacity, Preset
-from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, is_gpu_resource, placement, shm_volume
+from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
+from .gpu_resources import is_gpu_resource
 from .ledger import Grant, Ledger, QuotaExceeded
 from .options import FIELDS, LaunchOptions
 from .policy import GPUType
 from .progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from .quantity import format_cpu, format_memory
-from .spawner_base import GPUSpawnerMixin, refusal
+from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .utilization import NoUtilization, PrometheusUtilization
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
@@ -54,6 +55,14 @@ def admission_refusal(body: str | bytes | None) -> str:
     except (ValueError, AttributeError):
         message = ""
     return _FORBIDDEN.sub("", message, count=1) or "the request was forbidden"
+
+
+def _listed(value: Any) -> Any:
+    """KubeSpawner's list-or-dict traits (``tolerations``, ``volumes``, ...) as a list: a
+    dict's values in key order, as KubeSpawner itself lists them in the pod."""
+    if isinstance(value, dict):
+        return [value[k] for k in sorted(value)]
+    return value
 
 
 class NeverSchedulable(Exception):
@@ -164,9 +173,9 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         shm = shm_volume(options)
         if shm is not None:
             self.node_selector = {**self.node_selector, **selector}
-            self.tolerations = [*self._sorted_dict_values(self.tolerations), *tolerations]
-            self.volumes = [*self._sorted_dict_values(self.volumes), shm[0]]
-            self.volume_mounts = [*self._sorted_dict_values(self.volume_mounts), shm[1]]
+            self.tolerations = [*_listed(self.tolerations), *tolerations]
+            self.volumes = [*_listed(self.volumes), shm[0]]
+            self.volume_mounts = [*_listed(self.volume_mounts), shm[1]]
         self.extra_resource_limits = limits
         self.extra_resource_guarantees = guarantees
 
@@ -197,7 +206,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 # Admission said no (the namespace's ResourceQuota, a missing PriorityClass):
                 # waiting will not change it, and the user should read why, not "error".
                 reason = admission_refusal(exc.body)
-                self.log.warning("Kubernetes refused the pod of %s: %s", self._log_name, reason)
+                self.log.warning("Kubernetes refused the pod of %s: %s", log_name(self), reason)
                 raise refusal(f"Kubernetes refused the server's pod: {reason}", 403) from None
             raise
 
@@ -222,7 +231,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
     def _as_placed(self, gpu_type: GPUType) -> GPUType:
         """The type as its pods land: with the admin's spawner-wide selector and tolerations."""
         selector = self._configured("node_selector") or {}
-        tolerations = self._sorted_dict_values(self._configured("tolerations") or [])
+        tolerations = _listed(self._configured("tolerations") or [])
         if not selector and not tolerations:
             return gpu_type
         return dataclasses.replace(
@@ -266,7 +275,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             except (QuotaExceeded, CapacityUnavailable) as exc:
                 if isinstance(exc, CapacityUnavailable):
                     raise refusal(QUOTA_UNAVAILABLE, 503) from None
-                self.log.warning("Spawn of %s over quota: %s", self._log_name, exc.message)
+                self.log.warning("Spawn of %s over quota: %s", log_name(self), exc.message)
                 raise refusal(exc.message, exc.status) from None
             # Counted from now on, until the pod shows in the watch (then the pod counts).
             ledger.grant(
@@ -412,11 +421,11 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         try:
             return await asyncio.wait_for(super()._start(), limit)
         except NeverSchedulable as exc:
-            self.log.warning("Spawn of %s cannot succeed: %s", self._log_name, exc)
+            self.log.warning("Spawn of %s cannot succeed: %s", log_name(self), exc)
             raise refusal(str(exc), 503) from None
         except TimeoutError:
             message = timeout_message(self._gpuhub_last_step, self.start_timeout)
-            self.log.warning("Spawn of %s timed out: %s", self._log_name, message)
+            self.log.warning("Spawn of %s timed out: %s", log_name(self), message)
             error = TimeoutError(message)
             error.jupyterhub_message = message  # type: ignore[attr-defined]
             raise error from None

@@ -34,11 +34,12 @@ from .allocator import (
     jobs_owner,
     server_owner,
 )
+from .devices import visible_devices
 from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
-from .spawner_base import GPUSpawnerMixin, refusal
+from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
 
 SERVER_ID_ENV = "GPUHUB_SERVER_ID"
@@ -295,7 +296,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 f"Waited {waited} in line for {words.gpus(ticket.gpus, ticket.type_name)} and "
                 "none came free; try again later or ask for fewer GPUs."
             )
-            self.log.warning("Spawn of %s: %s", self._log_name, message)
+            self.log.warning("Spawn of %s: %s", log_name(self), message)
             raise refusal(message, 503) from None
         finally:
             QUEUE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
@@ -377,7 +378,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self.log.info(
                 "GPUs %s of %s stay held: processes %s outlived the server",
                 kept,
-                self._log_name,
+                log_name(self),
                 [pid for (pid, _), _ in survivors],
             )
 
@@ -450,7 +451,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         where = host or "every address"
         self.log.error(
             "Refusing to start %s: run_as_hub_user on a hub listening on %s. %s",
-            self._log_name,
+            log_name(self),
             where,
             SHARED_ACCOUNT_WARNING,
         )
@@ -531,19 +532,10 @@ def _survivors(
 def _device_set(visible: str | None) -> set[int] | None:
     """Device indices in a ``CUDA_VISIBLE_DEVICES`` value; None when it is unset or names
     devices another way (UUIDs), since then the process may see any of the server's GPUs."""
-    if visible is None:
+    devices = visible_devices(visible)
+    if devices is None or not all(isinstance(d, int) for d in devices):
         return None
-    devices: set[int] = set()
-    for entry in visible.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        if not entry.lstrip("-").isdigit():
-            return None
-        if int(entry) < 0:
-            break  # CUDA stops at the first invalid index
-        devices.add(int(entry))
-    return devices
+    return {d for d in devices if isinstance(d, int)}
 
 
 def public_host(config: Any) -> str:

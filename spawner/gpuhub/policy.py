@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .gpu_resources import is_mig_resource
 from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -54,7 +55,7 @@ class GPUType:
 
     @property
     def is_mig(self) -> bool:
-        return self.resource_name.startswith("nvidia.com/mig-")
+        return is_mig_resource(self.resource_name)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,31 @@ class UserLimits:
 
 
 @dataclass(frozen=True)
+class GPUChoice:
+    """A GPU type a user may ask for, and the most GPUs of it one request may have."""
+
+    gpu_type: GPUType
+    max_gpus: int
+
+
+@dataclass(frozen=True)
+class UserChoices:
+    """What one user may choose: the spawn form and the jobs' submit dialog offer exactly
+    this (``Policy.choices_for``). Each request is still checked as a whole by
+    :meth:`UserLimits.allows`."""
+
+    images: tuple[ImageChoice, ...]  # the default first, then the admin's order
+    custom_images: bool  # whether a custom image reference may be typed in
+    gpu_types: tuple[GPUChoice, ...]  # the default first, then the admin's order
+    cpu: Range
+    memory: Range
+
+    @property
+    def max_gpus(self) -> int:
+        return max((c.max_gpus for c in self.gpu_types), default=0)
+
+
+@dataclass(frozen=True)
 class Policy:
     images: Mapping[str, ImageChoice]
     custom_image_pattern: re.Pattern[str] | None
@@ -157,6 +183,20 @@ class Policy:
                 if g.allows_gpu_type(gpu_type.key)
             ),
             default=0,
+        )
+
+    def choices_for(self, groups: Iterable[str]) -> UserChoices:
+        """What a user in ``groups`` may choose: the union over their groups, and per GPU
+        type the largest count one group allows."""
+        limits = self.limits_for(groups)
+        return UserChoices(
+            images=tuple(self.allowed_images(limits)),
+            custom_images=self.custom_image_pattern is not None,
+            gpu_types=tuple(
+                GPUChoice(t, self.max_gpus_for(limits, t)) for t in self.allowed_gpu_types(limits)
+            ),
+            cpu=self.cpu,
+            memory=self.memory,
         )
 
     def image_for_reference(self, reference: str) -> ImageChoice | None:

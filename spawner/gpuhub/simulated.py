@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from .devices import visible_devices
+
 #: Set by LocalGPUSpawner: how many simulated GPUs the machine has (their indices 0..N-1).
 ENV = "GPUHUB_SIMULATED_GPUS"
 
@@ -24,9 +26,7 @@ ENV = "GPUHUB_SIMULATED_GPUS"
 def visible_indices(value: str | None) -> frozenset[int]:
     """Indices a ``CUDA_VISIBLE_DEVICES`` value lists. Unset counts as none here: a process
     that never heard of gpuhub does not use a simulated GPU."""
-    if not value:
-        return frozenset()
-    return frozenset(int(v) for v in value.split(",") if v.strip().isdigit())
+    return frozenset(d for d in visible_devices(value) or () if isinstance(d, int))
 
 
 @dataclass

@@ -76,9 +76,18 @@ def _quiet_refusals(log: Any) -> QuietRefusals:
     return quiet
 
 
+def log_name(spawner: Any) -> str:
+    """``user`` or ``user:server``: how JupyterHub names a spawner in its log lines (as its
+    private ``Spawner._log_name`` does), from public attributes only."""
+    user = getattr(spawner, "user", None)
+    user_name = user.name if user else "(no user)"
+    name = getattr(spawner, "name", "")
+    return f"{user_name}:{name}" if name else user_name
+
+
 def _log_refusal(spawner: GPUSpawnerMixin, message: str) -> None:
     _quiet_refusals(spawner.log).recent.append(message)
-    spawner.log.warning("Refused options for %s: %s", spawner._log_name, message)
+    spawner.log.warning("Refused options for %s: %s", log_name(spawner), message)
 
 
 async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[str, Any]) -> None:
@@ -201,7 +210,7 @@ class GPUSpawnerMixin(Configurable):
     if TYPE_CHECKING:  # provided by jupyterhub.spawner.Spawner, which this is mixed into
         log: Any
         user: Any
-        _log_name: str
+        name: str
         db: Any
         server: Any
 

@@ -18,9 +18,9 @@ from kubernetes_asyncio import config
 
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
-from gpuhub.jobs.k8s.pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from gpuhub.jobs.k8s.status import LOST_OUTPUT, parse_pod_log
 from gpuhub.jobs.model import JobError
+from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from tests.support.hostile import gzip_bomb
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
 

@@ -23,8 +23,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuhub.jobs.k8s.pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from gpuhub.jobs.model import JOB_FIELDS
+from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from gpuhub.options import FIELDS
 from tests.kubesim.pytest_plugin import DEFAULT_NODES
 from tests.kubesim.sim import KubeSimThread

@@ -183,3 +183,20 @@ def test_group_rule_property():
         assert allowed == _one_group_allows(policy, groups, image, gpu_type, gpus), raw
 
     check()
+
+
+def test_choices_for_a_user_are_what_the_form_and_the_jobs_dialog_offer():
+    policy = design_policy()
+    both = policy.choices_for(["students", "staff"])
+    assert [(c.gpu_type.key, c.max_gpus) for c in both.gpu_types] == [
+        (t.key, policy.max_gpus_for(policy.limits_for(["students", "staff"]), t))
+        for t in policy.allowed_gpu_types(policy.limits_for(["students", "staff"]))
+    ]
+    assert both.max_gpus == 8
+    student = policy.choices_for(["students"])
+    assert [c.gpu_type.key for c in student.gpu_types] == ["a100-1g"] and student.max_gpus == 1
+    assert [i.key for i in student.images] == [
+        i.key for i in policy.allowed_images(policy.limits_for(["students"]))
+    ]
+    assert student.cpu == policy.cpu and student.memory == policy.memory
+    assert student.custom_images == (policy.custom_image_pattern is not None)

@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from gpuhub.devices import visible_devices
+
 
 def assignment(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """``{"devices", "gpu_type", "simulated"}`` for a server given GPUs, else None."""
@@ -26,13 +28,8 @@ def assignment(environ: Mapping[str, str] | None = None) -> dict[str, Any] | Non
         wanted = 0
     if wanted <= 0:
         return None
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    devices: list[int | str]
-    if visible:
-        items = [v.strip() for v in visible.split(",") if v.strip()]
-        devices = [int(v) if v.isdigit() else v for v in items]
-    else:
-        devices = list(range(wanted))
+    visible = visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
+    devices: list[int | str] = list(visible) if visible else list(range(wanted))
     simulated = bool(env.get("GPUHUB_SIMULATED_GPUS"))
     name = env.get("GPUHUB_GPU_TYPE_NAME") or ("Simulated GPU" if simulated else "GPU")
     return {"devices": devices, "gpu_type": name, "simulated": simulated}

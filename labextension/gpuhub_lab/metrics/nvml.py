@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from gpuhub.devices import visible_devices
+
 #: How long to wait before trying ``nvmlInit`` again after it failed (driver not loaded...).
 INIT_RETRY_SECONDS = 60.0
 
@@ -27,17 +29,15 @@ INIT_RETRY_SECONDS = 60.0
 class Visibility:
     """Which devices ``CUDA_VISIBLE_DEVICES`` lets this process use.
 
-    Entries are indices (``0,2``), GPU UUIDs (``GPU-8f...``, unique prefixes allowed, as CUDA
-    does) or MIG UUIDs (``MIG-...``). Unset means "all"; empty (or ``-1``, ``NoDevFiles``)
-    means "none".
+    The value is read as CUDA reads it (:func:`gpuhub.devices.visible_devices`): indices
+    (``0,2``), GPU UUIDs (``GPU-8f...``, unique prefixes allowed, as CUDA does) or MIG UUIDs
+    (``MIG-...``). Unset means "all"; empty (or ``-1``, ``NoDevFiles``) means "none".
     """
 
     def __init__(self, value: str | None) -> None:
-        self.all = value is None
-        items = [] if value is None else [v.strip() for v in value.split(",") if v.strip()]
-        if any(v in ("-1", "NoDevFiles", "none", "void") for v in items):
-            items = []
-        self.items = items
+        devices = visible_devices(value)
+        self.all = devices is None
+        self.items = [str(d) for d in devices or ()]
 
     @property
     def none(self) -> bool:

@@ -17,7 +17,9 @@ implement the five coroutines. Rules every backend keeps:
 * ``owner`` scopes everything: ``list`` returns only that owner's jobs, and ``get``/
   ``logs``/``cancel`` raise :class:`JobNotFound` for a job id that exists but belongs to
   someone else (never 403: do not confirm that it exists).
-* ``submit`` receives an already validated :class:`JobRequest` (policy checked). It may
+* ``submit`` receives an already validated :class:`JobRequest` (policy checked), and
+  keyword arguments a backend uses where they apply (the notebook's bytes, an idempotency
+  key, the quota gate). It may
   refuse what cannot run *here* (quota, capacity, missing CRD) with :class:`JobError` and a
   4xx status, and must then leave nothing behind. It returns the new record (usually
   ``pending``) without waiting for the job to start.
@@ -64,8 +66,24 @@ class JobBackend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
-        """Start ``request`` for ``owner`` and return its record (status ``pending``)."""
+    async def submit(
+        self,
+        request: JobRequest,
+        owner: str,
+        *,
+        notebook: bytes | None = None,
+        key: str | None = None,
+        quota: QuotaGate | None = None,
+    ) -> JobRecord:
+        """Start ``request`` for ``owner`` and return its record (status ``pending``).
+
+        What the caller knows beyond the request, each ignored by a backend with no use
+        for it: ``notebook``, the notebook's bytes for a backend that cannot read the
+        user's files (the jobs service's); ``key``, the idempotency key: a retried submit
+        with the same key returns the job the first one made; ``quota``, the
+        :class:`QuotaGate` a backend that creates GPU workloads asks after its idempotency
+        check and before it creates anything.
+        """
 
     @abc.abstractmethod
     async def list(self, owner: str) -> list[JobRecord]:

@@ -33,25 +33,24 @@ from pathlib import Path
 from typing import Any
 
 from .. import words
-from . import run_notebook
-from .backend import JobBackend
+from ..devices import visible_devices
+from . import paths, run_notebook
+from .backend import JobBackend, QuotaGate
 from .model import (
     FailedCell,
     JobError,
     JobNotFound,
     JobRecord,
     JobRequest,
-    _parse_iso,
     check_job_id,
     output_name,
+    parse_iso,
     utcnow,
     without_noise,
 )
 from .run_notebook import write_json
 
 log = logging.getLogger(__name__)
-
-RUNS_DIR = "gpuhub-runs"
 
 STORE = Path(".gpuhub") / "jobs.json"
 MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
@@ -67,9 +66,9 @@ def server_gpu_ids(environ: Mapping[str, str] | None = None) -> list[str]:
     Entries stay strings: they may be indices, ``GPU-<uuid>`` or ``MIG-<uuid>``.
     """
     environ = os.environ if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
-        return [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return [str(v) for v in visible]
     from ..devices import discover
 
     return [str(d.index) for d in discover().devices]
@@ -198,14 +197,22 @@ class LocalBackend(JobBackend):
                 f'type, or start a server with GPUs of type "{gpu_type.key}".',
             )
 
-    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+    async def submit(
+        self,
+        request: JobRequest,
+        owner: str,
+        *,
+        notebook: bytes | None = None,  # read from this server's disk instead
+        key: str | None = None,  # each submit is a new job; nothing retries one
+        quota: QuotaGate | None = None,  # a local job runs on this server's own GPUs
+    ) -> JobRecord:
         self._check_owner(owner)
         await self._ensure_loaded()
         job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
         while job_id in self._jobs:  # pragma: no cover - 16M to one
             job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
         notebook_dir = request.notebook.os_path.parent
-        run_dir = _runs_dir(notebook_dir, self.root) / job_id
+        run_dir = paths.run_dir(notebook_dir, job_id, self.root)
         output = run_dir / output_name(job_id)
         record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
         record.image = None  # a local job runs in this server's own environment
@@ -360,7 +367,7 @@ class LocalBackend(JobBackend):
             record.message = "Cancelled; the output notebook holds the cells that ran."
         elif isinstance(result, dict) and result.get("status") in ("succeeded", "failed"):
             record.status = result["status"]
-            record.finished = _parse_iso(result.get("finished")) or record.finished
+            record.finished = parse_iso(result.get("finished")) or record.finished
             record.error = result.get("error")
             cell = result.get("failed_cell")
             record.failed_cell = FailedCell(**cell) if isinstance(cell, dict) else None
@@ -388,17 +395,6 @@ class LocalBackend(JobBackend):
             record.status,
             f": {record.error}" if record.error else "",
         )
-
-
-def _runs_dir(notebook_dir: Path, root: Path) -> Path:
-    """``<notebook dir>/gpuhub-runs``, or the enclosing one for a notebook already inside one
-    (``%%train`` writes its notebooks to ``gpuhub-runs/train/``): no runs in runs."""
-    for folder in (notebook_dir, *notebook_dir.parents):
-        if folder == root or root not in folder.parents:
-            break
-        if folder.name == RUNS_DIR:
-            return folder
-    return notebook_dir / RUNS_DIR
 
 
 # -- helpers run in threads ------------------------------------------------------------------------

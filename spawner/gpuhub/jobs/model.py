@@ -94,7 +94,7 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _parse_iso(value: Any) -> datetime | None:
+def parse_iso(value: Any) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
@@ -460,7 +460,7 @@ class JobRecord:
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known}
         for key in ("created", "started", "finished"):
-            values[key] = _parse_iso(values.get(key))
+            values[key] = parse_iso(values.get(key))
         if values.get("failed_cell"):
             values["failed_cell"] = FailedCell(**values["failed_cell"])
         return cls(**values)

@@ -33,7 +33,8 @@ from ..gpu_pod import gpu_env, placement
 from ..quantity import format_cpu, format_memory
 from .backend import JobBackend, QuotaGate
 from .k8s import manifests as m
-from .model import JobError, JobNotFound, JobRecord, JobRequest, _parse_iso, check_job_id, utcnow
+from .k8s.rawapi import request_json
+from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id, parse_iso, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,6 @@ class KFPBackend(JobBackend):
         key: str | None = None,
         quota: QuotaGate | None = None,
     ) -> JobRecord:
-        from .k8s.backend import _json
-
         await self.check(request, owner)
         if notebook is None:
             raise JobError("notebook", "The notebook's content did not reach the jobs service.")
@@ -277,7 +276,7 @@ class KFPBackend(JobBackend):
                 run_id = await asyncio.to_thread(
                     self._create_run, configmap["data"]["pipeline.yaml"], job_id, owner
                 )
-                configmap = await _json(
+                configmap = await request_json(
                     self.core.patch_namespaced_config_map(
                         _configmap_name(job_id),
                         self.namespace,
@@ -305,8 +304,6 @@ class KFPBackend(JobBackend):
         self, request: JobRequest, notebook: bytes, job_id: str, owner: str, key: str
     ) -> Any:
         """The run's record: a ConfigMap with the compiled pipeline, in the user namespace."""
-        from .k8s.backend import _json
-
         yaml_text = await asyncio.to_thread(self.compile, request, notebook, job_id, owner)
         record = JobRecord.new(job_id, request, backend=self.name, owner=owner)
         configmap = {
@@ -324,7 +321,7 @@ class KFPBackend(JobBackend):
             },
             "data": {"pipeline.yaml": yaml_text},
         }
-        return await _json(
+        return await request_json(
             self.core.create_namespaced_config_map(
                 self.namespace, configmap, _preload_content=False
             )
@@ -348,10 +345,8 @@ class KFPBackend(JobBackend):
     async def _read(self, job_id: str) -> dict[str, Any] | None:
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        from .k8s.backend import _json
-
         try:
-            obj: dict[str, Any] = await _json(
+            obj: dict[str, Any] = await request_json(
                 self.core.read_namespaced_config_map(
                     _configmap_name(job_id), self.namespace, _preload_content=False
                 )
@@ -365,10 +360,8 @@ class KFPBackend(JobBackend):
     async def _delete_record(self, job_id: str) -> None:
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        from .k8s.backend import _json
-
         try:
-            await _json(
+            await request_json(
                 self.core.delete_namespaced_config_map(
                     _configmap_name(job_id), self.namespace, _preload_content=False
                 )
@@ -410,7 +403,7 @@ class KFPBackend(JobBackend):
         run_id = notes.get("gpuhub.io/run-id")
         if notes.get("gpuhub.io/cancelled"):
             record.status = "cancelled"
-            record.finished = _parse_iso(notes["gpuhub.io/cancelled"])
+            record.finished = parse_iso(notes["gpuhub.io/cancelled"])
         if run_id:
             record.url = self.kfp.run_url(run_id)
             if record.status != "cancelled":
@@ -434,13 +427,11 @@ class KFPBackend(JobBackend):
 
     # -- the interface ------------------------------------------------------------------
     async def list(self, owner: str) -> list[JobRecord]:
-        from .k8s.backend import _json
-
         selector = (
             f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)},"
             f"{m.LABEL_KIND}=pipeline"
         )
-        items = await _json(
+        items = await request_json(
             self.core.list_namespaced_config_map(
                 self.namespace, label_selector=selector, _preload_content=False
             )
@@ -466,8 +457,6 @@ class KFPBackend(JobBackend):
         return f"The logs of a pipeline step are on its run page: {where}\n"
 
     async def cancel(self, owner: str, job_id: str) -> JobRecord:
-        from .k8s.backend import _json
-
         obj = await self._owned(owner, job_id)
         record = await self._record(obj)
         if record.is_final:
@@ -482,7 +471,7 @@ class KFPBackend(JobBackend):
                     "id", "Kubeflow Pipelines did not stop the run; try again in a moment.", 502
                 ) from None
         when = utcnow().isoformat().replace("+00:00", "Z")
-        await _json(
+        await request_json(
             self.core.patch_namespaced_config_map(
                 _configmap_name(job_id),
                 self.namespace,
@@ -498,5 +487,5 @@ def _as_datetime(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str):
-        return _parse_iso(value)
+        return parse_iso(value)
     return value

@@ -28,13 +28,13 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
-from .backend import RemoteBackend
-from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id, output_name
+from .backend import QuotaGate, RemoteBackend
+from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id
+from .paths import output_path
 from .run_notebook import write_json
 
 log = logging.getLogger(__name__)
 
-RUNS_DIR = "gpuhub-runs"
 _RETRY_CODES = frozenset({599, 502, 503, 504})
 UNREACHABLE = "The gpuhub jobs service cannot be reached right now; try again in a moment."
 
@@ -116,9 +116,17 @@ class HubServiceBackend(RemoteBackend):
         )
         return body
 
-    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+    async def submit(
+        self,
+        request: JobRequest,
+        owner: str,
+        *,
+        notebook: bytes | None = None,  # read from this server's disk and sent along
+        key: str | None = None,
+        quota: QuotaGate | None = None,  # the service asks the hub's ledger itself
+    ) -> JobRecord:
         body = await self._body(request)
-        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
         try:
             answer = await self._json("POST", "jobs", body, headers=headers)
         except JobError as exc:
@@ -175,7 +183,7 @@ class HubServiceBackend(RemoteBackend):
         if source.is_absolute() or ".." in source.parts or source.suffix != ".ipynb":
             return None
         root = Path(self.root_dir).resolve()
-        path = (root / source.parent / RUNS_DIR / record.id / output_name(record.id)).resolve()
+        path = (root / output_path(record.notebook, record.id)).resolve()
         return path if root in path.parents else None
 
     async def _local(self, data: dict[str, Any]) -> JobRecord:

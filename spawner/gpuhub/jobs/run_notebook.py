@@ -1,18 +1,46 @@
-"""The process a local job runs: ``python -P .../gpuhub/jobs/run_notebook.py SPEC.json``.
+"""What every job runs: papermill on the notebook, then a report of how it went.
 
-It executes the notebook with papermill (parameters injected, cell output logged to
-stderr, which the backend captures as the job's log) and reports through two small files
-in the run directory, written atomically so the server can read them at any time, even
-after a restart:
+One runner for every place a job runs, reporting the way that place can be read back:
 
-* ``progress.json``: ``{"done", "total"}`` cells, updated as each cell starts and ends;
-* ``result.json``: ``{"status": "succeeded"|"failed", "error", "failed_cell", "finished"}``.
+* **A local job**: ``python -P .../gpuhub/jobs/run_notebook.py SPEC.json``. The spec names
+  the notebook, the output, the working directory, the parameters and two files in the run
+  directory, written atomically so the server can read them at any time, even after a
+  restart:
 
-The exit code is a fallback only; the result file is the truth.
+  - ``progress.json``: ``{"done", "total"}`` cells, updated as each cell starts and ends;
+  - ``result.json``: ``{"status": "succeeded"|"failed", "error", "failed_cell", "finished"}``.
+
+  The exit code is a fallback only; the result file is the truth.
+
+* **A Kubernetes job pod** (and a pipeline step): no argument; the environment says what to
+  run. The file is shipped to the pod in the job's ConfigMap (``run.py``) and run as
+  ``python /var/run/gpuhub/run.py``, or embedded in a pipeline step's ``python -c``
+  (:func:`gpuhub.jobs.pipeline.step_script`), so the job image needs Python and papermill
+  only, not gpuhub (custom images work). It therefore imports nothing from gpuhub.
+
+  ``GPUHUB_INPUT``        the notebook to run
+  ``GPUHUB_OUTPUT``       where to write the executed notebook
+  ``GPUHUB_PARAMETERS``   a JSON file of papermill parameters
+  ``GPUHUB_CWD``          the working directory of the kernel
+  ``GPUHUB_PRINT_OUTPUT`` "1": also print the executed notebook to stdout between markers,
+                          because without a shared home volume the pod's log is the only way
+                          back (read by :func:`gpuhub.jobs.k8s.status.parse_pod_log`).
+
+  It always prints one result line, ``gpuhub-result: {json}`` with ``status``, ``error`` and
+  ``failed_cell``, and exits 0 on success, 1 when the notebook failed.
+
+Either way papermill logs each cell's output to stderr: that is the job's log. A failure is
+one sentence naming the user's cell (papermill's injected parameters cell not counted), with
+the traceback, without colours, in the log.
+
+:func:`write_json` is also the atomic write of the backends that run on the user's server:
+it has its home here because this file may import nothing from gpuhub.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import logging
 import os
@@ -23,10 +51,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+RESULT_PREFIX = "gpuhub-result: "
+OUTPUT_BEGIN = "==== gpuhub: executed notebook (gzip, base64) begins ===="
+OUTPUT_END = "==== gpuhub: executed notebook ends ===="
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours in IPython tracebacks
 MAX_SOURCE = 2000  # characters of the failing cell's source kept in the result
 
 INJECTED = "injected-parameters"  # papermill's tag on the cell it adds
+
+log = logging.getLogger("gpuhub.jobs")
 
 
 def _is_injected(cell: Any) -> bool:
@@ -48,6 +81,11 @@ def _failed_where(output: str, cell_index: int) -> str:
     except Exception:
         return f"cell {cell_index + 1}"
     return f"cell {user_cell_number(cells, cell_index)}"
+
+
+def _first_line(text: object) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
@@ -98,82 +136,123 @@ def _engine(progress_path: str) -> type:
     return ProgressEngine
 
 
-def run(spec: dict[str, Any]) -> int:
+def execute(
+    source: str,
+    output: str,
+    *,
+    parameters: dict[str, Any] | None = None,
+    cwd: str | None = None,
+    progress: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Run the notebook; the exit code and the result (``status``, ``error``,
+    ``failed_cell``). With ``progress``, per-cell progress is written to that file."""
     import nbformat
     import papermill
-    from papermill.engines import papermill_engines
     from papermill.exceptions import PapermillExecutionError
 
-    papermill_engines.register("gpuhub", _engine(spec["progress"]))
-    kernel_name = None
-    nb = nbformat.read(spec["input"], as_version=4)
-    if not nb.metadata.get("kernelspec", {}).get("name"):
-        kernel_name = "python3"  # papermill refuses a notebook without one
+    engine_name = None
+    if progress is not None:
+        from papermill.engines import papermill_engines
+
+        papermill_engines.register("gpuhub", _engine(progress))
+        engine_name = "gpuhub"
+    nb = nbformat.read(source, as_version=4)
+    # papermill refuses a notebook without a kernel name.
+    kernel_name = None if nb.metadata.get("kernelspec", {}).get("name") else "python3"
     try:
         papermill.execute_notebook(
-            spec["input"],
-            spec["output"],
-            parameters=spec.get("parameters") or None,
-            engine_name="gpuhub",
+            source,
+            output,
+            parameters=parameters or None,
+            engine_name=engine_name,
             kernel_name=kernel_name,
-            cwd=spec["cwd"],
+            cwd=cwd,
             log_output=True,
             progress_bar=False,
         )
     except PapermillExecutionError as exc:
-        where = _failed_where(spec["output"], exc.cell_index)
-        evalue = str(exc.evalue).strip().splitlines()[0][:300] if str(exc.evalue).strip() else ""
-        error = f"The notebook failed in {where}: {exc.ename}: {evalue}".rstrip(": ") + "."
-        traceback = _ANSI.sub("", "\n".join(exc.traceback))
-        logging.getLogger("gpuhub.jobs").error("%s\n%s", error, traceback)
-        write_json(
-            spec["result"],
-            {
-                "status": "failed",
-                "error": error,
-                "failed_cell": {
-                    "index": exc.cell_index,
-                    "execution_count": exc.exec_count,
-                    "source": exc.source[:MAX_SOURCE],
-                    "ename": exc.ename,
-                    "evalue": str(exc.evalue)[:MAX_SOURCE],
-                },
-                "finished": _now(),
+        where = _failed_where(output, exc.cell_index)
+        error = f"The notebook failed in {where}: {exc.ename}: {_first_line(exc.evalue)}"
+        error = error.rstrip(": ") + "."
+        log.error("%s\n%s", error, _ANSI.sub("", "\n".join(exc.traceback)))
+        return 1, {
+            "status": "failed",
+            "error": error,
+            "failed_cell": {
+                "index": exc.cell_index,
+                "execution_count": exc.exec_count,
+                "source": exc.source[:MAX_SOURCE],
+                "ename": exc.ename,
+                "evalue": str(exc.evalue)[:MAX_SOURCE],
             },
-        )
-        return 1
+        }
     except Exception as exc:  # kernel died, notebook unreadable, ...: still one sentence
-        logging.getLogger("gpuhub.jobs").exception("papermill could not run the notebook")
-        message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        write_json(
-            spec["result"],
-            {
-                "status": "failed",
-                "error": f"The notebook could not run: {type(exc).__name__}: {message}".rstrip(": ")
-                + ".",
-                "failed_cell": None,
-                "finished": _now(),
-            },
-        )
-        return 1
-    write_json(
-        spec["result"],
-        {"status": "succeeded", "error": None, "failed_cell": None, "finished": _now()},
+        log.exception("papermill could not run the notebook")
+        error = f"The notebook could not run: {type(exc).__name__}: {_first_line(exc)}"
+        return 1, {"status": "failed", "error": error.rstrip(": ") + ".", "failed_cell": None}
+    return 0, {"status": "succeeded", "error": None, "failed_cell": None}
+
+
+# -- a local job: a spec file in, files out --------------------------------------------------
+def run(spec: dict[str, Any]) -> int:
+    code, result = execute(
+        spec["input"],
+        spec["output"],
+        parameters=spec.get("parameters"),
+        cwd=spec["cwd"],
+        progress=spec["progress"],
     )
-    return 0
+    write_json(spec["result"], {**result, "finished": _now()})
+    return code
+
+
+# -- a pod: the environment in, the log out -------------------------------------------------
+def print_output(path: str) -> None:
+    """Print the notebook at ``path`` as gzip+base64 lines between the markers."""
+    with open(path, "rb") as f:
+        encoded = base64.b64encode(gzip.compress(f.read())).decode("ascii")
+    out = sys.stdout
+    out.write("\n" + OUTPUT_BEGIN + "\n")
+    for start in range(0, len(encoded), 76):
+        out.write(encoded[start : start + 76] + "\n")
+    out.write(OUTPUT_END + "\n")
+    out.flush()
+
+
+def run_pod(environ: dict[str, str]) -> int:
+    source, output = environ["GPUHUB_INPUT"], environ["GPUHUB_OUTPUT"]
+    parameters: dict[str, Any] = {}
+    if environ.get("GPUHUB_PARAMETERS") and os.path.exists(environ["GPUHUB_PARAMETERS"]):
+        with open(environ["GPUHUB_PARAMETERS"]) as f:
+            parameters = json.load(f)
+    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+    code, result = execute(
+        source, output, parameters=parameters, cwd=environ.get("GPUHUB_CWD") or None
+    )
+    if environ.get("GPUHUB_PRINT_OUTPUT") == "1" and os.path.exists(output):
+        print_output(output)
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One argument: a local job's spec file. None: a pod's (or a pipeline step's, whose
+    boot code has read its arguments into the environment) ``GPUHUB_*`` variables."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -P run_notebook.py SPEC.json", file=sys.stderr)
-        return 2
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
     )
-    with open(argv[0]) as f:
-        spec = json.load(f)
-    return run(spec)
+    if len(argv) == 1:
+        with open(argv[0]) as f:
+            return run(json.load(f))
+    if "GPUHUB_INPUT" in os.environ:
+        return run_pod(dict(os.environ))
+    print(
+        "usage: python -P run_notebook.py SPEC.json, or GPUHUB_INPUT=... python run_notebook.py",
+        file=sys.stderr,
+    )
+    return 2
 
 
 if __name__ == "__main__":

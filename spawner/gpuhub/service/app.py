@@ -221,9 +221,7 @@ class JobsListHandler(JobsHandler):
             # The hub's ledger decides, under its per-user lock (spawns and submits alike).
             own = self.jobs.kube.own_quota(self.jobs.config.quota.limit_for(self.groups))
             quota = HubQuota(self.hub_auth.api_url, self.hub_auth.api_token, own)
-            record = await backend.submit(  # type: ignore[call-arg]
-                request, self.owner, notebook=data, key=key, quota=quota
-            )
+            record = await backend.submit(request, self.owner, notebook=data, key=key, quota=quota)
             location = url_path_join(self.request.path, record.id)
             self.set_header("Location", location)
             self.reply(

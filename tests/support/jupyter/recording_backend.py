@@ -22,7 +22,7 @@ class RecordingBackend(RemoteBackend):
         super().__init__(jobs_url, api_token, **kwargs)
         self.records: dict[str, JobRecord] = {}
 
-    async def submit(self, request: JobRequest, owner: str) -> JobRecord:
+    async def submit(self, request: JobRequest, owner: str, **context: Any) -> JobRecord:
         with open(os.environ["GPUHUB_TEST_FORWARD_LOG"], "a") as log:
             entry = {
                 "url": self.jobs_url,

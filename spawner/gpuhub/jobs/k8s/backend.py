@@ -32,7 +32,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ...capacity import pod_holding
-from ...gpu_pod import is_gpu_resource
+from ...gpu_resources import is_gpu_resource
 from ...ledger import Holding, gpus_held, quota_sentence
 from ..backend import JobBackend, QuotaGate
 from ..model import (
@@ -46,6 +46,8 @@ from ..model import (
     without_noise,
 )
 from . import manifests as m
+from .rawapi import request_body as _body
+from .rawapi import request_json as _json
 from .status import (
     LOST_OUTPUT,
     Obj,
@@ -67,27 +69,6 @@ DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 MAX_LOG_BYTES = 1024 * 1024
 _FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a few KB each)
 _TOMBSTONE_SECONDS = 24 * 3600
-
-
-async def _json(call: Any) -> Any:
-    """Await a kubernetes_asyncio call made with ``_preload_content=False``: plain JSON,
-    which keeps the objects as the apiserver wrote them (no model round trip)."""
-    return json.loads(await _body(call))
-
-
-async def _body(call: Any) -> bytes:
-    """The raw body of a ``_preload_content=False`` call; non-2xx raise ``ApiException`` as
-    the preloading path would (kubernetes_asyncio skips that check without preloading)."""
-    response = await call
-    try:
-        data: bytes = await response.read()
-        if not 200 <= response.status <= 299:
-            exc = ApiException(status=response.status, reason=response.reason)
-            exc.body = data
-            raise exc
-        return data
-    finally:
-        response.release()
 
 
 def _pod_gpus(pod: Obj) -> int:

@@ -21,7 +21,8 @@ from kubespawner.slugs import is_valid_label, safe_slug
 
 from ...gpu_pod import container_resources, gpu_env, placement, shm_volume
 from ...quantity import format_memory
-from ..model import JobError, JobRequest, Kind, output_name
+from ..model import JobError, JobRequest, Kind
+from ..paths import output_path
 
 MANAGED_BY = "gpuhub"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -34,7 +35,6 @@ ANNOTATION_KEY = "gpuhub.io/idempotency-key"
 
 RUN_DIR = "/var/run/gpuhub"  # the ConfigMap, read-only
 WORK_DIR = "/var/run/gpuhub-work"  # an emptyDir for the output when there is no shared home
-RUNS_DIR = "gpuhub-runs"  # as the local backend: <notebook dir>/gpuhub-runs/<id>/<id>.ipynb
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes refuses ConfigMaps whose data exceed 1 MiB
 _CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
 
@@ -134,14 +134,8 @@ def labels(owner: str, job_id: str, kind: str) -> dict[str, str]:
     }
 
 
-def output_path(request: JobRequest, job_id: str) -> str:
-    """Where the executed notebook goes, relative to the user's home (as the local backend)."""
-    directory = PurePosixPath(request.notebook.directory or ".")
-    return str(directory / RUNS_DIR / job_id / output_name(job_id)).removeprefix("./")
-
-
 def runner_source() -> str:
-    return resources.files("gpuhub.jobs.k8s").joinpath("pod_runner.py").read_text()
+    return resources.files("gpuhub.jobs").joinpath("run_notebook.py").read_text()
 
 
 def configmap_name(job_id: str) -> str:
@@ -234,7 +228,7 @@ def _pod_spec(
         source = f"{home.mount_path}/{notebook}"
         cwd = str(PurePosixPath(source).parent)
         output = (
-            f"{home.mount_path}/{output_path(request, job_id)}"
+            f"{home.mount_path}/{output_path(request.notebook.path, job_id)}"
             if primary
             else f"{WORK_DIR}/{notebook.name}"
         )
@@ -343,7 +337,7 @@ def record_annotation(request: JobRequest, created: str, shared: bool, job_id: s
             "notebook": request.notebook.path,
             "created": created,
             "parameters": dict(request.parameters),
-            "output": output_path(request, job_id) if shared else None,
+            "output": output_path(request.notebook.path, job_id) if shared else None,
             "profile": request.resources.profile,
         },
         sort_keys=True,

@@ -17,8 +17,8 @@ from typing import Any
 
 from ...quantity import human_memory
 from ..model import FailedCell, Status
+from ..run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from .manifests import LABEL_QUEUE_NAME
-from .pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 
 Obj = dict[str, Any]
 

@@ -1,0 +1,36 @@
+"""Raw JSON from the Kubernetes API, for every backend that talks to it.
+
+The jobs service's backends (:mod:`gpuhub.jobs.k8s.backend`, :mod:`gpuhub.jobs.pipeline`)
+make their ``kubernetes_asyncio`` calls with ``_preload_content=False`` and read the answer
+here: plain JSON, the objects as the apiserver wrote them (no model round trip), and a
+non-2xx answer raised as the ``ApiException`` the preloading path would raise.
+
+Importing this module costs nothing: ``kubernetes_asyncio`` is imported only on an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+async def request_json(call: Any) -> Any:
+    """Await a ``kubernetes_asyncio`` call made with ``_preload_content=False``: its JSON."""
+    return json.loads(await request_body(call))
+
+
+async def request_body(call: Any) -> bytes:
+    """The raw body of a ``_preload_content=False`` call; non-2xx raise ``ApiException`` as
+    the preloading path would (kubernetes_asyncio skips that check without preloading)."""
+    response = await call
+    try:
+        data: bytes = await response.read()
+        if not 200 <= response.status <= 299:
+            from kubernetes_asyncio.client.exceptions import ApiException
+
+            exc = ApiException(status=response.status, reason=response.reason)
+            exc.body = data
+            raise exc
+        return data
+    finally:
+        response.release()
