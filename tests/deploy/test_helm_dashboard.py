@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.test_helm import by_kind, make_chart, render, validate_all
+from tests.support.helm import by_kind, make_chart, render, validate_all
 from tests.support.hub.prometheus import eventually, query, running_prometheus, serving_exposition
 from tests.support.paths import REPO
 

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from gpuhub.policy import Policy
-from tests.deploy.test_helm import (
+from tests.support.helm import (
     EXAMPLES,
     HELM,
     KUBE_VERSION,
@@ -39,7 +39,6 @@ from tests.deploy.test_helm import (
     hub_values,
     make_chart,
     make_spawner,
-    no_cluster,  # noqa: F401  (fixture)
     render,
     service_config,
     validate_all,
@@ -255,7 +254,7 @@ async def test_every_guide_command(
     files: Path,
     local_chart_repo: str,
     tmp_path: Path,
-    no_cluster: None,  # noqa: F811
+    no_cluster: None,
 ) -> None:
     # The name KubeSpawner's default template (which z2jh keeps) gives alice's server pod.
     from traitlets.config import Config

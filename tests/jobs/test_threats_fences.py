@@ -181,7 +181,7 @@ METADATA = "169.254.169.254/32"
 
 def render_chart(tmp_path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chart's objects (helm template), every fence object schema-validated."""
-    from tests.deploy.test_helm import HELM, make_chart, render, validate_all
+    from tests.support.helm import HELM, make_chart, render, validate_all
 
     if not HELM.exists():
         pytest.skip("helm from npm is not installed")
@@ -191,7 +191,7 @@ def render_chart(tmp_path, values: dict[str, Any] | None = None) -> list[dict[st
 
 
 def rendered_policy(tmp_path, values: dict[str, Any] | None = None) -> dict[str, Any]:
-    from tests.deploy.test_helm import by_kind
+    from tests.support.helm import by_kind
 
     return by_kind(render_chart(tmp_path, values), "NetworkPolicy", "gpuhub-jobs")
 
@@ -237,7 +237,7 @@ def test_admin_opens_what_they_list_and_nothing_else(tmp_path):
 
 
 def test_pipeline_steps_service_account_has_no_token(tmp_path):
-    from tests.deploy.test_helm import by_kind
+    from tests.support.helm import by_kind
 
     objects = render_chart(tmp_path, {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}})
     account = by_kind(objects, "ServiceAccount", "gpuhub-pipeline-steps")

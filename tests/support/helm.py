@@ -1,0 +1,189 @@
+"""Helm as the chart tests use it: the real helm 3.10 from npm, a chart copy with a stand-in
+zero-to-jupyterhub dependency, ``helm template`` and strict validation of what it renders.
+
+The zero-to-jupyterhub dependency cannot be downloaded here, so :func:`make_chart` copies the
+chart and puts a small stand-in ``jupyterhub`` chart into its ``charts/``. The stand-in
+reproduces the parts of z2jh 4.x gpuhub relies on: the hub Secret named ``hub`` holding the
+chart values (``values.yaml``, which z2jh's hub turns into traitlets config) and the generated
+``hub.services.<name>.apiToken``, and the hub ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import kubernetes_validate
+import yaml
+from traitlets.config import Config
+
+from tests.support.paths import REPO
+
+ROOT = REPO
+
+
+CHART = ROOT / "helm" / "gpuhub"
+
+
+HELM = ROOT / "node_modules" / ".bin" / "helm"
+
+
+EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
+
+
+KUBE_VERSION = "1.33.0"  # z2jh 4.x needs >= 1.28; Helm 3.10 assumes 1.25 without a cluster
+
+
+NAMESPACE = "jhub"
+
+
+STANDIN_SECRET = """\
+{{- /* Stand-in for zero-to-jupyterhub 4.x: what gpuhub relies on, nothing else. */}}
+kind: Secret
+apiVersion: v1
+metadata:
+  name: hub
+type: Opaque
+data:
+  values.yaml: {{ pick .Values "hub" "singleuser" "proxy" "scheduling" "custom" | toYaml | b64enc | quote }}
+  {{- range $key, $service := .Values.hub.services }}
+  hub.services.{{ $key }}.apiToken: {{ $service.apiToken | default (randAlphaNum 64) | b64enc | quote }}
+  {{- end }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: hub
+"""
+
+
+def helm_env(home: Path) -> dict[str, str]:
+    """Keep Helm's cache and config out of the user's home."""
+    env = dict(os.environ)
+    for name in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        env[name] = str(home / name.lower())
+    return env
+
+
+def make_chart(tmp: Path) -> Path:
+    """A copy of helm/gpuhub with the stand-in z2jh dependency in charts/."""
+    chart = tmp / "gpuhub"
+    shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+    dependency = yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"][0]
+    standin = chart / "charts" / "jupyterhub"
+    (standin / "templates").mkdir(parents=True)
+    (standin / "Chart.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v2", "name": "jupyterhub", "version": dependency["version"]})
+    )
+    (standin / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "fullnameOverride": "",
+                "hub": {"services": {}},
+                "singleuser": {},
+                "proxy": {},
+                "custom": {},
+            }
+        )
+    )
+    (standin / "templates" / "hub.yaml").write_text(STANDIN_SECRET)
+    return chart
+
+
+def helm(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / "gpuhub-test-helm-home"
+    return subprocess.run(
+        [str(HELM), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=helm_env(home),
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def render(
+    chart: Path,
+    *values_files: Path,
+    values: dict[str, Any] | None = None,
+    release: str = "gpuhub",
+    tmp: Path | None = None,
+) -> list[dict[str, Any]]:
+    """`helm template`; the rendered objects, or AssertionError with Helm's message."""
+    args: list[str | Path] = ["template", release, chart, "--namespace", NAMESPACE]
+    args += ["--kube-version", KUBE_VERSION]
+    for path in values_files:
+        args += ["-f", path]
+    if values is not None:
+        extra = (tmp or chart.parent) / f"extra-{abs(hash(repr(values)))}.yaml"
+        extra.write_text(yaml.safe_dump(values))
+        args += ["-f", extra]
+    result = helm(*args)
+    if result.returncode != 0:
+        raise AssertionError(result.stderr.strip())
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def hub_values(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The values the z2jh hub sees (its Secret's values.yaml)."""
+    secret = by_kind(objects, "Secret", "hub")
+    return yaml.safe_load(base64.b64decode(secret["data"]["values.yaml"]))
+
+
+def service_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return yaml.safe_load(by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["service.yaml"])
+
+
+def hub_yaml(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return yaml.safe_load(by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"])
+
+
+def validate_all(objects: list[dict[str, Any]]) -> None:
+    """Built-in kinds against the official schema; custom resources (Kueue's LocalQueue)
+    against the CRDs kubesim installs, strictly as well."""
+    from tests.kubesim import crd_schemas
+
+    for obj in objects:
+        if crd_schemas.serves(obj):
+            crd_schemas.validate_strict(obj)
+        else:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def gpuhub_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What gpuhub's own templates made (not the stand-in)."""
+    return [
+        o
+        for o in objects
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "gpuhub"
+    ]
+
+
+def hub_traitlets_config(values: dict[str, Any]) -> Config:
+    """hub.config as z2jh's jupyterhub_config.py loads it: one traitlets section per key."""
+    config = Config()
+    for section, settings in values["hub"]["config"].items():
+        config[section].update(copy.deepcopy(settings))
+    return config
+
+
+def make_spawner(config: Config, groups: list[str]) -> Any:
+    """A real GPUSpawner with this config (call inside a running event loop, as the hub does)."""
+    from gpuhub import GPUSpawner
+
+    user = SimpleNamespace(
+        name="alice", id=1, url="/user/alice/", groups=[SimpleNamespace(name=g) for g in groups]
+    )
+    return GPUSpawner(_mock=True, user=user, config=config)
