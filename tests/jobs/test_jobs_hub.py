@@ -4,54 +4,21 @@ own GPUs. The workstation has no GPU, so the hub is told the indices (docs/archi
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
 from jupyter_client import BlockingKernelClient
 
-from tests.lab.test_jobs_magics import run
+from tests.support.hub.local import jobs_hub_config as config
+from tests.support.hub.local import token_for, user_api
 from tests.support.hub.process import Hub, spawn_json, start_hub
+from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
-from tests.support.jupyter.server import SOURCE_PATHS
 
 pytestmark = pytest.mark.e2e
-
-
-def config(workdir: Path) -> str:
-    server_config = workdir / "server-config"
-    server_config.mkdir(parents=True, exist_ok=True)
-    extensions = {
-        "gpuhub_lab": True,
-        "jupyterlab": False,
-        "jupyter_lsp": False,
-        "jupyter_server_terminals": False,
-        "notebook_shim": False,
-    }
-    (server_config / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": extensions}})
-    )
-    environment = {
-        "JUPYTER_CONFIG_DIR": str(server_config),
-        "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
-        "PYTHONPATH": os.pathsep.join(SOURCE_PATHS),
-    }
-    return f"""
-c.JupyterHub.spawner_class = "gpu-local"
-c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}}, "students": {{"users": ["bob"]}}}}
-c.LocalGPUSpawner.run_as_hub_user = True
-c.LocalGPUSpawner.home_dir_template = {str(workdir / "users" / "{username}")!r}
-c.LocalGPUSpawner.gpu_devices = [0, 1, 2]
-c.LocalGPUSpawner.group_limits = {{"staff": {{"max_gpus": 3}}, "students": {{"max_gpus": 1}}}}
-c.LocalGPUSpawner.default_limits = {{"max_gpus": 0}}
-c.Spawner.environment = {environment!r}
-c.Spawner.default_url = "/tree"
-"""
 
 
 @pytest.fixture(scope="module")
@@ -64,24 +31,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         for name in ("alice", "bob"):
             hub.api("DELETE", f"/users/{name}/server")
         hub.stop()
-
-
-def token_for(hub: Hub, name: str) -> str:
-    answer = hub.api("POST", f"/users/{name}/tokens", json={"note": "jobs test"})
-    assert answer.status_code == 201, answer.text
-    return answer.json()["token"]
-
-
-def user_api(hub: Hub, user: str, token: str | None, method: str, path: str, **kwargs):
-    headers = {"Authorization": f"token {token}"} if token else {}
-    return requests.request(
-        method,
-        f"{hub.url}/user/{user}/gpuhub/api/jobs{path}",
-        headers=headers,
-        timeout=30,
-        allow_redirects=False,
-        **kwargs,
-    )
 
 
 def test_jobs_on_a_spawned_server_use_the_hubs_policy_and_its_gpus(hub: Hub) -> None:

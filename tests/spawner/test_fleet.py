@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.jobs.test_jobs_hub import config as jobs_hub_config
-from tests.spawner.test_ledger_local import spawn, wait_ready
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.process import PASSWORD, ROOT, Hub, start_hub
+from tests.support.hub.local import jobs_hub_config
+from tests.support.hub.process import PASSWORD, ROOT, Hub, spawn, start_hub, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 
 pytestmark = pytest.mark.e2e

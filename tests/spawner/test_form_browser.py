@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.spawner.test_local_hub import CONFIG, server_env
 from tests.support.browser.chromium import artifact, chromium
+from tests.support.hub.local import LOCAL_HUB_CONFIG as CONFIG
+from tests.support.hub.local import server_env
 from tests.support.hub.process import PASSWORD, Hub, start_hub
 
 pytestmark = pytest.mark.browser

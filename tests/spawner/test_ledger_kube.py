@@ -21,7 +21,7 @@ import requests
 from gpuhub.jobs.k8s import manifests as m
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import hub_cluster
-from tests.spawner.test_kube_e2e import hub_config
+from tests.support.hub.kube import hub_config
 from tests.support.hub.process import Hub, free_port, start_hub
 from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, write_notebook
 from tests.support.kfp_standin import KFPStandIn

@@ -26,7 +26,7 @@ from gpuhub.service.quota import HubQuota
 from tests.jobs.test_jobs_kueue import kueue_queues
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import hub_cluster
-from tests.spawner.test_kube_e2e import hub_config
+from tests.support.hub.kube import hub_config
 from tests.support.hub.process import Hub, free_port, start_hub
 from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, write_notebook
 from tests.support.policies import DESIGN_CONFIG

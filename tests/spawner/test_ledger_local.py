@@ -7,19 +7,16 @@ the job ends), and 20 concurrent spawns of one user never ending above the quota
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
 
-from tests.jobs.test_jobs_hub import config as jobs_hub_config
-from tests.jobs.test_jobs_hub import token_for, user_api
-from tests.support.hub.process import Hub, start_hub
+from tests.support.hub.local import jobs_hub_config, token_for, user_api
+from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
 
 pytestmark = pytest.mark.e2e
@@ -92,30 +89,6 @@ def stop_all(hub: Hub) -> None:
         while hub.api("GET", f"/users/{name}").json().get("servers"):
             assert time.monotonic() < deadline, f"{name}'s servers did not stop"
             time.sleep(0.3)
-
-
-def spawn(hub: Hub, user: str, options: dict[str, Any], server: str = "") -> requests.Response:
-    path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
-    return hub.api("POST", path, data=json.dumps(options))
-
-
-def wait_ready(hub: Hub, user: str, server: str = "", timeout: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        model = hub.user_model(user)["servers"].get(server)
-        if model and model.get("ready"):
-            return model
-        assert time.monotonic() < deadline, f"{user}/{server} did not start: {model}"
-        time.sleep(0.3)
-
-
-def stop(hub: Hub, user: str, server: str = "") -> None:
-    path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
-    hub.api("DELETE", path)
-    deadline = time.monotonic() + 60
-    while server in hub.user_model(user)["servers"]:
-        assert time.monotonic() < deadline, f"{user}/{server} did not stop"
-        time.sleep(0.3)
 
 
 def test_a_request_needs_one_group_that_allows_all_of_it(hub: Hub) -> None:

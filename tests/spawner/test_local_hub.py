@@ -15,25 +15,11 @@ from typing import Any
 import pytest
 import requests
 
+from tests.support.hub.local import LOCAL_HUB_CONFIG as CONFIG
+from tests.support.hub.local import server_env, server_state
 from tests.support.hub.process import Hub, spawn_json, start_hub
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = """
-c.JupyterHub.spawner_class = "gpu-local"
-c.JupyterHub.load_groups = {
-    "staff": {"users": ["alice"]},
-    "students": {"users": ["bob", "carol", "dave"]},
-}
-c.LocalGPUSpawner.run_as_hub_user = True
-c.LocalGPUSpawner.gpu_devices = [0, 1, 2]
-c.LocalGPUSpawner.images = {"default": {"display_name": "Default <b>env</b>", "image": "local"}}
-c.LocalGPUSpawner.cpu_range = {"min": 0.5, "max": 4, "default": 1}
-c.LocalGPUSpawner.memory_range = {"min": "512Mi", "max": "8G", "default": "1G"}
-c.LocalGPUSpawner.group_limits = {"staff": {"max_gpus": 3}, "students": {"max_gpus": 1}}
-c.LocalGPUSpawner.default_limits = {"max_gpus": 0}
-c.LocalGPUSpawner.gpu_queue_timeout = 0  # refuse at once (test_queue_local.py covers the line)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +40,6 @@ def no_servers_left(hub: Hub) -> Iterator[None]:
         model = hub.api("GET", f"/users/{name}")
         if model.status_code == 200 and model.json().get("servers"):
             hub.stop_server(name)
-
-
-def server_state(hub: Hub, name: str) -> dict[str, Any]:
-    return hub.user_model(name)["servers"][""]["state"]
-
-
-def server_env(hub: Hub, name: str) -> dict[str, str]:
-    """The environment the single-user server really runs with, from /proc."""
-    pid = server_state(hub, name)["pid"]
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
 
 
 def csrf_post(session: requests.Session, url: str, data: dict[str, str]) -> requests.Response:

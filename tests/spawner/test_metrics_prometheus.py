@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.jobs.test_jobs_hub import config as jobs_hub_config
-from tests.spawner.test_ledger_local import spawn, stop, wait_ready
-from tests.support.hub.process import API_TOKEN, ROOT, Hub, start_hub
+from tests.support.hub.local import jobs_hub_config
+from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.prometheus import eventually, running_prometheus
 from tests.support.hub.standin_gpus import write as set_utilization
 

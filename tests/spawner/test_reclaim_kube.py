@@ -16,7 +16,7 @@ import requests
 
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import hub_cluster
-from tests.spawner.test_kube_e2e import NAMESPACE, hub_config
+from tests.support.hub.kube import NAMESPACE, hub_config
 from tests.support.hub.process import API_TOKEN, Hub, spawn_json, start_hub
 from tests.support.hub.prometheus import running_prometheus, serving_exposition
 

@@ -15,10 +15,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.jobs.test_jobs_hub import config as jobs_hub_config
-from tests.jobs.test_jobs_hub import token_for
-from tests.spawner.test_ledger_local import spawn, stop, wait_ready
-from tests.support.hub.process import API_TOKEN, ROOT, Hub, start_hub
+from tests.support.hub.local import jobs_hub_config, token_for
+from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 
 pytestmark = pytest.mark.e2e

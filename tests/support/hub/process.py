@@ -178,3 +178,27 @@ def running_hub(workdir: Path, config: str) -> Iterator[Hub]:
 
 def spawn_json(hub: Hub, name: str, options: dict[str, Any]) -> requests.Response:
     return hub.api("POST", f"/users/{name}/server", data=json.dumps(options))
+
+
+def spawn(hub: Hub, user: str, options: dict[str, Any], server: str = "") -> requests.Response:
+    path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
+    return hub.api("POST", path, data=json.dumps(options))
+
+
+def wait_ready(hub: Hub, user: str, server: str = "", timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        model = hub.user_model(user)["servers"].get(server)
+        if model and model.get("ready"):
+            return model
+        assert time.monotonic() < deadline, f"{user}/{server} did not start: {model}"
+        time.sleep(0.3)
+
+
+def stop(hub: Hub, user: str, server: str = "") -> None:
+    path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
+    hub.api("DELETE", path)
+    deadline = time.monotonic() + 60
+    while server in hub.user_model(user)["servers"]:
+        assert time.monotonic() < deadline, f"{user}/{server} did not stop"
+        time.sleep(0.3)
