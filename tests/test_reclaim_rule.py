@@ -90,7 +90,10 @@ def test_usage_store_survives_a_restart(tmp_path) -> None:
     store.add("ann", "A100", 3600, now=now)
     store.add("old", "A100", 3600, now=now - 86_400 * 9)  # older than 8 days: dropped
     store.notify("ann", Notice("", now, "idle", 1, "A100"))
+    store.count_reclaim("A100")
+    store.count_reclaim("A100")
     again = UsageStore(path)
+    assert again.reclaims == {"A100": 2}
     assert again.totals == {("ann", "A100"): 10800, ("old", "A100"): 3600}
     assert again.gpu_hours(since=now - 60) == {"ann": 1.0}
     assert again.gpu_hours(since=now - 86_400 * 7) == {"ann": 3.0}

@@ -86,7 +86,6 @@ class GPUMonitor:
         self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
         self.type_names: dict[str, str] = {}  # resource name -> the one type's display name
         self._told_capacity = False
-        self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed since start
         self.last_tick: float | None = None
         self.version = 0  # bumped whenever what the fleet page shows may have changed
         self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
@@ -290,8 +289,7 @@ class GPUMonitor:
             f"kept them during the {_duration(rule.warn)} warning"
         )
         if await self.stop_server(user, holding.name, reason, by="idle"):
-            gpu_type = holding.gpu_type or "GPU"
-            self.reclaims[gpu_type] = self.reclaims.get(gpu_type, 0) + 1
+            self.store.count_reclaim(holding.gpu_type or "GPU")
 
     async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool:
         """Stop ``user``'s server as the hub's REST API does, and leave the user a notice."""

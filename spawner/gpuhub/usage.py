@@ -6,7 +6,9 @@ hub process alone, so there is nothing new to operate. It holds:
 * the running total of GPU-seconds per ``(user, gpu_type)`` (the Prometheus counter
   ``gpuhub_gpu_seconds_total`` starts from it after a restart, so it never goes back);
 * hourly buckets of the last 8 days, for GPU-hours over 24 hours and 7 days;
-* per user, the last reclaim of each server, shown on their next visit to the hub.
+* per user, the last reclaim of each server, shown on their next visit to the hub;
+* the count of idle reclaims per GPU type (the counter ``gpuhub_idle_reclaims_total``
+  starts from it after a restart, like the GPU-seconds).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class UsageStore:
         self.totals: dict[tuple[str, str], float] = {}
         self.hourly: dict[tuple[int, str, str], float] = {}  # (hour start, user, type)
         self.notices: dict[str, dict[str, Notice]] = {}  # user -> server -> notice
+        self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed, ever
         self._dirty = False
         if self.path is not None:
             self._load()
@@ -60,6 +63,12 @@ class UsageStore:
         bucket = (hour, user, gpu_type)
         self.hourly[bucket] = self.hourly.get(bucket, 0.0) + gpu_seconds
         self._dirty = True
+
+    def count_reclaim(self, gpu_type: str) -> None:
+        """One more server stopped for idleness (saved at once, like its notice)."""
+        self.reclaims[gpu_type] = self.reclaims.get(gpu_type, 0) + 1
+        self._dirty = True
+        self.save()
 
     def notify(self, user: str, notice: Notice) -> None:
         self.notices.setdefault(user, {})[notice.server] = notice
@@ -105,6 +114,8 @@ class UsageStore:
                 self.hourly[(int(hour), str(user), str(gpu_type))] = float(seconds)
             for user, servers in (data.get("notices") or {}).items():
                 self.notices[user] = {name: Notice(**n) for name, n in servers.items()}
+            for gpu_type, count in (data.get("reclaims") or {}).items():
+                self.reclaims[str(gpu_type)] = int(count)
         except (TypeError, ValueError) as exc:
             log.error("gpuhub: GPU usage %s is damaged (%s); keeping what was read", self.path, exc)
 
@@ -123,6 +134,7 @@ class UsageStore:
                 user: {name: asdict(n) for name, n in servers.items()}
                 for user, servers in self.notices.items()
             },
+            "reclaims": dict(sorted(self.reclaims.items())),
         }
         tmp = self.path.with_suffix(".tmp")
         try:
