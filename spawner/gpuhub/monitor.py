@@ -21,14 +21,13 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
 from .ledger import Holding, Ledger
 from .reclaim import Action, IdleClocks, ReclaimRule
-from .sparkline import sparkline
 from .usage import Notice, UsageStore
 from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
 
@@ -45,18 +44,11 @@ class Track:
     """What the monitor knows of one holding: recent samples and its idle clock's key."""
 
     holding: Holding
-    history: deque[tuple[float, float]] = field(default_factory=deque)  # (time, mean 0..1)
-    samples: list[GPUSample] = field(default_factory=list)
+    # (time, mean 0..1). Tuples, replaced (never changed) each tick, like ``samples``: the
+    # fleet page reads them in a thread without copying (gpuhub.fleet.snapshot).
+    history: tuple[tuple[float, float], ...] = ()
+    samples: tuple[GPUSample, ...] = ()
     idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
-    _spark: tuple[float | None, str] = (None, "")
-
-    def spark(self) -> str:
-        """The fleet page's sparkline of the last 30 minutes, redrawn once per new sample."""
-        last = self.history[-1][0] if self.history else None
-        if self._spark[0] != last:
-            points = sparkline(self.history, last, HISTORY_SECONDS) if last is not None else ""
-            self._spark = (last, points)
-        return self._spark[1]
 
     def launch(self) -> tuple[str, str, str]:
         """The idle clock's key: a new launch of a server starts a new clock."""
@@ -88,6 +80,11 @@ class GPUMonitor:
         self._told_capacity = False
         self.last_tick: float | None = None
         self.version = 0  # bumped whenever what the fleet page shows may have changed
+        # Called (on the event loop, must not block) after each bump: the fleet page's cache.
+        self.after_change: list[Callable[[], None]] = []
+        # Holdings stopped or cancelled here, with the version that dropped them: a view built
+        # before that hides them at once (gpuhub.fleet.FleetCache).
+        self.removed: dict[HoldingKey, int] = {}
         self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[tuple[str, str]] = set()
@@ -129,7 +126,7 @@ class GPUMonitor:
             if track is None or track.holding.since != holding.since:
                 track = Track(holding)
             track.holding = holding
-            track.samples = samples.get(key, [])
+            track.samples = tuple(samples.get(key, ()))
             self._remember(track, now)
             live[key] = track
         self.tracks = live
@@ -137,7 +134,17 @@ class GPUMonitor:
             await self._reclaim(now)
         self._drop_read_notices()
         self.last_tick = now
+        self._changed()
+
+    def _changed(self, removed: HoldingKey | None = None) -> None:
         self.version += 1
+        if removed is not None:
+            self.removed[removed] = self.version
+        for callback in self.after_change:
+            try:
+                callback()
+            except Exception:
+                log.exception("gpuhub: a GPU monitor listener failed")
 
     def _drop_read_notices(self) -> None:
         """A notice is shown until its server has been started again after the stop."""
@@ -179,9 +186,11 @@ class GPUMonitor:
             track.idle_since = None
             return
         mean = sum(s.utilization for s in track.samples) / len(track.samples)
-        track.history.append((now, mean))
-        while track.history and track.history[0][0] < now - HISTORY_SECONDS:
-            track.history.popleft()
+        history = (*track.history, (now, mean))
+        cut = 0
+        while history[cut][0] < now - HISTORY_SECONDS:
+            cut += 1
+        track.history = history[cut:] if cut else history
         below = self.rule.utilization_below if self.rule is not None else 0.01
         if all(s.utilization < below for s in track.samples):
             if track.idle_since is None:
@@ -314,7 +323,7 @@ class GPUMonitor:
         finally:
             self._stopping.discard(key)
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
-        self.version += 1
+        self._changed(removed=(user.name, "server", server))
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,28 @@ class Notice:
     by: str = "idle"  # "idle" (the reclaim rule) or the admin who stopped it
 
 
+def gpu_hours(
+    hourly: Mapping[int, Mapping[tuple[str, str], float]], since: float
+) -> dict[str, float]:
+    """GPU-hours per user since ``since`` (whole hourly buckets that overlap it)."""
+    start = since // HOUR * HOUR
+    out: dict[str, float] = {}
+    for hour, bucket in hourly.items():
+        if hour >= start:
+            for (user, _), seconds in bucket.items():
+                out[user] = out.get(user, 0.0) + seconds / HOUR
+    return out
+
+
 class UsageStore:
     """GPU-seconds and reclaim notices, persisted to ``path`` (None: memory only)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path).resolve() if path is not None else None
         self.totals: dict[tuple[str, str], float] = {}
-        self.hourly: dict[tuple[int, str, str], float] = {}  # (hour start, user, type)
+        # hour start -> (user, type) -> GPU-seconds. Only the current hour's dict changes: the
+        # others are final, so a reader in another thread may keep them without a copy.
+        self.hourly: dict[int, dict[tuple[str, str], float]] = {}
         self.notices: dict[str, dict[str, Notice]] = {}  # user -> server -> notice
         self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed, ever
         self._dirty = False
@@ -59,9 +75,8 @@ class UsageStore:
             return
         key = (user, gpu_type)
         self.totals[key] = self.totals.get(key, 0.0) + gpu_seconds
-        hour = int(now // HOUR * HOUR)
-        bucket = (hour, user, gpu_type)
-        self.hourly[bucket] = self.hourly.get(bucket, 0.0) + gpu_seconds
+        hour = self.hourly.setdefault(int(now // HOUR * HOUR), {})
+        hour[key] = hour.get(key, 0.0) + gpu_seconds
         self._dirty = True
 
     def count_reclaim(self, gpu_type: str) -> None:
@@ -90,12 +105,16 @@ class UsageStore:
 
     def gpu_hours(self, since: float) -> dict[str, float]:
         """GPU-hours per user since ``since`` (whole hourly buckets that overlap it)."""
-        start = since // HOUR * HOUR
-        out: dict[str, float] = {}
-        for (hour, user, _), seconds in self.hourly.items():
-            if hour >= start:
-                out[user] = out.get(user, 0.0) + seconds / HOUR
-        return out
+        return gpu_hours(self.hourly, since)
+
+    def hourly_snapshot(self) -> dict[int, dict[tuple[str, str], float]]:
+        """The hourly buckets as of now, safe to read in another thread: the latest hour (the
+        one still growing) is copied, the final ones are shared."""
+        snap = dict(self.hourly)
+        if snap:
+            latest = max(snap)
+            snap[latest] = dict(snap[latest])
+        return snap
 
     # -- persistence ----------------------------------------------------------------------
     def _load(self) -> None:
@@ -111,7 +130,8 @@ class UsageStore:
             for user, gpu_type, seconds in data.get("totals", []):
                 self.totals[(str(user), str(gpu_type))] = float(seconds)
             for hour, user, gpu_type, seconds in data.get("hourly", []):
-                self.hourly[(int(hour), str(user), str(gpu_type))] = float(seconds)
+                bucket = self.hourly.setdefault(int(hour), {})
+                bucket[(str(user), str(gpu_type))] = float(seconds)
             for user, servers in (data.get("notices") or {}).items():
                 self.notices[user] = {name: Notice(**n) for name, n in servers.items()}
             for gpu_type, count in (data.get("reclaims") or {}).items():
@@ -124,12 +144,16 @@ class UsageStore:
         if self.path is None or not self._dirty:
             return
         now = time.time() if now is None else now
-        for bucket in [b for b in self.hourly if b[0] < now - KEEP_SECONDS]:
-            del self.hourly[bucket]
+        for hour in [h for h in self.hourly if h < now - KEEP_SECONDS]:
+            del self.hourly[hour]
         data: dict[str, Any] = {
             "version": 1,
             "totals": [[u, t, s] for (u, t), s in sorted(self.totals.items())],
-            "hourly": [[h, u, t, s] for (h, u, t), s in sorted(self.hourly.items())],
+            "hourly": [
+                [h, u, t, s]
+                for h, bucket in sorted(self.hourly.items())
+                for (u, t), s in sorted(bucket.items())
+            ],
             "notices": {
                 user: {name: asdict(n) for name, n in servers.items()}
                 for user, servers in self.notices.items()
