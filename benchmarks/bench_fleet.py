@@ -125,6 +125,7 @@ def page_vars(name: str) -> dict[str, Any]:
         "xsrf": "x" * 40,
         "gpuhub_notices": [],
         "stopped": "",
+        "cancelled": "",
     }
 
 

@@ -2,8 +2,8 @@
 
 JupyterHub admins and holders of ``custom:gpuhub:fleet`` see every holder, totals per GPU
 type and group, GPU-hours per user and group, and may stop a server with a reason that the
-user then reads on their next hub page. Everyone else sees the same page with their own
-rows and GPU-hours only.
+user then reads on their next hub page, or cancel a job (:mod:`gpuhub.cancel`) likewise.
+Everyone else sees the same page with their own rows and GPU-hours only.
 
 Everything comes from the hub's GPU monitor (:mod:`gpuhub.monitor`), already in memory:
 rendering lists nothing and samples nothing. After each monitor tick :class:`FleetCache`
@@ -380,11 +380,21 @@ class FleetHandler(BaseHandler):
             view=view,
             **{k: Markup(v) for k, v in fragments.items()},  # rendered and escaped already
             stopped=self.get_argument("stopped", ""),
+            cancelled=self.get_argument("cancelled", ""),
         )
         self.finish(html)
 
 
-class FleetStopHandler(BaseHandler):
+class _ActionHandler(BaseHandler):
+    """The fleet page's actions: every refusal is one sentence the admin reads."""
+
+    def render_template(self, name: str, sync: bool = False, **ns: Any) -> Any:
+        if name == "404.html":  # JupyterHub's 404 page shows no message; ours is the point
+            name = "error.html"
+        return super().render_template(name, sync=sync, **ns)
+
+
+class FleetStopHandler(_ActionHandler):
     """``POST /hub/gpuhub/fleet/stop`` (form: target "user/server", reason): stop a server."""
 
     @web.authenticated
@@ -410,7 +420,37 @@ class FleetStopHandler(BaseHandler):
         self.redirect(f"{self.hub.base_url}gpuhub/fleet?stopped={name}", status=303)
 
 
+class FleetCancelHandler(_ActionHandler):
+    """``POST /hub/gpuhub/fleet/cancel`` (form: target "user/job", reason): cancel a GPU job
+    (:meth:`gpuhub.monitor.GPUMonitor.cancel_job`). The same rights and checks as stopping a
+    server: the user's own job, or anyone's for fleet admins, with a reason."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        from .cancel import CancelRefused
+
+        monitor = _monitor(self)
+        if monitor is None:
+            raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
+        name, slash, job = self.get_body_argument("target", "").partition("/")
+        if not name or not slash or "/" in job:  # a workstation's job hold may be named ""
+            raise web.HTTPError(400, "target must name a job as user/job.")
+        reason = " ".join(self.get_body_argument("reason", "").split())[:MAX_REASON]
+        own = name == self.current_user.name
+        if not own and not may_see_all(self):
+            raise web.HTTPError(403, "Only GPU fleet admins may cancel other users' jobs.")
+        if not own and not reason:
+            raise web.HTTPError(400, "Give a reason: the user reads it on their next visit.")
+        why = reason or "you cancelled it from the fleet page"
+        try:
+            await monitor.cancel_job(name, job, why, by=self.current_user.name)
+        except CancelRefused as exc:
+            raise web.HTTPError(exc.status, exc.message) from None
+        self.redirect(f"{self.hub.base_url}gpuhub/fleet?cancelled={name}", status=303)
+
+
 HANDLERS: list[tuple[str, Any]] = [
     (r"/gpuhub/fleet", FleetHandler),
     (r"/gpuhub/fleet/stop", FleetStopHandler),
+    (r"/gpuhub/fleet/cancel", FleetCancelHandler),
 ]

@@ -152,6 +152,8 @@ class GPUMonitor:
         for name, notices in list(self.store.notices.items()):
             user = users.get(name)
             for server, notice in list(notices.items()):
+                if notice.kind != "server":
+                    continue  # a cancelled job's notice is shown for a day
                 spawner = user.spawners.get(server) if user is not None else None
                 started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
                 if spawner is None or not spawner.ready or started is None:
@@ -328,6 +330,49 @@ class GPUMonitor:
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )
         return True
+
+    async def cancel_job(self, user: str, name: str, reason: str, *, by: str) -> list[str]:
+        """Cancel ``user``'s GPU job ``name`` (a fleet page row) with the hub's own means
+        (:mod:`gpuhub.cancel`), and leave the user a notice with ``reason``. Returns the job
+        ids cancelled; raises :class:`gpuhub.cancel.CancelRefused` with a sentence."""
+        from .cancel import CancelRefused, cancel_kube, cancel_local
+
+        track = self.tracks.get((user, "job", name))
+        if track is None:
+            raise CancelRefused(404, f"{user} has no job {name!r} holding GPUs.")
+        key = (user, f"job/{name}")
+        if key in self._stopping:
+            raise CancelRefused(409, "That job is being cancelled already.")
+        holding = track.holding
+        self._stopping.add(key)
+        try:
+            log.warning("gpuhub: %s cancels %s's %s: %s", by, user, holding.label, reason)
+            core_api = getattr(self.spawner, "api", None)
+            if holding.pods and core_api is not None:
+                job_ids = await cancel_kube(core_api, holding, reason, by)
+            else:
+                book = getattr(self.spawner, "_book", None)
+                if book is None:
+                    raise CancelRefused(409, "This hub's spawner cannot cancel jobs.")
+                job_ids = await cancel_local(book, holding)
+        finally:
+            self._stopping.discard(key)
+        self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
+        self._changed(removed=(user, "job", name))
+        self.store.notify(
+            user,
+            Notice(
+                name,
+                time.time(),
+                reason,
+                holding.gpus,
+                holding.gpu_type or "GPU",
+                by,
+                kind="job",
+                jobs=tuple(job_ids),
+            ),
+        )
+        return job_ids
 
 
 def _gpus(count: int, gpu_type: str) -> str:

@@ -27,18 +27,60 @@ log = logging.getLogger(__name__)
 HOUR = 3600
 KEEP_SECONDS = 8 * 24 * HOUR
 NOTICE_SECONDS = 7 * 24 * HOUR  # a notice nobody read is dropped after a week
+JOB_NOTICE_SECONDS = 24 * HOUR  # a cancelled job's notice is shown for a day
 
 
 @dataclass(frozen=True)
 class Notice:
-    """Why and when a user's server was stopped (shown until they start it again)."""
+    """Why and when a user's server was stopped (shown until they start it again), or their
+    job cancelled by an admin (shown for ``JOB_NOTICE_SECONDS``)."""
 
-    server: str
+    server: str  # the server's name; for a job, the job's name on the fleet page
     when: float
     reason: str
     gpus: int
     gpu_type: str
     by: str = "idle"  # "idle" (the reclaim rule) or the admin who stopped it
+    kind: str = "server"  # or "job"
+    jobs: tuple[str, ...] = ()  # the job ids a job notice is about
+
+    @property
+    def key(self) -> str:
+        """Where the store keeps it: a server's name, ``job/<name>`` for a job (server names
+        never hold a slash)."""
+        return self.server if self.kind == "server" else f"job/{self.server}"
+
+
+def cancel_notice_for_job(
+    job_id: str, environ: dict[str, str] | None = None, timeout: float = 3.0
+) -> tuple[str, str] | None:
+    """``(admin, reason)`` if the hub says an admin cancelled this server's user's job
+    ``job_id`` from the fleet page (``GET /hub/api/gpuhub/notices/<user>`` with the server's
+    own token); None otherwise, and when there is no hub to ask or it does not answer.
+    Blocking: call it in a thread."""
+    import urllib.parse
+    import urllib.request
+
+    env = dict(os.environ if environ is None else environ)
+    api, token, user = (
+        env.get("JUPYTERHUB_API_URL"),
+        env.get("JUPYTERHUB_API_TOKEN"),
+        env.get("JUPYTERHUB_USER"),
+    )
+    if not (api and token and user):
+        return None
+    url = f"{api.rstrip('/')}/gpuhub/notices/{urllib.parse.quote(user, safe='')}"
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            data = json.loads(answer.read())
+    except (OSError, ValueError) as exc:
+        log.debug("gpuhub: cannot ask the hub about job %s: %s", job_id, exc)
+        return None
+    for notice in data.get("notices") or []:
+        if notice.get("kind") == "job" and job_id in (notice.get("jobs") or []):
+            return str(notice.get("by", "")), str(notice.get("reason", ""))
+    return None
 
 
 def gpu_hours(
@@ -86,7 +128,7 @@ class UsageStore:
         self.save()
 
     def notify(self, user: str, notice: Notice) -> None:
-        self.notices.setdefault(user, {})[notice.server] = notice
+        self.notices.setdefault(user, {})[notice.key] = notice
         self._dirty = True
         self.save()
 
@@ -101,7 +143,14 @@ class UsageStore:
     def notices_for(self, user: str, now: float | None = None) -> list[Notice]:
         now = time.time() if now is None else now
         found = self.notices.get(user, {}).values()
-        return sorted((n for n in found if now - n.when < NOTICE_SECONDS), key=lambda n: n.when)
+        return sorted(
+            (
+                n
+                for n in found
+                if now - n.when < (NOTICE_SECONDS if n.kind == "server" else JOB_NOTICE_SECONDS)
+            ),
+            key=lambda n: n.when,
+        )
 
     def gpu_hours(self, since: float) -> dict[str, float]:
         """GPU-hours per user since ``since`` (whole hourly buckets that overlap it)."""
@@ -133,7 +182,10 @@ class UsageStore:
                 bucket = self.hourly.setdefault(int(hour), {})
                 bucket[(str(user), str(gpu_type))] = float(seconds)
             for user, servers in (data.get("notices") or {}).items():
-                self.notices[user] = {name: Notice(**n) for name, n in servers.items()}
+                self.notices[user] = {
+                    key: Notice(**{**n, "jobs": tuple(n.get("jobs") or ())})
+                    for key, n in servers.items()
+                }
             for gpu_type, count in (data.get("reclaims") or {}).items():
                 self.reclaims[str(gpu_type)] = int(count)
         except (TypeError, ValueError) as exc:
@@ -146,6 +198,11 @@ class UsageStore:
         now = time.time() if now is None else now
         for hour in [h for h in self.hourly if h < now - KEEP_SECONDS]:
             del self.hourly[hour]
+        for user in list(self.notices):  # shown no more: forget them
+            shown = {n.key for n in self.notices_for(user, now)}
+            self.notices[user] = {k: n for k, n in self.notices[user].items() if k in shown}
+            if not self.notices[user]:
+                del self.notices[user]
         data: dict[str, Any] = {
             "version": 1,
             "totals": [[u, t, s] for (u, t), s in sorted(self.totals.items())],
