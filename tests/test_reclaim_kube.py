@@ -1,7 +1,8 @@
 """GPU reclaim on Kubernetes: a real JupyterHub with GPUSpawner on kubesim, the hub's
 utilization from a real Prometheus that scrapes a stand-in dcgm-exporter serving per-pod
 samples (DCGM_FI_DEV_GPU_UTIL with namespace/pod labels), as the GPU Operator sets it up.
-An idle server is warned and stopped (its pod goes), a busy one is kept."""
+An idle server is warned and stopped (its pod goes), a busy one is kept; an admin cancels a
+job from the fleet page (its Job goes, foreground)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import requests
 from tests.hub.process import API_TOKEN, Hub, spawn_json, start_hub
 from tests.hub.prometheus import running_prometheus, serving_exposition
 from tests.kubesim import KubeSimThread
-from tests.kubesim.pytest_plugin import hub_cluster
+from tests.kubesim.pytest_plugin import A100_PRODUCT, hub_cluster
 
-from .test_kube_e2e import NAMESPACE, hub_config
+from .test_kube_e2e import GPU_TOLERATION, NAMESPACE, hub_config
 
 # (namespace, pod) -> utilization percent of its one GPU; the test sets it.
 SAMPLES: dict[tuple[str, str], float] = {}
@@ -67,7 +68,8 @@ def hub(
         f"""
         from gpuhub.hub_api import configure_hub
         configure_hub(c)
-        c.Authenticator.allowed_users = {{"bob", "carol"}}
+        c.Authenticator.allowed_users = {{"bob", "carol", "root"}}
+        c.Authenticator.admin_users = {{"root"}}
         c.GPUSpawner.prometheus_url = {prometheus!r}
         c.GPUSpawner.gpu_monitor_interval = 0.5
         c.GPUSpawner.gpu_idle_reclaim = {{"after": 4, "utilization_below": 0.05, "warn": 4}}
@@ -140,3 +142,95 @@ def test_idle_pod_is_reclaimed_and_busy_one_kept(hub: Hub, cluster: KubeSimThrea
         metrics
     )
     assert re.search(r'gpuhub_gpus\{gpu_type="NVIDIA A100 80GB",state="held"\} 1\.0', metrics)
+
+
+def gpuhub_job(job_id: str, user: str) -> dict[str, Any]:
+    """A Job as gpuhub's jobs service makes it (its labels and annotations), on one A100."""
+    labels = {
+        "app.kubernetes.io/managed-by": "gpuhub",
+        "gpuhub.io/job-id": job_id,
+        "gpuhub.io/user": user,
+        "gpuhub.io/kind": "job",
+    }
+    meta = {"labels": labels, "annotations": {"gpuhub.io/username": user}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_id, **meta},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": meta,
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"nvidia.com/gpu.product": A100_PRODUCT},
+                    "tolerations": [GPU_TOLERATION],
+                    "containers": [
+                        {
+                            "name": "notebook",
+                            "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20",
+                            "command": ["sleep", "infinity"],
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def job_pods(cluster: KubeSimThread, job_id: str) -> list[dict[str, Any]]:
+    return cluster.list("Pod", NAMESPACE, labels={"gpuhub.io/job-id": job_id})
+
+
+def test_an_admin_cancels_a_cluster_job_from_the_fleet_page(
+    hub: Hub, cluster: KubeSimThread
+) -> None:
+    job_id = "train-1a2b3c"
+    cluster.create(gpuhub_job(job_id, "carol"), NAMESPACE)
+    # A GPU pod that gpuhub counts but is no Job, PyTorchJob or TFJob (a pipeline step).
+    step = gpuhub_job("pipe-4d5e6f", "carol")["spec"]["template"]
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **step,
+            "metadata": {"name": "pipe-4d5e6f-step", **step["metadata"]},
+        },
+        NAMESPACE,
+    )
+    root = hub.login("root")
+
+    def rows() -> set[str]:
+        html = root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+        return set(re.findall(r'data-user="carol" data-kind="job" data-name="([^"]*)"', html))
+
+    wait_for("the job rows", lambda: {job_id, "pipe-4d5e6f"} <= rows(), hub)
+    xsrf = root.cookies.get("_xsrf", path="/hub/")
+
+    def cancel(target: str, reason: str) -> requests.Response:
+        return root.post(
+            f"{hub.url}/hub/gpuhub/fleet/cancel",
+            data={"target": target, "reason": reason, "_xsrf": xsrf},
+            timeout=60,
+            allow_redirects=False,
+        )
+
+    refused = cancel("carol/pipe-4d5e6f", "stuck")
+    assert refused.status_code == 409, refused.text[-2000:]
+    assert "is no Job, PyTorchJob or TFJob that gpuhub made" in html_text(refused)
+    done = cancel(f"carol/{job_id}", "the A100s are <b>reserved</b> for the workshop")
+    assert done.status_code == 303, done.text[-2000:]
+    wait_for("the Job to go", lambda: cluster.get("Job", job_id, NAMESPACE, "batch") is None, hub)
+    assert not job_pods(cluster, job_id)
+    assert job_id not in rows()
+    home = hub.login("carol").get(f"{hub.url}/hub/home", timeout=30).text
+    assert f"Your job &#39;{job_id}&#39; was cancelled on" in home, home[-3000:]
+    assert "by root: the A100s are &lt;b&gt;reserved&lt;/b&gt; for the workshop" in home
+    cluster.delete("Pod", "pipe-4d5e6f-step", NAMESPACE)
+
+
+def html_text(answer: requests.Response) -> str:
+    import html
+
+    return html.unescape(answer.text)
