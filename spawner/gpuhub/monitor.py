@@ -138,7 +138,7 @@ class GPUMonitor:
 
     def _changed(self, removed: HoldingKey | None = None) -> None:
         self.version += 1
-        if removed is not None:
+        if removed is not None and self.after_change:  # a listener clears what it has seen
             self.removed[removed] = self.version
         for callback in self.after_change:
             try:
