@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install demo test lint typecheck pytest benchmarks clean wheel images
+.PHONY: install demo test lint typecheck pytest pytest-fast benchmarks clean wheel images
 
 install: $(VENV)/.installed
 
@@ -25,14 +25,21 @@ demo: install
 	@mkdir -p .demo
 	cd .demo && $(BIN)/jupyterhub -f $(CURDIR)/jupyter_config/jupyterhub_config.py
 
+# The frontend too: stylelint, prettier and eslint over labextension/ (package.json "lint:check";
+# `npm run lint` fixes what they can).
 lint: install
 	$(BIN)/ruff check .
+	npm run --silent lint:check
 
 typecheck: install
 	$(BIN)/mypy
 
 pytest: install
 	$(BIN)/python -m pytest
+
+# The tests that start no real hub, Jupyter server, service or browser (tests/support/e2e.py).
+pytest-fast: install
+	$(BIN)/python -m pytest -m "not e2e"
 
 test: lint typecheck pytest
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import percentile, write_section
-from tests.hub.process import Hub, spawn_json, start_hub
 from tests.kubesim import KubeSimThread
+from tests.support.hub.process import Hub, spawn_json, start_hub
 
 PRODUCT = "NVIDIA-A100-SXM4-80GB"
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

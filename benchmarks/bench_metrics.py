@@ -40,12 +40,12 @@ import psutil
 from benchmarks import percentile, write_section
 from gpuhub_lab.metrics.nvml import NVMLSource
 from gpuhub_lab.metrics.sampler import GPUSampler
-from tests.jupyter.server import TOKEN, JupyterServer, jupyter_server
-from tests.lab import fake_nvml as fake
+from tests.support import fake_nvml as fake
+from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
 
 REPO = Path(__file__).resolve().parents[1]
 BUILT = REPO / "labextension" / "gpuhub_lab" / "labextension" / "static"
-FAKE = "tests.lab.fake_nvml"
+FAKE = "tests.support.fake_nvml"
 GIB = 2**30
 BUDGET_SAMPLE_MS = 5.0  # one NVML sample of 8 GPUs
 BUDGET_P50_MS = 2.0  # GET /gpuhub/api/metrics with 50 polling clients
@@ -369,7 +369,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, bool
 
 `python -m benchmarks metrics --seconds {args.seconds:g}` on {platform.machine()},
 {os.cpu_count()} CPUs (shared with other work, so figures are noisy), Python
-{platform.python_version()}. GPUs are the NVML stand-in (`tests/lab/fake_nvml.py`: A100s,
+{platform.python_version()}. GPUs are the NVML stand-in (`tests/support/fake_nvml.py`: A100s,
 three processes each) unless the row says real NVML. The stand-in answers in microseconds,
 so NVML figures here measure gpuhub's own overhead; a real driver adds its call latency,
 which the nvdashboard design then pays per socket, on the event loop.

@@ -64,7 +64,7 @@ class NVMLCalls(APIHandler):
 
     @web.authenticated
     def get(self) -> None:
-        from tests.lab import fake_nvml
+        from tests.support import fake_nvml
 
         self.finish(json.dumps(dict(fake_nvml.calls)))
 

@@ -32,6 +32,7 @@ from gpuhub.jobs.local import server_gpu_ids
 from gpuhub.jobs.model import (
     KIND_NAMES,
     KINDS,
+    MAX_NAME,
     MAX_PARAMETERS_BYTES,
     JobError,
     JobRequest,
@@ -263,6 +264,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
         "reason": context.policy_error,
         "kubernetes": context.config.kubernetes_mode,
         "max_workers": context.config.max_workers,
+        "max_name_length": MAX_NAME,  # the dialog's default-name placeholder is cut there
         "local": None
         if context.config.kubernetes_mode
         else {

@@ -18,17 +18,31 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from gpuhub.words import ordinal
+
 from .jobs_client import JobsClient, JobsClientError
 
 POLL_SECONDS = 1.0
 TRAIN_DIR = "gpuhub-runs/train"
 STATUS_MARK = {
+    "queued": "⋯",
     "pending": "…",
     "running": "▶",
     "succeeded": "✔",
     "failed": "✘",
     "cancelled": "■",
 }
+
+
+def status_words(job: dict[str, Any]) -> str:
+    """A job's status as a person reads it: "queued, 3rd in line" while Kueue says where
+    it waits (``queue_position``), else the status itself."""
+    status = str(job.get("status", ""))
+    position = job.get("queue_position")
+    known = isinstance(position, int) and not isinstance(position, bool) and position > 0
+    if status == "queued" and known:
+        return f"queued, {ordinal(position)} in line"
+    return status
 
 
 def _job_options(func: Any) -> Any:
@@ -174,7 +188,7 @@ class JobTable:
             (
                 str(j.get("id", "")),
                 str(j.get("kind", "")),
-                f"{STATUS_MARK.get(j.get('status', ''), '')} {j.get('status', '')}",
+                f"{STATUS_MARK.get(j.get('status', ''), '')} {status_words(j)}",
                 str(j.get("gpu", "")),
                 _elapsed(j),
                 _created(j),
@@ -233,7 +247,7 @@ class _Progress:
         progress = job.get("progress") or {}
         done, total = int(progress.get("done", 0)), int(progress.get("total", 0))
         status = str(job.get("status", ""))
-        text = f"{status} {_elapsed(job)}".strip()
+        text = f"{status_words(job)} {_elapsed(job)}".strip()
         if job.get("message"):
             text += f": {job['message']}"
         if self.widget is not None:
@@ -329,7 +343,7 @@ class JobMagics(Magics):
         job = answer.get("job") or answer
         print(
             f"Submitted {job['id']} ({job.get('kind', 'job')}, {job.get('gpu', '')}): "
-            f"{job.get('status')}. Follow it with %jobs, %job logs {job['id']}."
+            f"{status_words(job)}. Follow it with %jobs, %job logs {job['id']}."
         )
         if job.get("url"):
             print(f"Run page: {job['url']}")
@@ -357,7 +371,9 @@ class JobMagics(Magics):
     @staticmethod
     def _report(job: dict[str, Any]) -> None:
         status = job.get("status")
-        line = f"{job['id']} {status}"
+        line = f"{job['id']} {status_words(job)}"
+        if status == "queued" and job.get("message"):
+            line += f" ({str(job['message']).rstrip('.')})"
         if job.get("elapsed") is not None:
             line += f" after {_elapsed(job)}"
         if job.get("output"):
@@ -403,7 +419,7 @@ class JobMagics(Magics):
             print(
                 f"Cancelled {job['id']}."
                 if job.get("status") == "cancelled"
-                else f"{job['id']} is {job.get('status')}."
+                else f"{job['id']} is {status_words(job)}."
             )
         elif args.action == "status":
             self._report(self._call("get", args.id))

@@ -11,11 +11,17 @@ import { ServerConnection } from '@jupyterlab/services';
 /** Root of gpuhub's REST API, relative to the server's base URL. */
 export const API_ROOT = 'gpuhub/api';
 
-/** An error answer from the server, with the one-sentence message it sent. */
+/**
+ * An error answer from the server: its one-sentence `message` and the
+ * `field` it names ("gpus", "parameters", ...; docs/architecture.md, REST),
+ * so a form can show it in place. `status` is 0 when the server did not
+ * answer at all.
+ */
 export class GpuhubAPIError extends Error {
   constructor(
     message: string,
-    readonly status: number
+    readonly status: number,
+    readonly field: string | null = null
   ) {
     super(message);
     this.name = 'GpuhubAPIError';
@@ -36,7 +42,9 @@ function serverSettings(): ServerConnection.ISettings {
  *
  * @param path - endpoint below the API root, e.g. `metrics` or `jobs/abc`.
  * @param init - fetch options (method, body as a JSON string, ...).
- * @throws GpuhubAPIError with the server's `message` (or `reason`) on non-2xx.
+ * @throws GpuhubAPIError with the server's `message` (or `reason`) and
+ *   `field` on a non-2xx answer, or a sentence of its own when the server
+ *   did not answer or has no gpuhub API.
  */
 export async function requestAPI<T>(
   path: string,
@@ -47,8 +55,11 @@ export async function requestAPI<T>(
   let response: Response;
   try {
     response = await ServerConnection.makeRequest(url, init, s);
-  } catch (error) {
-    throw new ServerConnection.NetworkError(error as TypeError);
+  } catch {
+    throw new GpuhubAPIError(
+      'The Jupyter server did not answer; check your connection.',
+      0
+    );
   }
   const text = await response.text();
   let data: any = null;
@@ -56,14 +67,20 @@ export async function requestAPI<T>(
     try {
       data = JSON.parse(text);
     } catch {
-      data = { message: text };
+      data = null;
     }
   }
   if (!response.ok) {
     const message =
       (data && (data.message || data.reason)) ||
-      `${response.status} ${response.statusText}`;
-    throw new GpuhubAPIError(String(message), response.status);
+      (response.status === 404
+        ? 'This server has no gpuhub API here (is the gpuhub_lab server extension enabled?).'
+        : `The server answered ${response.status} ${response.statusText}.`);
+    throw new GpuhubAPIError(
+      String(message),
+      response.status,
+      data && typeof data.field === 'string' ? data.field : null
+    );
   }
   return data as T;
 }

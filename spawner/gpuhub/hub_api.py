@@ -8,7 +8,12 @@ service asks the hub for a *grant* before it creates anything:
   -> ``201 {"user", "name", "gpus", "quota", "held"}``, or ``403 {"message"}`` over quota.
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
-* ``DELETE /hub/api/gpuhub/grants/<user>/<name>`` -> 204: the submit failed, forget it.
+* ``DELETE /hub/api/gpuhub/grants/<user>/<name>`` -> 204: the submit failed (or the job was
+  cancelled), forget it.
+* ``PUT /hub/api/gpuhub/grants/<user>/<name>`` body ``{"kind", "gpus", "gpu_type"}`` -> 204:
+  the job, granted at submit, still waits in Kueue's queue with no pods: keep counting it for
+  another ``GRANT_SECONDS`` (no new quota check; the service renews every minute while the
+  job is queued, so a queued job holds its place and a forgotten one lapses).
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
   "name", "label", "gpus", "gpu_type", "devices", "since"}]}``: what the user holds, for the user
   themselves (any token of theirs, e.g. their server's) and for the jobs service.
@@ -242,6 +247,24 @@ class GrantsHandler(APIHandler):
                 }
             )
         )
+
+    async def put(self, name: str, job: str) -> None:
+        """Renew the grant of a job that waits in Kueue's queue (see the module docstring)."""
+        self._require_scope()
+        body = self.get_json_body()
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "Send a JSON object: kind, gpus, gpu_type.")
+        kind, gpus = body.get("kind"), body.get("gpus")
+        if kind not in _KINDS:
+            raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}.")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
+            raise web.HTTPError(400, "gpus must be a whole number of GPUs.")
+        gpu_type = str(body.get("gpu_type") or "")[:200]
+        user, ledger, _ = await self._ledger_for(name)
+        if gpus > 0:
+            ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, time.time() + GRANT_SECONDS))
+        self.set_status(204)
+        self.finish()
 
     async def delete(self, name: str, job: str) -> None:
         self._require_scope()

@@ -320,7 +320,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         busy = len({d for h in held for d in h.devices if d in ticket.candidates})
         users = len({h.user for h in held})
         return (
-            f"Waiting for {ticket.gpus} {ticket.type_name}: you are {_ordinal(position)} in line; "
+            f"Waiting for {ticket.gpus} {ticket.type_name}: you are {words.ordinal(position)} in line; "
             f"{busy} of {len(ticket.candidates)} are held (servers and jobs of {users} "
             f"user{'s' if users != 1 else ''})"
         )
@@ -544,11 +544,6 @@ def _device_set(visible: str | None) -> set[int] | None:
             break  # CUDA stops at the first invalid index
         devices.add(int(entry))
     return devices
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 def public_host(config: Any) -> str:

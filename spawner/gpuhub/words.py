@@ -38,3 +38,9 @@ def device_list(devices: list[int] | tuple[int, ...], name: str = "") -> str:
     noun = "GPU" if len(devices) == 1 else "GPUs"
     kind = f" ({name})" if name else ""
     return f"{noun} {', '.join(str(d) for d in devices)}{kind}"
+
+
+def ordinal(n: int) -> str:
+    """ "1st", "2nd", "3rd", "11th", "22nd": a place in a line."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -312,10 +312,32 @@ class JobController:
                 )
             active = []
 
+        # spec.suspend: condition Suspended (JobSuspended / JobResumed), as the Job
+        # controller writes it, with its Suspended / Resumed events.
+        suspended = bool(spec.get("suspend"))
+        was = next((c for c in status.get("conditions") or [] if c["type"] == "Suspended"), None)
+        flip: tuple[str, str, str, str] | None = None
+        if suspended and (was is None or was["status"] != "True"):
+            flip = ("True", "JobSuspended", "Job suspended", "Suspended")
+        elif not suspended and was is not None and was["status"] == "True":
+            flip = ("False", "JobResumed", "Job resumed", "Resumed")
+
         def update(o: Obj) -> None:
             s = o.setdefault("status", {})
             if start:
                 s["startTime"] = start
+            if flip is not None:
+                s["conditions"] = [
+                    *(c for c in s.get("conditions") or [] if c["type"] != "Suspended"),
+                    {
+                        "type": "Suspended",
+                        "status": flip[0],
+                        "reason": flip[1],
+                        "message": flip[2],
+                        "lastProbeTime": stamp,
+                        "lastTransitionTime": stamp,
+                    },
+                ]
             for field_name, value in (
                 ("active", len(active)),
                 ("succeeded", succeeded),
@@ -343,6 +365,8 @@ class JobController:
                     s["completionTime"] = stamp
 
         self.store.mutate(jobs_rt, namespace, name, update)
+        if flip is not None:
+            self.recorder.emit(job, "Normal", flip[3], flip[2])
         if finished:
             kind, reason, message = finished
             if kind == "Complete":

@@ -40,6 +40,8 @@ class Server:
         self.watch_timeout_seconds = 1800  # minRequestTimeout; the apiserver randomises [1x, 2x]
         self.active_watches: set[tuple[Watcher, web.StreamResponse]] = set()
         self._order_cache: tuple[tuple[Any, ...], list[Obj], list[str]] | None = None
+        # Aggregated API groups (an APIService's backend), by group: handler(request, parts).
+        self.aggregated: dict[str, Callable[[web.Request, list[str]], web.StreamResponse]] = {}
         self.app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024**2)
         self.app.router.add_route("*", "/{path:.*}", self._route)
 
@@ -96,6 +98,8 @@ class Server:
         elif parts[0] == "apis":
             if len(parts) == 1:
                 return _json(self._group_list())
+            if parts[1] in self.aggregated:
+                return self.aggregated[parts[1]](request, parts)
             if len(parts) == 2:
                 return _json(self._group(parts[1]))
             group, version, rest = parts[1], parts[2], parts[3:]

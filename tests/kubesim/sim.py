@@ -30,6 +30,7 @@ from .controllers import (
 from .errors import APIError
 from .faults import Faults, Rule
 from .kubelet import Kubelet, RunLocally
+from .kueue import Kueue
 from .server import Server
 from .storage import VolumeController
 from .store import Obj, Store, now
@@ -127,10 +128,12 @@ class KubeSim:
         self.gc = GarbageCollector(self.store, self.api)
         self.namespaces = NamespaceController(self.store, self.api)
         self.training = TrainingOperator(self.store)
+        self.kueue = Kueue(self.store)
         self.service_accounts = ServiceAccountController(self.store)
         self.quotas = QuotaController(self.store)
         self.volumes = VolumeController(self.store)
         self.server = Server(self.store, self.api, self.kubelet, self.faults)
+        self.server.aggregated["visibility.kueue.x-k8s.io"] = self.kueue.visibility_request
         self._runner: web.AppRunner | None = None
         self.url = ""
         self._node_index = 0

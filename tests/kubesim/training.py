@@ -76,6 +76,40 @@ class TrainingOperator:
             new_conditions.append(
                 _condition("Created", f"{kind}Created", f"{kind} {name} is created.", stamp)
             )
+        suspended = bool((job["spec"].get("runPolicy") or {}).get("suspend"))
+        was = next((c for c in new_conditions if c["type"] == "Suspended"), None)
+        if suspended:
+            # runPolicy.suspend: no pods (the operator deletes running ones); condition
+            # Suspended, as training-operator v1.7+ writes it.
+            if was is None or was["status"] != "True":
+                new_conditions = [c for c in new_conditions if c["type"] != "Suspended"]
+                new_conditions.append(
+                    _condition(
+                        "Suspended",
+                        f"{kind}Suspended",
+                        f"{kind} {name} is suspended.",
+                        stamp,
+                    )
+                )
+
+                def suspend(o: Obj) -> None:
+                    o.setdefault("status", {})["conditions"] = new_conditions
+                    o["status"]["lastReconcileTime"] = stamp
+
+                self.store.mutate(rt, namespace, name, suspend)
+                self.recorder.emit(
+                    job, "Normal", f"{kind}Suspended", f"{kind} {name} is suspended."
+                )
+            return
+        if was is not None and was["status"] == "True":
+            was.update(
+                status="False",
+                reason=f"{kind}Resumed",
+                message=f"{kind} {name} is resumed.",
+                lastUpdateTime=stamp,
+                lastTransitionTime=stamp,
+            )
+            self.recorder.emit(job, "Normal", f"{kind}Resumed", f"{kind} {name} is resumed.")
         world = sum(int(s.get("replicas", 1)) for s in specs.values())
         rank = 0
         replica_status: dict[str, dict[str, int]] = {}

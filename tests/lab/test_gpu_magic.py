@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuhub_lab import gpu_magic
-from tests.lab import fake_nvml as fake
+from tests.support import fake_nvml as fake
 
 GIB = 2**30
 
@@ -14,7 +14,7 @@ GIB = 2**30
 def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("JPY_PARENT_PID", "GPUHUB_SERVER_URL", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("GPUHUB_NVML_MODULE", "tests.lab.fake_nvml")
+    monkeypatch.setenv("GPUHUB_NVML_MODULE", "tests.support.fake_nvml")
 
 
 def test_without_a_server_it_reads_nvml_itself(no_server: None):

@@ -16,14 +16,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.browser.chromium import artifact, chromium
-from tests.jupyter.notebooks import write_notebook
-from tests.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
-from tests.lab import fake_nvml as fake
+from tests.support import fake_nvml as fake
+from tests.support.browser.chromium import artifact, chromium
+from tests.support.jupyter.notebooks import write_notebook
+from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 90_000  # ms; JupyterLab's first load on a busy 2-core machine
 GIB = 2**30
 
@@ -118,7 +118,7 @@ def gpu_lab(tmp_path: Path) -> Iterator[tuple[JupyterServer, Path]]:
     scenario_path = tmp_path / "nvml.json"
     scenario_path.write_text(fake.a100s(1).to_json())
     env = {"PYTHONPATH": str(REPO), "GPUHUB_FAKE_NVML": str(scenario_path)}
-    config = "c.GPUSampler.nvml_module = 'tests.lab.fake_nvml'\nc.GPUSampler.interval = 0.5\n"
+    config = "c.GPUSampler.nvml_module = 'tests.support.fake_nvml'\nc.GPUSampler.interval = 0.5\n"
     with _lab(tmp_path, env, config) as server:
         yield server, scenario_path
 

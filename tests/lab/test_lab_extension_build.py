@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-BUILT = Path(__file__).resolve().parents[2] / "labextension" / "gpuhub_lab" / "labextension"
+from tests.support.paths import REPO
+
+BUILT = REPO / "labextension" / "gpuhub_lab" / "labextension"
 BUDGET_KB = 250
 
 

@@ -11,9 +11,9 @@ from traitlets.config import Config
 
 from gpuhub_lab.metrics.handlers import MetricsService
 from gpuhub_lab.metrics.sampler import MAX_HISTORY, MIN_INTERVAL, GPUSampler
-from tests.lab import fake_nvml as fake
+from tests.support import fake_nvml as fake
 
-FAKE = "tests.lab.fake_nvml"
+FAKE = "tests.support.fake_nvml"
 
 
 def make_sampler(**config: object) -> GPUSampler:

@@ -10,10 +10,10 @@ import pytest
 
 from gpuhub_lab.metrics.dcgm import DCGMSource, parse
 from gpuhub_lab.metrics.nvml import NVMLSource
-from tests.lab import fake_nvml as fake
+from tests.support import fake_nvml as fake
 
 GIB = 2**30
-FAKE = "tests.lab.fake_nvml"
+FAKE = "tests.support.fake_nvml"
 
 
 def read(scenario: fake.Scenario, visible: str | None = None) -> tuple[list[dict], str | None]:

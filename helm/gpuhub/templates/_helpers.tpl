@@ -114,6 +114,13 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 {{- fail (printf "jupyterhub.hub.services.gpuhub.url must be %q (the jobs service this chart runs), not %q." $want ($svc.url | default "")) }}
 {{- end }}
 {{- end }}
+{{- $kueue := .Values.jobs.kueue }}
+{{- if and $kueue.createLocalQueue (not $kueue.queueName) }}
+{{- fail "jobs.kueue.createLocalQueue needs jobs.kueue.queueName: the name of the LocalQueue to create." }}
+{{- end }}
+{{- if and $kueue.createLocalQueue (not $kueue.clusterQueue) }}
+{{- fail "jobs.kueue.createLocalQueue needs jobs.kueue.clusterQueue: the ClusterQueue the LocalQueue points to." }}
+{{- end }}
 {{- $policy := ($hub.config.GPUSpawner | default dict) }}
 {{- $allLimits := merge (dict "default_limits" ($policy.default_limits | default dict)) ($policy.group_limits | default dict) }}
 {{- range $group, $limits := $allLimits }}

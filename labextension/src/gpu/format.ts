@@ -10,11 +10,15 @@ export function gib(bytes: number | null | undefined, digits = 1): string {
 }
 
 export function percent(value: number | null | undefined): string {
-  return value === null || value === undefined ? 'n/a' : `${Math.round(value)} %`;
+  return value === null || value === undefined
+    ? 'n/a'
+    : `${Math.round(value)} %`;
 }
 
 export function unit(value: number | null | undefined, suffix: string): string {
-  return value === null || value === undefined ? '' : `${Math.round(value)} ${suffix}`;
+  return value === null || value === undefined
+    ? ''
+    : `${Math.round(value)} ${suffix}`;
 }
 
 /** The last path segment: what a person calls the notebook. */

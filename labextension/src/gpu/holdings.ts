@@ -9,6 +9,7 @@
 import { Poll } from '@lumino/polling';
 
 import { requestAPI } from '../api';
+import { h } from '../dom';
 
 export interface IHolding {
   kind: 'server' | 'job';
@@ -36,8 +37,9 @@ function plural(n: number, word: string): string {
 }
 
 /** "Server 'default'" / "Job 'train-1'" / "Jobs of server 'x'", as the hub says it. */
-export function holderLabel(h: IHolding): string {
-  const label = h.label || `${h.kind} '${h.name || 'default'}'`;
+export function holderLabel(holding: IHolding): string {
+  const label =
+    holding.label || `${holding.kind} '${holding.name || 'default'}'`;
   return label.charAt(0).toUpperCase() + label.slice(1);
 }
 
@@ -60,17 +62,20 @@ export class HoldingsSection {
   readonly node: HTMLElement;
 
   constructor() {
-    this.node = document.createElement('section');
-    this.node.className = 'gpuhub-Holdings';
-    this.node.setAttribute('aria-label', 'Your GPUs on this hub');
-    const title = document.createElement('h3');
-    title.className = 'gpuhub-Holdings-title';
-    title.textContent = 'Your GPUs on this hub';
-    this._summary = document.createElement('p');
-    this._summary.className = 'gpuhub-Holdings-summary';
-    this._summary.setAttribute('aria-live', 'polite');
-    this._list = document.createElement('ul');
-    this._list.className = 'gpuhub-Holdings-list';
+    this.node = h('section', {
+      className: 'gpuhub-Holdings',
+      'aria-label': 'Your GPUs on this hub'
+    });
+    const title = h(
+      'h3',
+      { className: 'gpuhub-Holdings-title' },
+      'Your GPUs on this hub'
+    );
+    this._summary = h('p', {
+      className: 'gpuhub-Holdings-summary',
+      'aria-live': 'polite'
+    });
+    this._list = h('ul', { className: 'gpuhub-Holdings-list' });
     this.node.append(title, this._summary, this._list);
     this._poll = new Poll({
       auto: true,
@@ -101,21 +106,21 @@ export class HoldingsSection {
 
   private _render(data: IHoldings): void {
     this._summary.textContent = summary(data);
-    const rows = data.holdings.map(h => {
-      const li = document.createElement('li');
-      li.className = 'gpuhub-Holdings-item';
-      const what = document.createElement('span');
-      what.className = 'gpuhub-Holdings-name';
-      what.textContent = holderLabel(h);
-      const detail = document.createElement('span');
-      detail.className = 'gpuhub-Holdings-detail';
-      const type = h.gpu_type ? ` ${h.gpu_type}` : '';
-      const devices = h.devices.length
-        ? ` (GPU${h.devices.length === 1 ? '' : 's'} ${h.devices.join(', ')})`
+    const rows = data.holdings.map(holding => {
+      const type = holding.gpu_type ? ` ${holding.gpu_type}` : '';
+      const devices = holding.devices.length
+        ? ` (GPU${holding.devices.length === 1 ? '' : 's'} ${holding.devices.join(', ')})`
         : '';
-      detail.textContent = `${h.gpus} x${type}${devices}`;
-      li.append(what, detail);
-      return li;
+      return h(
+        'li',
+        { className: 'gpuhub-Holdings-item' },
+        h('span', { className: 'gpuhub-Holdings-name' }, holderLabel(holding)),
+        h(
+          'span',
+          { className: 'gpuhub-Holdings-detail' },
+          `${holding.gpus} x${type}${devices}`
+        )
+      );
     });
     this._list.replaceChildren(...rows);
     this.node.classList.toggle('gpuhub-mod-empty', rows.length === 0);

@@ -173,9 +173,7 @@ export class GpuMetricsModel implements IDisposable {
       }
     }
     // Drop what has left the chart window.
-    const newest = this._times.length
-      ? this._times[this._times.length - 1]
-      : 0;
+    const newest = this._times.length ? this._times[this._times.length - 1] : 0;
     let drop = 0;
     while (
       drop < this._times.length &&

@@ -14,6 +14,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { h } from '../dom';
 import { assignedText, basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
 import { HoldingsSection } from './holdings';
@@ -29,19 +30,6 @@ export namespace GpuPanel {
   }
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  node.className = className;
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
-
 /** One notebook (kernel) or "other processes" on one GPU. */
 interface IHolder {
   kernelId: string | null;
@@ -52,21 +40,26 @@ interface IHolder {
 
 function holders(gpu: IGpu): IHolder[] {
   const byKernel = new Map<string, IHolder>();
-  const others: IHolder = { kernelId: null, path: null, memory: null, pids: [] };
+  const others: IHolder = {
+    kernelId: null,
+    path: null,
+    memory: null,
+    pids: []
+  };
   for (const p of gpu.processes) {
-    let h = others;
+    let holder = others;
     if (p.kernel_id) {
-      h = byKernel.get(p.kernel_id) ?? {
+      holder = byKernel.get(p.kernel_id) ?? {
         kernelId: p.kernel_id,
         path: p.path,
         memory: null,
         pids: []
       };
-      byKernel.set(p.kernel_id, h);
+      byKernel.set(p.kernel_id, holder);
     }
-    h.pids.push(p.pid);
+    holder.pids.push(p.pid);
     if (p.memory_used !== null) {
-      h.memory = (h.memory ?? 0) + p.memory_used;
+      holder.memory = (holder.memory ?? 0) + p.memory_used;
     }
   }
   const list = Array.from(byKernel.values()).sort(
@@ -80,34 +73,40 @@ function holders(gpu: IGpu): IHolder[] {
 
 /** The time scale under a chart: "−5 min ... now". */
 function axis(): HTMLElement {
-  const node = el('div', 'gpuhub-GpuCard-axis');
+  const node = h('div', { className: 'gpuhub-GpuCard-axis' });
   node.setAttribute('aria-hidden', 'true');
-  node.append(el('span', '', ''), el('span', '', 'now'));
+  node.append(h('span', {}, ''), h('span', {}, 'now'));
   return node;
 }
 
 class GpuCard {
   constructor(private _panel: GpuPanel) {
-    this.node = el('section', 'gpuhub-GpuCard');
+    this.node = h('section', { className: 'gpuhub-GpuCard' });
     this.node.tabIndex = 0;
-    const header = el('header', 'gpuhub-GpuCard-header');
-    this._title = el('h3', 'gpuhub-GpuCard-title');
-    this._badge = el('span', 'gpuhub-GpuCard-badge', 'MIG');
+    const header = h('header', { className: 'gpuhub-GpuCard-header' });
+    this._title = h('h3', { className: 'gpuhub-GpuCard-title' });
+    this._badge = h('span', { className: 'gpuhub-GpuCard-badge' }, 'MIG');
     this._badge.title = 'A MIG slice: a hardware partition of a larger GPU';
     header.append(this._title, this._badge);
-    this._error = el('p', 'gpuhub-GpuCard-error');
+    this._error = h('p', { className: 'gpuhub-GpuCard-error' });
     this._error.setAttribute('role', 'alert');
 
-    this._utilValue = el('span', 'gpuhub-GpuCard-value');
-    this._memValue = el('span', 'gpuhub-GpuCard-value');
+    this._utilValue = h('span', { className: 'gpuhub-GpuCard-value' });
+    this._memValue = h('span', { className: 'gpuhub-GpuCard-value' });
     this._utilChart = new Sparkline('gpuhub-Sparkline-util', 'Utilization');
     this._memChart = new Sparkline('gpuhub-Sparkline-memory', 'Memory');
-    const util = el('div', 'gpuhub-GpuCard-metric');
-    util.append(el('span', 'gpuhub-GpuCard-label', 'Utilization'), this._utilValue);
-    const mem = el('div', 'gpuhub-GpuCard-metric');
-    mem.append(el('span', 'gpuhub-GpuCard-label', 'Memory'), this._memValue);
-    this._vitals = el('div', 'gpuhub-GpuCard-vitals');
-    this._figures = el('div', 'gpuhub-GpuCard-figures');
+    const util = h('div', { className: 'gpuhub-GpuCard-metric' });
+    util.append(
+      h('span', { className: 'gpuhub-GpuCard-label' }, 'Utilization'),
+      this._utilValue
+    );
+    const mem = h('div', { className: 'gpuhub-GpuCard-metric' });
+    mem.append(
+      h('span', { className: 'gpuhub-GpuCard-label' }, 'Memory'),
+      this._memValue
+    );
+    this._vitals = h('div', { className: 'gpuhub-GpuCard-vitals' });
+    this._figures = h('div', { className: 'gpuhub-GpuCard-figures' });
     this._utilAxis = axis();
     this._memAxis = axis();
     this._figures.append(
@@ -120,9 +119,19 @@ class GpuCard {
       this._vitals
     );
 
-    this._holdersTitle = el('h4', 'gpuhub-GpuCard-subtitle', 'GPU memory held by');
-    this._holders = el('ul', 'gpuhub-GpuCard-holders');
-    this.node.append(header, this._error, this._figures, this._holdersTitle, this._holders);
+    this._holdersTitle = h(
+      'h4',
+      { className: 'gpuhub-GpuCard-subtitle' },
+      'GPU memory held by'
+    );
+    this._holders = h('ul', { className: 'gpuhub-GpuCard-holders' });
+    this.node.append(
+      header,
+      this._error,
+      this._figures,
+      this._holdersTitle,
+      this._holders
+    );
   }
 
   readonly node: HTMLElement;
@@ -151,7 +160,10 @@ class GpuCard {
         : '';
     const memText = `${gib(gpu.memory_used)} of ${gib(gpu.memory_total)}`;
     this._memValue.textContent = memText;
-    this._vitals.textContent = [unit(gpu.temperature, '°C'), unit(gpu.power, 'W')]
+    this._vitals.textContent = [
+      unit(gpu.temperature, '°C'),
+      unit(gpu.power, 'W')
+    ]
       .filter(Boolean)
       .join(' · ');
 
@@ -203,39 +215,55 @@ class GpuCard {
     this._holders.replaceChildren();
     if (!list.length) {
       this._holders.append(
-        el('li', 'gpuhub-GpuCard-holder gpuhub-mod-empty', 'No process uses this GPU.')
+        h(
+          'li',
+          { className: 'gpuhub-GpuCard-holder gpuhub-mod-empty' },
+          'No process uses this GPU.'
+        )
       );
       return;
     }
-    for (const h of list) {
-      const item = el('li', 'gpuhub-GpuCard-holder');
-      const name = h.kernelId
-        ? h.path
-          ? basename(h.path)
-          : `Kernel ${h.kernelId.slice(0, 8)}`
-        : h.pids.length === 1
-          ? `Other process (pid ${h.pids[0]})`
-          : `${h.pids.length} other processes`;
-      const label = el('span', 'gpuhub-GpuCard-holderName', name);
-      label.title = h.path ?? `pid ${h.pids.join(', ')}`;
-      const memory = el('span', 'gpuhub-GpuCard-holderMemory', gib(h.memory));
-      const row = el('div', 'gpuhub-GpuCard-holderRow');
+    for (const holder of list) {
+      const item = h('li', { className: 'gpuhub-GpuCard-holder' });
+      const name = holder.kernelId
+        ? holder.path
+          ? basename(holder.path)
+          : `Kernel ${holder.kernelId.slice(0, 8)}`
+        : holder.pids.length === 1
+          ? `Other process (pid ${holder.pids[0]})`
+          : `${holder.pids.length} other processes`;
+      const label = h('span', { className: 'gpuhub-GpuCard-holderName' }, name);
+      label.title = holder.path ?? `pid ${holder.pids.join(', ')}`;
+      const memory = h(
+        'span',
+        { className: 'gpuhub-GpuCard-holderMemory' },
+        gib(holder.memory)
+      );
+      const row = h('div', { className: 'gpuhub-GpuCard-holderRow' });
       row.append(memory);
       item.append(label, row);
-      if (h.kernelId) {
-        const actions = el('span', 'gpuhub-GpuCard-actions');
-        if (h.path) {
-          const open = el('button', 'jp-Button jp-mod-minimal gpuhub-Button', 'Open');
-          open.title = `Open ${h.path}`;
-          open.setAttribute('aria-label', `Open ${h.path}`);
-          const path = h.path;
+      if (holder.kernelId) {
+        const actions = h('span', { className: 'gpuhub-GpuCard-actions' });
+        if (holder.path) {
+          const open = h(
+            'button',
+            { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
+            'Open'
+          );
+          open.title = `Open ${holder.path}`;
+          open.setAttribute('aria-label', `Open ${holder.path}`);
+          const path = holder.path;
           open.onclick = () => void this._panel.openNotebook(path);
           actions.append(open);
         }
-        const stop = el('button', 'jp-Button jp-mod-minimal gpuhub-Button', 'Shut down');
+        const stop = h(
+          'button',
+          { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
+          'Shut down'
+        );
         stop.title = 'Shut down this kernel and free its GPU memory';
         stop.setAttribute('aria-label', `Shut down the kernel of ${name}`);
-        const kernelId = h.kernelId;
+        const kernelId = holder.kernelId;
         stop.onclick = () => void this._panel.shutDownKernel(kernelId, name);
         actions.append(stop);
         row.append(actions);
@@ -287,20 +315,26 @@ export class GpuPanel extends Widget {
     this.node.setAttribute('role', 'region');
     this.node.setAttribute('aria-label', 'GPU usage');
 
-    const header = el('header', 'gpuhub-GpuPanel-header');
-    header.append(el('h2', 'gpuhub-SidePanel-title', 'GPUs'));
-    this._status = el('p', 'gpuhub-GpuPanel-status');
+    const header = h('header', { className: 'gpuhub-GpuPanel-header' });
+    header.append(h('h2', { className: 'gpuhub-SidePanel-title' }, 'GPUs'));
+    this._status = h('p', { className: 'gpuhub-GpuPanel-status' });
     this._status.setAttribute('aria-live', 'polite');
     header.append(this._status);
-    this._banner = el('p', 'gpuhub-GpuPanel-banner');
+    this._banner = h('p', { className: 'gpuhub-GpuPanel-banner' });
     this._banner.setAttribute('role', 'alert');
-    this._idleClock = el('p', 'gpuhub-GpuPanel-idleClock');
+    this._idleClock = h('p', { className: 'gpuhub-GpuPanel-idleClock' });
     this._idleClock.setAttribute('aria-live', 'polite');
     this._idleClock.style.display = 'none';
     header.append(this._idleClock);
-    this._empty = el('div', 'gpuhub-GpuPanel-empty');
-    this._cardsNode = el('div', 'gpuhub-GpuPanel-cards');
-    this.node.append(header, this._banner, this._empty, this._cardsNode, this._holdings.node);
+    this._empty = h('div', { className: 'gpuhub-GpuPanel-empty' });
+    this._cardsNode = h('div', { className: 'gpuhub-GpuPanel-cards' });
+    this.node.append(
+      header,
+      this._banner,
+      this._empty,
+      this._cardsNode,
+      this._holdings.node
+    );
     this._model.changed.connect(this._onChanged, this);
     this._render();
   }
@@ -320,7 +354,10 @@ export class GpuPanel extends Widget {
     const result = await showDialog({
       title: 'Shut down kernel?',
       body: `Shutting down the kernel of ${name} frees its GPU memory; its variables are lost.`,
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut down' })]
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: 'Shut down' })
+      ]
     });
     if (!result.button.accept) {
       return;
@@ -373,7 +410,9 @@ export class GpuPanel extends Widget {
       this._showEmpty(null, null);
       return;
     }
-    const when = metrics.time ? new Date(metrics.time * 1000).toLocaleTimeString() : '';
+    const when = metrics.time
+      ? new Date(metrics.time * 1000).toLocaleTimeString()
+      : '';
     const assigned = metrics.assigned ?? null;
     const simulated = metrics.source === 'simulated';
     const parts: string[] = [];
@@ -387,7 +426,8 @@ export class GpuPanel extends Widget {
           : `Sampled every ${metrics.interval} s from ${metrics.source.toUpperCase()}`
       );
     }
-    this._status.textContent = parts.join(' ') + (metrics.available && when ? ` · ${when}` : '');
+    this._status.textContent =
+      parts.join(' ') + (metrics.available && when ? ` · ${when}` : '');
     if (!metrics.available) {
       this._showEmpty(metrics.reason, assigned);
       return;
@@ -429,15 +469,19 @@ export class GpuPanel extends Widget {
     if (reason === null && assigned === null) {
       return;
     }
-    const icon = el('div', 'gpuhub-GpuPanel-emptyIcon');
+    const icon = h('div', { className: 'gpuhub-GpuPanel-emptyIcon' });
     gpuIcon.element({ container: icon, width: '48px', height: '48px' });
     if (assigned) {
       this._empty.append(
         icon,
-        el('h3', 'gpuhub-GpuPanel-emptyTitle', assignedText(assigned)),
-        el(
+        h(
+          'h3',
+          { className: 'gpuhub-GpuPanel-emptyTitle' },
+          assignedText(assigned)
+        ),
+        h(
           'p',
-          'gpuhub-GpuPanel-emptyReason',
+          { className: 'gpuhub-GpuPanel-emptyReason' },
           `The hub gave this server ${assigned.devices.length === 1 ? 'this GPU' : 'these GPUs'}, but there are no live figures for ${assigned.devices.length === 1 ? 'it' : 'them'}: ${lowerFirst(reason ?? 'They cannot be read here.')}`
         )
       );
@@ -445,9 +489,13 @@ export class GpuPanel extends Widget {
     }
     this._empty.append(
       icon,
-      el('h3', 'gpuhub-GpuPanel-emptyTitle', 'No GPU on this server'),
-      el('p', 'gpuhub-GpuPanel-emptyReason', reason ?? ''),
-      el('p', 'gpuhub-GpuPanel-emptyHint', emptyHint())
+      h(
+        'h3',
+        { className: 'gpuhub-GpuPanel-emptyTitle' },
+        'No GPU on this server'
+      ),
+      h('p', { className: 'gpuhub-GpuPanel-emptyReason' }, reason ?? ''),
+      h('p', { className: 'gpuhub-GpuPanel-emptyHint' }, emptyHint())
     );
   }
 

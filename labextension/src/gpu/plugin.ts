@@ -36,7 +36,8 @@ const DEFAULTS: ISettings = {
 
 export const gpuPlugin: JupyterFrontEndPlugin<void> = {
   id: GPU_PLUGIN_ID,
-  description: 'Live GPU usage per device and per notebook, in the sidebar and status bar.',
+  description:
+    'Live GPU usage per device and per notebook, in the sidebar and status bar.',
   autoStart: true,
   optional: [ILayoutRestorer, IStatusBar, ISettingRegistry, ICommandPalette],
   activate: (
@@ -52,7 +53,8 @@ export const gpuPlugin: JupyterFrontEndPlugin<void> = {
       interval: settings.refreshInterval,
       windowSeconds: settings.windowMinutes * 60,
       idle: () =>
-        !(panel?.isVisible ?? false) && !(statusBar !== null && settings.showStatusBar),
+        !(panel?.isVisible ?? false) &&
+        !(statusBar !== null && settings.showStatusBar),
       background: () => !(panel?.isVisible ?? false)
     });
     panel = new GpuPanel({

@@ -78,7 +78,10 @@ export class ReclaimWatcher {
 
   async keep(): Promise<void> {
     try {
-      const clock = await requestAPI<IIdleClock>('reclaim/keep', { method: 'POST', body: '{}' });
+      const clock = await requestAPI<IIdleClock>('reclaim/keep', {
+        method: 'POST',
+        body: '{}'
+      });
       this._set({ enabled: true, server: clock });
       Notification.success(
         clock.postpones_left > 0
@@ -87,7 +90,8 @@ export class ReclaimWatcher {
         { autoClose: 5000 }
       );
     } catch (error) {
-      const message = error instanceof GpuhubAPIError ? error.message : String(error);
+      const message =
+        error instanceof GpuhubAPIError ? error.message : String(error);
       Notification.error(message, { autoClose: false });
     }
   }
@@ -139,9 +143,18 @@ export class ReclaimWatcher {
           ]
         : [];
     if (this._notification === null) {
-      this._notification = Notification.warning(message, { autoClose: false, actions });
+      this._notification = Notification.warning(message, {
+        autoClose: false,
+        actions
+      });
     } else {
-      Notification.update({ id: this._notification, message, type: 'warning', autoClose: false, actions });
+      Notification.update({
+        id: this._notification,
+        message,
+        type: 'warning',
+        autoClose: false,
+        actions
+      });
     }
   }
 

@@ -44,7 +44,9 @@ export class Sparkline {
     const start = end - window;
     const x = (t: number) => ((t - start) / window) * WIDTH;
     const y = (v: number) =>
-      HEIGHT - Math.max(0, Math.min(1, max > 0 ? v / max : 0)) * (HEIGHT - 2) - 1;
+      HEIGHT -
+      Math.max(0, Math.min(1, max > 0 ? v / max : 0)) * (HEIGHT - 2) -
+      1;
     let line = '';
     let area = '';
     let runStart = -1;

@@ -1,67 +1,16 @@
 /**
- * The jobs REST API, as typed calls. Every request goes through
- * `ServerConnection.makeRequest` (see `../api.ts`), so the base URL, token
- * and XSRF header are JupyterLab's own.
+ * The jobs REST API, as typed calls over `requestAPI` (`../api.ts`, the one
+ * request helper): a refusal throws its `GpuhubAPIError`, with the server's
+ * sentence and the field it names.
  */
-import { URLExt } from '@jupyterlab/coreutils';
-import { ServerConnection } from '@jupyterlab/services';
-
-import { API_ROOT } from '../api';
+import { requestAPI } from '../api';
 import { IJob, IJobOptions, ISubmitBody, ISubmitReply } from './types';
 
-/**
- * A refusal from the server: its one-sentence `message` and the `field` it
- * names ("gpus", "parameters", ...), so the dialog can show it in place.
- */
-export class JobAPIError extends Error {
-  constructor(
-    message: string,
-    readonly status: number,
-    readonly field: string | null
-  ) {
-    super(message);
-    this.name = 'JobAPIError';
-  }
-}
-
-let settings: ServerConnection.ISettings | null = null;
-
-async function call<T>(path: string, init: RequestInit = {}): Promise<T> {
-  settings = settings ?? ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, API_ROOT, 'jobs', path);
-  let response: Response;
-  try {
-    response = await ServerConnection.makeRequest(url, init, settings);
-  } catch (error) {
-    throw new JobAPIError(
-      'The Jupyter server did not answer; check your connection.',
-      0,
-      null
-    );
-  }
-  const text = await response.text();
-  let data: any = null;
-  try {
-    data = text ? JSON.parse(text) : null;
-  } catch {
-    data = null;
-  }
-  if (!response.ok) {
-    const message =
-      (data && (data.message || data.reason)) ||
-      (response.status === 404
-        ? 'This server has no gpuhub jobs API (is the gpuhub_lab server extension enabled?).'
-        : `The server answered ${response.status} ${response.statusText}.`);
-    throw new JobAPIError(
-      String(message),
-      response.status,
-      data && typeof data.field === 'string' ? data.field : null
-    );
-  }
-  return data as T;
-}
-
 const enc = encodeURIComponent;
+
+function call<T>(path: string, init: RequestInit = {}): Promise<T> {
+  return requestAPI<T>(path ? `jobs/${path}` : 'jobs', init);
+}
 
 export const JobsAPI = {
   options: (): Promise<IJobOptions> => call<IJobOptions>('options'),

@@ -1,20 +1,55 @@
 /** Small formatting helpers for the jobs UI. */
-import { JobKind, JobStatus } from './types';
+import { IJob, IKindOption, JobKind, JobStatus } from './types';
 
-export const KIND_LABELS: Record<JobKind, string> = {
-  job: 'Training job',
-  pytorchjob: 'PyTorchJob',
-  tfjob: 'TFJob',
-  pipeline: 'Pipeline step'
-};
+/**
+ * A kind as the server names it in `GET /gpuhub/api/jobs/options` (`label`:
+ * "training job", "PyTorchJob", ...), capitalised to stand alone; the kind
+ * itself when the server did not name it.
+ */
+export function kindLabel(
+  kind: JobKind,
+  kinds: readonly IKindOption[] | null | undefined
+): string {
+  const label = kinds?.find(k => k.kind === kind)?.label || kind;
+  return label.charAt(0).toUpperCase() + label.slice(1);
+}
 
 export const STATUS_LABELS: Record<JobStatus, string> = {
+  queued: 'Queued',
   pending: 'Pending',
   running: 'Running',
   succeeded: 'Succeeded',
   failed: 'Failed',
   cancelled: 'Cancelled'
 };
+
+const ORDINAL_SUFFIXES: Record<number, string> = { 1: 'st', 2: 'nd', 3: 'rd' };
+
+/** 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 22nd, 101st, 111th. */
+export function ordinal(n: number): string {
+  const teen = n % 100 >= 11 && n % 100 <= 13;
+  return `${n}${(!teen && ORDINAL_SUFFIXES[n % 10]) || 'th'}`;
+}
+
+/**
+ * A job's status in words: "Running", or for a queued job its place in line,
+ * "Queued, 3rd in line" ("Queued" when the queue does not say).
+ */
+export function statusText(
+  job: Pick<IJob, 'status' | 'queue_position'>
+): string {
+  const label = STATUS_LABELS[job.status] ?? job.status;
+  const position = job.queue_position;
+  if (
+    job.status === 'queued' &&
+    typeof position === 'number' &&
+    Number.isInteger(position) &&
+    position > 0
+  ) {
+    return `${label}, ${ordinal(position)} in line`;
+  }
+  return label;
+}
 
 /** "42 s", "3 min 07 s", "2 h 05 min". */
 export function formatDuration(seconds: number | null): string {
@@ -58,7 +93,9 @@ export function parameterSummary(
     text.length > width ? `${text.slice(0, width - 1)}…` : text;
   const parts = entries
     .slice(0, shown)
-    .map(([k, v]) => `${k} = ${cut(typeof v === 'string' ? v : JSON.stringify(v))}`);
+    .map(
+      ([k, v]) => `${k} = ${cut(typeof v === 'string' ? v : JSON.stringify(v))}`
+    );
   if (entries.length > shown) {
     parts.push(`+${entries.length - shown} more`);
   }

@@ -8,7 +8,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from './dom';
+import { h } from '../dom';
 import { jobsIcon } from './icon';
 import { LogFollower } from './model';
 import { FINAL_STATUSES, JobStatus } from './types';
@@ -19,7 +19,9 @@ import { FINAL_STATUSES, JobStatus } from './types';
  * Drop rulers that follow text, and blank lines.
  */
 export function tidyLog(text: string): string {
-  return text.replace(/([^\s-])-{8,}$/gm, '$1').replace(/\n(?:[ \t]*\n)+/g, '\n');
+  return text
+    .replace(/([^\s-])-{8,}$/gm, '$1')
+    .replace(/\n(?:[ \t]*\n)+/g, '\n');
 }
 
 export namespace LogPane {
@@ -128,7 +130,11 @@ export class LogPane {
     if (follower.error) {
       status = `Could not load the log: ${follower.error}`;
     } else if (!follower.text) {
-      status = final ? 'The job wrote no log.' : 'Waiting for the first lines…';
+      status = final
+        ? 'The job wrote no log.'
+        : this._opts.status() === 'queued'
+          ? 'Queued: the log starts when the job runs.'
+          : 'Waiting for the first lines…';
     } else if (!final) {
       status = `Following the last ${this._opts.lines} lines.`;
     }

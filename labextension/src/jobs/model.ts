@@ -1,7 +1,8 @@
 /**
  * The user's jobs, kept fresh with a lumino `Poll`: fast while the panel is
  * open (a job submitted by %submit shows within one poll), slow while the
- * panel is closed but a job still runs (so its end can be announced), in standby when the
+ * panel is closed but a job is still active, queued in the cluster's queue,
+ * pending or running (so its end can be announced), in standby when the
  * browser tab is hidden or nothing runs and nobody looks, backing off after
  * errors. `finished` fires for each job seen to end while the page is open.
  */
@@ -9,7 +10,8 @@ import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { JobAPIError, JobsAPI } from './client';
+import { GpuhubAPIError } from '../api';
+import { JobsAPI } from './client';
 import { FINAL_STATUSES, IJob } from './types';
 
 export namespace JobsModel {
@@ -59,6 +61,10 @@ export class JobsModel implements IDisposable {
     return this._error;
   }
 
+  /**
+   * Some job has not ended: queued, pending or running; a
+   * status this page does not know yet counts too, so its end is still seen.
+   */
   get active(): boolean {
     return (this._jobs ?? []).some(job => !FINAL_STATUSES.has(job.status));
   }
@@ -125,7 +131,7 @@ export class JobsModel implements IDisposable {
       this._error = null;
     } catch (error) {
       this._error =
-        error instanceof JobAPIError ? error.message : String(error);
+        error instanceof GpuhubAPIError ? error.message : String(error);
       this._changed.emit();
       throw error; // the poll backs off
     }
@@ -213,14 +219,14 @@ export class LogFollower implements IDisposable {
       if (answer.logs !== this._text) {
         this._text = answer.logs;
       }
-      if (FINAL_STATUSES.has(answer.status as any)) {
+      if (FINAL_STATUSES.has(answer.status)) {
         // The run is over and this was its last word: stop asking.
         this._poll.dispose();
       }
     } catch (error) {
       this._error =
-        error instanceof JobAPIError ? error.message : String(error);
-      if (error instanceof JobAPIError && error.status === 404) {
+        error instanceof GpuhubAPIError ? error.message : String(error);
+      if (error instanceof GpuhubAPIError && error.status === 404) {
         this._poll.dispose();
       }
       if (!this._disposed) {

@@ -10,21 +10,21 @@ import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from './dom';
+import { h } from '../dom';
 import {
   elapsedSeconds,
   formatDuration,
   formatTime,
-  KIND_LABELS,
+  kindLabel,
   parameterSummary,
   plural,
-  STATUS_LABELS
+  statusText
 } from './format';
 import { jobsIcon } from './icon';
 import { LogPane } from './log';
 import { JobsModel } from './model';
 import { formatParameterValue } from './params';
-import { FINAL_STATUSES, IJob } from './types';
+import { FINAL_STATUSES, IJob, IKindOption } from './types';
 
 /** "1 core", "4 cores", "500m CPU" (Kubernetes millicores as the server wrote them). */
 function cpuText(cpu: string | null | undefined): string {
@@ -112,7 +112,11 @@ export class JobsPanel extends Widget {
       h(
         'div',
         { className: 'gpuhub-JobsPanel-header' },
-        h('h2', { className: 'gpuhub-SidePanel-title gpuhub-JobsPanel-title' }, 'Jobs'),
+        h(
+          'h2',
+          { className: 'gpuhub-SidePanel-title gpuhub-JobsPanel-title' },
+          'Jobs'
+        ),
         this._runButton,
         this._runHint
       ),
@@ -133,6 +137,14 @@ export class JobsPanel extends Widget {
     this.title.caption = onCluster
       ? 'Jobs: notebooks running on the cluster'
       : 'Jobs: notebooks running in the background on this server';
+  }
+
+  /** How the server names each kind (the options' `label`), for the job lines. */
+  setKinds(kinds: readonly IKindOption[]): void {
+    this._kinds = kinds;
+    for (const item of this._items.values()) {
+      item.tick();
+    }
   }
 
   updateRunButton(): void {
@@ -210,7 +222,7 @@ export class JobsPanel extends Widget {
       seen.add(job.id);
       let item = this._items.get(job.id);
       if (!item) {
-        item = new JobItem(job, this._opts, model);
+        item = new JobItem(job, this._opts, model, () => this._kinds);
         this._items.set(job.id, item);
       } else {
         item.update(job);
@@ -245,6 +257,7 @@ export class JobsPanel extends Widget {
   private _error: HTMLElement;
   private _followOnArrival: string | null = null;
   private _items = new Map<string, JobItem>();
+  private _kinds: readonly IKindOption[] | null = null;
   private _list: HTMLElement;
   private _loading: HTMLElement;
   private _opts: JobsPanel.IOptions;
@@ -259,7 +272,8 @@ class JobItem {
   constructor(
     job: IJob,
     private _opts: JobsPanel.IOptions,
-    private _model: JobsModel
+    private _model: JobsModel,
+    private _kinds: () => readonly IKindOption[] | null
   ) {
     this._job = job;
     const titleId = `gpuhub-job-${cssSafe(job.id)}-title`;
@@ -339,7 +353,7 @@ class JobItem {
     this._title.title = `${job.notebook} (${job.id})`;
     // Two runs of one notebook share a name: when they started and with what tells them apart.
     const summary = [
-      `started ${formatTime(job.started ?? job.created)}`,
+      `${job.status === 'queued' ? 'queued since' : 'started'} ${formatTime(job.started ?? job.created)}`,
       parameterSummary(job.parameters)
     ]
       .filter(Boolean)
@@ -347,12 +361,11 @@ class JobItem {
     if (this._summary.textContent !== summary) {
       this._summary.textContent = summary;
     }
-    this._badge.textContent = STATUS_LABELS[job.status] ?? job.status;
+    // "Queued, 3rd in line": the place in the cluster's queue, the reason in the message.
+    const status = statusText(job);
+    this._badge.textContent = status;
     this._badge.className = `gpuhub-Job-badge gpuhub-mod-${job.status}`;
-    this._badge.setAttribute(
-      'aria-label',
-      `Status: ${STATUS_LABELS[job.status] ?? job.status}`
-    );
+    this._badge.setAttribute('aria-label', `Status: ${status}`);
     this.node.dataset.status = job.status;
     this.tick();
 
@@ -404,8 +417,9 @@ class JobItem {
     } else if (seconds === null) {
       seconds = elapsedSeconds(job.started, job.finished);
     }
+    const kinds = this._kinds();
     const parts = [
-      KIND_LABELS[job.kind] ?? job.kind,
+      kinds ? kindLabel(job.kind, kinds) : '', // known once the options load
       job.gpu, // "CPU only", "2 x NVIDIA A100", "3 workers, 4 x ... each"
       seconds === null
         ? `submitted ${formatTime(job.created)}`

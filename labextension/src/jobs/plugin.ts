@@ -23,13 +23,13 @@ import { CommandToolbarButton } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { JobsAPI } from './client';
-import { formatTime } from './format';
+import { formatTime, statusText } from './format';
 import { jobsIcon, runOnClusterIcon } from './icon';
 import { JobLogWidget } from './log';
 import { JobsModel } from './model';
 import { JobsPanel } from './panel';
 import { parametersFromSource } from './params';
-import { showSubmitDialog } from './submit';
+import { showSubmitDialog } from './submit/dialog';
 
 export const JOBS_PLUGIN_ID = 'gpuhub:jobs';
 
@@ -174,6 +174,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
         );
         return;
       }
+      panel!.setKinds(options.kinds);
       const reply = await showSubmitDialog({
         notebook: context.localPath ?? context.path,
         options,
@@ -190,9 +191,15 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       model.upsert(reply.job);
       panel!.follow(reply.id);
       app.shell.activateById(panel!.id);
-      Notification.success(`Submitted ${reply.job.name}: ${reply.job.gpu}.`, {
-        autoClose: 4000
-      });
+      // Held by the cluster's queue: say so and where in line, so a wait is expected.
+      const queued =
+        reply.job.status === 'queued'
+          ? `; ${statusText(reply.job).toLowerCase()}`
+          : '';
+      Notification.success(
+        `Submitted ${reply.job.name}: ${reply.job.gpu}${queued}.`,
+        { autoClose: 4000 }
+      );
       void model.refresh();
     };
 
@@ -305,6 +312,7 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
       .then(options => {
         onCluster = options.kubernetes;
         panel!.setRunLabel(runLabel(true), onCluster);
+        panel!.setKinds(options.kinds);
         app.commands.notifyCommandChanged(JobsCommandIDs.runOnCluster);
       })
       .catch(() => undefined); // the dialog says why jobs are unavailable when opened

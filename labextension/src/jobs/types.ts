@@ -4,18 +4,30 @@
  */
 
 export type JobKind = 'job' | 'pytorchjob' | 'tfjob' | 'pipeline';
+/**
+ * A job's status. `queued`: accepted, and held by the cluster's queue
+ * (Kueue) until GPUs are free; then `pending` while its pods start.
+ */
 export type JobStatus =
-  | 'pending'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled';
+  'queued' | 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
 
-export const FINAL_STATUSES: ReadonlySet<JobStatus> = new Set([
-  'succeeded',
-  'failed',
-  'cancelled'
-]);
+/**
+ * Every status, active (not ended: polled, can be cancelled) or final. A
+ * Record, so a status added to `JobStatus` must be placed here.
+ */
+const PHASES: Record<JobStatus, 'active' | 'final'> = {
+  queued: 'active',
+  pending: 'active',
+  running: 'active',
+  succeeded: 'final',
+  failed: 'final',
+  cancelled: 'final'
+};
+
+/** Ended: succeeded, failed or cancelled. Any other status is active. */
+export const FINAL_STATUSES: ReadonlySet<string> = new Set(
+  (Object.keys(PHASES) as JobStatus[]).filter(s => PHASES[s] === 'final')
+);
 
 export interface IFailedCell {
   index: number;
@@ -47,6 +59,9 @@ export interface IJob {
   parameters: Record<string, unknown>;
   output: string | null;
   url: string | null;
+  /** While queued: 1 for next in line; null (or absent) when the queue does not say. */
+  queue_position?: number | null;
+  /** The server's words on the state, e.g. why a job is queued. */
   message: string | null;
   error: string | null;
   failed_cell: IFailedCell | null;
@@ -81,6 +96,8 @@ export interface IJobOptions {
   reason: string | null;
   kubernetes: boolean;
   max_workers: number;
+  /** Longest job name the server takes; its default name is cut there. */
+  max_name_length: number;
   local: { gpus: number; gpu_type: string | null } | null;
   images?: IImageOption[];
   custom_images?: boolean;

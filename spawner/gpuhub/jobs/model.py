@@ -39,8 +39,10 @@ KIND_NAMES = {
     "pipeline": "pipeline step",
 }
 
-Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
-STATUSES: tuple[Status, ...] = ("pending", "running", "succeeded", "failed", "cancelled")
+# "queued": waiting in a queue before it may start at all (a Kubernetes job held by Kueue,
+# docs/architecture.md); "pending": allowed to start, waiting for its pods or processes.
+Status = Literal["queued", "pending", "running", "succeeded", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = ("queued", "pending", "running", "succeeded", "failed", "cancelled")
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 # Keys of the REST body besides the launch options that parse_launch_options checks.
@@ -410,6 +412,9 @@ class JobRecord:
     error: str | None = None  # one sentence, when status is failed
     failed_cell: FailedCell | None = None
     progress: dict[str, int] | None = None  # {"done": cells run, "total": cells}, if known
+    # While queued: 1 for the next job to be admitted, 2 behind it, ...; None when the queue
+    # does not say (or the job is not queued).
+    queue_position: int | None = None
 
     @property
     def is_final(self) -> bool:
@@ -443,6 +448,8 @@ class JobRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        if self.status != "queued":
+            data["queue_position"] = None
         for key in ("created", "started", "finished"):
             data[key] = _iso(getattr(self, key))
         data["elapsed"] = self.elapsed()

@@ -51,19 +51,29 @@ async def serve(config: ServiceConfig) -> None:
     url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL") or DEFAULT_URL)
     app = make_app(Jobs(config, kube, kfp), hub_auth, prefix)
     server = app.listen(url.port or 10101, address=url.hostname or "0.0.0.0")
+    holds = None
+    if config.jobs.kueue_queue:
+        from .holds import hold_queued_places
+        from .quota import HubQuota
+
+        quota = HubQuota(hub_auth.api_url, hub_auth.api_token, kube.own_quota(None))
+        holds = asyncio.create_task(hold_queued_places(kube, quota))
     log = logging.getLogger("gpuhub.service")
     log.info(
-        "gpuhub jobs service on %s%s, namespace %s, pipelines %s",
+        "gpuhub jobs service on %s%s, namespace %s, pipelines %s, Kueue queue %s",
         url.geturl().rstrip("/"),
         prefix,
         config.namespace,
         config.kfp.endpoint or "not configured",
+        config.jobs.kueue_queue or "not used",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if holds is not None:
+        holds.cancel()
     server.stop()
     await kube.close()
 

@@ -66,10 +66,13 @@ class Jobs:
 
     async def kinds(self) -> list[dict[str, Any]]:
         served = await self.kube.served_custom_kinds()
+        queue_problem = await self.kube.queue_problem()
         out = []
         for kind in KINDS:
             reason = None
-            if kind in ("pytorchjob", "tfjob") and kind not in served:
+            if kind != "pipeline" and queue_problem is not None:
+                reason = queue_problem
+            elif kind in ("pytorchjob", "tfjob") and kind not in served:
                 reason = f"This cluster does not run {KIND_NAMES[kind]}s (no Kubeflow training operator)."
             if kind == "pipeline" and not self.config.kfp.configured:
                 reason = NOT_CONFIGURED
@@ -270,7 +273,13 @@ class JobHandler(JobsHandler):
 
     async def delete(self, job_id: str) -> None:
         async def action() -> None:
-            self.reply(self.jobs.record_json(await self.jobs.router.cancel(self.owner, job_id)))
+            record = await self.jobs.router.cancel(self.owner, job_id)
+            if self.jobs.config.jobs.kueue_queue and record.backend == self.jobs.kube.name:
+                # A job cancelled while queued held a renewed grant (service/holds.py).
+                own = self.jobs.kube.own_quota(None)
+                quota = HubQuota(self.hub_auth.api_url, self.hub_auth.api_token, own)
+                await quota.release(self.owner, record.id)
+            self.reply(self.jobs.record_json(record))
 
         await self.answering(action)
 

@@ -11,12 +11,14 @@
     kfp: {endpoint: "", ui_url: "", namespace: kubeflow, service_account: ""}
     max_notebook_bytes: 1048576
     max_output_bytes: 67108864             # most bytes inflated from a job's log (its notebook)
+    kueue: {queue_name: ""}                # Kueue LocalQueue jobs wait in; "": no queueing
 
 Every problem is reported as one :class:`ServiceConfigError` naming the key, at start-up.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,9 @@ from ..jobs.pipeline import KFPSettings
 from ..jobs.policy_env import POLICY_KEYS
 from ..ledger import GPUQuota
 from ..policy import Policy, PolicyConfigError
+
+# A LocalQueue's name, as it must also be a label value (Kueue's queue-name label).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 
 
 class ServiceConfigError(ValueError):
@@ -61,7 +66,7 @@ class ServiceConfig:
         if not isinstance(data, Mapping):
             raise ServiceConfigError("the configuration must be a mapping of keys to values")
         known = {"namespace", "policy", "gpu_quota", "job_image", "home_volume", "kfp"}
-        known |= {"max_notebook_bytes", "max_output_bytes"}
+        known |= {"max_notebook_bytes", "max_output_bytes", "kueue"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ServiceConfigError(f"unknown key {unknown[0]!r}; the keys are {sorted(known)}")
@@ -101,6 +106,16 @@ class ServiceConfig:
         extra_kfp = sorted(set(kfp) - {"endpoint", "ui_url", "namespace", "service_account"})
         if extra_kfp:
             raise ServiceConfigError(f"kfp.{extra_kfp[0]} is not a kfp setting")
+        kueue = _mapping(data, "kueue")
+        extra_kueue = sorted(set(kueue) - {"queue_name"})
+        if extra_kueue:
+            raise ServiceConfigError(f"kueue.{extra_kueue[0]} is not a kueue setting")
+        queue_name = _text(kueue, "queue_name", "", "kueue.")
+        if queue_name and not _DNS_SUBDOMAIN.fullmatch(queue_name):
+            raise ServiceConfigError(
+                "kueue.queue_name must name a LocalQueue (lower-case letters, digits, '-' and "
+                "'.', at most 63 characters)"
+            )
         job_image = _text(data, "job_image", "")
         if not job_image:
             raise ServiceConfigError("job_image must name the image jobs run in by default")
@@ -119,6 +134,7 @@ class ServiceConfig:
                 ),
                 max_notebook_bytes=max_bytes,
                 max_output_bytes=max_output,
+                kueue_queue=queue_name,
             ),
             kfp=KFPSettings(
                 endpoint=_text(kfp, "endpoint", "", "kfp."),

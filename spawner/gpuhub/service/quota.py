@@ -33,6 +33,7 @@ class HubQuota:
     """A :class:`~gpuhub.jobs.backend.QuotaGate` backed by the hub's ledger."""
 
     hub_has_ledger: bool | None = None  # learnt from the first answer, for the process
+    _warned_no_renewal = False
 
     def __init__(self, api_url: str, token: str, fallback: QuotaGate) -> None:
         self.api_url = api_url.rstrip("/")
@@ -83,6 +84,40 @@ class HubQuota:
             raise JobError("gpus", message, 403)
         log.error("gpuhub: the hub's GPU ledger answered %s: %s", response.code, message)
         raise JobError("gpus", UNREACHABLE, 503)
+
+    async def hold(self, owner: str, job_id: str, kind: str, gpus: int, gpu_type: str) -> None:
+        """Keep a job that waits in Kueue's queue counted by the hub's ledger (its grant
+        would lapse after ``GRANT_SECONDS``; a queued job has no pods for the ledger to see).
+        Without the hub's ledger the service counts queued jobs itself (ClusterQuota)."""
+        if HubQuota.hub_has_ledger is False or gpus <= 0:
+            return
+        body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type}
+        path = f"/{quote(owner, safe='')}/{quote(job_id, safe='')}"
+        try:
+            response = await self._call("PUT", path, body)
+        except (OSError, HTTPClientError) as exc:
+            log.warning("gpuhub: could not renew the grant of queued job %s: %s", job_id, exc)
+            return
+        if response.code == 204:
+            HubQuota.hub_has_ledger = True  # so that a cancel releases the grant it renewed
+            return
+        if response.code == 404 and b"gpuhub" not in (response.body or b""):
+            HubQuota.hub_has_ledger = False  # no ledger endpoints: the service counts itself
+            return
+        if response.code == 405 and not HubQuota._warned_no_renewal:
+            HubQuota._warned_no_renewal = True
+            log.warning(
+                "gpuhub: the hub cannot renew grants (an older gpuhub in the hub); a job queued "
+                "in Kueue stops counting against its owner's quota ten minutes after its submit"
+            )
+            return
+        if response.code != 405:
+            log.warning(
+                "gpuhub: the hub answered %s renewing the grant of %s: %s",
+                response.code,
+                job_id,
+                _message(response.body),
+            )
 
     async def release(self, owner: str, job_id: str) -> None:
         if not HubQuota.hub_has_ledger:

@@ -25,6 +25,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -53,6 +54,8 @@ from .status import (
     job_phase,
     parse_pod_log,
     parse_time,
+    queue_of,
+    queue_phase,
     refusal_text,
     training_phase,
 )
@@ -159,6 +162,8 @@ class KubernetesBackend(JobBackend):
         self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
         self._locks: dict[str, asyncio.Lock] = {}
         self._discovered: tuple[float, frozenset[str]] | None = None
+        self._kueue_served: tuple[float, bool] | None = None
+        self._no_visibility: dict[str, float] = {}  # queue -> when the API last said no
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
 
@@ -190,7 +195,44 @@ class KubernetesBackend(JobBackend):
         self._discovered = (now, served)
         return served
 
+    async def kueue_served(self) -> bool:
+        """Whether the cluster serves Kueue's Workload API (``kueue.x-k8s.io/v1beta1``)."""
+        now = time.monotonic()
+        if self._kueue_served and now - self._kueue_served[0] < DISCOVERY_TTL:
+            return self._kueue_served[1]
+        try:
+            doc = await _json(
+                self.api.call_api(
+                    f"/apis/{m.KUEUE_GROUP}/{m.KUEUE_VERSION}",
+                    "GET",
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                )
+            )
+            served = "workloads" in {r.get("name") for r in doc.get("resources") or []}
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            served = False
+        self._kueue_served = (now, served)
+        return served
+
+    async def queue_problem(self) -> str | None:
+        """Why jobs cannot run here when they are to wait in Kueue's queue and the cluster
+        does not run Kueue (they would stay suspended for ever); None when all is well."""
+        queue = self.settings.kueue_queue
+        if not queue or await self.kueue_served():
+            return None
+        return (
+            f'Jobs on this cluster wait in Kueue\'s queue "{queue}", but the cluster does not '
+            "run Kueue (it serves no kueue.x-k8s.io/v1beta1 Workloads), so they would never "
+            "start; ask your admin to install Kueue or to unset jobs.kueue.queueName."
+        )
+
     async def check(self, request: JobRequest, owner: str) -> None:
+        problem = await self.queue_problem()
+        if problem is not None:
+            raise JobError("kind", problem, 422)
         if request.kind in m.CUSTOM_KINDS:
             served = await self.served_custom_kinds()
             if request.kind not in served:
@@ -226,7 +268,8 @@ class KubernetesBackend(JobBackend):
                 held.append(holding)
         for obj in await self._workloads(owner):
             gpus = _workload_gpus(obj)
-            if gpus and self._phase(obj, []).status in ("pending", "running"):
+            # Queued jobs hold their place against the quota (docs/architecture.md).
+            if gpus and self._phase(obj, []).status in ("queued", "pending", "running"):
                 held.append(Holding(owner, "job", obj["metadata"]["name"], gpus))
         return held
 
@@ -501,7 +544,12 @@ class KubernetesBackend(JobBackend):
             raise JobNotFound(job_id)  # never confirm that someone else's job exists
         return obj
 
-    def _phase(self, obj: Obj, pods: list[Obj], refused: str | None = None) -> Phase:
+    def _phase(
+        self, obj: Obj, pods: list[Obj], refused: str | None = None, workload: Obj | None = None
+    ) -> Phase:
+        queue = queue_of(obj)
+        if queue is not None:
+            return queue_phase(queue, workload)
         gpu = self._gpu_summary(obj)
         if obj["kind"] == "Job":
             return job_phase(obj, pods, gpu, refused)
@@ -536,6 +584,135 @@ class KubernetesBackend(JobBackend):
         )
         return refusal_text(newest.get("message") or "") or None
 
+    # -- Kueue ------------------------------------------------------------------------------
+    async def queued_jobs(self) -> list[QueuedJob]:
+        """Every gpuhub job in the namespace that waits in Kueue's queue and asks for GPUs
+        (all users: the service keeps their places against the hub's quota)."""
+        selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_QUEUE_NAME}"
+        jobs = await _json(
+            self.batch.list_namespaced_job(
+                self.namespace, label_selector=selector, _preload_content=False
+            )
+        )
+        items = [{"kind": "Job", "apiVersion": "batch/v1", **o} for o in jobs.get("items") or []]
+        for kind in await self.served_custom_kinds():
+            custom = m.CUSTOM_KINDS[kind]
+            listed = await _json(
+                self.custom.list_namespaced_custom_object(
+                    m.KUBEFLOW_GROUP,
+                    m.KUBEFLOW_VERSION,
+                    self.namespace,
+                    custom.plural,
+                    label_selector=selector,
+                    _preload_content=False,
+                )
+            )
+            items.extend(listed.get("items") or [])
+        out = []
+        for obj in items:
+            owner = (obj["metadata"].get("annotations") or {}).get(m.ANNOTATION_USERNAME)
+            gpus = _workload_gpus(obj)
+            if owner and gpus and queue_of(obj) is not None:
+                key = _resources(obj)["gpu_type"] or ""
+                out.append(
+                    QueuedJob(
+                        owner=owner,
+                        job_id=obj["metadata"]["name"],
+                        kind=(obj["metadata"].get("labels") or {}).get(m.LABEL_KIND, "job"),
+                        gpus=gpus,
+                        gpu_type=self.gpu_names.get(key, key),
+                    )
+                )
+        return out
+
+    async def _queued(self, objects: list[Obj]) -> Queued:
+        """The Workloads and places in line of the jobs among ``objects`` that wait in
+        Kueue's queue: one LIST of Workloads and one visibility request per queue, only when
+        some job is queued."""
+        waiting = {o["metadata"]["uid"]: q for o in objects if (q := queue_of(o)) is not None}
+        if not waiting:
+            return Queued({}, {})
+        workloads = await self._kueue_workloads(set(waiting))
+        positions: dict[str, int] = {}
+        for queue in sorted(set(waiting.values())):
+            positions.update(await self._queue_positions(queue))
+        return Queued(workloads, positions)
+
+    async def _kueue_workloads(self, uids: set[str]) -> dict[str, Obj]:
+        """Job uid -> its Workload: Kueue labels a job's Workload with the job's uid
+        (``kueue.x-k8s.io/job-uid``) and makes the job its controlling owner; a Workload
+        without the label (older Kueue) is found by its ownerReference."""
+        found: dict[str, Obj] = {}
+
+        async def listed(selector: str | None) -> list[Obj]:
+            try:
+                answer = await _json(
+                    self.custom.list_namespaced_custom_object(
+                        m.KUEUE_GROUP,
+                        m.KUEUE_VERSION,
+                        self.namespace,
+                        "workloads",
+                        **({"label_selector": selector} if selector else {}),
+                        _preload_content=False,
+                    )
+                )
+            except ApiException as exc:
+                if exc.status not in (403, 404):
+                    raise
+                log.warning("gpuhub: cannot read Kueue's Workloads: HTTP %s", exc.status)
+                return []
+            return list(answer.get("items") or [])
+
+        def match(items: list[Obj]) -> None:
+            for item in items:
+                owners = {
+                    r.get("uid")
+                    for r in item["metadata"].get("ownerReferences") or []
+                    if r.get("controller")
+                }
+                owners.add((item["metadata"].get("labels") or {}).get(m.LABEL_KUEUE_JOB_UID))
+                for uid in owners & uids:
+                    found.setdefault(str(uid), item)
+
+        match(await listed(f"{m.LABEL_KUEUE_JOB_UID} in ({','.join(sorted(uids))})"))
+        if uids - set(found):
+            match(await listed(None))
+        return found
+
+    async def _queue_positions(self, queue: str) -> dict[str, int]:
+        """Job uid -> place in line (1 = next) from Kueue's visibility API
+        (``visibility.kueue.x-k8s.io/v1beta1``, ``PendingWorkloadsSummary``,
+        ``positionInLocalQueue`` from 0); empty when the API is not served or not allowed
+        (404, 403), then not asked again for a minute."""
+        now = time.monotonic()
+        if now - self._no_visibility.get(queue, -DISCOVERY_TTL) < DISCOVERY_TTL:
+            return {}
+        path = (
+            f"/apis/{m.KUEUE_VISIBILITY_GROUP}/{m.KUEUE_VERSION}/namespaces/{self.namespace}"
+            f"/localqueues/{queue}/pendingworkloads"
+        )
+        try:
+            summary = await _json(
+                self.api.call_api(
+                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 404, 503):
+                raise
+            self._no_visibility[queue] = now
+            log.info("gpuhub: Kueue's visibility API answered %s for %s", exc.status, queue)
+            return {}
+        positions: dict[str, int] = {}
+        for item in summary.get("items") or []:
+            place = item.get("positionInLocalQueue")
+            if not isinstance(place, int) or isinstance(place, bool) or place < 0:
+                continue
+            for ref in (item.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("uid"):
+                    positions[str(ref["uid"])] = place + 1
+        return positions
+
     def _gpu_summary(self, obj: Obj) -> str:
         res = _resources(obj)
         if not res["gpus"]:
@@ -549,11 +726,14 @@ class KubernetesBackend(JobBackend):
         pods: list[Obj],
         pod_log: PodLog | None = None,
         refused: str | None = None,
+        queued: Queued | None = None,
     ) -> JobRecord:
         meta = obj["metadata"]
         saved = json.loads((meta.get("annotations") or {}).get(m.ANNOTATION_RECORD) or "{}")
         res = _resources(obj)
-        phase = self._phase(obj, pods, refused)
+        queued = queued or Queued({}, {})
+        uid = meta.get("uid", "")
+        phase = self._phase(obj, pods, refused, queued.workloads.get(uid))
         kind = meta.get("labels", {}).get(m.LABEL_KIND, "job")
         workers = _replicas(obj)
         summary = self._gpu_summary(obj)
@@ -578,6 +758,7 @@ class KubernetesBackend(JobBackend):
             parameters=saved.get("parameters") or {},
             message=phase.message,
             error=phase.error,
+            queue_position=queued.positions.get(uid) if phase.status == "queued" else None,
         )
         if phase.status == "succeeded":
             record.output = saved.get("output")
@@ -687,6 +868,7 @@ class KubernetesBackend(JobBackend):
     async def list(self, owner: str) -> list[JobRecord]:
         objects = await self._workloads(owner)
         pods = await self._pods(owner) if objects else []
+        queued = await self._queued(objects)
         records = []
         seen = set()
         for obj in objects:
@@ -695,7 +877,8 @@ class KubernetesBackend(JobBackend):
             mine = [p for p in pods if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == name]
             phase = self._phase(obj, mine)
             pod_log = await self._final_log(obj, mine) if self._wants_log(phase) else None
-            records.append(self._record(obj, mine, pod_log, await self._refused(obj, mine)))
+            refused = await self._refused(obj, mine)
+            records.append(self._record(obj, mine, pod_log, refused, queued))
         for _when, record in self._tombstones.values():
             if record.owner == owner and record.id not in seen:
                 records.append(record)
@@ -722,7 +905,8 @@ class KubernetesBackend(JobBackend):
         pods = await self._pods(owner, job_id)
         phase = self._phase(obj, pods)
         pod_log = await self._final_log(obj, pods) if self._wants_log(phase) else None
-        return self._record(obj, pods, pod_log, await self._refused(obj, pods))
+        queued = await self._queued([obj])
+        return self._record(obj, pods, pod_log, await self._refused(obj, pods), queued)
 
     def _wants_log(self, phase: Phase) -> bool:
         """A failed job's error is in its log; so is, without a shared home, its output."""
@@ -808,6 +992,25 @@ class KubernetesBackend(JobBackend):
 
     async def close(self) -> None:
         await self.api.close()
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting in Kueue's queue, as the hub's ledger counts it."""
+
+    owner: str
+    job_id: str
+    kind: str
+    gpus: int
+    gpu_type: str
+
+
+@dataclass(frozen=True)
+class Queued:
+    """What Kueue says about queued jobs, by job uid: their Workloads and places in line."""
+
+    workloads: dict[str, Obj]
+    positions: dict[str, int]
 
 
 class ClusterQuota:

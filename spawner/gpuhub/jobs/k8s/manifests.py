@@ -41,6 +41,14 @@ _CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
 KUBEFLOW_GROUP = "kubeflow.org"
 KUBEFLOW_VERSION = "v1"
 
+# Kueue (https://kueue.sigs.k8s.io/docs/concepts/): a job labelled with a LocalQueue's name
+# and created suspended waits there until its ClusterQueue has quota, then Kueue unsuspends it.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+KUEUE_VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"  # on the Workload: the uid of its job
+
 
 @dataclass(frozen=True)
 class CustomKind:
@@ -88,6 +96,9 @@ class KubeJobSettings:
     max_notebook_bytes: int = 1024 * 1024
     # Most bytes the service inflates from a job's log to get its executed notebook back.
     max_output_bytes: int = 64 * 1024 * 1024
+    # Kueue's LocalQueue in ``namespace`` that jobs wait in (``jobs.kueue.queueName``); "":
+    # jobs are not queued (no label, not suspended).
+    kueue_queue: str = ""
 
     @property
     def shipped_notebook_limit(self) -> int:
@@ -350,10 +361,12 @@ def workload(
 ) -> dict[str, Any]:
     """The Job, PyTorchJob or TFJob for ``request``."""
     meta_labels = labels(owner, job_id, request.kind)
+    # The queue label is the workload's only, as Kueue reads it; pods carry gpuhub's labels.
+    queued = {LABEL_QUEUE_NAME: settings.kueue_queue} if settings.kueue_queue else {}
     metadata = {
         "name": job_id,
         "namespace": settings.namespace,
-        "labels": meta_labels,
+        "labels": {**meta_labels, **queued},
         "annotations": {
             ANNOTATION_USERNAME: owner,
             ANNOTATION_KEY: key,
@@ -370,6 +383,8 @@ def workload(
             "spec": {
                 # A notebook that failed would fail again: no retries.
                 "backoffLimit": 0,
+                # Through Kueue: created suspended; Kueue resumes it once admitted.
+                **({"suspend": True} if queued else {}),
                 "template": {
                     "metadata": {
                         "labels": dict(meta_labels),
@@ -410,7 +425,11 @@ def workload(
         specs["Worker"] = replica(request.workers - 1, False)
     spec: dict[str, Any] = {
         # Keep finished pods: their logs are the job's logs. Cancel deletes everything.
-        "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+        "runPolicy": {
+            "cleanPodPolicy": "None",
+            "backoffLimit": 0,
+            **({"suspend": True} if queued else {}),
+        },
         custom.specs_key: specs,
     }
     if request.kind == "pytorchjob":

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...quantity import human_memory
 from ..model import FailedCell, Status
+from .manifests import LABEL_QUEUE_NAME
 from .pod_runner import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 
 Obj = dict[str, Any]
@@ -258,6 +259,56 @@ def refusal_text(event_message: str) -> str:
     """The admission's reason in a controller's ``FailedCreate`` event, without the
     ``Error creating: pods "x-" is forbidden:`` preamble."""
     return _FORBIDDEN.sub("", event_message.strip(), count=1)
+
+
+def suspended(obj: Obj) -> bool:
+    """A Job's ``spec.suspend``, a Kubeflow job's ``spec.runPolicy.suspend``."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Job":
+        return bool(spec.get("suspend"))
+    return bool((spec.get("runPolicy") or {}).get("suspend"))
+
+
+def queue_of(obj: Obj) -> str | None:
+    """The Kueue LocalQueue a job waits in: it carries Kueue's queue-name label and is
+    suspended (Kueue resumes it once admitted, and suspends it again if it is evicted).
+    None for a job that is not waiting in a queue, or is being deleted."""
+    queue = (obj["metadata"].get("labels") or {}).get(LABEL_QUEUE_NAME)
+    if not queue or obj["metadata"].get("deletionTimestamp") or not suspended(obj):
+        return None
+    return str(queue)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def queue_phase(queue: str, workload: Obj | None) -> Phase:
+    """A job waiting in Kueue's queue: status ``queued``, Kueue's reason as the message.
+
+    The reason is the Workload's (kueue.x-k8s.io/v1beta1, docs/concepts/workload/): an
+    ``Evicted`` condition's message (preempted, or its pods were not ready in time), else
+    ``QuotaReserved=False``'s (``couldn't assign flavors to pod set main: insufficient unused
+    quota for nvidia.com/gpu in flavor a100, 1 more needed``; ``LocalQueue x doesn't
+    exist``); admitted but not resumed yet says so.
+    """
+    if workload is None:
+        return Phase("queued", f"Waiting for Kueue to take it into the queue {queue}.")
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    evicted = conditions.get("Evicted")
+    if evicted and evicted.get("status") == "True" and evicted.get("message"):
+        return Phase("queued", _sentence(f"Evicted by Kueue: {evicted['message']}"))
+    admitted = conditions.get("Admitted")
+    if admitted and admitted.get("status") == "True":
+        return Phase("queued", "Admitted by Kueue; starting.")
+    reserved = conditions.get("QuotaReserved")
+    if reserved and reserved.get("status") == "False" and reserved.get("message"):
+        return Phase("queued", _sentence(str(reserved["message"])))
+    return Phase("queued", f"Waiting for its turn in the queue {queue}.")
 
 
 def job_phase(job: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:

@@ -1,0 +1,260 @@
+/**
+ * The submit dialog's state: what the fields say (the request body), what
+ * applies as they change (rows shown, the GPU hint), the server's refusals
+ * shown next to the field they name, the quota line, and the choices the
+ * next dialog starts from.
+ */
+import { GpuhubAPIError, requestAPI } from '../../api';
+import { IHoldings, summary } from '../../gpu/holdings';
+import { parseParameterValue } from '../params';
+import { ISubmitBody, JobKind } from '../types';
+import { CUSTOM_IMAGE, FieldName, maxGpus, SubmitFields } from './fields';
+
+/** What was submitted last in this page session: the next dialog starts there. */
+let lastChoices: ISubmitBody | null = null;
+
+export class FormState {
+  constructor(
+    private _fields: SubmitFields,
+    private _opts: SubmitFields.IOptions
+  ) {}
+
+  /** The choices the last accepted submit made, if any (this page session). */
+  static get last(): ISubmitBody | null {
+    return lastChoices;
+  }
+
+  /** Remember an accepted submit's choices for the next dialog. */
+  static remember(body: ISubmitBody): void {
+    lastChoices = body;
+  }
+
+  kind(): JobKind {
+    const f = this._fields;
+    return f.pipeline.checked ? 'pipeline' : (f.mode.value as JobKind);
+  }
+
+  maxGpus(): number {
+    return maxGpus(
+      this._opts.options,
+      this.kind(),
+      this._fields.gpuType?.value
+    );
+  }
+
+  /** The request body as the form stands. */
+  body(): ISubmitBody {
+    const f = this._fields;
+    const kind = this.kind();
+    const body: ISubmitBody = {
+      notebook: this._opts.notebook,
+      kind,
+      parameters: this.parameters()
+    };
+    const image = f.image?.value;
+    if (image === CUSTOM_IMAGE) {
+      body.image = f.customImage!.value.trim();
+    } else if (image) {
+      body.image = image;
+    }
+    const cpu = f.cpu.value.trim();
+    if (cpu) {
+      // Numbers as numbers; anything else as typed, for the server to judge.
+      body.cpu = /^\d+(\.\d+)?$/.test(cpu) ? Number(cpu) : cpu;
+    }
+    const memory = f.memory.value.trim();
+    if (memory) {
+      body.memory = memory;
+    }
+    const gpus = f.gpus.value.trim();
+    if (gpus) {
+      body.gpus = /^\d+$/.test(gpus) ? Number(gpus) : gpus;
+    }
+    if (f.gpuType && Number(gpus) > 0) {
+      body.gpu_type = f.gpuType.value;
+    }
+    if (kind === 'pytorchjob' || kind === 'tfjob') {
+      const workers = f.workers.value.trim();
+      body.workers = /^\d+$/.test(workers) ? Number(workers) : workers;
+    }
+    const name = f.name.value.trim();
+    if (name) {
+      body.name = name;
+    }
+    return body;
+  }
+
+  parameters(): Record<string, unknown> {
+    const f = this._fields;
+    const result: Record<string, unknown> = {};
+    for (const row of Array.from(f.paramRows.children)) {
+      const key = (
+        row.querySelector('.gpuhub-JobForm-paramKey') as HTMLInputElement
+      ).value.trim();
+      const raw = (
+        row.querySelector('.gpuhub-JobForm-paramValue') as HTMLInputElement
+      ).value;
+      if (
+        !key ||
+        (raw.trim() === '' && this._opts.suggested.some(([k]) => k === key))
+      ) {
+        continue; // an empty suggested value keeps the notebook's own
+      }
+      result[key] = parseParameterValue(raw).value;
+    }
+    return result;
+  }
+
+  /**
+   * Start from what this user submitted last (this page session): the same
+   * kind, image and resources, where the options still offer them.
+   */
+  restore(last: ISubmitBody): void {
+    const f = this._fields;
+    const selectable = (
+      select: HTMLSelectElement | null,
+      value: unknown
+    ): boolean =>
+      !!select &&
+      Array.from(select.options).some(o => o.value === value && !o.disabled);
+    if (last.kind === 'pipeline' && !f.pipeline.disabled) {
+      f.pipeline.checked = true;
+    } else if (last.kind !== 'pipeline' && selectable(f.mode, last.kind)) {
+      f.training.checked = true;
+      f.mode.value = last.kind;
+    }
+    if (last.workers !== undefined) {
+      f.workers.value = String(last.workers);
+    }
+    if (selectable(f.image, last.image)) {
+      f.image!.value = String(last.image);
+    } else if (
+      last.image &&
+      f.customImage &&
+      selectable(f.image, CUSTOM_IMAGE)
+    ) {
+      f.image!.value = CUSTOM_IMAGE;
+      f.customImage.value = String(last.image);
+    }
+    for (const [input, value] of [
+      [f.cpu, last.cpu],
+      [f.memory, last.memory],
+      [f.gpus, last.gpus]
+    ] as const) {
+      if (value !== undefined && !input.readOnly) {
+        input.value = String(value);
+      }
+    }
+    if (selectable(f.gpuType, last.gpu_type)) {
+      f.gpuType!.value = String(last.gpu_type);
+    }
+  }
+
+  /** Show and hide what applies; refresh the hints. */
+  sync(): void {
+    const f = this._fields;
+    const kind = this.kind();
+    f.mode.disabled = f.pipeline.checked;
+    f.workersRow.hidden = !(kind === 'pytorchjob' || kind === 'tfjob');
+    if (f.customRow) {
+      f.customRow.hidden = f.image?.value !== CUSTOM_IMAGE;
+    }
+    const gpus = Number(f.gpus.value);
+    if (f.gpuTypeRow) {
+      f.gpuTypeRow.hidden = !(gpus > 0);
+    }
+    const max = this.maxGpus();
+    const o = this._opts.options;
+    let help: string;
+    if (max === 0) {
+      help =
+        o.local &&
+        kind === 'job' &&
+        ((o.gpu_types ?? []).length === 0 || o.local.gpus === 0)
+          ? 'This server has no GPU, so jobs here run on CPU.'
+          : 'Your limits allow no GPU, so the job runs on CPU.';
+    } else {
+      help = `0 for a CPU-only job; up to ${max} for you${kind === 'pytorchjob' || kind === 'tfjob' ? ' per worker' : ''}.`;
+      if (gpus > max) {
+        help += ` ${gpus} is more than that; the server will refuse it.`;
+      }
+    }
+    f.gpusHelp.textContent = help;
+  }
+
+  /** "You hold 1 of your 4 GPUs." from the hub's ledger, shown when it answers. */
+  loadQuota(): void {
+    const line = this._fields.quota;
+    const kubernetes = this._opts.options.kubernetes;
+    requestAPI<IHoldings>('holdings')
+      .then(data => {
+        if (!data.available || data.quota === null) {
+          return;
+        }
+        line.textContent = `${summary(data)} ${
+          kubernetes
+            ? "This job's GPUs count toward your quota, with your servers'."
+            : "A job here runs on this server's GPUs, which count already."
+        }`;
+        line.hidden = false;
+      })
+      .catch(() => undefined); // the quota is checked on submit anyway
+  }
+
+  /** The server's sentence under the field it names, else at the top; focus goes there. */
+  showError(error: unknown): void {
+    const f = this._fields;
+    const message =
+      error instanceof Error
+        ? error.message
+        : `The job could not be submitted: ${String(error)}`;
+    const field = error instanceof GpuhubAPIError ? error.field : null;
+    const target = field ? f.errors.get(field as FieldName) : undefined;
+    if (target && !target.parentElement?.closest('[hidden]')) {
+      target.textContent = message;
+      target.hidden = false;
+      const control = f.controls.get(field as FieldName);
+      if (control) {
+        control.setAttribute('aria-invalid', 'true');
+        control.setAttribute(
+          'aria-describedby',
+          `${control.id}-help ${target.id}`
+        );
+        control.focus();
+      } else {
+        target.scrollIntoView({ block: 'nearest' });
+      }
+      return;
+    }
+    f.general.textContent = message;
+    f.general.hidden = false;
+    f.general.scrollIntoView({ block: 'nearest' });
+  }
+
+  /** The field was edited: its error, if any, goes. */
+  clearError(field: FieldName): void {
+    const f = this._fields;
+    const error = f.errors.get(field);
+    if (error) {
+      error.hidden = true;
+      error.textContent = '';
+    }
+    const control = f.controls.get(field);
+    if (control) {
+      control.removeAttribute('aria-invalid');
+      control.setAttribute('aria-describedby', `${control.id}-help`);
+    }
+  }
+
+  /** Before a new submit: every error goes (the reason jobs are unavailable stays). */
+  clearErrors(): void {
+    const f = this._fields;
+    for (const field of f.errors.keys()) {
+      this.clearError(field);
+    }
+    if (this._opts.options.available) {
+      f.general.hidden = true;
+      f.general.textContent = '';
+    }
+  }
+}

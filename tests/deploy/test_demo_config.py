@@ -1,0 +1,133 @@
+"""`make demo`'s jupyterhub_config.py, started for real: log in, see the form, get a server."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from traitlets.config import Config
+
+from tests.support.hub.process import ROOT, _env, free_port
+
+pytestmark = pytest.mark.e2e
+
+DEMO_CONFIG = ROOT / "jupyter_config" / "jupyterhub_config.py"
+
+
+def test_demo_hub_logs_in_and_spawns_with_a_gpu(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**_env(), "GPUHUB_DEMO_PORT": str(port), "GPUHUB_DEMO_GPUS": "0,1"}
+    env.pop("GPUHUB_DEMO_PASSWORD", None)
+    log = open(tmp_path / "hub.log", "wb")  # noqa: SIM115 - closed below
+    hub = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterhub",
+            "-f",
+            str(DEMO_CONFIG),
+            # The demo's internal ports are JupyterHub's defaults; tests must not collide.
+            f"--JupyterHub.hub_port={free_port()}",
+            f"--ConfigurableHTTPProxy.api_url=http://127.0.0.1:{free_port()}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    session = requests.Session()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if session.get(f"{url}/hub/login", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert hub.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "hub.log"
+            ).read_text()
+            time.sleep(0.3)
+        banner = (tmp_path / "hub.log").read_text()
+        assert "log in as alice" in banner and "'gpuhub-demo'" in banner
+        assert "all users' servers run as one OS account" in banner
+        assert "can read every other user's files and API tokens" in banner
+
+        xsrf = session.cookies.get("_xsrf", path="/hub/")
+        login = session.post(
+            f"{url}/hub/login",
+            data={"username": "alice", "password": "gpuhub-demo", "_xsrf": xsrf},
+            allow_redirects=False,
+            timeout=30,
+        )
+        assert login.status_code == 302, login.text
+        form = session.get(f"{url}/hub/spawn", timeout=30).text
+        assert re.search(r'name="gpus"[^>]*max="2"', form)  # staff: up to 4, but 2 GPUs exist
+        assert "2 of 2 free now" in form
+
+        xsrf = session.cookies.get("_xsrf", path="/hub/")
+        spawn = session.post(
+            f"{url}/hub/spawn",
+            data={"cpu": "1", "memory": "1G", "gpus": "1", "gpu_type": "gpu", "_xsrf": xsrf},
+            timeout=120,
+        )
+        assert spawn.status_code == 200, spawn.text[-2000:]
+        deadline = time.monotonic() + 90  # the pending page follows the spawn until it is up
+        while "JupyterLab" not in (lab := session.get(f"{url}/user/alice/lab", timeout=30)).text:
+            assert time.monotonic() < deadline, lab.text[-2000:]
+            time.sleep(0.5)
+        home = tmp_path / "gpuhub-users" / "alice"  # the run_as_hub_user home
+        assert home.is_dir() and home.stat().st_mode & 0o777 == 0o700
+    finally:
+        session.close()
+        os.killpg(hub.pid, signal.SIGTERM)
+        hub.wait(timeout=30)
+        log.close()
+
+
+def _load_demo_config(monkeypatch: pytest.MonkeyPatch, gpus: str | None) -> Config:
+    if gpus is None:
+        monkeypatch.delenv("GPUHUB_DEMO_GPUS", raising=False)
+    else:
+        monkeypatch.setenv("GPUHUB_DEMO_GPUS", gpus)
+    config = Config()
+    runpy.run_path(str(DEMO_CONFIG), init_globals={"get_config": lambda: config})
+    return config
+
+
+def test_demo_without_a_driver_offers_four_simulated_gpus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuhub import devices
+
+    monkeypatch.setattr(devices, "discover", lambda: devices.Discovery((), "no driver"))
+    config = _load_demo_config(monkeypatch, None)
+    assert config.LocalGPUSpawner.gpu_devices == "simulated:4"
+    banner = capsys.readouterr().out
+    assert "alice" in banner and "bob or carol" in banner
+    assert "4 simulated GPUs" in banner
+
+
+def test_demo_with_a_driver_hands_out_the_real_gpus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuhub import devices
+
+    found = devices.Discovery((devices.Device(0, "NVIDIA RTX A6000", "GPU-1", 48 * 2**30),), None)
+    monkeypatch.setattr(devices, "discover", lambda: found)
+    assert _load_demo_config(monkeypatch, None).LocalGPUSpawner.gpu_devices == "auto"
+    assert "0 (NVIDIA RTX A6000)" in capsys.readouterr().out
+    assert _load_demo_config(monkeypatch, "simulated:2").LocalGPUSpawner.gpu_devices == (
+        "simulated:2"
+    )
+    assert _load_demo_config(monkeypatch, "0,1").LocalGPUSpawner.gpu_devices == [0, 1]

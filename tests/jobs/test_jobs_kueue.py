@@ -1,0 +1,438 @@
+"""Kubernetes jobs through Kueue (issue #15): with ``jobs.kueue.queueName`` set, Jobs,
+PyTorchJobs and TFJobs carry Kueue's queue-name label and are created suspended; gpuhub
+shows them ``queued`` with Kueue's reason and their place in line until Kueue admits them,
+then as before. Against kubesim's Kueue (tests/kubesim/kueue.py, pinned by
+tests/kubesim/test_kubesim_kueue.py to kueue.sigs.k8s.io's documented behaviour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import socket
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import config
+from tornado.httpclient import AsyncHTTPClient
+
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.backend import KubernetesBackend
+from gpuhub.jobs.model import JobError, JobRecord
+from tests.support.jobs_service import NOTEBOOK_OK, make_request, validate, write_notebook
+from tests.support.policies import design_policy
+
+GPU_NAMES = {k: t.display_name for k, t in design_policy().gpu_types.items()}
+PLAIN = m.KubeJobSettings(namespace="default", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
+QUEUED = dataclasses.replace(PLAIN, kueue_queue="gpu-jobs")
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = tmp_path / "home"
+    write_notebook(root / "train.ipynb", NOTEBOOK_OK)
+    return root
+
+
+@pytest.fixture
+async def backend(kubesim):
+    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    backend = KubernetesBackend(api, QUEUED, gpu_names=GPU_NAMES)
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def kueue_queues(kubesim: Any, gpus: int = 8) -> None:
+    """The admin guide's shape: flavors, a StrictFIFO ClusterQueue with ``gpus`` A100s, and
+    the LocalQueue gpu-jobs in the user namespace."""
+    for name, labels in (("default-flavor", None), ("a100", A100)):
+        kubesim.create(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": name},
+                **({"spec": {"nodeLabels": labels}} if labels else {}),
+            }
+        )
+    kubesim.create(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "gpus"},
+            "spec": {
+                "namespaceSelector": {},
+                "queueingStrategy": "StrictFIFO",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "default-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 256},
+                                    {"name": "memory", "nominalQuota": "2Ti"},
+                                ],
+                            }
+                        ],
+                    },
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "a100",
+                                "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
+                            }
+                        ],
+                    },
+                ],
+            },
+        }
+    )
+    kubesim.create(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "gpu-jobs", "namespace": "default"},
+            "spec": {"clusterQueue": "gpus"},
+        }
+    )
+
+
+async def wait_for(backend, owner, job_id, predicate, timeout=30.0) -> JobRecord:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        record = await backend.get(owner, job_id)
+        if predicate(record):
+            return record
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(
+                f"{job_id}: {record.status} {record.queue_position} {record.message}"
+            )
+        await asyncio.sleep(0.05)
+
+
+def submit(backend, root, owner="alice", gpus=4, **body):
+    request = make_request(root, gpus=gpus, gpu_type="a100", **body)
+    return backend.submit(request, owner, notebook=(root / "train.ipynb").read_bytes())
+
+
+# -- manifests ----------------------------------------------------------------------------------
+def test_queued_manifests_carry_the_label_and_are_suspended(root):
+    request = make_request(root, gpus=2, gpu_type="a100")
+    job = m.workload(request, "alice", "train-abc123", QUEUED, key="k", created="now")
+    validate(job)
+    assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
+    assert job["spec"]["suspend"] is True
+    # The label is the workload's: Kueue reads it there; the pods keep gpuhub's labels only.
+    assert m.LABEL_QUEUE_NAME not in job["spec"]["template"]["metadata"]["labels"]
+    for kind in ("pytorchjob", "tfjob"):
+        request = make_request(root, kind=kind, workers=2, gpus=1, gpu_type="a100")
+        obj = m.workload(request, "alice", "ddp-abc123", QUEUED, key="k", created="now")
+        assert obj["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
+        assert obj["spec"]["runPolicy"]["suspend"] is True
+
+
+def test_without_a_queue_nothing_changes(root):
+    request = make_request(root, gpus=2, gpu_type="a100")
+    job = m.workload(request, "alice", "train-abc123", PLAIN, key="k", created="now")
+    assert m.LABEL_QUEUE_NAME not in job["metadata"]["labels"]
+    assert "suspend" not in job["spec"]
+    request = make_request(root, kind="pytorchjob", workers=2, gpus=1, gpu_type="a100")
+    obj = m.workload(request, "alice", "ddp-abc123", PLAIN, key="k", created="now")
+    assert "suspend" not in obj["spec"]["runPolicy"]
+
+
+# -- on the cluster -------------------------------------------------------------------------------
+async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, root):
+    kueue_queues(kubesim, gpus=8)
+    first = await submit(backend, root)
+    second = await submit(backend, root)
+    third = await submit(backend, root)
+    fourth = await submit(backend, root, owner="bob")
+    job = kubesim.get("Job", first.id)
+    assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
+    # The first two fit the ClusterQueue's 8 A100s: admitted, resumed, then running.
+    for record in (first, second):
+        await wait_for(backend, "alice", record.id, lambda r: r.status == "running")
+    # The third is first in line, with Kueue's reason; bob's is behind it.
+    queued = await wait_for(
+        backend, "alice", third.id, lambda r: r.status == "queued" and r.queue_position == 1
+    )
+    assert queued.message == (
+        "Couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor a100, 4 more needed."
+    )
+    assert queued.to_json()["status"] == "queued" and queued.to_json()["queue_position"] == 1
+    bobs = await wait_for(backend, "bob", fourth.id, lambda r: r.queue_position == 2)
+    assert bobs.status == "queued"
+    assert bobs.message == "Waiting for its turn in the queue gpu-jobs."  # not tried yet
+    listed = {r.id: r for r in await backend.list("alice")}
+    assert listed[third.id].queue_position == 1 and listed[first.id].queue_position is None
+    # A queued job holds its place against the quota (it has no pods yet).
+    assert await backend.gpus_in_use("alice") == 12
+    # GPUs come free: the next in line is admitted, then pending or running as usual.
+    await wait_for(backend, "alice", first.id, lambda r: r.status == "running")
+    kubesim.finish_job(first.id, succeed=True)
+    await wait_for(backend, "alice", first.id, lambda r: r.status == "succeeded")
+    running = await wait_for(backend, "alice", third.id, lambda r: r.status == "running")
+    assert running.queue_position is None and running.to_json()["queue_position"] is None
+    bobs = await wait_for(backend, "bob", fourth.id, lambda r: r.queue_position == 1)
+    assert bobs.status == "queued"
+
+
+async def test_cancel_while_queued_removes_job_and_workload(kubesim, backend, root):
+    kueue_queues(kubesim, gpus=4)
+    holder = await submit(backend, root)
+    waiting = await submit(backend, root)
+    behind = await submit(backend, root, owner="bob")
+    await wait_for(backend, "alice", holder.id, lambda r: r.status == "running")
+    await wait_for(backend, "alice", waiting.id, lambda r: r.queue_position == 1)
+    uid = kubesim.get("Job", waiting.id)["metadata"]["uid"]
+    assert kubesim.list("Workload", "default", labels={m.LABEL_KUEUE_JOB_UID: uid})
+    cancelled = await backend.cancel("alice", waiting.id)
+    assert cancelled.status == "cancelled"
+    kubesim.wait_for(
+        lambda: (
+            kubesim.get("Job", waiting.id) is None
+            and not kubesim.list("Workload", "default", labels={m.LABEL_KUEUE_JOB_UID: uid})
+            and kubesim.get("ConfigMap", m.configmap_name(waiting.id)) is None
+        ),
+        message="the queued job, its Workload or its input outlived the cancel",
+    )
+    # Bob moves up; once the holder is done, he is admitted.
+    await wait_for(backend, "bob", behind.id, lambda r: r.queue_position == 1)
+    kubesim.finish_job(holder.id, succeed=True)
+    await wait_for(backend, "bob", behind.id, lambda r: r.status in ("pending", "running"))
+
+
+async def test_position_unknown_without_the_visibility_api(kubesim, backend, root):
+    kueue_queues(kubesim, gpus=4)
+    kubesim.call(lambda: setattr(kubesim.sim.kueue, "visibility", False))
+    await submit(backend, root)
+    waiting = await submit(backend, root)
+    queued = await wait_for(
+        backend,
+        "alice",
+        waiting.id,
+        lambda r: r.status == "queued" and "4 more needed" in (r.message or ""),
+    )
+    assert queued.queue_position is None
+    assert queued.to_json()["queue_position"] is None
+
+
+async def test_pytorchjob_waits_in_line_too(kubesim, backend, root):
+    kueue_queues(kubesim, gpus=2)
+    holder = await submit(backend, root, gpus=2)
+    request = make_request(root, kind="pytorchjob", workers=2, gpus=1, gpu_type="a100")
+    ddp = await backend.submit(request, "alice", notebook=(root / "train.ipynb").read_bytes())
+    queued = await wait_for(backend, "alice", ddp.id, lambda r: r.queue_position == 1)
+    assert queued.status == "queued"
+    # One pod set per replica type, as Kueue makes them for a PyTorchJob.
+    assert "pod set master: insufficient unused quota" in queued.message
+    assert "pod set worker: insufficient unused quota" in queued.message
+    await wait_for(backend, "alice", holder.id, lambda r: r.status == "running")
+    kubesim.finish_job(holder.id, succeed=True)
+    await wait_for(backend, "alice", ddp.id, lambda r: r.status in ("pending", "running"))
+
+
+async def test_a_queue_without_kueue_on_the_cluster_is_refused(kubesim, backend, root):
+    for name in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
+        kubesim.delete("CustomResourceDefinition", f"{name}.kueue.x-k8s.io", "")
+    with pytest.raises(JobError) as refused:
+        await backend.check(make_request(root, gpus=1, gpu_type="a100"), "alice")
+    assert refused.value.status == 422
+    assert "does not run Kueue" in refused.value.message
+    assert kubesim.list("Job", "default") == []
+
+
+async def test_without_a_queue_jobs_run_as_before(kubesim, root):
+    kueue_queues(kubesim, gpus=1)  # Kueue is there, but gpuhub is not told to use it
+    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    plain = KubernetesBackend(api, PLAIN, gpu_names=GPU_NAMES)
+    try:
+        record = await plain.submit(
+            make_request(root, gpus=2, gpu_type="a100"),
+            "alice",
+            notebook=(root / "train.ipynb").read_bytes(),
+        )
+        assert record.status == "pending"
+        await wait_for(plain, "alice", record.id, lambda r: r.status == "running")
+        assert kubesim.list("Workload", "default") == []
+    finally:
+        await plain.close()
+
+
+# -- the jobs service's REST surface -------------------------------------------------------------
+class _HubAuth:
+    """Stands in for HubAuth: every token is alice's (the service's handlers are real)."""
+
+    access_scopes = frozenset({"access:services!service=gpuhub"})
+    api_url = "http://127.0.0.1:9/hub/api"
+    api_token = ""
+
+    def get_token(self, handler: Any, in_cookie: bool = True) -> str | None:
+        return handler.request.headers.get("Authorization")
+
+    async def get_user(self, handler: Any, sync: bool = True) -> dict[str, Any]:
+        return {"kind": "user", "name": "alice", "groups": ["staff"], "scopes": []}
+
+    def check_scopes(self, required: Any, model: Any) -> set[str]:
+        return set(required)
+
+
+async def test_service_rest_answers_queued_with_position(kubesim, backend, root):
+    from gpuhub.jobs.pipeline import KFPBackend, KFPSettings
+    from gpuhub.ledger import GPUQuota
+    from gpuhub.service.app import Jobs, make_app
+    from gpuhub.service.config import ServiceConfig
+
+    kueue_queues(kubesim, gpus=4)
+    await submit(backend, root)
+    waiting = await submit(backend, root)
+    await wait_for(backend, "alice", waiting.id, lambda r: r.queue_position == 1)
+    service_config = ServiceConfig(design_policy(), GPUQuota.from_config({}), QUEUED, KFPSettings())
+    jobs = Jobs(service_config, backend, KFPBackend(backend.api, QUEUED, KFPSettings()))
+    app = make_app(jobs, _HubAuth(), "/services/gpuhub/")  # type: ignore[arg-type]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = app.listen(port, address="127.0.0.1")
+    try:
+        url = f"http://127.0.0.1:{port}/services/gpuhub/jobs/{waiting.id}"
+        response = await AsyncHTTPClient().fetch(url, headers={"Authorization": "token t"})
+        job = json.loads(response.body)
+        assert job["status"] == "queued" and job["queue_position"] == 1
+        assert job["message"].startswith("Couldn't assign flavors to pod set main")
+        listed = await AsyncHTTPClient().fetch(
+            url.rsplit("/", 1)[0], headers={"Authorization": "token t"}
+        )
+        statuses = {
+            j["id"]: (j["status"], j["queue_position"]) for j in json.loads(listed.body)["jobs"]
+        }
+        assert statuses[waiting.id] == ("queued", 1)
+    finally:
+        server.stop()
+
+
+def test_service_config_reads_the_queue():
+    from gpuhub.service.config import ServiceConfig, ServiceConfigError
+
+    base = {"job_image": "img:1"}
+    assert ServiceConfig.from_dict(base).jobs.kueue_queue == ""
+    assert ServiceConfig.from_dict({**base, "kueue": {"queue_name": ""}}).jobs.kueue_queue == ""
+    loaded = ServiceConfig.from_dict({**base, "kueue": {"queue_name": "gpu-jobs"}})
+    assert loaded.jobs.kueue_queue == "gpu-jobs"
+    for bad, words in (
+        ({"queue_name": "GPU jobs"}, "must name a LocalQueue"),
+        ({"queue": "x"}, "kueue.queue is not a kueue setting"),
+        ({"queue_name": 3}, "kueue.queue_name must be a string"),
+    ):
+        with pytest.raises(ServiceConfigError, match=words):
+            ServiceConfig.from_dict({**base, "kueue": bad})
+
+
+# -- how it is said ----------------------------------------------------------------------------
+def test_ordinals_have_one_home():
+    from gpuhub.words import ordinal
+
+    said = [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)]
+    assert said == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th",
+        "21st", "22nd", "23rd", "101st", "111th", "112th",
+    ]  # fmt: skip
+    import gpuhub.local
+
+    assert not hasattr(gpuhub.local, "_ordinal")
+
+
+def test_magics_say_queued_with_the_place_in_line(capsys):
+    from gpuhub_lab.jobs_magics import JobMagics, JobTable, status_words
+
+    queued = {
+        "id": "train-abc",
+        "kind": "job",
+        "status": "queued",
+        "queue_position": 3,
+        "gpu": "4 x NVIDIA A100 80GB",
+        "message": "Couldn't assign flavors to pod set main: insufficient unused quota.",
+        "created": "2026-11-22T20:00:00Z",
+    }
+    assert status_words(queued) == "queued, 3rd in line"
+    assert status_words({**queued, "queue_position": None}) == "queued"
+    assert status_words({**queued, "queue_position": True}) == "queued"
+    assert status_words({**queued, "status": "pending", "queue_position": 3}) == "pending"
+    assert "queued, 3rd in line" in repr(JobTable([queued]))
+    JobMagics._report(queued)
+    out = capsys.readouterr().out
+    assert out.startswith("train-abc queued, 3rd in line (Couldn't assign flavors")
+
+
+def test_record_json_contract_round_trips_through_the_forwarder():
+    """The user's server rebuilds the service's records (JobRecord.from_json) and answers
+    with to_json: queue_position survives, is null unless queued, and a record from a
+    service that predates it reads as unknown."""
+    from datetime import UTC, datetime
+
+    record = JobRecord(
+        id="train-abc",
+        name="train",
+        kind="job",
+        backend="kubernetes",
+        status="queued",
+        owner="alice",
+        notebook="train.ipynb",
+        created=datetime(2026, 11, 22, tzinfo=UTC),
+        message="Couldn't assign flavors to pod set main: insufficient unused quota.",
+        queue_position=2,
+    )
+    data = record.to_json()
+    assert (data["status"], data["queue_position"]) == ("queued", 2)
+    assert JobRecord.from_json(data).to_json() == data
+    running = JobRecord.from_json({**data, "status": "running"}).to_json()
+    assert running["queue_position"] is None
+    older = {k: v for k, v in data.items() if k != "queue_position"}
+    assert JobRecord.from_json(older).queue_position is None
+
+
+async def test_queue_messages_read_right(kubesim, backend):
+    """The sentences a queued job can carry, swept like every other message
+    (tests/spawner/test_message_sweep.py)."""
+    from gpuhub.jobs.k8s.status import queue_phase
+    from tests.spawner.test_message_sweep import problems
+
+    def workload(**conditions: tuple[str, str]) -> dict:
+        return {
+            "status": {
+                "conditions": [
+                    {"type": t, "status": s, "message": msg} for t, (s, msg) in conditions.items()
+                ]
+            }
+        }
+
+    said = [
+        queue_phase("gpu-jobs", None).message,
+        queue_phase("gpu-jobs", workload()).message,
+        queue_phase("gpu-jobs", workload(Admitted=("True", "The workload is admitted"))).message,
+        queue_phase(
+            "gpu-jobs",
+            workload(
+                QuotaReserved=(
+                    "False",
+                    "couldn't assign flavors to pod set main: insufficient unused quota for "
+                    "nvidia.com/gpu in flavor a100, 1 more needed",
+                )
+            ),
+        ).message,
+        queue_phase(
+            "gpu-jobs", workload(Evicted=("True", "Preempted to accommodate a workload"))
+        ).message,
+    ]
+    for name in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
+        kubesim.delete("CustomResourceDefinition", f"{name}.kueue.x-k8s.io", "")
+    said.append(await backend.queue_problem())
+    for message in said:
+        assert message and not problems(message), (message, problems(message))

@@ -1,0 +1,363 @@
+"""The ``gpuhub`` hub service end to end: a real JupyterHub (and proxy), the service as its own
+process (``python -m gpuhub.service --config``), kubesim as the cluster, and a real user
+Jupyter server whose jobs API forwards to the service (Kubernetes mode).
+
+Users call with tokens the hub issued them (scope ``access:services!service=gpuhub``); the
+service reads their groups from the hub, so limits and quotas follow hub group membership.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.pipeline import NOT_CONFIGURED
+from tests.kubesim.pytest_plugin import DEFAULT_NODES
+from tests.kubesim.sim import KubeSimThread
+from tests.support.hub.process import Hub, free_port, start_hub
+from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, run_job_pod, write_notebook
+from tests.support.jupyter.server import jupyter_server
+from tests.support.policies import DESIGN_CONFIG
+
+pytestmark = pytest.mark.e2e
+
+SERVICE_TOKEN = "gpuhub-service-token-0123456789abcdef"
+JOB_IMAGE = "ghcr.io/gpuhub/gpuhub-notebook:0.1.0"
+USER_SCOPES = ["access:services!service=gpuhub", "read:users:groups!user"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
+    sim = KubeSimThread(DEFAULT_NODES, kubeconfig=tmp_path_factory.mktemp("kube") / "config")
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture(scope="module")
+def service_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory, service_port: int) -> Iterator[Hub]:
+    config = f"""
+c.JupyterHub.services.append(
+    {{"name": "gpuhub", "url": "http://127.0.0.1:{service_port}", "api_token": {SERVICE_TOKEN!r},
+      "display": False}}
+)
+c.JupyterHub.load_roles.append(
+    {{"name": "user", "scopes": ["self", "access:services!service=gpuhub"]}}
+)
+c.JupyterHub.load_roles.append(
+    {{"name": "gpuhub-service", "services": ["gpuhub"],
+      "scopes": ["read:users:name", "read:users:groups"]}}
+)
+c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}}}}
+c.Authenticator.allowed_users = {{"alice", "bob", "carol"}}
+"""
+    hub = start_hub(tmp_path_factory.mktemp("service-hub"), config)
+    try:
+        for name in ("alice", "bob", "carol"):
+            hub.api("POST", f"/users/{name}")
+        yield hub
+    finally:
+        hub.stop()
+
+
+def user_token(hub: Hub, name: str, scopes: list[str] = USER_SCOPES) -> str:
+    response = hub.api("POST", f"/users/{name}/tokens", json={"scopes": scopes, "note": "test"})
+    assert response.status_code == 201, response.text
+    return response.json()["token"]
+
+
+@pytest.fixture(scope="module")
+def service(
+    hub: Hub, cluster: KubeSimThread, service_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("service")
+    config = {
+        "namespace": "default",
+        "policy": DESIGN_CONFIG,
+        "gpu_quota": {"default": 1, "groups": {"staff": 4}},
+        "job_image": JOB_IMAGE,
+        "home_volume": {
+            "claim_name_template": "claim-{username}",
+            "mount_path": "/home/jovyan",
+            "shared": False,
+        },
+        "kfp": {"endpoint": "", "ui_url": "", "namespace": "kubeflow"},
+        "max_notebook_bytes": 1048576,
+    }
+    with jobs_service(
+        workdir,
+        config,
+        hub_api_url=hub.api_url,
+        token=SERVICE_TOKEN,
+        port=service_port,
+        kubeconfig=cluster.kubeconfig,
+    ) as running:
+        yield running.url
+
+
+@pytest.fixture(scope="module")
+def tokens(hub: Hub) -> dict[str, str]:
+    return {name: user_token(hub, name) for name in ("alice", "bob", "carol")}
+
+
+@pytest.fixture(scope="module")
+def notebook_text(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = write_notebook(tmp_path_factory.mktemp("nb") / "train.ipynb", NOTEBOOK_OK)
+    return path.read_text()
+
+
+def call(service: str, method: str, path: str, token: str | None = None, **kw: Any):
+    headers = dict(kw.pop("headers", {}))
+    if token:
+        headers["Authorization"] = f"token {token}"
+    return requests.request(method, service + path, headers=headers, timeout=60, **kw)
+
+
+def body(notebook_text: str, **extra: Any) -> dict[str, Any]:
+    return {"notebook": "train.ipynb", "notebook_content": notebook_text, **extra}
+
+
+# -- authentication -------------------------------------------------------------------------------
+def test_requests_without_a_valid_user_token_are_refused(service, hub, tokens):
+    for token in (None, "not-a-token"):
+        response = call(service, "GET", "jobs", token)
+        assert response.status_code == 403
+        assert response.json()["field"] == "auth"
+        assert "JupyterHub token" in response.json()["message"]
+    # A token of the user without the service's access scope.
+    narrow = user_token(hub, "alice", ["read:users:name!user"])
+    assert call(service, "GET", "jobs", narrow).status_code == 403
+    # The hub's own admin service is not a user: it has no jobs.
+    from tests.support.hub.process import API_TOKEN
+
+    refused = call(service, "GET", "jobs", API_TOKEN)
+    assert refused.status_code == 403
+    assert call(service, "GET", "jobs", tokens["alice"]).status_code == 200
+    assert requests.get(service + "health", timeout=10).json() == {"ok": True}
+
+
+# -- jobs --------------------------------------------------------------------------------------------
+def test_own_jobs_only_and_idempotent_submit(service, cluster, tokens, notebook_text):
+    alice, bob = tokens["alice"], tokens["bob"]
+    key = {"Idempotency-Key": "submit-once-1"}
+    first = call(service, "POST", "jobs", alice, json=body(notebook_text, name="own"), headers=key)
+    assert first.status_code == 201, first.text
+    job_id = first.json()["id"]
+    assert first.headers["Location"].endswith(f"/services/gpuhub/jobs/{job_id}")
+    again = call(service, "POST", "jobs", alice, json=body(notebook_text, name="own"), headers=key)
+    assert again.status_code == 201 and again.json()["id"] == job_id
+    assert len(cluster.list("Job", "default", labels={m.LABEL_JOB_ID: job_id})) == 1
+    job = cluster.get("Job", job_id)
+    assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
+
+    assert [j["id"] for j in call(service, "GET", "jobs", alice).json()["jobs"]].count(job_id) == 1
+    assert job_id not in [j["id"] for j in call(service, "GET", "jobs", bob).json()["jobs"]]
+    for method, path in (
+        ("GET", f"jobs/{job_id}"),
+        ("GET", f"jobs/{job_id}/logs"),
+        ("GET", f"jobs/{job_id}/output"),
+        ("DELETE", f"jobs/{job_id}"),
+    ):
+        refused = call(service, method, path, bob)
+        assert refused.status_code == 404, (method, path, refused.text)
+        assert refused.json()["message"] == f'There is no job "{job_id}" among your jobs.'
+    assert cluster.get("Job", job_id)["metadata"].get("deletionTimestamp") is None
+
+    status = call(service, "GET", f"jobs/{job_id}", alice).json()
+    assert status["owner"] == "alice" and status["status"] in ("pending", "running")
+    cancelled = call(service, "DELETE", f"jobs/{job_id}", alice)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    cluster.wait_for(lambda: cluster.get("Job", job_id) is None)
+
+
+def test_hub_groups_decide_limits_and_quota(service, cluster, tokens, notebook_text):
+    # bob is in no group: default limits (1 GPU) and the default quota (1).
+    four = body(notebook_text, gpus=4, gpu_type="a100", name="four")
+    refused = call(service, "POST", "jobs", tokens["bob"], json=four)
+    assert refused.status_code == 400 and refused.json()["field"] == "gpus"
+    # alice is staff (hub group): 8 GPUs allowed by the policy, 4 by the quota.
+    ok = call(service, "POST", "jobs", tokens["alice"], json=four)
+    assert ok.status_code == 201, ok.text
+    more = call(
+        service, "POST", "jobs", tokens["alice"], json=body(notebook_text, gpus=1, gpu_type="a100")
+    )
+    # This hub has no gpuhub ledger endpoints: the service counts by itself (the fallback).
+    assert more.status_code == 403
+    assert more.json()["message"] == (
+        f"You hold 4 of your quota of 4 GPUs (job {ok.json()['id']!r}: 4) and this job needs "
+        "1 more; stop a server or wait for a job to end."
+    )
+    call(service, "DELETE", f"jobs/{ok.json()['id']}", tokens["alice"])
+
+
+def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens, notebook_text):
+    before = len(cluster.list("ConfigMap", "default"))
+    cases = [
+        (b"{not json", 400, "The request body is not valid JSON."),
+        (
+            json.dumps(body(notebook_text, notebook="../x.ipynb")),
+            400,
+            "outside your home directory",
+        ),
+        (json.dumps({"notebook": "train.ipynb"}), 400, "notebook_content is missing"),
+        (json.dumps(body("{}")), 400, "is not a valid notebook file"),
+        (json.dumps(body(notebook_text, kind="cronjob")), 400, 'is not one of "job"'),
+        (json.dumps(body(notebook_text, name="Bad_Name")), 400, "lower-case letters"),
+        (json.dumps(body(notebook_text, parameters=[1])), 400, "Parameters must be a mapping"),
+        (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, 'GPU type "h100"'),
+        (json.dumps(body(notebook_text, kind="pipeline")), 422, NOT_CONFIGURED),
+    ]
+    for data, status, sentence in cases:
+        response = call(service, "POST", "jobs", tokens["carol"], data=data)
+        assert response.status_code == status, (data[:80], response.text)
+        assert sentence in response.json()["message"]
+    bad_key = call(
+        service,
+        "POST",
+        "jobs",
+        tokens["carol"],
+        json=body(notebook_text),
+        headers={"Idempotency-Key": "a b"},
+    )
+    assert bad_key.status_code == 400
+    assert len(cluster.list("ConfigMap", "default")) == before
+    assert cluster.list("Job", "default", labels={m.LABEL_USER: "carol"}) == []
+
+
+def test_kinds_and_pipeline_yaml(service, tokens, notebook_text):
+    kinds = {
+        k["kind"]: k for k in call(service, "GET", "jobs/kinds", tokens["carol"]).json()["kinds"]
+    }
+    assert kinds["job"]["available"] and kinds["pytorchjob"]["available"]
+    assert not kinds["pipeline"]["available"] and kinds["pipeline"]["reason"] == NOT_CONFIGURED
+    response = call(
+        service, "POST", "jobs/pipeline.yaml", tokens["carol"], json=body(notebook_text)
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"].startswith("application/yaml")
+    assert response.text.startswith("# PIPELINE DEFINITION")
+
+
+# -- the user's server forwards ----------------------------------------------------------------------
+def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_path):
+    root = tmp_path / "home"
+    write_notebook(root / "train.ipynb", NOTEBOOK_OK)
+    env = {
+        # Through the hub's proxy, as a browser-side URL would; the chart uses the Service URL.
+        "GPUHUB_JOBS_URL": f"{hub.url}/services/gpuhub/",
+        "JUPYTERHUB_API_TOKEN": tokens["alice"],
+        "JUPYTERHUB_USER": "alice",
+        "GPUHUB_POLICY": json.dumps(DESIGN_CONFIG),
+        "GPUHUB_GROUPS": json.dumps(["staff"]),
+    }
+    with jupyter_server(root, tmp_path / "jupyter", env=env) as server:
+        options = server.api("GET", "gpuhub/api/jobs/options").json()
+        assert options["kubernetes"] is True
+        kinds = {k["kind"]: k for k in options["kinds"]}
+        assert kinds["job"]["available"] and kinds["tfjob"]["available"]
+        assert kinds["pipeline"] == {
+            "kind": "pipeline",
+            "label": "pipeline step",
+            "available": False,
+            "reason": NOT_CONFIGURED,
+        }
+        created = server.api(
+            "POST",
+            "gpuhub/api/jobs",
+            json={
+                "notebook": "train.ipynb",
+                "gpus": 1,
+                "gpu_type": "a100",
+                "parameters": {"epochs": 5},
+            },
+        )
+        assert created.status_code == 201, created.text + server.log()
+        job_id = created.json()["id"]
+        job = cluster.get("Job", job_id)
+        assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
+        cluster.wait_for(
+            lambda: server.api("GET", f"gpuhub/api/jobs/{job_id}").json()["status"] == "running",
+            timeout=60,
+            message=f"the job did not start:\n{server.log()[-3000:]}",
+        )
+        pod_log = run_job_pod(
+            cluster.get("ConfigMap", m.configmap_name(job_id)), job, tmp_path / "pod"
+        )
+        cluster.finish_job(job_id, succeed=True, logs=pod_log)
+        done = cluster.wait_for(
+            lambda: (
+                (r := server.api("GET", f"gpuhub/api/jobs/{job_id}").json())["status"]
+                == "succeeded"
+                and r
+            ),
+            timeout=60,
+        )
+        # The executed notebook came back through the API into the user's files.
+        assert done["output"] == f"gpuhub-runs/{job_id}/{job_id}.ipynb"  # named after the run
+        executed = json.loads((root / done["output"]).read_text())
+        assert any(
+            "result 10\n" in o.get("text", "")
+            for c in executed["cells"]
+            for o in c.get("outputs", [])
+        )
+        opened = server.api("GET", f"api/contents/{done['output']}")
+        assert opened.status_code == 200
+        logs = server.api("GET", f"gpuhub/api/jobs/{job_id}/logs").json()["logs"]
+        assert "training for 5 epochs" in logs
+
+        # The service's refusals pass through unchanged.
+        quota = server.api(
+            "POST",
+            "gpuhub/api/jobs",
+            json={"notebook": "train.ipynb", "gpus": 8, "gpu_type": "a100"},
+        )
+        # (403: over the quota even with nothing running; 429 when running work holds GPUs)
+        assert quota.status_code == 403
+        assert quota.json()["message"] == (
+            "This job needs 8 GPUs, more than your quota of 4 GPUs at once (servers and jobs "
+            "together)."
+        )
+        missing = server.api("GET", "gpuhub/api/jobs/no-such-job-1")
+        assert missing.status_code == 404
+        assert missing.json()["message"] == 'There is no job "no-such-job-1" among your jobs.'
+        pipeline = server.api(
+            "POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "kind": "pipeline"}
+        )
+        assert pipeline.status_code == 422 and pipeline.json()["message"] == NOT_CONFIGURED
+        compiled = server.api(
+            "POST",
+            "gpuhub/api/jobs/pipeline.yaml",
+            json={"notebook": "train.ipynb", "gpus": 1, "gpu_type": "a100"},
+        )
+        assert compiled.status_code == 200 and "nvidia.com/gpu" in compiled.text
+        listed = server.api("GET", "gpuhub/api/jobs").json()["jobs"]
+        assert job_id in [j["id"] for j in listed]
+
+        # The cluster fails the first create: the service rolls back and answers 503, the
+        # forwarder retries once with the same Idempotency-Key, and there is one job.
+        cluster.fail_requests(500, method="POST", path="/apis/batch/v1/namespaces/default/jobs")
+        retried = server.api(
+            "POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "name": "retried"}
+        )
+        assert retried.status_code == 201, retried.text
+        made = [
+            j
+            for j in cluster.list("Job", "default")
+            if j["metadata"]["name"].startswith("retried-")
+        ]
+        assert [j["metadata"]["name"] for j in made] == [retried.json()["id"]]
+        assert (
+            len(cluster.list("ConfigMap", "default", labels={m.LABEL_JOB_ID: retried.json()["id"]}))
+            == 1
+        )

@@ -1,0 +1,254 @@
+"""Threat: a hostile notebook escaping its job pod (root, privileges, cluster credentials).
+
+Job pods (batch/v1 Job, every PyTorchJob/TFJob replica) and pipeline steps run as a
+non-root user without privilege escalation, capabilities or an unconfined seccomp profile;
+an image that insists on root fails with one sentence saying why. The manifests are checked
+against the official schemas (strict) as well as for the fields themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.status import ROOT_IMAGE, job_phase, pod_waiting, training_phase
+from gpuhub.jobs.pipeline import compile_pipeline
+from tests.support.jobs_service import NOTEBOOK_OK, make_request, validate, write_notebook
+
+SETTINGS = m.KubeJobSettings(namespace="jhub", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = tmp_path / "home"
+    write_notebook(root / "train.ipynb", NOTEBOOK_OK)
+    return root
+
+
+def pod_templates(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    if workload["kind"] == "Job":
+        return [workload["spec"]["template"]]
+    custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == workload["kind"])
+    return [replica["template"] for replica in workload["spec"][custom.specs_key].values()]
+
+
+@pytest.mark.parametrize(("kind", "workers"), [("job", 1), ("pytorchjob", 3), ("tfjob", 2)])
+def test_threat_job_pods_run_unprivileged(root, kind, workers):
+    request = make_request(root, kind=kind, workers=workers, gpus=1, gpu_type="a100")
+    workload = m.workload(request, "mallory", "train-x7k2p", SETTINGS, key="k", created="now")
+    if kind == "job":
+        validate(workload)
+    templates = pod_templates(workload)
+    assert len(templates) == (1 if workers == 1 else 2)
+    for template in templates:
+        validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **template})
+        spec = template["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        for container in spec["containers"]:
+            assert container["securityContext"] == {
+                "runAsNonRoot": True,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            }
+
+
+def root_image_pod(image: str, message: str) -> dict[str, Any]:
+    """A job pod as the apiserver shows it when the kubelet refuses to run it as root."""
+    return {
+        "metadata": {"name": "train-x7k2p-abcde", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "gpu-1"},
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "notebook",
+                    "image": image,
+                    "state": {
+                        "waiting": {"reason": "CreateContainerConfigError", "message": message}
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "kubelet_says",
+    [
+        'container has runAsNonRoot and image will run as root (pod: "train_jhub(uid)", '
+        "container: notebook)",
+        "container has runAsNonRoot and image has non-numeric user (jovyan), cannot verify "
+        "user is non-root",
+    ],
+)
+def test_threat_root_image_fails_with_a_sentence_saying_why(kubelet_says):
+    image = "registry.example.org/me/root-image:1"
+    pod = root_image_pod(image, kubelet_says)
+    expected = ROOT_IMAGE.format(image=image)
+    assert pod_waiting([pod], "1 x NVIDIA A100 80GB") == expected
+    job = {"metadata": {"name": "train-x7k2p"}, "status": {}}
+    phase = job_phase(job, [pod], "1 x NVIDIA A100 80GB")
+    assert (phase.status, phase.message) == ("pending", expected)
+    tfjob = {"metadata": {"name": "train-x7k2p"}, "status": {"conditions": []}}
+    assert training_phase(tfjob, [pod], "CPU only", "TFJob").message == expected
+    assert expected.startswith(f"Cannot start {image}: it runs as root")
+
+
+def test_other_config_errors_are_not_blamed_on_root():
+    pod = root_image_pod("img:1", 'configmap "x" not found')
+    assert pod_waiting([pod], "CPU only") != ROOT_IMAGE.format(image="img:1")
+
+
+def test_threat_pipeline_step_runs_as_non_root(root):
+    request = make_request(root, kind="pipeline", gpus=1, gpu_type="a100")
+    text = compile_pipeline(request, (root / "train.ipynb").read_bytes(), image="img:1")
+    platform = list(yaml.safe_load_all(text))[1]["platforms"]["kubernetes"]
+    executor = platform["deploymentSpec"]["executors"]["exec-run-notebook"]
+    assert executor["securityContext"]["runAsNonRoot"] is True
+
+
+# -- pipeline steps: no KFP credentials --------------------------------------------------------------
+async def test_threat_pipeline_step_runs_under_the_account_without_permissions(kubesim, root):
+    from kubernetes_asyncio import config
+
+    from gpuhub.jobs.pipeline import KFPBackend, KFPSettings
+    from tests.support.kfp_standin import KFPStandIn
+
+    standin = KFPStandIn()
+    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    try:
+        settings = KFPSettings(endpoint=standin.url, service_account="gpuhub-pipeline-steps")
+        backend = KFPBackend(api, m.KubeJobSettings(job_image="img:1"), settings)
+        request = make_request(root, kind="pipeline")
+        await backend.submit(request, "mallory", notebook=(root / "train.ipynb").read_bytes())
+        [run] = standin.runs.values()
+        assert run["service_account"] == "gpuhub-pipeline-steps"
+    finally:
+        await api.close()
+        standin.stop()
+
+
+# -- the network fence -------------------------------------------------------------------------------
+def test_threat_replicas_of_one_job_reach_each_other_only(root):
+    request = make_request(root, kind="pytorchjob", workers=3)
+    policy = m.replica_network_policy(request, "mallory", "train-x7k2p", SETTINGS)
+    assert policy is not None
+    validate(policy)
+    same = {"matchLabels": {m.LABEL_MANAGED_BY: m.MANAGED_BY, m.LABEL_JOB_ID: "train-x7k2p"}}
+    assert policy["spec"]["podSelector"] == same
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same}]}]
+    assert policy["spec"]["egress"] == [{"to": [{"podSelector": same}]}]
+    assert m.replica_network_policy(make_request(root), "mallory", "j-x", SETTINGS) is None
+
+
+async def test_distributed_submit_creates_the_replicas_policy_owned_by_the_job(kubesim, root):
+    from kubernetes_asyncio import config
+
+    from gpuhub.jobs.k8s.backend import KubernetesBackend
+
+    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    backend = KubernetesBackend(api, m.KubeJobSettings(namespace="default", job_image="img:1"))
+    created: list[dict[str, Any]] = []
+    real = backend.networking.create_namespaced_network_policy
+
+    def recording(namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        created.append(body)
+        return real(namespace, body, **kwargs)  # kubesim serves no NetworkPolicy: a 404
+
+    backend.networking.create_namespaced_network_policy = recording
+    try:
+        request = make_request(root, kind="pytorchjob", workers=2)
+        record = await backend.submit(request, "mallory", notebook=b'{"cells": []}')
+        [policy] = created
+        job = kubesim.get("PyTorchJob", record.id)
+        assert policy["metadata"]["ownerReferences"] == [m.owner_reference(job)]
+        assert policy["spec"]["podSelector"]["matchLabels"][m.LABEL_JOB_ID] == record.id
+    finally:
+        await backend.close()
+
+
+PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+METADATA = "169.254.169.254/32"
+
+
+def render_chart(tmp_path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart's objects (helm template), every fence object schema-validated."""
+    from tests.deploy.test_helm import HELM, make_chart, render, validate_all
+
+    if not HELM.exists():
+        pytest.skip("helm from npm is not installed")
+    objects = render(make_chart(tmp_path), values=values or {}, tmp=tmp_path)
+    validate_all([o for o in objects if o["kind"] in ("NetworkPolicy", "ServiceAccount")])
+    return objects
+
+
+def rendered_policy(tmp_path, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    from tests.deploy.test_helm import by_kind
+
+    return by_kind(render_chart(tmp_path, values), "NetworkPolicy", "gpuhub-jobs")
+
+
+def cidrs(rule: dict[str, Any]) -> list[str]:
+    return [peer["ipBlock"]["cidr"] for peer in rule.get("to", []) if "ipBlock" in peer]
+
+
+def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(tmp_path, root):
+    policy = rendered_policy(tmp_path)
+    assert policy["metadata"]["namespace"] == "jhub"
+    # It selects the pods of every job kind, and not the chart's own service pod.
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for kind, workers in (("job", 1), ("pytorchjob", 2), ("tfjob", 2)):
+        request = make_request(root, kind=kind, workers=workers)
+        for template in pod_templates(
+            m.workload(request, "u", "j-x", SETTINGS, key="k", created="t")
+        ):
+            assert selector.items() <= template["metadata"]["labels"].items()
+    assert selector == {"app.kubernetes.io/managed-by": "gpuhub"}
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == []
+    dns, internet = policy["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert internet == {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [*PRIVATE, METADATA]}}]}
+    # No rule opens a private range or the metadata server on any port but DNS.
+    assert not any(set(cidrs(rule)) & {*PRIVATE, METADATA} for rule in policy["spec"]["egress"][1:])
+
+
+def test_admin_opens_what_they_list_and_nothing_else(tmp_path):
+    store = {"to": [{"ipBlock": {"cidr": "10.3.0.5/32"}}], "ports": [{"port": 9000}]}
+    values = {
+        "networkPolicy": {
+            "jobs": {
+                "egressAllowRules": {"nonPrivateIPs": False, "dnsPorts": True},
+                "egress": [store],
+            }
+        }
+    }
+    policy = rendered_policy(tmp_path, values)
+    dns, extra = policy["spec"]["egress"]
+    assert "ports" in dns and extra == store
+
+
+def test_pipeline_steps_service_account_has_no_token(tmp_path):
+    from tests.deploy.test_helm import by_kind
+
+    objects = render_chart(tmp_path, {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}})
+    account = by_kind(objects, "ServiceAccount", "gpuhub-pipeline-steps")
+    assert account["metadata"]["namespace"] == "kubeflow"
+    assert account["automountServiceAccountToken"] is False
+    bound = [
+        o
+        for o in objects
+        if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s.get("name") == "gpuhub-pipeline-steps" for s in o.get("subjects") or [])
+    ]
+    assert bound == []
+    config = yaml.safe_load(by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["service.yaml"])
+    assert config["kfp"]["service_account"] == "gpuhub-pipeline-steps"

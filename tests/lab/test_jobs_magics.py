@@ -1,0 +1,203 @@
+"""The job magics in a real IPython kernel started by a real Jupyter server."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from jupyter_client import BlockingKernelClient, KernelManager
+
+from tests.support.jupyter.notebooks import read_outputs, write_notebook
+from tests.support.jupyter.server import SOURCE_PATHS, JupyterServer, jupyter_server
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Output:
+    stdout: str = ""
+    stderr: str = ""
+    html: list[str] = field(default_factory=list)
+    plain: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr + "".join(self.plain)
+
+
+def run(client: BlockingKernelClient, code: str, timeout: float = 120) -> Output:
+    out = Output()
+
+    def hook(msg: dict) -> None:
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            if content["name"] == "stdout":
+                out.stdout += content["text"]
+            else:
+                out.stderr += content["text"]
+        elif kind in ("execute_result", "display_data"):
+            out.plain.append(content["data"].get("text/plain", ""))
+            if "text/html" in content["data"]:
+                out.html.append(content["data"]["text/html"])
+        elif kind == "error":
+            out.error = f"{content['ename']}: {content['evalue']}"
+
+    client.execute_interactive(code, output_hook=hook, timeout=timeout)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[JupyterServer]:
+    tmp = tmp_path_factory.mktemp("magics")
+    root = tmp / "home"
+    write_notebook(root / "exp" / "demo.ipynb", "print('the notebook the kernel runs')")
+    write_notebook(
+        root / "exp" / "train.ipynb",
+        "import os\nprint('lr', lr, 'gpus', repr(os.environ['CUDA_VISIBLE_DEVICES']))",
+        parameters="lr = 0.5",
+    )
+    write_notebook(root / "exp" / "broken.ipynb", "raise RuntimeError('out of memory <oops>')")
+    write_notebook(root / "exp" / "long.ipynb", "import time\ntime.sleep(300)")
+    with jupyter_server(root, tmp, env={"CUDA_VISIBLE_DEVICES": "3"}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def kernel(server: JupyterServer) -> Iterator[BlockingKernelClient]:
+    """A kernel the server started for exp/demo.ipynb, as JupyterLab would."""
+    session = server.api(
+        "POST",
+        "api/sessions",
+        json={"path": "exp/demo.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
+    ).json()
+    client = BlockingKernelClient(
+        connection_file=str(server.runtime_dir / f"kernel-{session['kernel']['id']}.json")
+    )
+    client.load_connection_file()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    loaded = run(client, "%load_ext gpuhub_lab")
+    assert loaded.error is None and not loaded.stderr.strip(), loaded
+    yield client
+    client.stop_channels()
+    server.api("DELETE", f"api/sessions/{session['id']}")
+
+
+def job_id(output: Output) -> str:
+    found = re.search(r"Submitted (\S+) ", output.stdout)
+    assert found, output
+    return found.group(1)
+
+
+def test_submit_and_wait(server, kernel):
+    out = run(kernel, "%submit exp/train.ipynb -p lr=0.25 --gpus 1 --wait")
+    assert out.error is None, out
+    ident = job_id(out)
+    assert f"{ident} succeeded" in out.stdout
+    output = re.search(r"output notebook: (\S+)\.\n", out.stdout)
+    assert output, out
+    assert "lr 0.25 gpus '3'" in read_outputs(server.root / output.group(1))
+    assert any("IntProgress" in p for p in out.plain)  # the widget progress bar was shown
+
+
+def test_submit_defaults_to_this_notebook(kernel):
+    out = run(kernel, "%submit --wait")
+    assert "Submitting exp/demo.ipynb as last saved" in out.stdout
+    assert "succeeded" in out.stdout
+
+
+def test_refusals_are_the_servers_sentences(kernel):
+    for line, message in [
+        ("%submit ../outside.ipynb", 'Notebook "../outside.ipynb" is outside this server\'s root'),
+        ("%submit exp/train.ipynb --gpus 2", "at most 1"),
+        ("%submit exp/train.ipynb --kind tfjob", "not connected to one"),
+        ("%submit exp/train.ipynb --name Bad_Name", "lower-case letters"),
+        ("%submit exp/train.ipynb -p novalue", "-p takes KEY=VALUE"),
+        ("%job logs nope-123", 'There is no job "nope-123" among your jobs.'),
+        ("%job frobnicate x", "Use %job logs ID"),
+    ]:
+        out = run(kernel, line)
+        assert "UsageError" in out.stderr and message in out.stderr, (line, out)
+        assert "Traceback" not in out.stderr
+
+
+def test_failed_job_shows_the_failing_cell(kernel):
+    out = run(kernel, "%submit exp/broken.ipynb --wait")
+    assert "failed" in out.stdout
+    assert "RuntimeError: out of memory <oops>." in out.stderr
+    assert "Failing cell:\nraise RuntimeError" in out.stderr
+
+
+def test_train_cell_runs_from_the_notebooks_folder(server, kernel):
+    out = run(
+        kernel,
+        "%%train --wait -p epochs=2\nimport os\nprint('training', epochs, 'in', os.getcwd())",
+    )
+    assert out.error is None, out
+    ident = job_id(out)
+    assert ident.startswith("demo-train-") and f"{ident} succeeded" in out.stdout
+    generated = list((server.root / "exp" / "gpuhub-runs" / "train").glob("demo-*.ipynb"))
+    assert len(generated) == 1
+    logs = run(kernel, f"%job logs {ident}").stdout
+    assert f"training 2 in {server.root / 'exp'}" in logs
+    # No runs inside runs: the result sits with the other runs of this folder.
+    assert (server.root / "exp" / "gpuhub-runs" / ident / f"{ident}.ipynb").is_file()
+    assert not re.search(r"-{8,}$", logs, re.MULTILINE)  # no papermill rulers
+
+
+def test_jobs_table_and_cancel(kernel):
+    started = run(kernel, "%submit exp/long.ipynb --name long-one")
+    ident = job_id(started)
+    table = run(kernel, "%jobs")
+    assert table.error is None
+    plain = "".join(table.plain)
+    assert plain.splitlines()[0].split() == [
+        "id",
+        "kind",
+        "status",
+        "gpu",
+        "elapsed",
+        "created",
+        "output",
+    ]
+    assert ident in plain and "demo-train-" in plain
+    assert "<table>" in table.html[0] and "out of memory &lt;oops&gt;" in table.html[0]
+    assert f"Cancelled {ident}." in run(kernel, f"%job cancel {ident}").stdout
+    assert "nothing to cancel" in run(kernel, f"%job cancel {ident}").stdout
+    assert f"{ident} cancelled" in run(kernel, f"%job status {ident}").stdout
+
+
+def test_outside_a_jupyter_server_the_magics_say_so(tmp_path):
+    manager = KernelManager(kernel_name="python3")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(SOURCE_PATHS),
+    }
+    manager.start_kernel(cwd=str(tmp_path), env=env)
+    client = manager.blocking_client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        run(client, "%load_ext gpuhub_lab")
+        out = run(client, "%submit train.ipynb")
+        assert "UsageError" in out.stderr
+        assert "is not a running Jupyter server" in out.stderr
+        assert "Traceback" not in out.stderr
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_help_shows_the_usage_once() -> None:
+    """``%submit?`` prints the docstring: magic_arguments writes the usage; it must not be
+    written a second time by hand."""
+    from gpuhub_lab.jobs_magics import JobMagics
+
+    for name, magic in (("%submit", JobMagics.submit), ("%train", JobMagics.train)):
+        doc = magic.__doc__ or ""
+        assert doc.count(f"{name} [") == 1, doc

@@ -1,0 +1,217 @@
+"""gpuhub.capacity: live GPU figures from a watch of kubesim's nodes and pods, exactly right."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from gpuhub.capacity import CapacityUnavailable, ClusterCapacity
+from gpuhub.form import GPUCapacity
+from gpuhub.policy import Policy
+from tests.kubesim.pytest_plugin import A100_PRODUCT
+
+TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+A100_CONFIG = {
+    "display_name": "NVIDIA A100 80GB",
+    "resource_name": "nvidia.com/gpu",
+    "node_selector": {"nvidia.com/gpu.product": A100_PRODUCT},
+    "tolerations": TOLERATE_GPU,
+    "max_gpus": 8,
+}
+POLICY = Policy.from_config(
+    gpu_types={
+        "a100": A100_CONFIG,
+        "a100-1g": {
+            "display_name": "A100 MIG 1g.10gb",
+            "resource_name": "nvidia.com/mig-1g.10gb",
+            "tolerations": TOLERATE_GPU,
+            "max_gpus": 1,
+        },
+        # Misconfigured: no toleration for the GPU nodes' taint, so no node serves it.
+        "untolerated": {"display_name": "Untolerated", "resource_name": "nvidia.com/gpu"},
+    }
+)
+TYPES = list(POLICY.gpu_types.values())
+A100 = POLICY.gpu_types["a100"]
+
+
+def gpu_pod(
+    name: str, gpus: int, resource: str = "nvidia.com/gpu", node: str | None = None
+) -> dict:
+    spec: dict = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox:1.36",
+                "resources": {"limits": {resource: str(gpus)}},
+            }
+        ],
+        "tolerations": TOLERATE_GPU,
+        "restartPolicy": "Never",  # so that a finished pod is Succeeded and frees its GPUs
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.fixture
+async def cache(kube_api):
+    capacity = ClusterCapacity(client.CoreV1Api(kube_api), watch_timeout=5)
+    assert await capacity.wait_ready(10)
+    yield capacity
+    await capacity.stop()
+
+
+async def eventually(check, timeout: float = 10):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except AssertionError:
+            if loop.time() > deadline:
+                raise
+        if loop.time() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.05)
+
+
+async def test_initial_figures_per_type(cache):
+    assert cache.capacity(TYPES) == {
+        "a100": GPUCapacity(free=16, total=16, largest_free=8),
+        "a100-1g": GPUCapacity(free=7, total=7, largest_free=7),
+        "untolerated": GPUCapacity(free=0, total=0, largest_free=0),
+    }
+    fit = cache.fit(A100, 4)
+    assert (fit.nodes, fit.max_gpus, fit.max_cpu, fit.max_memory) == (2, 8, 64.0, 512 * 2**30)
+
+
+async def test_pods_take_and_give_back_gpus(kubesim, kube_api, cache):
+    v1 = client.CoreV1Api(kube_api)
+    await v1.create_namespaced_pod("default", gpu_pod("three", 3, node="a100-0"))
+    await v1.create_namespaced_pod("default", gpu_pod("two", 2, node="a100-1"))
+    await v1.create_namespaced_pod("default", gpu_pod("slice", 1, "nvidia.com/mig-1g.10gb"))
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=11, total=16, largest_free=6)
+    )
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100-1g"] == GPUCapacity(free=6, total=7, largest_free=6)
+    )
+    # A pod that cannot be scheduled holds nothing.
+    await v1.create_namespaced_pod("default", gpu_pod("too-big", 8, node="a100-0"))
+    await asyncio.sleep(0.3)
+    assert cache.capacity(TYPES)["a100"].free == 11
+    # Finishing (Succeeded) and deletion give GPUs back.
+    await asyncio.to_thread(kubesim.finish_pod, "three")
+    # too-big then gets all 8 of a100-0's GPUs
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=6, total=16, largest_free=6)
+    )
+    await v1.delete_namespaced_pod("two", "default", grace_period_seconds=0)
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=8, total=16, largest_free=8)
+    )
+
+
+async def test_nodes_joining_leaving_and_cordoned(kubesim, kube_api, cache):
+    await asyncio.to_thread(
+        kubesim.add_node,
+        "a100-2",
+        {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 4},
+        {"nvidia.com/gpu.product": A100_PRODUCT},
+    )
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=20, total=20, largest_free=8)
+    )
+    v1 = client.CoreV1Api(kube_api)
+    await v1.patch_node("a100-0", {"spec": {"unschedulable": True}})
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=12, total=12, largest_free=8)
+    )
+    await asyncio.to_thread(kubesim.remove_node, "a100-1")
+    await eventually(
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=4, total=4, largest_free=4)
+    )
+
+
+async def test_snapshot_is_reused_until_something_changes(kube_api, cache):
+    first = cache.capacity(TYPES)
+    assert cache.capacity(TYPES) is first
+    await client.CoreV1Api(kube_api).create_namespaced_pod("default", gpu_pod("one", 1))
+    await eventually(lambda: cache.capacity(TYPES) is not first)
+
+
+async def test_recovers_from_dropped_watches_and_compaction(kubesim, kube_api, cache):
+    v1 = client.CoreV1Api(kube_api)
+    kubesim.fail_requests(500, count=2, path="/api/v1/pods")
+    await asyncio.to_thread(kubesim.compact)
+    await asyncio.to_thread(kubesim.drop_watches, True)
+    await v1.create_namespaced_pod("default", gpu_pod("during", 2, node="a100-0"))
+    await eventually(
+        lambda: cache.available and cache.capacity(TYPES)["a100"].free == 14, timeout=20
+    )
+
+
+async def test_unreachable_cluster_says_so(tmp_path):
+    from tests.kubesim import kubeconfig_text
+    from tests.support.hub.process import free_port
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(f"http://127.0.0.1:{free_port()}"))
+    api_client = await config.new_client_from_config(config_file=str(path))
+    capacity = ClusterCapacity(client.CoreV1Api(api_client), request_timeout=2)
+    try:
+        assert not await capacity.wait_ready(1)
+        with pytest.raises(CapacityUnavailable) as exc:
+            capacity.capacity(TYPES)
+        assert "Connect" in str(exc.value) or "connect" in str(exc.value)
+    finally:
+        await capacity.stop()
+        await api_client.close()
+
+
+async def test_spawner_counts_only_nodes_its_pods_may_use(kubesim, monkeypatch):
+    """GPUSpawner's figures and refusals apply the admin's spawner-wide node selector too."""
+    from types import SimpleNamespace
+
+    from kubernetes_asyncio.client import Configuration
+    from kubernetes_asyncio.config import kube_config
+    from kubespawner import clients as kubespawner_clients
+    from tornado.web import HTTPError
+    from traitlets.config import Config
+
+    from gpuhub import GPUSpawner
+    from gpuhub.capacity import shared_capacity
+    from gpuhub.spawner_base import apply_gpuhub_options
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubesim.kubeconfig))
+    default = Configuration.get_default_copy()
+    kubespawner_clients.load_config.cache_clear()
+    await asyncio.to_thread(
+        kubesim.add_node,
+        "research-a100",
+        {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": 4},
+        {"nvidia.com/gpu.product": A100_PRODUCT, "pool": "research"},
+        [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
+    config = Config()
+    config.GPUSpawner.gpu_types = {"a100": {**A100_CONFIG, "max_gpus": 16}}
+    config.GPUSpawner.default_limits = {"max_gpus": 16}
+    config.GPUSpawner.node_selector = {"pool": "research"}
+    user = SimpleNamespace(name="alice", id=1, url="/user/alice/", groups=[])
+    spawner = GPUSpawner(_mock=True, user=user, config=config)
+    try:
+        figures, note = await spawner.gpu_capacity()
+        assert (figures, note) == ({"a100": GPUCapacity(free=4, total=4, largest_free=4)}, "")
+        with pytest.raises(HTTPError) as refused:
+            await apply_gpuhub_options(spawner, {"gpu_type": "a100", "gpus": 6})
+        assert refused.value.status_code == 400
+        assert "the most on one node is 4" in refused.value.jupyterhub_message
+    finally:
+        await shared_capacity(spawner.api).stop()
+        kubespawner_clients.load_config.cache_clear()
+        Configuration.set_default(default)

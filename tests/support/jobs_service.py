@@ -1,0 +1,168 @@
+"""Shared by the Kubernetes-mode job tests: notebooks, requests, and the job pod run for real.
+
+kubesim simulates containers; it does not run the job image. :func:`run_job_pod` runs what
+the job's container would run (``python /var/run/gpuhub/run.py`` with the container's
+environment) as a local process, with the job's ConfigMap written where the pod would mount
+it, and returns its output: the tests hand that to kubesim as the container's log, so the
+runner, papermill and the service's log parsing are all exercised for real.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import nbformat
+
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.model import JobRequest
+from tests.support import e2e
+from tests.support.policies import design_policy
+
+K8S_VERSION = "1.30"
+
+NOTEBOOK_OK = [
+    "epochs = 1",  # tagged "parameters" below
+    "print(f'training for {epochs} epochs')\nresult = epochs * 2",
+    "print('result', result)",
+]
+NOTEBOOK_FAILS = ["x = 1", "raise ValueError('loss is NaN')"]
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    for n, source in enumerate(cells):
+        cell = nbformat.v4.new_code_cell(source)
+        if n == 0:
+            cell.metadata["tags"] = ["parameters"]
+        nb.cells.append(cell)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nbformat.writes(nb))
+    return path
+
+
+def make_request(root: Path, notebook: str = "train.ipynb", groups=("staff",), **body: Any):
+    raw = {"notebook": notebook, **body}
+    return JobRequest.parse(raw, policy=design_policy(), groups=list(groups), root_dir=root)
+
+
+def validate(manifest: dict[str, Any]) -> None:
+    """The official schema, strict (unknown fields are errors)."""
+    kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+def container_of(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj["kind"] == "Job":
+        return obj["spec"]["template"]["spec"]["containers"][0]
+    custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
+    return obj["spec"][custom.specs_key][custom.master]["template"]["spec"]["containers"][0]
+
+
+def run_job_pod(configmap: dict[str, Any], workload: dict[str, Any], tmp: Path) -> str:
+    """Run the job container's command locally; return its stdout+stderr (the pod's log)."""
+    run_dir = tmp / "run"
+    work_dir = tmp / "work"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    for key, value in configmap["data"].items():
+        (run_dir / key).write_text(value)
+    container = container_of(workload)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    for key, value in list(env.items()):
+        value = value.replace(m.RUN_DIR, str(run_dir)).replace(m.WORK_DIR, str(work_dir))
+        env[key] = value
+    argv = [sys.executable, *[a.replace(m.RUN_DIR, str(run_dir)) for a in container["command"][1:]]]
+    proc = subprocess.run(
+        argv,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUHUB_")}, **env},
+        cwd=work_dir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.stderr + proc.stdout
+
+
+@dataclass(frozen=True)
+class RunningService:
+    """The jobs service's URL, its process and its log."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@contextmanager
+def jobs_service(
+    workdir: Path,
+    config: dict[str, Any],
+    *,
+    hub_api_url: str,
+    token: str,
+    port: int,
+    kubeconfig: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[RunningService]:
+    """``python -m gpuhub.service`` as its own process, registered with the hub at
+    ``hub_api_url`` as the service ``gpuhub`` with ``token``; yielded once healthy."""
+    e2e.require("the jobs service")
+    import requests
+    import yaml
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "service.yaml").write_text(yaml.safe_dump(config))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "GPUHUB_"))},
+        "JUPYTERHUB_API_TOKEN": token,
+        "JUPYTERHUB_API_URL": hub_api_url,
+        "JUPYTERHUB_SERVICE_NAME": "gpuhub",
+        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}",
+        "JUPYTERHUB_SERVICE_PREFIX": "/services/gpuhub/",
+        "KUBECONFIG": str(kubeconfig),
+        "GPUHUB_LOG_LEVEL": "DEBUG",
+        **(extra_env or {}),
+    }
+    log_path = workdir / "service.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuhub.service", "--config", str(workdir / "service.yaml")],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/services/gpuhub/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the service exited:\n{log_path.read_text()}")
+            try:
+                if requests.get(url + "health", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the service did not start:\n{log_path.read_text()}")
+            time.sleep(0.1)
+        yield RunningService(url, proc, log_path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
