@@ -12,7 +12,9 @@ the jobs service (which acts for users, not for admins):
   with the admin's reason (:func:`gpuhub.usage.cancel_notice_for_job`).
 * **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the Job, PyTorchJob
   or TFJob carrying the ``gpuhub.io/job-id`` label (foreground propagation: the object stays
-  until its pods are gone), with the Kubernetes client it already uses for its pod watch.
+  until its pods are gone), with the Kubernetes client it already uses for its pod watch. A
+  job without pods yet (waiting in a Kueue queue: the ledger counts its grant) is looked for
+  in the hub's own namespace, the chart's default for jobs too.
   Pipeline runs are not Kubernetes workloads the hub can stop safely (Kubeflow Pipelines
   would retry or mark them failed on its own terms): refused with one sentence saying so.
 """
@@ -116,16 +118,21 @@ async def _read(call: Any) -> Any:
     return json.loads(body) if body else {}
 
 
-async def cancel_kube(core_api: Any, holding: Holding, reason: str, by: str) -> list[str]:
-    """Delete the gpuhub workload behind ``holding`` (its pods' namespace, its job id)."""
+async def cancel_kube(
+    core_api: Any, holding: Holding, reason: str, by: str, namespace: str | None = None
+) -> list[str]:
+    """Delete the gpuhub workload behind ``holding``: in its pods' namespace, else (a job
+    that has no pod yet, e.g. waiting in a Kueue queue, known to the ledger by its grant)
+    in ``namespace``, the hub's servers' namespace."""
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    if not holding.pods:
+    if holding.pods:
+        namespace = holding.pods[0][0]
+    if not namespace:
         raise CancelRefused(
             409, f"The hub has not seen a pod of job {holding.name!r} yet; try again in a moment."
         )
-    namespace = holding.pods[0][0]
     selector = f"app.kubernetes.io/managed-by=gpuhub,gpuhub.io/job-id={holding.name}"
     batch = client.BatchV1Api(core_api.api_client)
     custom = client.CustomObjectsApi(core_api.api_client)

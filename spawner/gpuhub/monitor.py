@@ -348,8 +348,9 @@ class GPUMonitor:
         try:
             log.warning("gpuhub: %s cancels %s's %s: %s", by, user, holding.label, reason)
             core_api = getattr(self.spawner, "api", None)
-            if holding.pods and core_api is not None:
-                job_ids = await cancel_kube(core_api, holding, reason, by)
+            if core_api is not None:
+                namespace = getattr(self.spawner, "namespace", None)
+                job_ids = await cancel_kube(core_api, holding, reason, by, namespace)
             else:
                 book = getattr(self.spawner, "_book", None)
                 if book is None:
@@ -357,6 +358,9 @@ class GPUMonitor:
                 job_ids = await cancel_local(book, holding)
         finally:
             self._stopping.discard(key)
+        # A queued job held its GPUs by a grant; the jobs service stops renewing it once
+        # the job is gone, but it would count until it expires.
+        self.ledger.release_grant(user, name)
         self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
         self._changed(removed=(user, "job", name))
         self.store.notify(

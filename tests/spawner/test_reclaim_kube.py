@@ -71,6 +71,10 @@ def hub(
         configure_hub(c)
         c.Authenticator.allowed_users = {{"bob", "carol", "root"}}
         c.Authenticator.admin_users = {{"root"}}
+        # The test asks for grants as the jobs service does (a queued job's GPUs).
+        c.JupyterHub.load_roles.append(
+            {{"name": "grants", "services": ["gpuhub-test"], "scopes": ["custom:gpuhub:grants"]}}
+        )
         c.GPUSpawner.prometheus_url = {prometheus!r}
         c.GPUSpawner.gpu_monitor_interval = 0.5
         c.GPUSpawner.gpu_idle_reclaim = {{"after": 4, "utilization_below": 0.05, "warn": 4}}
@@ -235,3 +239,45 @@ def html_text(answer: requests.Response) -> str:
     import html
 
     return html.unescape(answer.text)
+
+
+def test_a_queued_job_without_pods_is_cancelled_through_its_grant(
+    hub: Hub, cluster: KubeSimThread
+) -> None:
+    """A job waiting in a Kueue queue has no pod; the ledger counts it by the jobs service's
+    grant, and the fleet page's Cancel deletes the suspended Job in the hub's namespace."""
+    job_id = "queued-7a8b9c"
+    job = gpuhub_job(job_id, "carol")
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpus"
+    job["spec"]["suspend"] = True
+    cluster.create(job, NAMESPACE)
+    grant = hub.api(
+        "POST",
+        "/gpuhub/grants",
+        json={"user": "carol", "kind": "job", "name": job_id, "gpus": 1, "gpu_type": "A100"},
+    )
+    assert grant.status_code == 201, grant.text
+    root = hub.login("root")
+
+    def rows() -> set[str]:
+        html = root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+        return set(re.findall(r'data-user="carol" data-kind="job" data-name="([^"]*)"', html))
+
+    wait_for("the queued job's row", lambda: job_id in rows(), hub)
+    assert not job_pods(cluster, job_id)
+    done = root.post(
+        f"{hub.url}/hub/gpuhub/fleet/cancel",
+        data={
+            "target": f"carol/{job_id}",
+            "reason": "queue drained for maintenance",
+            "_xsrf": root.cookies.get("_xsrf", path="/hub/"),
+        },
+        timeout=60,
+        allow_redirects=False,
+    )
+    assert done.status_code == 303, html_text(done)[-2000:]
+    wait_for("the Job to go", lambda: cluster.get("Job", job_id, NAMESPACE, "batch") is None, hub)
+    time.sleep(2)  # a few monitor ticks: the grant went with the job, so its row stays gone
+    assert job_id not in rows()
+    holdings = hub.api("GET", "/gpuhub/holdings/carol").json()["holdings"]
+    assert job_id not in {h["name"] for h in holdings}
