@@ -7,9 +7,12 @@ In-process, with the hub's own code: a device book holding 4,000 GPUs for 1,000 
 simulated time for 31 minutes, so every sparkline has its full half hour. Then
 
 1. the monitor's tick (ledger read, samples, GPU-seconds, history, idle clocks): p50, p95;
-2. the fleet page for an admin (every row, totals, GPU-hours) and for one user: building the
-   view plus rendering gpuhub_fleet.html inside JupyterHub's own page.html, as the hub does
-   (HTTP on loopback is not included). Budget: p50 < 50 ms for the admin's page.
+2. the page's build after each tick (off the request path, in a thread) and what it costs
+   the event loop meanwhile;
+3. the fleet page for an admin (every row, totals, GPU-hours) and for one user: picking the
+   rows from the last build plus rendering gpuhub_fleet.html inside JupyterHub's own
+   page.html, as the hub does (HTTP on loopback is not included), steady and right after a
+   tick. Budget: p50 < 50 ms for the admin's page, both ways.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from markupsafe import Markup
 
 from benchmarks import percentile, write_section
 from gpuhub.allocator import GPUAllocator, Holder, server_owner
-from gpuhub.fleet import cached_view
+from gpuhub.fleet import FleetCache, snapshot
 from gpuhub.form import GPUCapacity
 from gpuhub.ledger import Holding, Ledger
 from gpuhub.monitor import GPUMonitor
@@ -83,7 +86,11 @@ def build() -> tuple[GPUMonitor, dict[str, list[str]]]:
     spawner = SimpleNamespace(
         user=SimpleNamespace(settings={"users": SimpleNamespace(values=users.values)}),
         gpu_capacity=capacity,
-        gpu_policy=SimpleNamespace(gpu_types={"a100": SimpleNamespace(display_name="NVIDIA A100")}),
+        gpu_policy=SimpleNamespace(
+            gpu_types={
+                "a100": SimpleNamespace(display_name="NVIDIA A100", resource_name="nvidia.com/gpu")
+            }
+        ),
     )
     rule = ReclaimRule.from_config({"after": 7200, "utilization_below": 0.05, "warn": 900})
     monitor = GPUMonitor(spawner, Ledger(book), Synthetic(), rule, UsageStore(None), 30.0)
@@ -118,83 +125,135 @@ def page_vars(name: str) -> dict[str, Any]:
         "xsrf": "x" * 40,
         "gpuhub_notices": [],
         "stopped": "",
+        "cancelled": "",
     }
+
+
+async def loop_lag(stop: asyncio.Event, lags: list[float]) -> None:
+    """How late the event loop wakes a 1 ms sleeper: what a build costs other requests."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append(time.perf_counter() - started - 0.001)
+
+
+def fill_a_week(monitor: GPUMonitor, now: float) -> None:
+    """Eight days of hourly GPU-seconds for every user, as a hub has after a week."""
+    for i in range(HOLDERS):
+        user = f"user{i:04d}"
+        for hour in range(1, 8 * 24):
+            monitor.store.add(user, "NVIDIA A100", 3600.0 * 4, now - hour * 3600)
+
+
+async def measure(renders: int) -> dict[str, Any]:
+    monitor, groups = build()
+    now = time.time() - 31 * 60
+    fill_a_week(monitor, now)
+    ticks = []
+    for _ in range(63):  # 31 minutes at 30 s
+        started = time.perf_counter()
+        await monitor.tick(now)
+        ticks.append(time.perf_counter() - started)
+        now += 30
+    env = environment()
+    template = env.get_template("gpuhub_fleet.html")
+    cache = FleetCache(monitor, env, "/hub/", lambda: groups)
+    out: dict[str, Any] = {"ticks": ticks[3:], "timings": {}, "sizes": {}}
+    timings: dict[str, list[float]] = {
+        "admin, first view after a tick": [],
+        "admin": [],
+        "user": [],
+    }
+    snapshots, builds, lags = [], [], []
+
+    async def page(who: str, see_all: bool) -> tuple[int, str]:
+        view, parts = cache.page(await cache.current(), who, see_all)
+        fragments = {k: Markup(v) for k, v in parts.items()}
+        html = template.render(view=view, **fragments, **page_vars(who))
+        return len(view.rows), html
+
+    await page("admin", True)  # the hub's first view waits for the first build
+    for _ in range(renders):
+        # A tick, then a request at once, while the build runs in its thread: it is served
+        # the previous build, and shares the CPU with the build.
+        await monitor.tick(now)  # (its own cost on the loop is the tick's figure below)
+        now += 30
+        stop = asyncio.Event()
+        lagger = asyncio.ensure_future(loop_lag(stop, lags))
+        started = time.perf_counter()
+        count, html = await page("admin", True)
+        timings["admin, first view after a tick"].append(time.perf_counter() - started)
+        assert cache._task is not None
+        await cache._task  # the build is done: the next tick's figures are shown
+        stop.set()
+        await lagger
+        assert cache.built is not None and cache.built.version == monitor.version
+        builds.append(cache.built.seconds)
+        started = time.perf_counter()
+        snapshot(monitor, groups)
+        snapshots.append(time.perf_counter() - started)
+    for who, see_all, key in (("admin", True, "admin"), ("user0007", False, "user")):
+        for _ in range(renders):
+            started = time.perf_counter()
+            count, html = await page(who, see_all)
+            timings[key].append(time.perf_counter() - started)
+        out["sizes"][key] = (count, len(html))
+    out["sizes"]["admin, first view after a tick"] = out["sizes"]["admin"]
+    assert out["sizes"]["admin"][0] == HOLDERS and out["sizes"]["user"][0] == 1
+    out.update(timings=timings, snapshots=snapshots, builds=builds, lags=lags)
+    return out
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks fleet")
     parser.add_argument("--renders", type=int, default=30)
     args = parser.parse_args(argv)
-    monitor, groups = build()
-    now = time.time() - 31 * 60
-    ticks = []
-
-    async def run_ticks() -> None:
-        nonlocal now
-        for _ in range(63):  # 31 minutes at 30 s
-            started = time.perf_counter()
-            await monitor.tick(now)
-            ticks.append(time.perf_counter() - started)
-            now += 30
-
-    asyncio.run(run_ticks())
-    ticks = ticks[3:]  # the first ticks build the tracks
-    env = environment()
-    template = env.get_template("gpuhub_fleet.html")
-    timings: dict[str, list[float]] = {
-        "admin, first view after a tick": [],
-        "admin": [],
-        "user": [],
-    }
-    sizes = {}
-
-    def page(who: str, see_all: bool) -> tuple[int, str]:
-        view, parts = asyncio.run(cached_view(env, monitor, who, see_all, lambda: groups))
-        fragments = {k: Markup(v) for k, v in parts.items()}
-        html = template.render(view=view, **fragments, **page_vars(who))
-        return len(view.rows), html
-
-    for _ in range(args.renders):
-        monitor.version += 1  # as after a tick: nothing cached
-        started = time.perf_counter()
-        count, html = page("admin", True)
-        timings["admin, first view after a tick"].append(time.perf_counter() - started)
-    for who, see_all, key in (("admin", True, "admin"), ("user0007", False, "user")):
-        for _ in range(args.renders):
-            started = time.perf_counter()
-            count, html = page(who, see_all)
-            timings[key].append(time.perf_counter() - started)
-        sizes[key] = (count, len(html))
-    sizes["admin, first view after a tick"] = sizes["admin"]
-    assert sizes["admin"][0] == HOLDERS and sizes["user"][0] == 1
-    ms = {k: [v * 1000 for v in vs] for k, vs in timings.items()}
-    tick_ms = [t * 1000 for t in ticks]
-    verdict = "within budget" if percentile(ms["admin"], 50) < BUDGET_MS else "OVER BUDGET"
+    found = asyncio.run(measure(args.renders))
+    sizes = found["sizes"]
+    ms = {k: [v * 1000 for v in vs] for k, vs in found["timings"].items()}
+    tick_ms = [t * 1000 for t in found["ticks"]]
+    build_ms = [t * 1000 for t in found["builds"]]
+    snap_ms = [t * 1000 for t in found["snapshots"]]
+    lag_ms = [t * 1000 for t in found["lags"]]
+    worst = max(percentile(ms["admin"], 50), percentile(ms["admin, first view after a tick"], 50))
+    verdict = "within budget" if worst < BUDGET_MS else "OVER BUDGET"
+    load = os.getloadavg()
 
     rows = "\n".join(
         f"| {k} | {sizes[k][0]} | {sizes[k][1] / 1024:.0f} KiB | {percentile(v, 50):.1f} ms | "
         f"{percentile(v, 95):.1f} ms |"
         for k, v in ms.items()
     )
-    body = f"""## Fleet page and reclaim loop (budget: admin page p50 < {BUDGET_MS:.0f} ms)
+    body = f"""## Fleet page and reclaim loop (budget: admin page p50 < {BUDGET_MS:.0f} ms, first view after a tick included)
 
 `python -m benchmarks fleet --renders {args.renders}`: {HOLDERS} servers holding
 {HOLDERS * GPUS_EACH} GPUs ({GPUS_EACH} each, {GROUPS} groups), 31 minutes of samples every
-30 s (full sparklines), in-process: view + gpuhub_fleet.html inside JupyterHub's page.html
-(HTTP not included). The view and its rows are built once per monitor tick (the figures
-change only then) and shared by admins; the first admin view after a tick pays for them.
-Budget verdict on the admin's p50: {verdict}.
+30 s (full sparklines), 8 days of hourly GPU-seconds per user (a week's GPU-hours),
+in-process: a request picks its rows from the last build and renders gpuhub_fleet.html
+inside JupyterHub's page.html (HTTP not included). After each tick the page is built once
+off the request path (`gpuhub.fleet.FleetCache`): its inputs are copied on the event loop,
+then rows, totals, sparklines, GPU-hours and every row's HTML are made in a thread. "First
+view after a tick" is a request sent right after the tick, while that build runs: it is
+served the previous build and shares the CPU with it. Verdict on the admin's p50 (steady
+and first view after a tick): {verdict}.
 
 | page for | rows | HTML | p50 | p95 |
 |---|---|---|---|---|
 {rows}
+
+Build after each tick: p50 {percentile(build_ms, 50):.0f} ms, p95 {percentile(build_ms, 95):.0f} ms
+in its thread; of that, the copy on the event loop takes p50 {percentile(snap_ms, 50):.1f} ms,
+p95 {percentile(snap_ms, 95):.1f} ms. While a build runs the event loop still answers: a 1 ms
+sleeper woke p50 {percentile(lag_ms, 50):.1f} ms, p95 {percentile(lag_ms, 95):.1f} ms, at most
+{max(lag_ms):.1f} ms late (the GIL is shared with the build's thread).
 
 Monitor tick (ledger, {HOLDERS * GPUS_EACH} GPU samples from a synthetic source, GPU-seconds,
 history, idle clocks): p50 {percentile(tick_ms, 50):.1f} ms, p95 {percentile(tick_ms, 95):.1f} ms
 per tick; at the default 30 s interval that is {percentile(tick_ms, 50) / 300:.3f} % of one
 core. A real source adds its own latency (NVML calls in a thread, or two Prometheus queries).
 
-Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}.
+Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other work (load average
+{load[0]:.1f} when the run ended), Python {platform.python_version()}.
 """
     print(body)
     write_section("fleet", body)

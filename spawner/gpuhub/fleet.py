@@ -2,28 +2,40 @@
 
 JupyterHub admins and holders of ``custom:gpuhub:fleet`` see every holder, totals per GPU
 type and group, GPU-hours per user and group, and may stop a server with a reason that the
-user then reads on their next hub page. Everyone else sees the same page with their own
-rows and GPU-hours only.
+user then reads on their next hub page, or cancel a job (:mod:`gpuhub.cancel`) likewise.
+Everyone else sees the same page with their own rows and GPU-hours only.
 
 Everything comes from the hub's GPU monitor (:mod:`gpuhub.monitor`), already in memory:
-rendering lists nothing and samples nothing, so the page stays fast with thousands of GPUs.
-Jinja autoescapes every value; sparklines are inline SVG built from numbers only.
+rendering lists nothing and samples nothing. After each monitor tick :class:`FleetCache`
+builds the page's rows, totals, sparklines and GPU-hours once, in a thread from a copy of
+the monitor's figures; a request only picks the viewer's rows and renders the page around
+them, so it stays fast with thousands of GPUs (docs/benchmarks.md). Jinja autoescapes every
+value; sparklines are inline SVG built from numbers only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from jupyterhub.handlers.base import BaseHandler
 from markupsafe import Markup
 from tornado import web
 
 from . import monitor as gpu_monitor
-from .monitor import GPUMonitor, Track
-from .sparkline import SPARK_HEIGHT, SPARK_WIDTH
+from .ledger import Holding
+from .monitor import HISTORY_SECONDS, GPUMonitor
+from .reclaim import ReclaimRule
+from .sparkline import SPARK_HEIGHT, SPARK_WIDTH, sparkline
+from .usage import gpu_hours
+from .utilization import GPUSample
+
+log = logging.getLogger("gpuhub.fleet")
 
 FLEET_SCOPE = "custom:gpuhub:fleet"
 MAX_REASON = 500
@@ -72,18 +84,64 @@ def ago(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _row(track: Track, monitor: GPUMonitor, now: float) -> Row:
+class TrackCopy(NamedTuple):
+    """What the page needs of one :class:`~gpuhub.monitor.Track`, taken on the event loop so
+    that the view can be built in a thread while the monitor moves on. Every field is
+    immutable (the monitor replaces a track's history and samples, never changes them), so
+    taking it copies nothing."""
+
+    holding: Holding
+    history: tuple[tuple[float, float], ...]
+    samples: tuple[GPUSample, ...]
+    idle_since: float | None
+    deadline: float | None  # a warned server's stop time
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The immutable inputs of one build of the page (see :class:`FleetCache`)."""
+
+    version: int
+    now: float
+    tracks: tuple[TrackCopy, ...]
+    rule: ReclaimRule | None
+    capacity: Mapping[str, tuple[int, int]]
+    hourly: Mapping[int, Mapping[tuple[str, str], float]]  # UsageStore.hourly, as of now
+    groups_of: Mapping[str, list[str]]
+
+
+def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapshot:
+    """Take what the page shows, on the event loop: references to immutable values, one
+    pass over the holdings, the current hour's GPU-seconds copied (about 1 ms for 1,000)."""
+    clocks = monitor.clocks.clocks if monitor.clocks is not None else {}
+    tracks = []
+    for track in monitor.tracks.values():
+        h = track.holding
+        clock = clocks.get(track.launch()) if clocks and h.kind == "server" else None
+        deadline = clock.deadline if clock is not None else None
+        tracks.append(TrackCopy(h, track.history, track.samples, track.idle_since, deadline))
+    return Snapshot(
+        version=monitor.version,
+        now=monitor.last_tick or time.time(),
+        tracks=tuple(tracks),
+        rule=monitor.rule,
+        capacity=dict(monitor.capacity),
+        hourly=monitor.store.hourly_snapshot(),
+        groups_of=groups_of,
+    )
+
+
+def _row(track: TrackCopy, now: float) -> Row:
     h = track.holding
     samples = track.samples
     memory = [s.memory_used for s in samples if s.memory_used is not None]
     warned, left = False, None
-    if h.kind == "server" and monitor.rule is not None:
-        found = monitor.clock_of(h.user, h.name)
-        if found is not None and found[1].deadline is not None:
-            warned, left = True, max(0.0, found[1].deadline - now)
+    if track.deadline is not None:
+        warned, left = True, max(0.0, track.deadline - now)
     utilization = (sum(s.utilization for s in samples) / len(samples)) if samples else None
     idle_for = None if track.idle_since is None else now - track.idle_since
     used = sum(memory) if memory else None
+    last = track.history[-1][0] if track.history else None
     return Row(
         since_text=f"{ago(now - h.since)} ago" if h.since else "—",
         idle_text=ago(idle_for),
@@ -96,7 +154,7 @@ def _row(track: Track, monitor: GPUMonitor, now: float) -> Row:
         gpu_type=h.gpu_type or "GPU",
         gpus=h.gpus,
         since=h.since,
-        spark=track.spark(),
+        spark=sparkline(track.history, last, HISTORY_SECONDS) if last is not None else "",
         utilization=utilization,
         memory_used=used,
         idle_for=idle_for,
@@ -105,95 +163,191 @@ def _row(track: Track, monitor: GPUMonitor, now: float) -> Row:
     )
 
 
-def fleet_view(
-    monitor: GPUMonitor,
-    viewer: str,
-    see_all: bool,
-    groups_of: Mapping[str, list[str]],
-    now: float | None = None,
-) -> FleetView:
-    """What the page shows to ``viewer`` (everything when ``see_all``)."""
-    now = time.time() if now is None else now
-    tracks = [t for t in monitor.tracks.values() if see_all or t.holding.user == viewer]
+def fleet_view(snap: Snapshot) -> FleetView:
+    """Everything the page shows to fleet admins, as of ``snap`` (pure: runs in a thread)."""
+    now = snap.now
     rows = sorted(
-        (_row(t, monitor, now) for t in tracks),
+        (_row(t, now) for t in snap.tracks),
         key=lambda r: (-(r.idle_for or -1), r.user, r.kind, r.name),
     )
-    day = monitor.store.gpu_hours(now - 86_400)
-    week = monitor.store.gpu_hours(now - 7 * 86_400)
+    day = gpu_hours(snap.hourly, now - 86_400)
+    week = gpu_hours(snap.hourly, now - 7 * 86_400)
     users = set(week) | set(day)
-    if not see_all:
-        users &= {viewer}
     view = FleetView(
         rows=rows,
-        see_all=see_all,
+        see_all=True,
         hours=sorted(((u, day.get(u, 0.0), week.get(u, 0.0)) for u in users), key=lambda x: -x[2]),
     )
-    rule = monitor.rule
+    rule = snap.rule
     if rule is not None:
         view.reclaim = (
             f"GPU servers idle below {rule.utilization_below:.0%} for {rule.after:g} s are "
             f"warned, then stopped {rule.warn:g} s later"
         )
-    if see_all:
-        held_by_type: dict[str, int] = {}
-        for row in rows:
-            held_by_type[row.gpu_type] = held_by_type.get(row.gpu_type, 0) + row.gpus
-        names = sorted(set(held_by_type) | set(monitor.capacity))
-        view.types = [
-            (
-                n,
-                held_by_type.get(n, 0),
-                monitor.capacity.get(n, (0, 0))[0],
-                monitor.capacity.get(n, (0, 0))[1],
-            )
-            for n in names
-        ]
-        held_by_group: dict[str, list[float]] = {}
-        for row in rows:
-            for group in groups_of.get(row.user, []):
-                held_by_group.setdefault(group, [0, 0.0, 0.0])[0] += row.gpus
-        for user in users:
-            for group in groups_of.get(user, []):
-                entry = held_by_group.setdefault(group, [0, 0.0, 0.0])
-                entry[1] += day.get(user, 0.0)
-                entry[2] += week.get(user, 0.0)
-        view.groups = [(g, int(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
+    held_by_type: dict[str, int] = {}
+    for row in rows:
+        held_by_type[row.gpu_type] = held_by_type.get(row.gpu_type, 0) + row.gpus
+    names = sorted(set(held_by_type) | set(snap.capacity))
+    view.types = [
+        (
+            n,
+            held_by_type.get(n, 0),
+            snap.capacity.get(n, (0, 0))[0],
+            snap.capacity.get(n, (0, 0))[1],
+        )
+        for n in names
+    ]
+    held_by_group: dict[str, list[float]] = {}
+    for row in rows:
+        for group in snap.groups_of.get(row.user, []):
+            held_by_group.setdefault(group, [0, 0.0, 0.0])[0] += row.gpus
+    for user in users:
+        for group in snap.groups_of.get(user, []):
+            entry = held_by_group.setdefault(group, [0, 0.0, 0.0])
+            entry[1] += day.get(user, 0.0)
+            entry[2] += week.get(user, 0.0)
+    view.groups = [(g, int(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
     return view
 
 
-_PAGES: dict[tuple[int, int, str], tuple[FleetView, dict[str, str]]] = {}
+RowKey = tuple[str, str, str]  # (user, kind, name), as the monitor's tracks
+
+
+@dataclass(frozen=True)
+class Built:
+    """One build of the page: the admins' view, and every table row as HTML, rendered and
+    escaped already, so that a request only picks rows and joins strings."""
+
+    version: int
+    view: FleetView
+    rows: tuple[tuple[RowKey, str], ...]  # in the page's order
+    hours: tuple[tuple[str, str], ...]  # (user, GPU-hours row), in the page's order
+    rows_of: Mapping[str, tuple[Row, ...]]  # each user's own rows
+    seconds: float = 0.0  # what the build cost (in its thread)
+
+
+def build(snap: Snapshot, env: Any, base_url: str) -> Built:
+    """Build the view and render its rows with ``env`` (a synchronous Jinja environment);
+    pure and CPU-bound: :class:`FleetCache` runs it in a thread."""
+    started = time.perf_counter()
+    view = fleet_view(snap)
+    context = {"spark_width": SPARK_WIDTH, "spark_height": SPARK_HEIGHT, "base_url": base_url}
+    row_html = env.get_template(FRAGMENTS["rows_html"]).make_module(context).row
+    hours_html = env.get_template(FRAGMENTS["hours_html"]).make_module(context).hours_row
+    rows = tuple(((r.user, r.kind, r.name), str(row_html(r))) for r in view.rows)
+    hours = tuple((h[0], str(hours_html(*h))) for h in view.hours)
+    rows_of: dict[str, list[Row]] = {}
+    for r in view.rows:
+        rows_of.setdefault(r.user, []).append(r)
+    return Built(
+        snap.version,
+        view,
+        rows,
+        hours,
+        {u: tuple(rs) for u, rs in rows_of.items()},
+        time.perf_counter() - started,
+    )
+
+
 FRAGMENTS = {"rows_html": "gpuhub_fleet_rows.html", "hours_html": "gpuhub_fleet_hours.html"}
 
 
-async def cached_view(
-    env: Any,
-    monitor: GPUMonitor,
-    viewer: str,
-    see_all: bool,
-    groups_of: Callable[[], Mapping[str, list[str]]],
-) -> tuple[FleetView, dict[str, str]]:
-    """The view and its long tables' rows (holders, GPU-hours), built once per monitor tick and viewer (admins share
-    one): the figures only change when the monitor samples, so a page view between ticks
-    renders just the page around them. Times in the rows are as of the last sample."""
-    key = (id(monitor), monitor.version, "*" if see_all else viewer)
-    cached = _PAGES.get(key)
-    if cached is None:
-        view = fleet_view(monitor, viewer, see_all, groups_of(), now=monitor.last_tick)
-        context = {"view": view, "spark_width": SPARK_WIDTH, "spark_height": SPARK_HEIGHT}
-        fragments = {}
-        for name, path in FRAGMENTS.items():
-            template = env.get_template(path)
-            if env.is_async:
-                fragments[name] = await template.render_async(**context)
-            else:
-                fragments[name] = template.render(**context)
-        for old in [k for k in _PAGES if k[:2] != key[:2]]:
-            del _PAGES[old]  # an older tick
-        if len(_PAGES) > 1000:
-            _PAGES.clear()
-        cached = _PAGES[key] = (view, fragments)
-    return cached
+class FleetCache:
+    """The page, built once after each monitor tick, off the request path.
+
+    After every tick (and every stop or cancel) the monitor calls :meth:`refresh`: the inputs
+    are copied on the event loop (:func:`snapshot`, a few ms), then :func:`build` runs in a
+    thread. Requests never wait for a build, except the very first one after the hub started:
+    they serve the last complete build (its figures are as of its tick), less the rows of
+    servers and jobs stopped since, so an admin's stop shows at once.
+    """
+
+    def __init__(self, monitor: GPUMonitor, env: Any, base_url: str, groups_of: Any) -> None:
+        self.monitor = monitor
+        # The hub's environment renders asynchronously; a thread needs a synchronous one.
+        self.env = env.overlay(enable_async=False) if getattr(env, "is_async", False) else env
+        self.base_url = base_url
+        self.groups_of = groups_of  # () -> {user: [group]}, read on the event loop
+        self.built: Built | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+        monitor.after_change.append(self.refresh)
+
+    def refresh(self) -> None:
+        """Start a build (or one more after the running one) of what the monitor has now."""
+        if self._task is not None and not self._task.done():
+            self._again = True
+            return
+        self._task = asyncio.ensure_future(self._build())
+
+    async def _build(self) -> None:
+        while True:
+            self._again = False
+            snap = snapshot(self.monitor, self.groups_of())
+            try:
+                self.built = await asyncio.to_thread(build, snap, self.env, self.base_url)
+            except Exception:
+                log.exception("gpuhub: could not build the fleet page")
+            removed = self.monitor.removed
+            for key in [k for k, v in removed.items() if v <= snap.version]:
+                del removed[key]
+            if not self._again:
+                return
+
+    async def current(self) -> Built:
+        """The last complete build; the first one is awaited."""
+        if self.built is None:
+            if self._task is None or self._task.done():
+                self.refresh()
+            assert self._task is not None
+            await asyncio.shield(self._task)
+        if self.built is None:
+            raise web.HTTPError(500, "The fleet page could not be built; see the hub's log.")
+        return self.built
+
+    def page(self, built: Built, viewer: str, see_all: bool) -> tuple[FleetView, dict[str, str]]:
+        """Pick ``viewer``'s rows (all for fleet admins), less those stopped since the build."""
+        removed = self.monitor.removed
+        gone = {k for k, v in removed.items() if v > built.version} if removed else set()
+        base = built.view
+        if see_all:
+            rows = [r for r in base.rows if (r.user, r.kind, r.name) not in gone]
+            view = dataclasses.replace(base, rows=rows)
+            html = "".join(h for k, h in built.rows if k not in gone)
+            hours = "".join(h for _, h in built.hours)
+        else:
+            rows = [
+                r for r in built.rows_of.get(viewer, ()) if (r.user, r.kind, r.name) not in gone
+            ]
+            view = FleetView(
+                rows=rows,
+                see_all=False,
+                hours=[h for h in base.hours if h[0] == viewer],
+                reclaim=base.reclaim,
+            )
+            html = "".join(h for k, h in built.rows if k[0] == viewer and k not in gone)
+            hours = "".join(h for u, h in built.hours if u == viewer)
+        return view, {"rows_html": html, "hours_html": hours}
+
+
+_CACHES: dict[int, FleetCache] = {}
+
+
+def fleet_cache(monitor: GPUMonitor, handler: BaseHandler) -> FleetCache:
+    """The monitor's page cache, made by the first request (which knows the hub's template
+    environment and users)."""
+    cache = _CACHES.get(id(monitor))
+    if cache is None or cache.monitor is not monitor:
+        users = handler.users
+        cache = FleetCache(
+            monitor,
+            handler.settings["jinja2_env"],
+            handler.hub.base_url,
+            lambda: {u.name: [g.name for g in u.groups] for u in users.values()},
+        )
+        _CACHES.clear()
+        _CACHES[id(monitor)] = cache
+    return cache
 
 
 def may_see_all(handler: BaseHandler) -> bool:
@@ -217,24 +371,30 @@ class FleetHandler(BaseHandler):
         monitor = _monitor(self)
         if monitor is None:
             raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
-        see_all = may_see_all(self)
-        view, fragments = await cached_view(
-            self.settings["jinja2_env"],
-            monitor,
-            self.current_user.name,
-            see_all,
-            lambda: {u.name: [g.name for g in u.groups] for u in self.users.values()},
+        cache = fleet_cache(monitor, self)
+        view, fragments = cache.page(
+            await cache.current(), self.current_user.name, may_see_all(self)
         )
         html = await self.render_template(
             "gpuhub_fleet.html",
             view=view,
             **{k: Markup(v) for k, v in fragments.items()},  # rendered and escaped already
             stopped=self.get_argument("stopped", ""),
+            cancelled=self.get_argument("cancelled", ""),
         )
         self.finish(html)
 
 
-class FleetStopHandler(BaseHandler):
+class _ActionHandler(BaseHandler):
+    """The fleet page's actions: every refusal is one sentence the admin reads."""
+
+    def render_template(self, name: str, sync: bool = False, **ns: Any) -> Any:
+        if name == "404.html":  # JupyterHub's 404 page shows no message; ours is the point
+            name = "error.html"
+        return super().render_template(name, sync=sync, **ns)
+
+
+class FleetStopHandler(_ActionHandler):
     """``POST /hub/gpuhub/fleet/stop`` (form: target "user/server", reason): stop a server."""
 
     @web.authenticated
@@ -260,7 +420,37 @@ class FleetStopHandler(BaseHandler):
         self.redirect(f"{self.hub.base_url}gpuhub/fleet?stopped={name}", status=303)
 
 
+class FleetCancelHandler(_ActionHandler):
+    """``POST /hub/gpuhub/fleet/cancel`` (form: target "user/job", reason): cancel a GPU job
+    (:meth:`gpuhub.monitor.GPUMonitor.cancel_job`). The same rights and checks as stopping a
+    server: the user's own job, or anyone's for fleet admins, with a reason."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        from .cancel import CancelRefused
+
+        monitor = _monitor(self)
+        if monitor is None:
+            raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
+        name, slash, job = self.get_body_argument("target", "").partition("/")
+        if not name or not slash or "/" in job:  # a workstation's job hold may be named ""
+            raise web.HTTPError(400, "target must name a job as user/job.")
+        reason = " ".join(self.get_body_argument("reason", "").split())[:MAX_REASON]
+        own = name == self.current_user.name
+        if not own and not may_see_all(self):
+            raise web.HTTPError(403, "Only GPU fleet admins may cancel other users' jobs.")
+        if not own and not reason:
+            raise web.HTTPError(400, "Give a reason: the user reads it on their next visit.")
+        why = reason or "you cancelled it from the fleet page"
+        try:
+            await monitor.cancel_job(name, job, why, by=self.current_user.name)
+        except CancelRefused as exc:
+            raise web.HTTPError(exc.status, exc.message) from None
+        self.redirect(f"{self.hub.base_url}gpuhub/fleet?cancelled={name}", status=303)
+
+
 HANDLERS: list[tuple[str, Any]] = [
     (r"/gpuhub/fleet", FleetHandler),
     (r"/gpuhub/fleet/stop", FleetStopHandler),
+    (r"/gpuhub/fleet/cancel", FleetCancelHandler),
 ]

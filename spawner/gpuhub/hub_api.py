@@ -24,6 +24,10 @@ service's role).
 GPU reclaim (:mod:`gpuhub.monitor`), for the user's own server (its JUPYTERHUB_API_TOKEN),
 the user, admins and holders of ``custom:gpuhub:fleet``:
 
+* ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job", "server",
+  "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped and jobs
+  cancelled from the fleet page (the local jobs backend marks its records from it);
+
 * ``GET /hub/api/gpuhub/reclaim/<user>`` -> ``{"enabled", "servers": {name: idle clock}}``;
 * ``POST /hub/api/gpuhub/reclaim/<user>/keep`` body ``{"server": name}`` -> the restarted
   clock, or ``409 {"message"}`` once ``max_postpones`` is used up.
@@ -71,7 +75,8 @@ def configure_hub(c: Any) -> None:
     scopes = dict(hub.custom_scopes) if "custom_scopes" in hub else {}
     scopes[GRANTS_SCOPE] = {"description": "Ask the hub's GPU ledger for GPUs for a user's job."}
     scopes[FLEET_SCOPE] = {
-        "description": "See every GPU holder on the fleet page and stop their servers."
+        "description": "See every GPU holder on the fleet page, stop their servers and "
+        "cancel their jobs."
     }
     hub.custom_scopes = scopes
     handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
@@ -139,8 +144,25 @@ def notices_for(user: Any) -> list[dict[str, str]]:
 
 def notice_text(notice: Any) -> dict[str, str]:
     when = datetime.fromtimestamp(notice.when, UTC)
-    server = f"server {notice.server!r}" if notice.server else "server"
     at = f"on {when:%Y-%m-%d at %H:%M} UTC"
+    if notice.kind == "job":
+        # A workstation's job row is named after the server that started its processes.
+        if notice.jobs and list(notice.jobs) != [notice.server]:
+            what = f"job{'s' if len(notice.jobs) > 1 else ''} {', '.join(notice.jobs)}"
+        else:
+            what = f"job {notice.server!r}" if notice.server else "job"
+        return {
+            "server": notice.server,
+            "when": when.isoformat(timespec="seconds"),
+            "by": notice.by,
+            "kind": "job",
+            "jobs": ",".join(notice.jobs),
+            "text": (
+                f"Your {what} was cancelled {at} by {notice.by}: "
+                f"{notice.reason.rstrip('.')}. Its GPUs are free again."
+            ),
+        }
+    server = f"server {notice.server!r}" if notice.server else "server"
     if notice.by == "idle":
         what = f"Your {server} was stopped {at} because {notice.reason}."
     else:
@@ -149,6 +171,8 @@ def notice_text(notice: Any) -> dict[str, str]:
         "server": notice.server,
         "when": when.isoformat(timespec="seconds"),
         "by": notice.by,
+        "kind": "server",
+        "jobs": "",
         "text": f"{what} Your files are safe; start the server again when you need it.",
     }
 
@@ -329,6 +353,25 @@ class ReclaimHandler(APIHandler):
         self.finish(json.dumps({"enabled": enabled, "servers": servers}))
 
 
+class NoticesHandler(ReclaimHandler):
+    """``GET /hub/api/gpuhub/notices/<user>``: why the user's servers were stopped and jobs
+    cancelled (the user's server reads it to mark a cancelled local job's record)."""
+
+    def get(self, name: str) -> None:
+        self._allowed(name)
+        monitor = self._monitor()
+        found = monitor.store.notices_for(name) if monitor is not None else []
+        self.finish(
+            json.dumps(
+                {
+                    "notices": [
+                        {**notice_text(n), "jobs": list(n.jobs), "reason": n.reason} for n in found
+                    ]
+                }
+            )
+        )
+
+
 class KeepHandler(ReclaimHandler):
     """ "Keep my GPUs": restart the idle clock of one of the user's servers."""
 
@@ -357,6 +400,7 @@ HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *FLEET_HANDLERS,
     (r"/api/gpuhub/reclaim/([^/]+)", ReclaimHandler),
     (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
+    (r"/api/gpuhub/notices/([^/]+)", NoticesHandler),
     (r"/api/gpuhub/grants", GrantsHandler),
     (r"/api/gpuhub/grants/([^/]+)/([^/]+)", GrantsHandler),
     (r"/api/gpuhub/holdings/([^/]+)", HoldingsHandler),

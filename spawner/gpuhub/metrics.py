@@ -8,7 +8,7 @@ nothing goes stale between ticks):
 * ``gpuhub_gpus_held{user, kind="server|job", gpu_type}``
 * ``gpuhub_gpu_seconds_total{user, gpu_type}`` (from the persisted store: never goes back)
 * ``gpuhub_gpu_utilization{user, server, gpu}`` (0-1, the last sample)
-* ``gpuhub_idle_reclaims_total{gpu_type}``
+* ``gpuhub_idle_reclaims_total{gpu_type}`` (from the persisted store too)
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ class GPUCollector(Collector):
 
         reclaims = CounterMetricFamily(
             "gpuhub_idle_reclaims",
-            "Servers stopped because their GPUs stayed idle",
+            "Servers stopped because their GPUs stayed idle (kept across hub restarts)",
             labels=["gpu_type"],
         )
-        for gpu_type, count in sorted(monitor.reclaims.items()):
+        for gpu_type, count in sorted(monitor.store.reclaims.items()):
             reclaims.add_metric([gpu_type], count)
         yield reclaims
 

@@ -21,14 +21,13 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
 from .ledger import Holding, Ledger
 from .reclaim import Action, IdleClocks, ReclaimRule
-from .sparkline import sparkline
 from .usage import Notice, UsageStore
 from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
 
@@ -45,18 +44,11 @@ class Track:
     """What the monitor knows of one holding: recent samples and its idle clock's key."""
 
     holding: Holding
-    history: deque[tuple[float, float]] = field(default_factory=deque)  # (time, mean 0..1)
-    samples: list[GPUSample] = field(default_factory=list)
+    # (time, mean 0..1). Tuples, replaced (never changed) each tick, like ``samples``: the
+    # fleet page reads them in a thread without copying (gpuhub.fleet.snapshot).
+    history: tuple[tuple[float, float], ...] = ()
+    samples: tuple[GPUSample, ...] = ()
     idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
-    _spark: tuple[float | None, str] = (None, "")
-
-    def spark(self) -> str:
-        """The fleet page's sparkline of the last 30 minutes, redrawn once per new sample."""
-        last = self.history[-1][0] if self.history else None
-        if self._spark[0] != last:
-            points = sparkline(self.history, last, HISTORY_SECONDS) if last is not None else ""
-            self._spark = (last, points)
-        return self._spark[1]
 
     def launch(self) -> tuple[str, str, str]:
         """The idle clock's key: a new launch of a server starts a new clock."""
@@ -86,9 +78,13 @@ class GPUMonitor:
         self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
         self.type_names: dict[str, str] = {}  # resource name -> the one type's display name
         self._told_capacity = False
-        self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed since start
         self.last_tick: float | None = None
         self.version = 0  # bumped whenever what the fleet page shows may have changed
+        # Called (on the event loop, must not block) after each bump: the fleet page's cache.
+        self.after_change: list[Callable[[], None]] = []
+        # Holdings stopped or cancelled here, with the version that dropped them: a view built
+        # before that hides them at once (gpuhub.fleet.FleetCache).
+        self.removed: dict[HoldingKey, int] = {}
         self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[tuple[str, str]] = set()
@@ -130,7 +126,7 @@ class GPUMonitor:
             if track is None or track.holding.since != holding.since:
                 track = Track(holding)
             track.holding = holding
-            track.samples = samples.get(key, [])
+            track.samples = tuple(samples.get(key, ()))
             self._remember(track, now)
             live[key] = track
         self.tracks = live
@@ -138,7 +134,17 @@ class GPUMonitor:
             await self._reclaim(now)
         self._drop_read_notices()
         self.last_tick = now
+        self._changed()
+
+    def _changed(self, removed: HoldingKey | None = None) -> None:
         self.version += 1
+        if removed is not None and self.after_change:  # a listener clears what it has seen
+            self.removed[removed] = self.version
+        for callback in self.after_change:
+            try:
+                callback()
+            except Exception:
+                log.exception("gpuhub: a GPU monitor listener failed")
 
     def _drop_read_notices(self) -> None:
         """A notice is shown until its server has been started again after the stop."""
@@ -146,6 +152,8 @@ class GPUMonitor:
         for name, notices in list(self.store.notices.items()):
             user = users.get(name)
             for server, notice in list(notices.items()):
+                if notice.kind != "server":
+                    continue  # a cancelled job's notice is shown for a day
                 spawner = user.spawners.get(server) if user is not None else None
                 started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
                 if spawner is None or not spawner.ready or started is None:
@@ -180,9 +188,11 @@ class GPUMonitor:
             track.idle_since = None
             return
         mean = sum(s.utilization for s in track.samples) / len(track.samples)
-        track.history.append((now, mean))
-        while track.history and track.history[0][0] < now - HISTORY_SECONDS:
-            track.history.popleft()
+        history = (*track.history, (now, mean))
+        cut = 0
+        while history[cut][0] < now - HISTORY_SECONDS:
+            cut += 1
+        track.history = history[cut:] if cut else history
         below = self.rule.utilization_below if self.rule is not None else 0.01
         if all(s.utilization < below for s in track.samples):
             if track.idle_since is None:
@@ -290,8 +300,7 @@ class GPUMonitor:
             f"kept them during the {_duration(rule.warn)} warning"
         )
         if await self.stop_server(user, holding.name, reason, by="idle"):
-            gpu_type = holding.gpu_type or "GPU"
-            self.reclaims[gpu_type] = self.reclaims.get(gpu_type, 0) + 1
+            self.store.count_reclaim(holding.gpu_type or "GPU")
 
     async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool:
         """Stop ``user``'s server as the hub's REST API does, and leave the user a notice."""
@@ -316,11 +325,58 @@ class GPUMonitor:
         finally:
             self._stopping.discard(key)
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
-        self.version += 1
+        self._changed(removed=(user.name, "server", server))
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )
         return True
+
+    async def cancel_job(self, user: str, name: str, reason: str, *, by: str) -> list[str]:
+        """Cancel ``user``'s GPU job ``name`` (a fleet page row) with the hub's own means
+        (:mod:`gpuhub.cancel`), and leave the user a notice with ``reason``. Returns the job
+        ids cancelled; raises :class:`gpuhub.cancel.CancelRefused` with a sentence."""
+        from .cancel import CancelRefused, cancel_kube, cancel_local
+
+        track = self.tracks.get((user, "job", name))
+        if track is None:
+            raise CancelRefused(404, f"{user} has no job {name!r} holding GPUs.")
+        key = (user, f"job/{name}")
+        if key in self._stopping:
+            raise CancelRefused(409, "That job is being cancelled already.")
+        holding = track.holding
+        self._stopping.add(key)
+        try:
+            log.warning("gpuhub: %s cancels %s's %s: %s", by, user, holding.label, reason)
+            core_api = getattr(self.spawner, "api", None)
+            if core_api is not None:
+                namespace = getattr(self.spawner, "namespace", None)
+                job_ids = await cancel_kube(core_api, holding, reason, by, namespace)
+            else:
+                book = getattr(self.spawner, "_book", None)
+                if book is None:
+                    raise CancelRefused(409, "This hub's spawner cannot cancel jobs.")
+                job_ids = await cancel_local(book, holding)
+        finally:
+            self._stopping.discard(key)
+        # A queued job held its GPUs by a grant; the jobs service stops renewing it once
+        # the job is gone, but it would count until it expires.
+        self.ledger.release_grant(user, name)
+        self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
+        self._changed(removed=(user, "job", name))
+        self.store.notify(
+            user,
+            Notice(
+                name,
+                time.time(),
+                reason,
+                holding.gpus,
+                holding.gpu_type or "GPU",
+                by,
+                kind="job",
+                jobs=tuple(job_ids),
+            ),
+        )
+        return job_ids
 
 
 def _gpus(count: int, gpu_type: str) -> str:

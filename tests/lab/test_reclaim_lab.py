@@ -1,147 +1,127 @@
 """The reclaim warning in a real JupyterLab (Chromium): the time left, "Keep my GPUs", and
 the idle clock in the GPU sidebar.
 
-The lab server runs as under a hub (JUPYTERHUB_* variables) but the hub is a stand-in that
-answers gpuhub's reclaim API and records the calls, so the test can put the server in the
-warning at once; the real hub's side of the same API is tested in test_reclaim_local.py.
+Everything is real: JupyterHub, its proxy, a LocalGPUSpawner server running JupyterLab with
+gpuhub's extension, the hub's monitor and idle clocks. The GPUs are the stand-ins of
+tests/support/hub/standin_gpus.py, whose utilization the test writes: idle from the start (warned
+after 2 s, stopped 14 minutes later unless kept), busy once kept.
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import re
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.spawner.test_ledger_local import spawn, wait_ready
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.process import free_port
-from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
+from tests.support.hub.process import PASSWORD, ROOT, Hub, start_hub
+from tests.support.hub.standin_gpus import write as set_utilization
+from tests.support.jupyter.server import SOURCE_PATHS, expose_lab_extension
 
 pytestmark = pytest.mark.browser
 
-SERVER_TOKEN = "server-token-of-ann-0123456789"
 TIMEOUT = 120_000
 
 
-class StandInHub:
-    """``/hub/api/gpuhub/reclaim/ann[/keep]`` with one warned idle clock."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str, Any]] = []
-        self.clock: dict[str, Any] = {
-            "idle_seconds": 7260,
-            "warn_after_seconds": 7200,
-            "warned": True,
-            "seconds_left": 840,
-            "postpones": 2,
-            "postpones_left": 1,
-            "utilization_below": 0.05,
-        }
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self, code: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _record(self, body: Any = None) -> bool:
-                auth = self.headers.get("Authorization", "")
-                hub.calls.append((self.command, self.path, auth, body))
-                if auth != f"token {SERVER_TOKEN}":
-                    self._answer(403, {"message": "bad token"})
-                    return False
-                return True
-
-            def do_GET(self) -> None:
-                if self._record() and self.path == "/hub/api/gpuhub/reclaim/ann":
-                    self._answer(200, {"enabled": True, "servers": {"": hub.clock}})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null")
-                if self._record(body) and self.path == "/hub/api/gpuhub/reclaim/ann/keep":
-                    hub.clock = {
-                        **hub.clock,
-                        "idle_seconds": 0,
-                        "warned": False,
-                        "seconds_left": None,
-                        "postpones": 3,
-                        "postpones_left": 0,
-                    }
-                    self._answer(200, hub.clock)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hub/api"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-@pytest.fixture(scope="module")
-def hub() -> Iterator[StandInHub]:
-    hub = StandInHub()
-    yield hub
-    hub.server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, hub: StandInHub) -> Iterator[JupyterServer]:
-    tmp = tmp_path_factory.mktemp("reclaim-lab")
-    root = tmp / "home"
-    root.mkdir()
-    expose_lab_extension(tmp)
-    env = {
-        "JUPYTERHUB_API_URL": hub.url,
-        "JUPYTERHUB_API_TOKEN": SERVER_TOKEN,
-        "JUPYTERHUB_USER": "ann",
-        "JUPYTERHUB_SERVER_NAME": "",
+def config(workdir: Path) -> str:
+    """A hub whose servers run JupyterLab with the built extension (as the wheel installs it)."""
+    expose_lab_extension(workdir)
+    extensions = {"gpuhub_lab": True, "jupyterlab": True, "jupyter_lsp": False}
+    (workdir / "config" / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": extensions}})
+    )
+    environment = {
+        "JUPYTER_CONFIG_DIR": str(workdir / "config"),
+        "JUPYTER_DATA_DIR": str(workdir / "data"),
+        "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
         # In a virtualenv Jupyter prefers the env's copy of the extension (installed by
         # `pip install -e .`, possibly older) over the fresh build linked in the data dir.
         "JUPYTER_PREFER_ENV_PATH": "0",
+        "PYTHONPATH": ":".join(SOURCE_PATHS),
     }
-    with jupyter_server(root, tmp, lab=True, env=env) as server:
-        yield server
+    return f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+c.JupyterHub.spawner_class = "gpu-local"
+c.LocalGPUSpawner.run_as_hub_user = True
+c.LocalGPUSpawner.home_dir_template = {str(workdir / "users" / "{username}")!r}
+c.LocalGPUSpawner.gpu_devices = [0, 1]
+c.LocalGPUSpawner.default_limits = {{"max_gpus": 1}}
+c.LocalGPUSpawner.gpu_idle_reclaim = {{
+    "after": 2, "utilization_below": 0.05, "warn": 840, "max_postpones": 1,
+}}
+c.LocalGPUSpawner.gpu_monitor_interval = 0.4
+c.LocalGPUSpawner.gpu_utilization_source = "tests.support.hub.standin_gpus.FileUtilization"
+c.Spawner.environment = {environment!r}
+c.Spawner.default_url = "/lab"
+from gpuhub.hub_api import configure_hub
+configure_hub(c)
+"""
 
 
-def test_warning_keep_and_idle_clock(lab: JupyterServer, hub: StandInHub) -> None:
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    workdir = tmp_path_factory.mktemp("reclaim-lab")
+    set_utilization(workdir, {0: 0.0, 1: 0.0})
+    running = start_hub(workdir, config(workdir))
+    try:
+        running.login("ann")  # creates the user
+        answer = spawn(running, "ann", {"gpus": 1})
+        assert answer.status_code in (201, 202), answer.text
+        wait_ready(running, "ann")
+        yield running
+    finally:
+        running.api("DELETE", "/users/ann/server")
+        running.stop()
+
+
+def clock(hub: Hub) -> dict[str, Any]:
+    answer = hub.api("GET", "/gpuhub/reclaim/ann")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json()["servers"].get("") or {})
+
+
+def test_warning_keep_and_idle_clock(hub: Hub) -> None:
     scheme = "light"  # JupyterLab keeps its own theme setting, not the browser's scheme
-    hub.clock.update(warned=True, seconds_left=840, postpones_left=1, idle_seconds=7260)
+    deadline = time.monotonic() + 60
+    while not clock(hub).get("warned"):
+        assert time.monotonic() < deadline, hub.log()[-3000:]
+        time.sleep(0.3)
     with chromium() as browser:
         page = browser.new_page(  # type: ignore[attr-defined]
             viewport={"width": 1280, "height": 900}
         )
         page.set_default_timeout(60_000)
         try:
-            page.goto(f"{lab.url}lab/workspaces/reclaim-{scheme}?token={TOKEN}")
+            page.goto(f"{hub.url}/hub/login")
+            page.fill("#username_input", "ann")
+            page.fill("#password_input", PASSWORD)
+            page.click("#login_submit")
+            page.wait_for_url(lambda url: "/hub/login" not in url, wait_until="commit")
+            page.goto(f"{hub.url}/user/ann/lab/workspaces/reclaim-{scheme}")
             toast = page.locator(".Toastify__toast", has_text="Your GPUs have been idle")
             toast.wait_for(timeout=TIMEOUT)
-            assert "stops in 14 min" in toast.inner_text()
+            assert re.search(r"stops in 1[34] min", toast.inner_text()), toast.inner_text()
             assert "your files are safe" in toast.inner_text()
             # The sidebar shows the same clock.
             page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]').click()
-            clock = page.locator(".gpuhub-GpuPanel-idleClock")
-            clock.wait_for(state="visible")
-            assert "stops in 14 min unless you keep them" in clock.inner_text()
+            idle = page.locator(".gpuhub-GpuPanel-idleClock")
+            idle.wait_for(state="visible")
+            assert re.search(r"stops in 1[34] min unless you keep them", idle.inner_text())
             page.screenshot(path=str(artifact(f"reclaim-warning-{scheme}.png")))
-            keeps = len([c for c in hub.calls if c[0] == "POST"])
             toast.get_by_role("button", name="Keep my GPUs").click()
             page.locator(".Toastify__toast", has_text="This was the last time").wait_for()
+            # The hub restarted the clock with the one keep this hub allows.
+            kept = clock(hub)
+            assert not kept["warned"] and kept["postpones"] == 1 and kept["postpones_left"] == 0
+            set_utilization(hub.workdir, {0: 0.6, 1: 0.6})  # ann works again
             toast.wait_for(state="detached")
-            posts = [c for c in hub.calls if c[0] == "POST"]
-            assert len(posts) == keeps + 1
-            assert posts[-1][1:] == (
-                "/hub/api/gpuhub/reclaim/ann/keep",
-                f"token {SERVER_TOKEN}",
-                {"server": ""},
-            )
             page.wait_for_function(
                 "document.querySelector('.gpuhub-GpuPanel-idleClock').textContent"
                 ".startsWith('GPUs busy')"
@@ -152,3 +132,4 @@ def test_warning_keep_and_idle_clock(lab: JupyterServer, hub: StandInHub) -> Non
             raise
         finally:
             page.close()
+    assert hub.user_model("ann")["servers"][""]["ready"]

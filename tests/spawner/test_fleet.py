@@ -12,9 +12,10 @@ import pytest
 import requests
 
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.local import jobs_hub_config
-from tests.support.hub.process import PASSWORD, ROOT, Hub, spawn, start_hub, wait_ready
+from tests.support.hub.local import HOLD, jobs_hub_config, token_for, user_api
+from tests.support.hub.process import PASSWORD, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
+from tests.support.jupyter.notebooks import write_notebook
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +23,7 @@ FLEET = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
 c.Authenticator.admin_users = {{"root"}}
-c.JupyterHub.load_groups = {{"students": {{"users": ["bob", "carol"]}}, "ops": {{"users": ["opsa"]}}}}
+c.JupyterHub.load_groups = {{"students": {{"users": ["bob", "carol", "dave"]}}, "ops": {{"users": ["opsa"]}}}}
 c.JupyterHub.load_roles.append(
     {{"name": "gpu-fleet", "users": ["opsa"], "scopes": ["self", "custom:gpuhub:fleet"]}}
 )
@@ -50,7 +51,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
             wait_ready(hub, user)
         yield hub
     finally:
-        for name in ("bob", "carol"):
+        for name in ("bob", "carol", "dave"):
             hub.api("DELETE", f"/users/{name}/server")
         hub.stop()
 
@@ -102,13 +103,13 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
         timeout=30,
     )
     assert refused.status_code == 403 and page.status_code == 200
-    assert "Only GPU fleet admins may stop other users" in refused.text
+    assert "Only GPU fleet admins may stop other users" in said(refused)
     root = hub.login("root")
     fleet(hub, root)
     xsrf = root.cookies.get("_xsrf", path="/hub/")
     stop: dict[str, Any] = {"target": "bob/", "_xsrf": xsrf}
     no_reason = root.post(f"{hub.url}/hub/gpuhub/fleet/stop", data=stop, timeout=30)
-    assert no_reason.status_code == 400 and "Give a reason" in no_reason.text
+    assert no_reason.status_code == 400 and "Give a reason" in said(no_reason)
     done = root.post(
         f"{hub.url}/hub/gpuhub/fleet/stop",
         data={**stop, "reason": REASON},
@@ -121,6 +122,113 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
     assert "Your server was stopped on" in home and "by root: &lt;script&gt;alert(1)" in home
     assert "<script>alert(1)" not in home and "Your files are safe" in home
     assert holders(fleet(hub, root)) == {("carol", "")}
+
+
+def job_rows(html: str) -> set[tuple[str, str]]:
+    import re
+
+    return set(re.findall(r'data-user="([^"]+)" data-kind="job" data-name="([^"]*)"', html))
+
+
+def said(answer: requests.Response) -> str:
+    """An error page's text, unescaped (its sentence quotes names)."""
+    import html
+
+    return html.unescape(answer.text)
+
+
+def post_cancel(hub: Hub, session: requests.Session, **form: str) -> requests.Response:
+    fleet(hub, session)  # sets the _xsrf cookie
+    xsrf = session.cookies.get("_xsrf", path="/hub/")
+    return session.post(
+        f"{hub.url}/hub/gpuhub/fleet/cancel",
+        data={**form, "_xsrf": xsrf},
+        timeout=60,
+        allow_redirects=False,
+    )
+
+
+def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
+    """dave's job outlives his server (a job hold); root cancels it with a reason: its
+    processes end, its GPU is free, dave reads why on the hub and in the job's record."""
+    dave = hub.login("dave")  # creates the user
+    home = hub.workdir / "users" / "dave"
+    write_notebook(home / "hold.ipynb", HOLD)
+    flag = home / "hold-the-gpu"
+    flag.write_text("")
+    try:
+        assert spawn(hub, "dave", {"gpus": 1}).status_code in (201, 202)
+        wait_ready(hub, "dave")
+        token = token_for(hub, "dave")
+        job = user_api(hub, "dave", token, "POST", "", json={"notebook": "hold.ipynb", "gpus": 1})
+        assert job.status_code == 201, job.text
+        job_id = job.json()["id"]
+        deadline = time.monotonic() + 60
+        while user_api(hub, "dave", token, "GET", f"/{job_id}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        time.sleep(2)  # the kernel is up
+        stop(hub, "dave")
+        root = hub.login("root")
+        deadline = time.monotonic() + 30
+        while ("dave", "") not in job_rows(html := fleet(hub, root)):
+            assert time.monotonic() < deadline, html[-3000:]
+            time.sleep(0.3)
+        assert (
+            'formaction="/hub/gpuhub/fleet/cancel"' in html and "Cancel dave's job default" in html
+        )
+
+        refused = post_cancel(hub, hub.login("bob"), target="dave/", reason="mine now")
+        assert refused.status_code == 403, refused.text[-2000:]
+        assert "Only GPU fleet admins may cancel other users" in said(refused)
+        no_reason = post_cancel(hub, root, target="dave/")
+        assert no_reason.status_code == 400 and "Give a reason" in said(no_reason)
+        bad = post_cancel(hub, root, target="dave", reason="x")
+        assert bad.status_code == 400 and "target must name a job as user/job" in said(bad)
+        unknown = post_cancel(hub, root, target="dave/nope", reason="x")
+        assert unknown.status_code == 404 and "dave has no job 'nope' holding GPUs" in said(unknown)
+        no_xsrf = root.post(
+            f"{hub.url}/hub/gpuhub/fleet/cancel",
+            data={"target": "dave/", "reason": "x"},
+            timeout=30,
+            allow_redirects=False,
+        )
+        assert no_xsrf.status_code == 403, no_xsrf.status_code
+
+        done = post_cancel(hub, root, target="dave/", reason=REASON)
+        assert done.status_code == 303, done.text[-2000:]
+        assert done.headers["Location"].endswith("/hub/gpuhub/fleet?cancelled=dave")
+        assert ("dave", "") not in job_rows(fleet(hub, root))
+        flag.unlink()  # had the cancel failed, the job would end now and the test fail below
+
+        page = dave.get(f"{hub.url}/hub/home", timeout=30).text
+        assert f"Your job {job_id} was cancelled on" in page, page[-3000:]
+        assert "by root: &lt;script&gt;alert(1)" in page and "<script>alert(1)" not in page
+        assert 'data-kind="job"' in page
+        notices = requests.get(
+            f"{hub.api_url}/gpuhub/notices/dave",
+            headers={"Authorization": f"token {token}"},
+            timeout=30,
+        ).json()["notices"]
+        assert [(n["kind"], n["jobs"], n["by"]) for n in notices] == [("job", [job_id], "root")]
+        assert (
+            requests.get(
+                f"{hub.api_url}/gpuhub/notices/dave",
+                headers={"Authorization": f"token {token_for(hub, 'bob')}"},
+                timeout=30,
+            ).status_code
+            == 403
+        )
+
+        # dave's next server marks the job's record cancelled, with root's reason.
+        assert spawn(hub, "dave", {"gpus": 1}).status_code in (201, 202)
+        wait_ready(hub, "dave")
+        record = user_api(hub, "dave", token, "GET", f"/{job_id}").json()
+        assert record["status"] == "cancelled", record
+        assert record["message"] == (f"Cancelled by root from the GPU fleet page: {REASON}"), record
+        stop(hub, "dave")
+    finally:
+        flag.unlink(missing_ok=True)
 
 
 def login(page: Any, hub: Hub, name: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.hub.local import jobs_hub_config, token_for, user_api
+from tests.support.hub.local import HOLD, jobs_hub_config, token_for, user_api
 from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
 
@@ -175,9 +175,6 @@ def test_20_concurrent_spawns_never_end_above_the_quota(hub: Hub) -> None:
         time.sleep(0.3)
     assert len(held_gpus(hub, "alice")) == 2
     stop_all(hub)
-
-
-HOLD = "import os, time\nwhile os.path.exists('hold-the-gpu'):\n    time.sleep(0.2)\nprint('done')"
 
 
 def test_a_jobs_gpu_stays_held_after_its_server_stops_and_a_hub_restart(

@@ -1,7 +1,8 @@
 """GPU reclaim on Kubernetes: a real JupyterHub with GPUSpawner on kubesim, the hub's
 utilization from a real Prometheus that scrapes a stand-in dcgm-exporter serving per-pod
 samples (DCGM_FI_DEV_GPU_UTIL with namespace/pod labels), as the GPU Operator sets it up.
-An idle server is warned and stopped (its pod goes), a busy one is kept."""
+An idle server is warned and stopped (its pod goes), a busy one is kept; an admin cancels a
+job from the fleet page (its Job goes, foreground)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 import requests
 
 from tests.kubesim import KubeSimThread
-from tests.kubesim.pytest_plugin import hub_cluster
-from tests.support.hub.kube import NAMESPACE, hub_config
+from tests.kubesim.pytest_plugin import A100_PRODUCT, hub_cluster
+from tests.support.hub.kube import GPU_TOLERATION, NAMESPACE, hub_config
 from tests.support.hub.process import API_TOKEN, Hub, spawn_json, start_hub
 from tests.support.hub.prometheus import running_prometheus, serving_exposition
 
@@ -68,7 +69,12 @@ def hub(
         f"""
         from gpuhub.hub_api import configure_hub
         configure_hub(c)
-        c.Authenticator.allowed_users = {{"bob", "carol"}}
+        c.Authenticator.allowed_users = {{"bob", "carol", "root"}}
+        c.Authenticator.admin_users = {{"root"}}
+        # The test asks for grants as the jobs service does (a queued job's GPUs).
+        c.JupyterHub.load_roles.append(
+            {{"name": "grants", "services": ["gpuhub-test"], "scopes": ["custom:gpuhub:grants"]}}
+        )
         c.GPUSpawner.prometheus_url = {prometheus!r}
         c.GPUSpawner.gpu_monitor_interval = 0.5
         c.GPUSpawner.gpu_idle_reclaim = {{"after": 4, "utilization_below": 0.05, "warn": 4}}
@@ -141,3 +147,137 @@ def test_idle_pod_is_reclaimed_and_busy_one_kept(hub: Hub, cluster: KubeSimThrea
         metrics
     )
     assert re.search(r'gpuhub_gpus\{gpu_type="NVIDIA A100 80GB",state="held"\} 1\.0', metrics)
+
+
+def gpuhub_job(job_id: str, user: str) -> dict[str, Any]:
+    """A Job as gpuhub's jobs service makes it (its labels and annotations), on one A100."""
+    labels = {
+        "app.kubernetes.io/managed-by": "gpuhub",
+        "gpuhub.io/job-id": job_id,
+        "gpuhub.io/user": user,
+        "gpuhub.io/kind": "job",
+    }
+    meta = {"labels": labels, "annotations": {"gpuhub.io/username": user}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_id, **meta},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": meta,
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"nvidia.com/gpu.product": A100_PRODUCT},
+                    "tolerations": [GPU_TOLERATION],
+                    "containers": [
+                        {
+                            "name": "notebook",
+                            "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20",
+                            "command": ["sleep", "infinity"],
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def job_pods(cluster: KubeSimThread, job_id: str) -> list[dict[str, Any]]:
+    return cluster.list("Pod", NAMESPACE, labels={"gpuhub.io/job-id": job_id})
+
+
+def test_an_admin_cancels_a_cluster_job_from_the_fleet_page(
+    hub: Hub, cluster: KubeSimThread
+) -> None:
+    job_id = "train-1a2b3c"
+    cluster.create(gpuhub_job(job_id, "carol"), NAMESPACE)
+    # A GPU pod that gpuhub counts but is no Job, PyTorchJob or TFJob (a pipeline step).
+    step = gpuhub_job("pipe-4d5e6f", "carol")["spec"]["template"]
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **step,
+            "metadata": {"name": "pipe-4d5e6f-step", **step["metadata"]},
+        },
+        NAMESPACE,
+    )
+    root = hub.login("root")
+
+    def rows() -> set[str]:
+        html = root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+        return set(re.findall(r'data-user="carol" data-kind="job" data-name="([^"]*)"', html))
+
+    wait_for("the job rows", lambda: {job_id, "pipe-4d5e6f"} <= rows(), hub)
+    xsrf = root.cookies.get("_xsrf", path="/hub/")
+
+    def cancel(target: str, reason: str) -> requests.Response:
+        return root.post(
+            f"{hub.url}/hub/gpuhub/fleet/cancel",
+            data={"target": target, "reason": reason, "_xsrf": xsrf},
+            timeout=60,
+            allow_redirects=False,
+        )
+
+    refused = cancel("carol/pipe-4d5e6f", "stuck")
+    assert refused.status_code == 409, refused.text[-2000:]
+    assert "is no Job, PyTorchJob or TFJob that gpuhub made" in html_text(refused)
+    done = cancel(f"carol/{job_id}", "the A100s are <b>reserved</b> for the workshop")
+    assert done.status_code == 303, done.text[-2000:]
+    wait_for("the Job to go", lambda: cluster.get("Job", job_id, NAMESPACE, "batch") is None, hub)
+    assert not job_pods(cluster, job_id)
+    assert job_id not in rows()
+    home = hub.login("carol").get(f"{hub.url}/hub/home", timeout=30).text
+    assert f"Your job &#39;{job_id}&#39; was cancelled on" in home, home[-3000:]
+    assert "by root: the A100s are &lt;b&gt;reserved&lt;/b&gt; for the workshop" in home
+    cluster.delete("Pod", "pipe-4d5e6f-step", NAMESPACE)
+
+
+def html_text(answer: requests.Response) -> str:
+    import html
+
+    return html.unescape(answer.text)
+
+
+def test_a_queued_job_without_pods_is_cancelled_through_its_grant(
+    hub: Hub, cluster: KubeSimThread
+) -> None:
+    """A job waiting in a Kueue queue has no pod; the ledger counts it by the jobs service's
+    grant, and the fleet page's Cancel deletes the suspended Job in the hub's namespace."""
+    job_id = "queued-7a8b9c"
+    job = gpuhub_job(job_id, "carol")
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpus"
+    job["spec"]["suspend"] = True
+    cluster.create(job, NAMESPACE)
+    grant = hub.api(
+        "POST",
+        "/gpuhub/grants",
+        json={"user": "carol", "kind": "job", "name": job_id, "gpus": 1, "gpu_type": "A100"},
+    )
+    assert grant.status_code == 201, grant.text
+    root = hub.login("root")
+
+    def rows() -> set[str]:
+        html = root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+        return set(re.findall(r'data-user="carol" data-kind="job" data-name="([^"]*)"', html))
+
+    wait_for("the queued job's row", lambda: job_id in rows(), hub)
+    assert not job_pods(cluster, job_id)
+    done = root.post(
+        f"{hub.url}/hub/gpuhub/fleet/cancel",
+        data={
+            "target": f"carol/{job_id}",
+            "reason": "queue drained for maintenance",
+            "_xsrf": root.cookies.get("_xsrf", path="/hub/"),
+        },
+        timeout=60,
+        allow_redirects=False,
+    )
+    assert done.status_code == 303, html_text(done)[-2000:]
+    wait_for("the Job to go", lambda: cluster.get("Job", job_id, NAMESPACE, "batch") is None, hub)
+    time.sleep(2)  # a few monitor ticks: the grant went with the job, so its row stays gone
+    assert job_id not in rows()
+    holdings = hub.api("GET", "/gpuhub/holdings/carol").json()["holdings"]
+    assert job_id not in {h["name"] for h in holdings}

@@ -7,6 +7,7 @@ user, so what one leaves behind cannot decide another.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,12 +23,12 @@ from tests.support.hub.standin_gpus import write as set_utilization
 pytestmark = pytest.mark.e2e
 
 ADMIN = {"Authorization": f"token {API_TOKEN}"}
-USERS = ("bob", "carol", "dave", "alice", "erin")
+USERS = ("bob", "carol", "dave", "alice", "erin", "frank")
 RECLAIM = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
 c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}},
-                             "students": {{"users": ["bob", "carol", "dave", "erin"]}}}}
+                             "students": {{"users": ["bob", "carol", "dave", "erin", "frank"]}}}}
 c.LocalGPUSpawner.gpu_devices = [0, 1, 2, 3]
 c.LocalGPUSpawner.group_limits = {{"staff": {{"max_gpus": 4}}, "students": {{"max_gpus": 1}}}}
 c.LocalGPUSpawner.gpu_idle_reclaim = {{
@@ -196,3 +197,24 @@ def test_a_cpu_only_server_is_never_reclaimed(hub: Hub) -> None:
     time.sleep(1)  # a few monitor ticks
     assert reclaim_state(hub, "erin") == {"enabled": True, "servers": {}}
     stop(hub, "erin")
+
+
+def reclaims_counted(hub: Hub) -> float:
+    metrics = requests.get(f"{hub.url}/hub/metrics", headers=ADMIN, timeout=30).text
+    found = re.search(r'gpuhub_idle_reclaims_total\{gpu_type="NVIDIA GPU"\} (\S+)', metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_reclaim_counts_and_notices_survive_a_hub_restart(hub: Hub, workdir: Path) -> None:
+    set_utilization(workdir, dict.fromkeys(range(4), 0.0))
+    start_with_a_gpu(hub, "frank")
+    wait_for("the stop", lambda: not hub.user_model("frank")["servers"], hub)
+    before = wait_for("the count", lambda: reclaims_counted(hub), hub)
+    assert before >= 1
+    hub.stop()
+    restarted = start_hub(workdir, hub.config, port=hub.port)
+    hub.proc = restarted.proc
+    # The counter starts from the store, not from zero, so rate() sees no reset.
+    assert wait_for("the counter after the restart", lambda: reclaims_counted(hub), hub) == before
+    html = hub.login("frank").get(f"{hub.url}/hub/home", timeout=30).text
+    assert "gpuhub-notice" in html and "stayed below 5% utilization" in html

@@ -90,10 +90,28 @@ def test_usage_store_survives_a_restart(tmp_path) -> None:
     store.add("ann", "A100", 3600, now=now)
     store.add("old", "A100", 3600, now=now - 86_400 * 9)  # older than 8 days: dropped
     store.notify("ann", Notice("", now, "idle", 1, "A100"))
+    store.count_reclaim("A100")
+    store.count_reclaim("A100")
     again = UsageStore(path)
+    assert again.reclaims == {"A100": 2}
     assert again.totals == {("ann", "A100"): 10800, ("old", "A100"): 3600}
     assert again.gpu_hours(since=now - 60) == {"ann": 1.0}
     assert again.gpu_hours(since=now - 86_400 * 7) == {"ann": 3.0}
     assert [n.reason for n in again.notices_for("ann")] == ["idle"]
     again.clear_notice("ann", "")
     assert UsageStore(path).notices_for("ann") == []
+
+
+def test_a_cancelled_jobs_notice_is_kept_a_day(tmp_path) -> None:
+    path = tmp_path / "usage.json"
+    now = time.time()
+    store = UsageStore(path)
+    store.notify("ann", Notice("", now, "node 3 down", 1, "A100", "root", "job", ("nb-1a2b3c",)))
+    store.notify("ann", Notice("", now, "idle", 1, "A100"))  # her server: another notice
+    again = UsageStore(path)
+    assert [n.kind for n in again.notices_for("ann")] == ["job", "server"]
+    assert again.notices_for("ann")[0].jobs == ("nb-1a2b3c",)
+    assert [n.kind for n in again.notices_for("ann", now + 86_400 + 1)] == ["server"]
+    again._dirty = True
+    again.save(now + 86_400 + 1)  # a day later the job's notice is gone for good
+    assert [n.kind for n in UsageStore(path).notices_for("ann", now)] == ["server"]

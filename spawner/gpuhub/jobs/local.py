@@ -34,6 +34,7 @@ from typing import Any
 
 from .. import words
 from ..devices import visible_devices
+from ..usage import cancel_notice_for_job
 from . import paths, run_notebook
 from .backend import JobBackend, QuotaGate
 from .model import (
@@ -362,9 +363,16 @@ class LocalBackend(JobBackend):
             record.progress = {"done": int(progress["done"]), "total": int(progress["total"])}
         record.finished = utcnow()
         record.message = None
+        admin = None
+        if not job.cancelled and (returncode is None or returncode < 0):
+            # Ended by a signal, or while nobody followed it: was it an admin's cancel?
+            admin = await asyncio.to_thread(cancel_notice_for_job, record.id, self.env)
         if job.cancelled:
             record.status = "cancelled"
             record.message = "Cancelled; the output notebook holds the cells that ran."
+        elif admin is not None:
+            record.status = "cancelled"
+            record.message = f"Cancelled by {admin[0]} from the GPU fleet page: {admin[1]}"
         elif isinstance(result, dict) and result.get("status") in ("succeeded", "failed"):
             record.status = result["status"]
             record.finished = parse_iso(result.get("finished")) or record.finished

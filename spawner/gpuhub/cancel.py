@@ -1,0 +1,216 @@
+"""Cancel a user's GPU job from the hub (the fleet page's "Cancel" button).
+
+The hub acts with its own means, never through the user's server (which may be gone) or
+the jobs service (which acts for users, not for admins):
+
+* **Workstation** (:class:`gpuhub.allocator.GPUAllocator`): a job row is a *job hold*, the
+  processes a stopped server left running on its GPUs. The hub knows them by pid and start
+  time (never from anything the user can write); it terminates each one's process tree and
+  process group (SIGTERM, SIGKILL after a grace period, as the local jobs backend's own
+  cancel does), and the hold is released once they are gone. The local job ids come from
+  those processes' ``GPUHUB_JOB_ID``, so the user's server can mark their records cancelled
+  with the admin's reason (:func:`gpuhub.usage.cancel_notice_for_job`).
+* **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the Job, PyTorchJob
+  or TFJob carrying the ``gpuhub.io/job-id`` label (foreground propagation: the object stays
+  until its pods are gone), with the Kubernetes client it already uses for its pod watch. A
+  job without pods yet (waiting in a Kueue queue: the ledger counts its grant) is looked for
+  in the hub's own namespace, the chart's default for jobs too.
+  Pipeline runs are not Kubernetes workloads the hub can stop safely (Kubeflow Pipelines
+  would retry or mark them failed on its own terms): refused with one sentence saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from .allocator import GPUAllocator, Holder, Process, alive
+from .ledger import Holding
+
+log = logging.getLogger("gpuhub.cancel")
+
+JOB_ID_ENV = "GPUHUB_JOB_ID"
+KILL_GRACE = 5.0
+
+
+class CancelRefused(Exception):
+    """The job cannot be cancelled: ``status`` (4xx) and one sentence saying why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- a workstation ------------------------------------------------------------------------------
+def _job_hold(book: GPUAllocator, holding: Holding) -> Holder:
+    for holder in book._holders.values():
+        if holder.kind == "job" and holder.user == holding.user and holder.name == holding.name:
+            return holder
+    raise CancelRefused(404, f"{holding.user} has no job {holding.name!r} holding GPUs.")
+
+
+def _terminate(processes: Sequence[Process]) -> list[str]:
+    """SIGTERM every live process of the hold and its descendants, then SIGKILL what is left.
+    Returns the local job ids found in their environments (read before they end)."""
+    import os
+    import signal
+
+    import psutil
+
+    roots, job_ids = [], []
+    for process in processes:
+        if not alive(process):
+            continue  # ended, or the pid now belongs to something else: never touch it
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(process[0])
+            job_id = proc.environ().get(JOB_ID_ENV)
+            if job_id and job_id not in job_ids:
+                job_ids.append(job_id)
+            roots.append(proc)
+    procs: dict[int, Any] = {}
+    for root in roots:
+        procs[root.pid] = root
+        with contextlib.suppress(psutil.Error):
+            procs.update((c.pid, c) for c in root.children(recursive=True))
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    for root in roots:  # a job runner leads its own process group (start_new_session)
+        with contextlib.suppress(OSError):
+            if os.getpgid(root.pid) == root.pid:
+                os.killpg(root.pid, signal.SIGTERM)
+    _, left = psutil.wait_procs(list(procs.values()), timeout=KILL_GRACE)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=KILL_GRACE)
+    return job_ids
+
+
+async def cancel_local(book: GPUAllocator, holding: Holding) -> list[str]:
+    """End the processes of ``holding``'s job hold; returns their local job ids."""
+    holder = _job_hold(book, holding)
+    if holder.pending:
+        raise CancelRefused(
+            409, "The hub is still looking for that server's processes; try again in a moment."
+        )
+    job_ids = await asyncio.to_thread(_terminate, list(holder.processes))
+    book.prune()  # releases the hold now that its processes have ended
+    return job_ids
+
+
+# -- Kubernetes ---------------------------------------------------------------------------------
+_KINDS = (  # (label, group, version, plural); None group: batch/v1 Job
+    ("Job", None, "v1", "jobs"),
+    ("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
+    ("TFJob", "kubeflow.org", "v1", "tfjobs"),
+)
+
+
+async def _read(call: Any) -> Any:
+    response = await call
+    body = await response.read()
+    return json.loads(body) if body else {}
+
+
+async def cancel_kube(
+    core_api: Any, holding: Holding, reason: str, by: str, namespace: str | None = None
+) -> list[str]:
+    """Delete the gpuhub workload behind ``holding``: in its pods' namespace, else (a job
+    that has no pod yet, e.g. waiting in a Kueue queue, known to the ledger by its grant)
+    in ``namespace``, the hub's servers' namespace."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    if holding.pods:
+        namespace = holding.pods[0][0]
+    if not namespace:
+        raise CancelRefused(
+            409, f"The hub has not seen a pod of job {holding.name!r} yet; try again in a moment."
+        )
+    selector = f"app.kubernetes.io/managed-by=gpuhub,gpuhub.io/job-id={holding.name}"
+    batch = client.BatchV1Api(core_api.api_client)
+    custom = client.CustomObjectsApi(core_api.api_client)
+    body: Any = {"propagationPolicy": "Foreground"}
+    note: Any = {
+        "metadata": {
+            "annotations": {"gpuhub.io/cancelled-by": by, "gpuhub.io/cancel-reason": reason}
+        }
+    }
+    deleted = []
+    for kind, group, version, plural in _KINDS:
+        try:
+            if group is None:
+                found = await _read(
+                    batch.list_namespaced_job(
+                        namespace, label_selector=selector, _preload_content=False
+                    )
+                )
+            else:
+                found = await _read(
+                    custom.list_namespaced_custom_object(
+                        group,
+                        version,
+                        namespace,
+                        plural,
+                        label_selector=selector,
+                        _preload_content=False,
+                    )
+                )
+        except ApiException as exc:
+            if exc.status == 404 and group is not None:
+                continue  # the training operator is not installed
+            raise CancelRefused(
+                502 if exc.status >= 500 else 409,
+                f"Kubernetes refused to list {kind}s in {namespace}: {exc.reason}.",
+            ) from None
+        for obj in found.get("items") or []:
+            name = obj["metadata"]["name"]
+            try:
+                if group is None:
+                    await _read(
+                        batch.patch_namespaced_job(name, namespace, note, _preload_content=False)
+                    )
+                    await _read(
+                        batch.delete_namespaced_job(
+                            name, namespace, body=body, _preload_content=False
+                        )
+                    )
+                else:
+                    await _read(
+                        custom.patch_namespaced_custom_object(
+                            group, version, namespace, plural, name, note, _preload_content=False
+                        )
+                    )
+                    await _read(
+                        custom.delete_namespaced_custom_object(
+                            group,
+                            version,
+                            namespace,
+                            plural,
+                            name,
+                            body=body,
+                            _preload_content=False,
+                        )
+                    )
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # gone meanwhile
+                raise CancelRefused(
+                    502 if exc.status >= 500 else 409,
+                    f"Kubernetes refused to delete {kind} {namespace}/{name}: {exc.reason}.",
+                ) from None
+            log.warning("gpuhub: deleted %s %s/%s for %s: %s", kind, namespace, name, by, reason)
+            deleted.append(holding.name)
+    if not deleted:
+        raise CancelRefused(
+            409,
+            f"Job {holding.name!r} is no Job, PyTorchJob or TFJob that gpuhub made (a "
+            "pipeline run is cancelled in Kubeflow Pipelines).",
+        )
+    return [holding.name]

@@ -1,0 +1,135 @@
+"""The fleet page's cache (gpuhub.fleet.FleetCache), in-process: built once per monitor tick in
+a thread from an immutable snapshot, never awaited by a request once a build exists, and
+rows of a server stopped since the last build hidden at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from jinja2 import Environment, FileSystemLoader
+
+from gpuhub import fleet
+from gpuhub.allocator import GPUAllocator, Holder, server_owner
+from gpuhub.fleet import FleetCache, snapshot
+from gpuhub.form import GPUCapacity
+from gpuhub.ledger import Holding, Ledger
+from gpuhub.monitor import GPUMonitor
+from gpuhub.usage import UsageStore
+from gpuhub.utilization import GPUSample, UtilizationSource, holding_key
+
+USERS = ("ann", "bob", "cat")
+
+
+class Load(UtilizationSource):
+    def __init__(self) -> None:
+        super().__init__()
+        self.value = 0.5
+
+    async def sample(self, holdings: Sequence[Holding]) -> dict[Any, list[GPUSample]]:
+        return {
+            holding_key(h): [GPUSample(str(d), self.value, 1 << 30) for d in h.devices]
+            for h in holdings
+        }
+
+
+def make_monitor() -> tuple[GPUMonitor, Load]:
+    book = GPUAllocator()
+    for i, user in enumerate(USERS):
+        book.claim(server_owner(user, ""), [i], Holder(user, "server", "", "A100", time.time()))
+
+    async def capacity() -> tuple[dict[str, GPUCapacity], str]:
+        return {"a100": GPUCapacity(free=1, total=4, largest_free=None)}, ""
+
+    spawner = SimpleNamespace(
+        user=SimpleNamespace(settings={}),
+        gpu_capacity=capacity,
+        gpu_policy=SimpleNamespace(
+            gpu_types={"a100": SimpleNamespace(display_name="A100", resource_name="nvidia.com/gpu")}
+        ),
+    )
+    source = Load()
+    return GPUMonitor(spawner, Ledger(book), source, None, UsageStore(None), 30.0), source
+
+
+def env() -> Environment:
+    templates = fleet.__file__.rsplit("/", 1)[0] + "/templates/hub"
+    return Environment(loader=FileSystemLoader(templates), autoescape=True, enable_async=True)
+
+
+def users(built: fleet.Built) -> set[str]:
+    return {key[0] for key, _ in built.rows}
+
+
+def test_a_request_never_waits_for_a_build_and_stopped_rows_go_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    building = threading.Event()
+    release = threading.Event()
+    real_build = fleet.build
+
+    def slow_build(*args: Any) -> fleet.Built:
+        building.set()
+        assert release.wait(10)
+        return real_build(*args)
+
+    async def scenario() -> None:
+        monitor, source = make_monitor()
+        await monitor.tick(time.time())
+        cache = FleetCache(monitor, env(), "/hub/", lambda: {"ann": ["students"]})
+        first = await cache.current()  # the first view waits for the first build
+        assert first.version == monitor.version and users(first) == set(USERS)
+        view, parts = cache.page(first, "ann", see_all=False)
+        assert [r.user for r in view.rows] == ["ann"] and 'data-user="bob"' not in parts[
+            "rows_html"
+        ]
+        view, parts = cache.page(first, "root", see_all=True)
+        assert parts["rows_html"].count("gpuhub-holder") == 3 and view.groups[0][:2] == (
+            "students",
+            1,
+        )
+
+        monkeypatch.setattr(fleet, "build", slow_build)
+        source.value = 0.9
+        await monitor.tick(time.time() + 30)  # starts a build in a thread
+        assert await asyncio.to_thread(building.wait, 10)
+        started = time.perf_counter()
+        served = await cache.current()
+        assert time.perf_counter() - started < 0.05 and served is first  # not the running build
+        # A server stopped meanwhile (as GPUMonitor.stop_server does) leaves the page at once.
+        monitor.tracks.pop(("bob", "server", ""))
+        monitor._changed(removed=("bob", "server", ""))
+        view, parts = cache.page(served, "root", see_all=True)
+        assert 'data-user="bob"' not in parts["rows_html"] and "bob" not in {
+            r.user for r in view.rows
+        }
+        release.set()
+        assert cache._task is not None
+        await cache._task
+        latest = await cache.current()
+        assert latest.version == monitor.version and users(latest) == {"ann", "cat"}
+        assert "90 %" in cache.page(latest, "ann", see_all=False)[1]["rows_html"]
+        assert monitor.removed == {}  # seen by a build: nothing left to hide
+
+    asyncio.run(scenario())
+
+
+def test_a_snapshot_does_not_change_when_the_monitor_moves_on() -> None:
+    async def scenario() -> None:
+        monitor, source = make_monitor()
+        now = time.time()
+        await monitor.tick(now)
+        await monitor.tick(now + 30)
+        snap = snapshot(monitor, {})
+        before = [(t.history, t.samples) for t in snap.tracks]
+        source.value = 0.1
+        await monitor.tick(now + 60)
+        assert [(t.history, t.samples) for t in snap.tracks] == before
+        assert len(monitor.tracks[("ann", "server", "")].history) == 3
+
+    asyncio.run(scenario())
