@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from .allocator import GPUAllocator, Holder, Process, alive
+from .jobs.k8s.rawapi import request_json
 from .ledger import Holding
 
 log = logging.getLogger("gpuhub.cancel")
@@ -112,12 +112,6 @@ _KINDS = (  # (label, group, version, plural); None group: batch/v1 Job
 )
 
 
-async def _read(call: Any) -> Any:
-    response = await call
-    body = await response.read()
-    return json.loads(body) if body else {}
-
-
 async def cancel_kube(
     core_api: Any, holding: Holding, reason: str, by: str, namespace: str | None = None
 ) -> list[str]:
@@ -146,13 +140,13 @@ async def cancel_kube(
     for kind, group, version, plural in _KINDS:
         try:
             if group is None:
-                found = await _read(
+                found = await request_json(
                     batch.list_namespaced_job(
                         namespace, label_selector=selector, _preload_content=False
                     )
                 )
             else:
-                found = await _read(
+                found = await request_json(
                     custom.list_namespaced_custom_object(
                         group,
                         version,
@@ -173,21 +167,21 @@ async def cancel_kube(
             name = obj["metadata"]["name"]
             try:
                 if group is None:
-                    await _read(
+                    await request_json(
                         batch.patch_namespaced_job(name, namespace, note, _preload_content=False)
                     )
-                    await _read(
+                    await request_json(
                         batch.delete_namespaced_job(
                             name, namespace, body=body, _preload_content=False
                         )
                     )
                 else:
-                    await _read(
+                    await request_json(
                         custom.patch_namespaced_custom_object(
                             group, version, namespace, plural, name, note, _preload_content=False
                         )
                     )
-                    await _read(
+                    await request_json(
                         custom.delete_namespaced_custom_object(
                             group,
                             version,

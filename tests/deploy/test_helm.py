@@ -266,7 +266,7 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     assert by_kind(objects, "ServiceAccount", "hub")  # the stand-in's, as z2jh names it
     rules = {
         (group, resource): sorted(rule["verbs"])
-        for rule in by_kind(objects, "Role")["rules"]
+        for rule in by_kind(objects, "Role", "gpuhub-service")["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
@@ -282,9 +282,26 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         # The per-job policy letting a distributed job's replicas reach each other.
         ("networking.k8s.io", "networkpolicies"): ["create"],
     }
-    role_binding = by_kind(objects, "RoleBinding")
+    role_binding = by_kind(objects, "RoleBinding", "gpuhub-service")
     assert role_binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "gpuhub-service", "namespace": NAMESPACE}
+    ]
+    # The hub cancels GPU jobs from the fleet page (gpuhub.cancel): find, annotate, delete.
+    hub_cancel = by_kind(objects, "Role", f"{NAMESPACE}-gpuhub-gpuhub-hub-cancel")
+    find_note_delete = sorted(["list", "patch", "delete"])
+    assert {
+        (group, resource): sorted(rule["verbs"])
+        for rule in hub_cancel["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    } == {
+        ("batch", "jobs"): find_note_delete,
+        ("kubeflow.org", "pytorchjobs"): find_note_delete,
+        ("kubeflow.org", "tfjobs"): find_note_delete,
+    }
+    hub_binding = by_kind(objects, "RoleBinding", f"{NAMESPACE}-gpuhub-gpuhub-hub-cancel")
+    assert hub_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "hub", "namespace": NAMESPACE}
     ]
     # The capacity view watches active pods in every namespace (gpuhub.capacity), so the
     # default grants it; an admin may turn it off and lose the form's figures.
@@ -297,7 +314,10 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
 def test_rbac_and_netpol_follow_a_separate_user_namespace(chart: Path) -> None:
     objects = render(chart, values={"jobs": {"namespace": "jupyter-users"}})
     validate_all(objects)
-    assert by_kind(objects, "Role")["metadata"]["namespace"] == "jupyter-users"
+    assert by_kind(objects, "Role", "gpuhub-service")["metadata"]["namespace"] == "jupyter-users"
+    assert {
+        o["metadata"]["namespace"] for o in objects if o["kind"] in ("Role", "RoleBinding")
+    } == {"jupyter-users"}
     assert service_config(objects)["namespace"] == "jupyter-users"
     peer = by_kind(objects, "NetworkPolicy", "gpuhub-service")["spec"]["ingress"][0]["from"][0]
     assert peer["namespaceSelector"]["matchLabels"] == {
@@ -688,7 +708,9 @@ def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(chart: 
     against Kueue's CRD (kubesim's copy) and accepted by kubesim's Kueue."""
     plain = render(chart)
     assert not any(o["kind"] == "LocalQueue" for o in plain)
-    groups = {g for rule in by_kind(plain, "Role")["rules"] for g in rule["apiGroups"]}
+    groups = {
+        g for rule in by_kind(plain, "Role", "gpuhub-service")["rules"] for g in rule["apiGroups"]
+    }
     assert not groups & {"kueue.x-k8s.io", "visibility.kueue.x-k8s.io"}
     objects = render(
         chart,
@@ -711,7 +733,7 @@ def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(chart: 
     assert local["spec"] == {"clusterQueue": "gpus"}
     rules = {
         (group, resource): sorted(rule["verbs"])
-        for rule in by_kind(objects, "Role")["rules"]
+        for rule in by_kind(objects, "Role", "gpuhub-service")["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }

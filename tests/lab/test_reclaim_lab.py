@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.spawner.test_ledger_local import spawn, wait_ready
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.process import PASSWORD, ROOT, Hub, start_hub
+from tests.support.hub.process import PASSWORD, ROOT, Hub, spawn, start_hub, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 from tests.support.jupyter.server import SOURCE_PATHS, expose_lab_extension
 
