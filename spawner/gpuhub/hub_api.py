@@ -59,6 +59,7 @@ from . import monitor as gpu_monitor
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
 from .ledger import Grant, Ledger, QuotaExceeded, gpus_held
+from .usage import HUB_SHUTDOWN
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
@@ -163,6 +164,18 @@ def notice_text(notice: Any) -> dict[str, str]:
             ),
         }
     server = f"server {notice.server!r}" if notice.server else "server"
+    if notice.by == HUB_SHUTDOWN:
+        return {
+            "server": notice.server,
+            "when": when.isoformat(timespec="seconds"),
+            "by": notice.by,
+            "kind": "server",
+            "jobs": "",
+            "text": (
+                f"Your {server} was waiting in line, {notice.reason}, when the hub shut down "
+                f"{at}; it did not start and held no GPU. Start it again to join the line."
+            ),
+        }
     if notice.by == "idle":
         what = f"Your {server} was stopped {at} because {notice.reason}."
     else:

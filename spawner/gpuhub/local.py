@@ -17,6 +17,7 @@ import asyncio
 import ipaddress
 import os
 import secrets
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -40,6 +41,7 @@ from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
 from .spawner_base import GPUSpawnerMixin, log_name, refusal
+from .usage import HUB_SHUTDOWN
 from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
 
 SERVER_ID_ENV = "GPUHUB_SERVER_ID"
@@ -326,6 +328,40 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             f"user{'s' if users != 1 else ''})"
         )
 
+    async def poll(self) -> int | None:
+        """A spawn waiting in line is alive (None), so the hub's shutdown stops it: JupyterHub
+        calls ``stop()`` only for what ``poll()`` says runs."""
+        if self._gpuhub_ticket is not None:
+            return None
+        status: int | None = await super().poll()
+        return status
+
+    def _tell_the_line_ended(self, ticket: Ticket) -> None:
+        """Leave the user a notice when the hub itself ends a wait in line.
+
+        JupyterHub cancels a spawn it interrupts for a user or an admin before it calls
+        ``stop()``, and that cancellation already took the ticket back (``_wait_in_line``). A
+        ticket still here means the hub stops a waiting spawn of its own accord: its shutdown
+        (``cleanup_servers``). The line lives in this process and cannot outlive it, so the
+        spawn ends, and the user's next visit to the hub says so (``hub_api.notice_text``).
+        With ``cleanup_servers = False`` the hub cancels the wait without stopping it, and
+        the spawn ends without a notice.
+        """
+        from .monitor import current
+        from .usage import Notice
+
+        monitor = current()
+        if monitor is None:
+            return
+        reason = (
+            f"{words.ordinal(QUEUE.position(ticket) or 1)} in line for "
+            f"{words.gpus(ticket.gpus, ticket.type_name)}"
+        )
+        notice = Notice(
+            self.name, time.time(), reason, ticket.gpus, ticket.type_name, by=HUB_SHUTDOWN
+        )
+        monitor.store.notify(self.user.name, notice)
+
     _gpuhub_stopping = False
 
     @property
@@ -336,8 +372,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return str(self._gpuhub_server_id)
 
     async def stop(self, now: bool = False) -> None:
-        if self._gpuhub_ticket is not None:  # stopped while waiting in line: leave it
-            QUEUE.leave(self._gpuhub_ticket)
+        if (ticket := self._gpuhub_ticket) is not None:  # stopped while waiting in line
+            self._tell_the_line_ended(ticket)
+            QUEUE.leave(ticket)
             self._gpuhub_ticket = None
         descendants: list[Process] = []
         uid = None

@@ -30,6 +30,10 @@ NOTICE_SECONDS = 7 * 24 * HOUR  # a notice nobody read is dropped after a week
 JOB_NOTICE_SECONDS = 24 * HOUR  # a cancelled job's notice is shown for a day
 
 
+# ``Notice.by`` when the hub ended a spawn waiting in line as it shut down.
+HUB_SHUTDOWN = "hub shutdown"
+
+
 @dataclass(frozen=True)
 class Notice:
     """Why and when a user's server was stopped (shown until they start it again), or their
@@ -40,7 +44,7 @@ class Notice:
     reason: str
     gpus: int
     gpu_type: str
-    by: str = "idle"  # "idle" (the reclaim rule) or the admin who stopped it
+    by: str = "idle"  # "idle" (the reclaim rule), the admin who stopped it, or HUB_SHUTDOWN
     kind: str = "server"  # or "job"
     jobs: tuple[str, ...] = ()  # the job ids a job notice is about
 

@@ -188,3 +188,52 @@ def test_the_spawn_page_shows_where_you_stand_in_line(hub: Hub) -> None:
         page.wait_for_url("**/user/dave/**", timeout=90_000)
     assert server(hub, "dave")["state"]["gpus"] == [0]
     hub.stop_server("dave")
+
+
+def test_a_hub_restart_ends_a_wait_with_a_sentence_and_hands_out_no_gpu_twice(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The line lives in the hub process: its shutdown ends the waits, and the next visit
+    says so; after the restart, the GPU goes to one server only."""
+    workdir = tmp_path_factory.mktemp("queue-restart")
+    config = QUEUE + (
+        "c.LocalGPUSpawner.gpu_monitor_interval = 0.5\n"
+        "from gpuhub.hub_api import configure_hub\nconfigure_hub(c)\n"
+    )
+    hub = start_hub(workdir, config)
+    try:
+        for name in USERS:
+            hub.api("POST", f"/users/{name}")
+        assert spawn(hub, "alice", {"gpus": 1, "gpu_type": "a6000"}).status_code in (201, 202)
+        wait_until("alice ready", lambda: (server(hub, "alice") or {}).get("ready"))
+        assert spawn(hub, "bob", {"gpus": 1, "gpu_type": "a6000"}).status_code == 202
+        bob = Progress(hub, "bob")
+        wait_until("bob in line", lambda: bob.said("you are 1st in line"))
+    finally:
+        hub.stop()  # SIGTERM: JupyterHub stops every server, the waiting one too
+
+    hub = start_hub(workdir, config)
+    try:
+        assert server(hub, "bob") is None
+        home = hub.login("bob").get(f"{hub.url}/hub/home", timeout=30).text
+        assert (
+            "Your server was waiting in line, 1st in line for 1 RTX A6000 GPU, when the hub "
+            in (home)
+        )
+        assert "it did not start and held no GPU. Start it again to join the line." in home
+        # Nothing of the old line is left: bob and carol ask again, one gets the GPU, one waits.
+        assert spawn(hub, "bob", {"gpus": 1, "gpu_type": "a6000"}).status_code in (201, 202)
+        wait_until("bob ready", lambda: (server(hub, "bob") or {}).get("ready"))
+        assert server(hub, "bob")["state"]["gpus"] == [0]
+        assert spawn(hub, "carol", {"gpus": 1, "gpu_type": "a6000"}).status_code == 202
+        wait_until("carol waits", lambda: (server(hub, "carol") or {}).get("pending") == "spawn")
+        # Once bob's server runs again, the notice has done its work.
+        session = hub.login("bob")
+        wait_until(
+            "the notice is gone",
+            lambda: "waiting in line" not in session.get(f"{hub.url}/hub/home", timeout=30).text,
+        )
+    finally:
+        for name in ("bob", "carol"):
+            hub.api("DELETE", f"/users/{name}/server")
+        hub.stop()
