@@ -31,6 +31,8 @@ GPU_RESOURCES = frozenset(
     }
 )
 MIG_PREFIX = "nvidia.com/mig-"
+# For sentences: what counts, as an admin would write it.
+GPU_RESOURCE_NAMES = ", ".join([*sorted(GPU_RESOURCES), f"{MIG_PREFIX}<profile>"])
 
 
 def is_mig_resource(name: str) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .gpu_resources import is_mig_resource
+from .gpu_resources import GPU_RESOURCE_NAMES, is_gpu_resource, is_mig_resource
 from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
@@ -340,6 +340,13 @@ def _gpu_type(key: str, value: Any) -> GPUType:
     if not _RESOURCE.fullmatch(resource):
         raise PolicyConfigError(
             f"{name}.resource_name {resource!r} is not a Kubernetes resource name"
+        )
+    if not is_gpu_resource(resource):
+        # Free figures, the ledger and the quota count only what gpu_resources calls a GPU: a
+        # type asking for anything else would show 0 free and escape the quota.
+        raise PolicyConfigError(
+            f"{name}.resource_name {resource!r} is not a GPU resource gpuhub counts "
+            f"({GPU_RESOURCE_NAMES}); tell GPU models apart with node_selector"
         )
     max_gpus = entry.get("max_gpus", 1)
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:

@@ -200,3 +200,17 @@ def test_choices_for_a_user_are_what_the_form_and_the_jobs_dialog_offer():
     ]
     assert student.cpu == policy.cpu and student.memory == policy.memory
     assert student.custom_images == (policy.custom_image_pattern is not None)
+
+
+def test_a_gpu_type_must_ask_for_a_resource_gpuhub_counts_as_gpus():
+    """A type asking for what the one GPU rule does not count would show 0 free and escape
+    the quota; the admin learns it when the hub starts."""
+    config = {**DESIGN_CONFIG, "gpu_types": {"a100": {"resource_name": "nvidia.com/hostdev"}}}
+    with pytest.raises(PolicyConfigError) as refused:
+        Policy.from_config(**config)
+    assert str(refused.value) == (
+        "gpu_types['a100'].resource_name 'nvidia.com/hostdev' is not a GPU resource gpuhub "
+        "counts (amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe, nvidia.com/gpu, "
+        "nvidia.com/gpu.shared, nvidia.com/mig-<profile>); tell GPU models apart with "
+        "node_selector"
+    )
