@@ -144,49 +144,38 @@ def notices_for(user: Any) -> list[dict[str, str]]:
 
 
 def notice_text(notice: Any) -> dict[str, str]:
+    """A notice as hub pages and ``GET /hub/api/gpuhub/notices/<user>`` show it."""
     when = datetime.fromtimestamp(notice.when, UTC)
     at = f"on {when:%Y-%m-%d at %H:%M} UTC"
+    server = f"server {notice.server!r}" if notice.server else "server"
     if notice.kind == "job":
         # A workstation's job row is named after the server that started its processes.
         if notice.jobs and list(notice.jobs) != [notice.server]:
             what = f"job{'s' if len(notice.jobs) > 1 else ''} {', '.join(notice.jobs)}"
         else:
             what = f"job {notice.server!r}" if notice.server else "job"
-        return {
-            "server": notice.server,
-            "when": when.isoformat(timespec="seconds"),
-            "by": notice.by,
-            "kind": "job",
-            "jobs": ",".join(notice.jobs),
-            "text": (
-                f"Your {what} was cancelled {at} by {notice.by}: "
-                f"{notice.reason.rstrip('.')}. Its GPUs are free again."
-            ),
-        }
-    server = f"server {notice.server!r}" if notice.server else "server"
-    if notice.by == HUB_SHUTDOWN:
-        return {
-            "server": notice.server,
-            "when": when.isoformat(timespec="seconds"),
-            "by": notice.by,
-            "kind": "server",
-            "jobs": "",
-            "text": (
-                f"Your {server} was waiting in line, {notice.reason}, when the hub shut down "
-                f"{at}; it did not start and held no GPU. Start it again to join the line."
-            ),
-        }
-    if notice.by == "idle":
-        what = f"Your {server} was stopped {at} because {notice.reason}."
+        text = (
+            f"Your {what} was cancelled {at} by {notice.by}: "
+            f"{notice.reason.rstrip('.')}. Its GPUs are free again."
+        )
+    elif notice.by == HUB_SHUTDOWN:
+        text = (
+            f"Your {server} was waiting in line, {notice.reason}, when the hub shut down "
+            f"{at}; it did not start and held no GPU. Start it again to join the line."
+        )
     else:
-        what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
+        if notice.by == "idle":
+            what = f"Your {server} was stopped {at} because {notice.reason}."
+        else:
+            what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
+        text = f"{what} Your files are safe; start the server again when you need it."
     return {
         "server": notice.server,
         "when": when.isoformat(timespec="seconds"),
         "by": notice.by,
-        "kind": "server",
-        "jobs": "",
-        "text": f"{what} Your files are safe; start the server again when you need it.",
+        "kind": notice.kind,
+        "jobs": ",".join(notice.jobs),
+        "text": text,
     }
 
 

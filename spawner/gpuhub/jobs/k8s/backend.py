@@ -476,6 +476,10 @@ class KubernetesBackend(JobBackend):
 
     async def _workloads(self, owner: str) -> list[Obj]:
         selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)}"
+        return [o for o in await self._list_workloads(selector) if self._owned(o, owner)]
+
+    async def _list_workloads(self, selector: str) -> list[Obj]:
+        """Jobs and every served Kubeflow kind in the namespace matching ``selector``."""
         jobs = await _json(
             self.batch.list_namespaced_job(
                 self.namespace, label_selector=selector, _preload_content=False
@@ -495,7 +499,7 @@ class KubernetesBackend(JobBackend):
                 )
             )
             items.extend(listed.get("items") or [])
-        return [o for o in items if self._owned(o, owner)]
+        return items
 
     @staticmethod
     def _owned(obj: Obj, owner: str) -> bool:
@@ -570,25 +574,7 @@ class KubernetesBackend(JobBackend):
         """Every gpuhub job in the namespace that waits in Kueue's queue and asks for GPUs
         (all users: the service keeps their places against the hub's quota)."""
         selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_QUEUE_NAME}"
-        jobs = await _json(
-            self.batch.list_namespaced_job(
-                self.namespace, label_selector=selector, _preload_content=False
-            )
-        )
-        items = [{"kind": "Job", "apiVersion": "batch/v1", **o} for o in jobs.get("items") or []]
-        for kind in await self.served_custom_kinds():
-            custom = m.CUSTOM_KINDS[kind]
-            listed = await _json(
-                self.custom.list_namespaced_custom_object(
-                    m.KUBEFLOW_GROUP,
-                    m.KUBEFLOW_VERSION,
-                    self.namespace,
-                    custom.plural,
-                    label_selector=selector,
-                    _preload_content=False,
-                )
-            )
-            items.extend(listed.get("items") or [])
+        items = await self._list_workloads(selector)
         out = []
         for obj in items:
             owner = (obj["metadata"].get("annotations") or {}).get(m.ANNOTATION_USERNAME)
