@@ -21,12 +21,17 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError, JobRecord
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, validate, write_notebook
+from tests.support.kueue import kueue_queues
 from tests.support.policies import design_policy
 
 GPU_NAMES = {k: t.display_name for k, t in design_policy().gpu_types.items()}
 PLAIN = m.KubeJobSettings(namespace="default", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
 QUEUED = dataclasses.replace(PLAIN, kueue_queue="gpu-jobs")
-A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+
+def queues(kubesim: Any, gpus: int) -> None:
+    """The admin guide's queues: LocalQueue gpu-jobs, ``gpus`` A100s, CPU and memory plenty."""
+    kueue_queues(kubesim, gpus, local_queue="gpu-jobs", cpu=256, memory="2Ti")
 
 
 @pytest.fixture
@@ -44,62 +49,6 @@ async def backend(kubesim):
         yield backend
     finally:
         await backend.close()
-
-
-def kueue_queues(kubesim: Any, gpus: int = 8) -> None:
-    """The admin guide's shape: flavors, a StrictFIFO ClusterQueue with ``gpus`` A100s, and
-    the LocalQueue gpu-jobs in the user namespace."""
-    for name, labels in (("default-flavor", None), ("a100", A100)):
-        kubesim.create(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta1",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": name},
-                **({"spec": {"nodeLabels": labels}} if labels else {}),
-            }
-        )
-    kubesim.create(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "gpus"},
-            "spec": {
-                "namespaceSelector": {},
-                "queueingStrategy": "StrictFIFO",
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": "default-flavor",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": 256},
-                                    {"name": "memory", "nominalQuota": "2Ti"},
-                                ],
-                            }
-                        ],
-                    },
-                    {
-                        "coveredResources": ["nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": "a100",
-                                "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
-                            }
-                        ],
-                    },
-                ],
-            },
-        }
-    )
-    kubesim.create(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": {"name": "gpu-jobs", "namespace": "default"},
-            "spec": {"clusterQueue": "gpus"},
-        }
-    )
 
 
 async def wait_for(backend, owner, job_id, predicate, timeout=30.0) -> JobRecord:
@@ -148,7 +97,7 @@ def test_without_a_queue_nothing_changes(root):
 
 # -- on the cluster -------------------------------------------------------------------------------
 async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, root):
-    kueue_queues(kubesim, gpus=8)
+    queues(kubesim, gpus=8)
     first = await submit(backend, root)
     second = await submit(backend, root)
     third = await submit(backend, root)
@@ -185,7 +134,7 @@ async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, roo
 
 
 async def test_cancel_while_queued_removes_job_and_workload(kubesim, backend, root):
-    kueue_queues(kubesim, gpus=4)
+    queues(kubesim, gpus=4)
     holder = await submit(backend, root)
     waiting = await submit(backend, root)
     behind = await submit(backend, root, owner="bob")
@@ -210,7 +159,7 @@ async def test_cancel_while_queued_removes_job_and_workload(kubesim, backend, ro
 
 
 async def test_position_unknown_without_the_visibility_api(kubesim, backend, root):
-    kueue_queues(kubesim, gpus=4)
+    queues(kubesim, gpus=4)
     kubesim.call(lambda: setattr(kubesim.sim.kueue, "visibility", False))
     await submit(backend, root)
     waiting = await submit(backend, root)
@@ -225,7 +174,7 @@ async def test_position_unknown_without_the_visibility_api(kubesim, backend, roo
 
 
 async def test_pytorchjob_waits_in_line_too(kubesim, backend, root):
-    kueue_queues(kubesim, gpus=2)
+    queues(kubesim, gpus=2)
     holder = await submit(backend, root, gpus=2)
     request = make_request(root, kind="pytorchjob", workers=2, gpus=1, gpu_type="a100")
     ddp = await backend.submit(request, "alice", notebook=(root / "train.ipynb").read_bytes())
@@ -250,7 +199,9 @@ async def test_a_queue_without_kueue_on_the_cluster_is_refused(kubesim, backend,
 
 
 async def test_without_a_queue_jobs_run_as_before(kubesim, root):
-    kueue_queues(kubesim, gpus=1)  # Kueue is there, but gpuhub is not told to use it
+    kueue_queues(
+        kubesim, gpus=1, local_queue="gpu-jobs", cpu=256, memory="2Ti"
+    )  # Kueue is there, but gpuhub is not told to use it
     api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
     plain = KubernetesBackend(api, PLAIN, gpu_names=GPU_NAMES)
     try:
@@ -290,7 +241,7 @@ async def test_service_rest_answers_queued_with_position(kubesim, backend, root)
     from gpuhub.service.app import Jobs, make_app
     from gpuhub.service.config import ServiceConfig
 
-    kueue_queues(kubesim, gpus=4)
+    queues(kubesim, gpus=4)
     await submit(backend, root)
     waiting = await submit(backend, root)
     await wait_for(backend, "alice", waiting.id, lambda r: r.queue_position == 1)

@@ -22,71 +22,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.kueue import A100, kueue_queues
+
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
-
-
-def queues(
-    kubesim: Any, gpus: int = 2, strategy: str = "StrictFIFO", namespace_selector: Any = None
-) -> None:
-    """A100 flavor with ``gpus`` GPUs of nominal quota; CPU and memory plenty."""
-    kubesim.create(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "default-flavor"},
-        }
-    )
-    kubesim.create(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "a100"},
-            "spec": {"nodeLabels": A100},
-        }
-    )
-    kubesim.create(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "ClusterQueue",
-            "metadata": {"name": "gpus"},
-            "spec": {
-                "namespaceSelector": {} if namespace_selector is None else namespace_selector,
-                "queueingStrategy": strategy,
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": "default-flavor",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": 64},
-                                    {"name": "memory", "nominalQuota": "256Gi"},
-                                ],
-                            }
-                        ],
-                    },
-                    {
-                        "coveredResources": ["nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": "a100",
-                                "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
-                            }
-                        ],
-                    },
-                ],
-            },
-        }
-    )
-    kubesim.create(
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": {"name": "team", "namespace": "default"},
-            "spec": {"clusterQueue": "gpus"},
-        }
-    )
 
 
 def job(name: str, gpus: int, *, queue: str | None = "team", suspend: bool = True) -> dict:
@@ -146,7 +84,7 @@ def pending_workloads(kubesim: Any, path: str) -> dict:
 
 
 def test_workload_per_job_owned_and_labelled_with_pod_sets(kubesim: Any) -> None:
-    queues(kubesim)
+    kueue_queues(kubesim)
     created = kubesim.create(job("train", 1))
     workload = kubesim.wait_for(lambda: workload_of(kubesim, "train"))
     meta = workload["metadata"]
@@ -183,7 +121,7 @@ def test_workload_per_job_owned_and_labelled_with_pod_sets(kubesim: Any) -> None
 
 
 def test_strict_fifo_admits_in_order_as_quota_is_released(kubesim: Any) -> None:
-    queues(kubesim, gpus=2)
+    kueue_queues(kubesim, gpus=2)
     for name, gpus in (("first", 2), ("second", 1), ("third", 1)):
         kubesim.create(job(name, gpus))
         kubesim.wait_for(lambda n=name: workload_of(kubesim, n))
@@ -226,7 +164,7 @@ def test_strict_fifo_admits_in_order_as_quota_is_released(kubesim: Any) -> None:
 
 
 def test_best_effort_fifo_lets_a_smaller_job_pass(kubesim: Any) -> None:
-    queues(kubesim, gpus=2, strategy="BestEffortFIFO")
+    kueue_queues(kubesim, gpus=2, strategy="BestEffortFIFO")
     kubesim.create(job("holder", 1))
     kubesim.wait_for(lambda: admitted(kubesim, "holder"))
     kubesim.create(job("big", 2))
@@ -237,7 +175,7 @@ def test_best_effort_fifo_lets_a_smaller_job_pass(kubesim: Any) -> None:
 
 
 def test_deleting_a_queued_job_removes_its_workload_and_admits_the_next(kubesim: Any) -> None:
-    queues(kubesim, gpus=1)
+    kueue_queues(kubesim, gpus=1)
     for name in ("a", "b", "c"):
         kubesim.create(job(name, 1))
         kubesim.wait_for(lambda n=name: workload_of(kubesim, n))
@@ -251,7 +189,7 @@ def test_deleting_a_queued_job_removes_its_workload_and_admits_the_next(kubesim:
 
 
 def test_quota_over_nominal_and_uncovered_resources_never_fit(kubesim: Any) -> None:
-    queues(kubesim, gpus=2, strategy="BestEffortFIFO")  # StrictFIFO: "huge" would block "mig"
+    kueue_queues(kubesim, gpus=2, strategy="BestEffortFIFO")  # StrictFIFO: "huge" would block "mig"
     kubesim.create(job("huge", 4))
     cond = kubesim.wait_for(
         lambda: (lambda c: c if c and c["status"] == "False" else None)(
@@ -276,7 +214,7 @@ def test_quota_over_nominal_and_uncovered_resources_never_fit(kubesim: Any) -> N
 
 
 def test_missing_local_queue_and_unselected_namespace_are_inadmissible(kubesim: Any) -> None:
-    queues(kubesim, namespace_selector={"matchLabels": {"team": "ml"}})
+    kueue_queues(kubesim, namespace_selector={"matchLabels": {"team": "ml"}})
     kubesim.create(job("nowhere", 1, queue="missing"))
     cond = kubesim.wait_for(lambda: condition(workload_of(kubesim, "nowhere"), "QuotaReserved"))
     assert (cond["reason"], cond["message"]) == ("Inadmissible", "LocalQueue missing doesn't exist")
@@ -286,14 +224,14 @@ def test_missing_local_queue_and_unselected_namespace_are_inadmissible(kubesim: 
 
 
 def test_jobs_without_the_label_are_left_alone(kubesim: Any) -> None:
-    queues(kubesim)
+    kueue_queues(kubesim)
     kubesim.create(job("plain", 1, queue=None, suspend=False))
     kubesim.wait_for(lambda: kubesim.list("Pod", "default", labels={"job-name": "plain"}))
     assert workload_of(kubesim, "plain") is None
 
 
 def test_pytorchjob_pod_sets_and_resume(kubesim: Any) -> None:
-    queues(kubesim, gpus=3)
+    kueue_queues(kubesim, gpus=3)
     spec = {
         rtype: {
             "replicas": count,
@@ -344,7 +282,7 @@ def test_pytorchjob_pod_sets_and_resume(kubesim: Any) -> None:
 
 
 def test_visibility_api_can_be_absent(kubesim: Any) -> None:
-    queues(kubesim)
+    kueue_queues(kubesim)
     kubesim.call(lambda: setattr(kubesim.sim.kueue, "visibility", False))
     with pytest.raises(urllib.error.HTTPError) as missing:
         pending_workloads(kubesim, "namespaces/default/localqueues/team")

@@ -23,12 +23,12 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.service.holds import renew_once
 from gpuhub.service.quota import HubQuota
-from tests.jobs.test_jobs_kueue import kueue_queues
 from tests.kubesim import KubeSimThread
 from tests.kubesim.pytest_plugin import hub_cluster
 from tests.support.hub.kube import hub_config
 from tests.support.hub.process import Hub, free_port, start_hub
 from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, write_notebook
+from tests.support.kueue import kueue_queues
 from tests.support.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +41,7 @@ QUOTA = {"default": 4, "groups": {}}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
     with hub_cluster(tmp_path_factory.mktemp("kubesim") / "kubeconfig") as sim:
-        kueue_queues(sim, gpus=2)
+        kueue_queues(sim, gpus=2, local_queue="gpu-jobs", cpu=256, memory="2Ti")
         yield sim
 
 
