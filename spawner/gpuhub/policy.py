@@ -191,7 +191,9 @@ class Policy:
         limits = self.limits_for(groups)
         return UserChoices(
             images=tuple(self.allowed_images(limits)),
-            custom_images=self.custom_image_pattern is not None,
+            # Offered only where a submit could succeed: a pattern, and a group that allows
+            # custom references (limits_for: allows_image(None)).
+            custom_images=self.custom_image_pattern is not None and limits.allows_image(None),
             gpu_types=tuple(
                 GPUChoice(t, self.max_gpus_for(limits, t)) for t in self.allowed_gpu_types(limits)
             ),

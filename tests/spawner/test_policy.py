@@ -214,3 +214,15 @@ def test_a_gpu_type_must_ask_for_a_resource_gpuhub_counts_as_gpus():
         "nvidia.com/gpu.shared, nvidia.com/mig-<profile>); tell GPU models apart with "
         "node_selector"
     )
+
+
+def test_a_custom_image_is_offered_only_where_a_group_allows_one():
+    """The form and the jobs dialog offer the custom-image field only when a submit with it
+    could succeed: the admin set a pattern and one of the user's groups allows custom images."""
+    policy = Policy.from_config(**MIXED)
+    assert policy.custom_image_pattern is not None
+    assert not policy.choices_for(["cpu-only"]).custom_images  # lists images, no custom_images
+    assert not policy.choices_for(["one-big", "cpu-only"]).custom_images
+    assert policy.choices_for(["custom"]).custom_images  # lists images, custom_images: true
+    assert policy.choices_for(["many-small"]).custom_images  # lists no images: every image
+    assert policy.choices_for(["cpu-only", "custom"]).custom_images
