@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support import fake_nvml as fake
 from tests.support.browser.chromium import artifact, chromium
@@ -52,18 +53,23 @@ def open_panel_from_keyboard(page: Any) -> Any:
     """Command palette (keyboard only) -> "Show GPU Usage".
 
     The palette closes when it loses focus, which JupyterLab still settling after its first
-    load (the launcher taking focus) may take; so the shortcut is pressed again until it stays.
+    load (the launcher taking focus) may take at any moment until then; so the whole gesture
+    (shortcut, typing, Enter) is repeated until the panel shows.
     """
     palette = page.locator(".lm-CommandPalette-input")
+    command = page.locator(".lm-CommandPalette-item", has_text="Show GPU Usage")
+    panel = page.locator("#gpuhub-gpu-panel")
     for _ in range(10):
         page.locator("body").press("Control+Shift+c")
-        page.wait_for_timeout(500)
-        if palette.is_visible():
-            break
-    palette.wait_for(state="visible")
-    palette.fill("Show GPU Usage")
-    palette.press("Enter")
-    panel = page.locator("#gpuhub-gpu-panel")
+        try:
+            palette.wait_for(state="visible", timeout=2_000)
+            palette.fill("Show GPU Usage")
+            command.first.wait_for(state="visible", timeout=2_000)
+            palette.press("Enter")
+            panel.wait_for(state="visible", timeout=2_000)
+            return panel
+        except PlaywrightTimeoutError:
+            page.wait_for_timeout(500)
     panel.wait_for(state="visible")
     return panel
 
