@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG as CONFIG
@@ -98,6 +99,20 @@ def test_form_hides_what_does_not_apply_and_starts_a_server(hub: Hub) -> None:
         editor.click()
         page.keyboard.type(BUSY_CELL)
         page.keyboard.press("Shift+Enter")
+        # A kernel connection JupyterLab is still settling may drop the first run (the prompt
+        # stays "[ ]:"); run the cell again from the keyboard until the kernel has it.
+        prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
+        for _ in range(5):
+            try:
+                page.wait_for_function(
+                    "(p) => /\\[(\\*|\\d+)\\]/.test(p.textContent)",
+                    arg=prompt.element_handle(),
+                    timeout=10_000,
+                )
+                break
+            except PlaywrightTimeoutError:
+                editor.click()
+                page.keyboard.press("Control+Enter")
         value = cards.nth(0).locator(".gpuhub-GpuCard-value").first
         page.wait_for_function(
             """() => {
