@@ -9,7 +9,8 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install demo test lint typecheck pytest pytest-fast benchmarks clean wheel images
+.PHONY: install demo test lint typecheck pytest pytest-fast benchmarks clean wheel images \
+	cluster cluster-down cluster-status
 
 install: $(VENV)/.installed
 
@@ -24,6 +25,19 @@ $(VENV)/.installed: pyproject.toml package.json package-lock.json
 demo: install
 	@mkdir -p .demo
 	cd .demo && $(BIN)/jupyterhub -f $(CURDIR)/jupyter_config/jupyterhub_config.py
+
+# A real Kubernetes on loopback (docs/cluster.md): etcd, kube-apiserver, controller-manager,
+# scheduler, kwok's fake GPU nodes, the process node local-0, Kueue, JobSet, Trainer and the
+# Training Operator, each built with `go build` from its Go module (cached in
+# ~/.cache/gpuhub-cluster) on the first run. GPUHUB_CLUSTER_NODES=file picks the fake nodes.
+cluster: install
+	$(BIN)/python -m tests.cluster up
+
+cluster-down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tests.cluster down; else echo "no cluster (no .venv)"; fi
+
+cluster-status: install
+	$(BIN)/python -m tests.cluster status
 
 # The frontend too: stylelint, prettier and eslint over labextension/ (package.json "lint:check";
 # `npm run lint` fixes what they can).

@@ -1,0 +1,105 @@
+"""Container logs as a kubelet keeps them: one file per container instance, in the CRI
+format (``<RFC 3339 time> <stream> F <line>``), read back for ``pods/log`` with ``follow``,
+``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps`` and ``limitBytes``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def timestamp() -> str:
+    now = datetime.datetime.now(datetime.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}000Z"
+
+
+def _parse_time(text: str) -> datetime.datetime:
+    head, _, frac = text.rstrip("Z").partition(".")
+    parsed = datetime.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.UTC)
+    return parsed + datetime.timedelta(microseconds=int((frac or "0")[:6].ljust(6, "0")))
+
+
+@dataclass
+class ContainerLog:
+    """The log of one run of one container."""
+
+    path: Path
+    closed: bool = False
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _partial: dict[str, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.path.touch()
+
+    def write(self, stream: str, chunk: bytes) -> None:
+        data = self._partial.pop(stream, b"") + chunk
+        *lines, rest = data.split(b"\n")
+        if rest:
+            self._partial[stream] = rest
+        if lines:
+            stamp = timestamp().encode()
+            with self.path.open("ab") as f:
+                for line in lines:
+                    f.write(stamp + b" " + stream.encode() + b" F " + line + b"\n")
+            self._wake()
+
+    def close(self) -> None:
+        for stream, rest in list(self._partial.items()):
+            self.write(stream, rest + b"\n")
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    async def read(
+        self,
+        *,
+        follow: bool = False,
+        tail: int | None = None,
+        since: datetime.datetime | None = None,
+        timestamps: bool = False,
+        limit: int | None = None,
+    ) -> AsyncIterator[bytes]:
+        """The log's lines as ``pods/log`` returns them."""
+        offset = 0
+        sent = 0
+        first = True
+        while True:
+            try:
+                with self.path.open("rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            complete = data[: data.rfind(b"\n") + 1]
+            offset += len(complete)
+            lines = complete.splitlines(keepends=True)
+            if first and tail is not None:
+                lines = lines[-tail:] if tail > 0 else []
+            first = False
+            for raw in lines:
+                stamp, _, rest = raw.partition(b" ")
+                _stream, _, rest = rest.partition(b" ")
+                _tag, _, text = rest.partition(b" ")
+                if since is not None and _parse_time(stamp.decode()) < since:
+                    continue
+                out = stamp + b" " + text if timestamps else text
+                if limit is not None and sent + len(out) > limit:
+                    yield out[: limit - sent]
+                    return
+                sent += len(out)
+                yield out
+            if not follow or (self.closed and offset >= self.path.stat().st_size):
+                return
+            # Woken by new lines; the timeout re-reads a file written by another process.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed(), timeout=1.0)

@@ -1,0 +1,749 @@
+"""The pods bound to the process node, run as local processes.
+
+What a container gets, as on a kubelet: its ``command`` and ``args`` (``$(VAR)`` expanded),
+its ``env`` and ``envFrom`` (values, ConfigMap and Secret keys, the downward API), its
+volumes at their ``mountPath`` (:mod:`.volumes`), and its GPUs: a pod that asks for
+``nvidia.com/gpu`` gets that many of the node's simulated devices, by index, in
+``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES``; a pod that asks for none gets
+``NVIDIA_VISIBLE_DEVICES=void`` and an empty ``CUDA_VISIBLE_DEVICES``. Each pod has its own
+loopback address as its pod IP; because every pod shares this machine's network, a program
+that binds ``0.0.0.0`` would take the port from every other pod, so ``0.0.0.0`` in the
+container's args and env values means the pod IP (a documented test-only rule, like
+kubesim's before it).
+
+What it does not do: images are not pulled (the image is ignored: programs come from this
+machine, the test's virtualenv first on ``PATH``); every container runs as the agent's own
+user (``securityContext`` is not enforced); probes are not run (a started container is
+ready); there are no cgroups, so CPU and memory limits are not enforced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .kube import ApiError, Kube
+from .logs import ContainerLog, timestamp
+from .volumes import VolumeNotReady, Volumes, VolumeUnsupported, can_mount, mount_script
+
+log = logging.getLogger("gpuhub.node-agent")
+
+GPU_RESOURCE = "nvidia.com/gpu"
+BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # the kubelet's crash-loop back-off
+
+
+@dataclass
+class Container:
+    """One container of a running pod: its current process and its status."""
+
+    spec: dict[str, Any]
+    init: bool = False
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    logs: list[ContainerLog] = field(default_factory=list)
+    state: dict[str, Any] = field(
+        default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}}
+    )
+    last_state: dict[str, Any] = field(default_factory=dict)
+    ready: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    def status(self) -> dict[str, Any]:
+        running = self.process is not None and self.process.returncode is None
+        return {
+            "name": self.name,
+            "image": self.spec.get("image", ""),
+            "imageID": f"process://{self.spec.get('image', '')}",
+            "containerID": f"process://{self.process.pid}" if self.process else "",
+            "ready": self.ready and running,
+            "started": running,
+            "restartCount": self.restarts,
+            "state": self.state,
+            "lastState": self.last_state,
+        }
+
+
+@dataclass
+class PodRun:
+    """What the agent keeps for one pod it runs."""
+
+    pod: dict[str, Any]
+    ip: str
+    gpus: list[int]
+    folder: Path
+    containers: dict[str, Container] = field(default_factory=dict)
+    init_containers: dict[str, Container] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    deleting: bool = False
+    phase: str = "Pending"
+    initialized: bool = False
+    volumes: dict[str, Path] = field(default_factory=dict)
+    message: str = ""
+    reason: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.pod["metadata"]["namespace"], self.pod["metadata"]["name"]
+
+    @property
+    def uid(self) -> str:
+        return str(self.pod["metadata"]["uid"])
+
+
+def gpu_request(pod: dict[str, Any]) -> int:
+    """GPUs a pod needs: the sum over its containers, or the largest init container's."""
+
+    def count(containers: list[dict[str, Any]] | None) -> list[int]:
+        return [
+            int((c.get("resources") or {}).get("limits", {}).get(GPU_RESOURCE, 0) or 0)
+            for c in containers or []
+        ]
+
+    spec = pod["spec"]
+    return max(sum(count(spec.get("containers"))), max(count(spec.get("initContainers")) or [0]))
+
+
+_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: known names are replaced, ``$$`` escapes."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return env.get(match.group(1), match.group(0))
+
+    return _VAR.sub(replace, text)
+
+
+class ProcessNode:
+    """Runs the pods bound to ``name`` as local processes and reports their status."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        name: str,
+        folder: Path,
+        *,
+        gpus: int,
+        apiserver_port: int,
+        ip_range: str = "127.1.0.0/16",
+    ) -> None:
+        self.kube = kube
+        self.name = name
+        self.folder = folder
+        self.apiserver_port = apiserver_port
+        self.free_gpus = set(range(gpus))
+        self.runs: dict[str, PodRun] = {}  # uid -> run
+        self.by_key: dict[tuple[str, str], str] = {}
+        network = ipaddress.ip_network(ip_range)
+        self._ips = (str(ip) for ip in network.hosts())
+        self._free_ips: list[str] = []
+        # (pod uid, "configmaps"|"secrets", name) -> data, read once when the pod starts
+        self._refs: dict[tuple[str, str, str], dict[str, str]] = {}
+        self._deletions: set[asyncio.Task[None]] = set()
+        self.path = os.pathsep.join(
+            [
+                os.path.dirname(sys.executable),
+                "/usr/local/bin",
+                "/usr/bin",
+                "/bin",
+                "/usr/local/sbin",
+                "/usr/sbin",
+                "/sbin",
+            ]
+        )
+
+    # -- the watch ---------------------------------------------------------------------------
+    async def handle(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "SYNCED":
+            return
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        run = self.runs.get(uid)
+        if kind == "DELETED":
+            if run is not None:
+                await self._kill(run, grace=0)
+                self._forget(run)
+            return
+        if run is not None:
+            run.pod = pod
+        if meta.get("deletionTimestamp"):
+            if run is None:
+                await self._finalise_delete(pod)
+            elif not run.deleting:
+                run.deleting = True
+                grace = float(meta.get("deletionGracePeriodSeconds", 30))
+                self._deletions.add(task := asyncio.create_task(self._delete(run, grace)))
+                task.add_done_callback(self._deletions.discard)
+            return
+        if run is None and pod["status"].get("phase") in ("Pending", "Running", None):
+            if kind == "SYNC" and pod["status"].get("phase") == "Running":
+                # This agent restarted: the pod's processes ended with the last agent.
+                await self._report_lost(pod)
+                return
+            self._admit(pod)
+
+    def _admit(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        need = gpu_request(pod)
+        folder = self.folder / "pods" / meta["uid"]
+        folder.mkdir(parents=True, exist_ok=True)
+        gpus = sorted(self.free_gpus)[:need]
+        run = PodRun(pod, self._allocate_ip(), gpus, folder)
+        self.runs[meta["uid"]] = run
+        self.by_key[run.key] = meta["uid"]
+        if len(gpus) < need:
+            run.phase, run.reason = "Failed", "UnexpectedAdmissionError"
+            run.message = (
+                f"Allocate failed due to requested number of devices unavailable for "
+                f"{GPU_RESOURCE}. Requested: {need}, Available: {len(self.free_gpus)}"
+            )
+            run.task = asyncio.create_task(self._report(run))
+            return
+        self.free_gpus -= set(gpus)
+        spec = pod["spec"]
+        run.init_containers = {
+            c["name"]: Container(c, init=True) for c in spec.get("initContainers") or []
+        }
+        run.containers = {c["name"]: Container(c) for c in spec.get("containers") or []}
+        run.task = asyncio.create_task(self._run(run))
+
+    def _allocate_ip(self) -> str:
+        return self._free_ips.pop() if self._free_ips else next(self._ips)
+
+    def _release(self, run: PodRun) -> None:
+        self.free_gpus |= set(run.gpus)
+        run.gpus = []
+
+    def _forget(self, run: PodRun) -> None:
+        self._release(run)
+        self.runs.pop(run.uid, None)
+        if self.by_key.get(run.key) == run.uid:
+            del self.by_key[run.key]
+        self._free_ips.append(run.ip)
+        for key in [k for k in self._refs if k[0] == run.uid]:
+            del self._refs[key]
+        shutil.rmtree(run.folder, ignore_errors=True)
+
+    def container_log(
+        self, namespace: str, pod: str, container: str, previous: bool = False
+    ) -> ContainerLog | None:
+        uid = self.by_key.get((namespace, pod))
+        run = self.runs.get(uid or "")
+        if run is None:
+            return None
+        c = run.containers.get(container) or run.init_containers.get(container)
+        if c is None or not c.logs:
+            return None
+        if previous:
+            return c.logs[-2] if len(c.logs) > 1 else None
+        return c.logs[-1]
+
+    # -- status and events -------------------------------------------------------------------
+    def _status(self, run: PodRun) -> dict[str, Any]:
+        now = timestamp()
+        pod_status = run.pod.get("status") or {}
+        old = {c["type"]: c for c in pod_status.get("conditions") or []}
+
+        def condition(kind: str, ok: bool, reason: str = "") -> dict[str, Any]:
+            previous = old.get(kind, {})
+            status = "True" if ok else "False"
+            changed = previous.get("status") != status
+            out = {
+                "type": kind,
+                "status": status,
+                "lastProbeTime": None,
+                "lastTransitionTime": now if changed else previous.get("lastTransitionTime", now),
+            }
+            if reason and not ok:
+                out["reason"] = reason
+            return out
+
+        containers = [c.status() for c in run.containers.values()]
+        ready = bool(containers) and all(c["ready"] for c in containers)
+        terminal = run.phase in ("Succeeded", "Failed")
+        reason = "PodCompleted" if terminal else "ContainersNotReady"
+        status: dict[str, Any] = {
+            "phase": run.phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": run.ip,
+            "podIPs": [{"ip": run.ip}],
+            "startTime": pod_status.get("startTime") or now,
+            "conditions": [
+                condition("PodReadyToStartContainers", True),
+                condition("Initialized", run.initialized, "ContainersNotInitialized"),
+                condition("Ready", ready and not terminal, reason),
+                condition("ContainersReady", ready and not terminal, reason),
+                old.get("PodScheduled") or condition("PodScheduled", True),
+            ],
+            "containerStatuses": containers,
+        }
+        if run.init_containers:
+            status["initContainerStatuses"] = [c.status() for c in run.init_containers.values()]
+        if run.reason:
+            status["reason"], status["message"] = run.reason, run.message
+        return status
+
+    async def _report(self, run: PodRun) -> None:
+        namespace, name = run.key
+        try:
+            await self.kube.patch_status(namespace, name, self._status(run))
+        except ApiError as error:
+            if error.status != 404:
+                log.warning("status of %s/%s: %s", namespace, name, error)
+
+    async def event(
+        self, run: PodRun, kind: str, reason: str, message: str, container: str | None = None
+    ) -> None:
+        meta = run.pod["metadata"]
+        now = timestamp()
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+        if container:
+            involved["fieldPath"] = f"spec.containers{{{container}}}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": "kubelet", "host": self.name},
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.name,
+            "firstTimestamp": now[:19] + "Z",
+            "lastTimestamp": now[:19] + "Z",
+            "count": 1,
+        }
+        with contextlib.suppress(ApiError):
+            await self.kube.request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+
+    async def _report_lost(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        status = dict(pod["status"])
+        status["phase"] = "Failed"
+        status["reason"] = "NodeAgentRestarted"
+        status["message"] = "The process node's agent restarted; the pod's processes ended with it."
+        with contextlib.suppress(ApiError):
+            await self.kube.patch_status(meta["namespace"], meta["name"], status)
+
+    # -- running -----------------------------------------------------------------------------
+    async def _run(self, run: PodRun) -> None:
+        try:
+            await self._prepare_volumes(run)
+            await self._load_refs(run)
+            if run.deleting:
+                return
+            for container in run.init_containers.values():
+                while True:
+                    code = await self._start_and_wait(run, container)
+                    if code == 0 or run.deleting:
+                        break
+                    if run.pod["spec"].get("restartPolicy", "Always") == "Never":
+                        run.phase = "Failed"
+                        await self._report(run)
+                        self._release(run)
+                        return
+                    await self._back_off(run, container)
+                if run.deleting:
+                    return
+            run.initialized = True
+            await asyncio.gather(*(self._supervise(run, c) for c in run.containers.values()))
+            if run.deleting:
+                return
+            codes = [
+                c.state.get("terminated", {}).get("exitCode", 1) for c in run.containers.values()
+            ]
+            run.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+            await self._report(run)
+            self._release(run)
+        except VolumeUnsupported as error:
+            run.phase, run.reason, run.message = "Failed", "UnsupportedVolume", str(error)
+            await self.event(run, "Warning", "FailedMount", str(error))
+            await self._report(run)
+            self._release(run)
+        except Exception:  # one pod's surprise must not stop the node
+            log.exception("pod %s/%s", *run.key)
+            run.phase, run.reason = "Failed", "NodeAgentError"
+            run.message = "The process node's agent failed to run this pod; see its log."
+            await self._report(run)
+            self._release(run)
+
+    async def _prepare_volumes(self, run: PodRun) -> None:
+        volumes = Volumes(self.kube, run.pod, run.folder, self.apiserver_port)
+        warned = False
+        while not run.deleting:
+            try:
+                run.volumes = await volumes.materialise()
+                return
+            except VolumeNotReady as error:
+                if not warned:
+                    await self.event(
+                        run,
+                        "Warning",
+                        "FailedMount",
+                        f"MountVolume.SetUp failed: {error}",
+                    )
+                    await self._report(run)
+                    warned = True
+                await asyncio.sleep(1)
+
+    async def _supervise(self, run: PodRun, container: Container) -> None:
+        policy = run.pod["spec"].get("restartPolicy", "Always")
+        while not run.deleting:
+            code = await self._start_and_wait(run, container)
+            if run.deleting:
+                return
+            if policy == "Never" or (policy == "OnFailure" and code == 0):
+                return
+            await self._back_off(run, container)
+
+    async def _back_off(self, run: PodRun, container: Container) -> None:
+        delay = min(BACKOFF_FIRST * 2 ** max(container.restarts - 1, 0), BACKOFF_MAX)
+        container.restarts += 1
+        container.last_state = container.state
+        container.state = {
+            "waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {delay:.0f}s restarting failed container={container.name} "
+                f"pod={run.pod['metadata']['name']}_{run.pod['metadata']['namespace']}"
+                f"({run.uid})",
+            }
+        }
+        await self._report(run)
+        await self.event(
+            run,
+            "Warning",
+            "BackOff",
+            f"Back-off restarting failed container {container.name} in pod "
+            f"{run.pod['metadata']['name']}_{run.pod['metadata']['namespace']}({run.uid})",
+            container.name,
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._until_deleting(run), delay)
+
+    async def _until_deleting(self, run: PodRun) -> None:
+        while not run.deleting:
+            await asyncio.sleep(0.2)
+
+    def _environment(self, run: PodRun, spec: dict[str, Any]) -> dict[str, str]:
+        pod = run.pod
+        meta = pod["metadata"]
+        env: dict[str, str] = {
+            "PATH": self.path,
+            "HOSTNAME": meta["name"],
+            "HOME": str(run.folder / "home"),
+            "LANG": "C.UTF-8",
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.apiserver_port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(self.apiserver_port),
+            "KUBERNETES_PORT": f"tcp://127.0.0.1:{self.apiserver_port}",
+        }
+        if "GPUHUB_CLUSTER" in os.environ:  # so `make cluster-down` finds pod processes too
+            env["GPUHUB_CLUSTER"] = os.environ["GPUHUB_CLUSTER"]
+        (run.folder / "home").mkdir(exist_ok=True)
+        for source in spec.get("envFrom") or []:
+            prefix = source.get("prefix", "")
+            if "configMapRef" in source:
+                data = self._lookup("configmaps", source["configMapRef"]["name"], run)
+            else:
+                data = self._lookup("secrets", source.get("secretRef", {}).get("name", ""), run)
+            env.update({prefix + k: v for k, v in data.items()})
+        for item in spec.get("env") or []:
+            if "valueFrom" not in item:
+                value = expand(str(item.get("value", "")), env)
+            else:
+                value = self._value_from(run, item["valueFrom"], spec)
+            env[item["name"]] = value.replace("0.0.0.0", run.ip)
+        devices = ",".join(str(g) for g in run.gpus)
+        env["NVIDIA_VISIBLE_DEVICES"] = devices or "void"
+        if "CUDA_VISIBLE_DEVICES" not in {i["name"] for i in spec.get("env") or []}:
+            env["CUDA_VISIBLE_DEVICES"] = devices
+        return env
+
+    def _lookup(self, plural: str, name: str, run: PodRun) -> dict[str, str]:
+        """ConfigMap or Secret data read when the pod started (see _load_refs)."""
+        return self._refs.get((run.uid, plural, name), {})
+
+    async def _load_refs(self, run: PodRun) -> None:
+        """Read every ConfigMap and Secret the pod's env refers to, once, before it starts."""
+        wanted: set[tuple[str, str]] = set()
+        for spec in [
+            *(run.pod["spec"].get("initContainers") or []),
+            *run.pod["spec"]["containers"],
+        ]:
+            for source in spec.get("envFrom") or []:
+                if "configMapRef" in source:
+                    wanted.add(("configmaps", source["configMapRef"]["name"]))
+                elif "secretRef" in source:
+                    wanted.add(("secrets", source["secretRef"]["name"]))
+            for item in spec.get("env") or []:
+                ref = item.get("valueFrom") or {}
+                if "configMapKeyRef" in ref:
+                    wanted.add(("configmaps", ref["configMapKeyRef"]["name"]))
+                elif "secretKeyRef" in ref:
+                    wanted.add(("secrets", ref["secretKeyRef"]["name"]))
+        namespace = run.pod["metadata"]["namespace"]
+        for plural, name in wanted:
+            try:
+                obj = await self.kube.request(
+                    "GET", f"/api/v1/namespaces/{namespace}/{plural}/{name}"
+                )
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                continue
+            data = obj.get("data") or {}
+            if plural == "secrets":
+                data = {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
+            self._refs[(run.uid, plural, name)] = data
+
+    def _value_from(self, run: PodRun, source: dict[str, Any], spec: dict[str, Any]) -> str:
+        pod = run.pod
+        meta = pod["metadata"]
+        if "fieldRef" in source:
+            path = source["fieldRef"].get("fieldPath", "")
+            simple = {
+                "metadata.name": meta["name"],
+                "metadata.namespace": meta["namespace"],
+                "metadata.uid": meta["uid"],
+                "spec.nodeName": self.name,
+                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+                "status.podIP": run.ip,
+                "status.podIPs": run.ip,
+                "status.hostIP": "127.0.0.1",
+                "status.hostIPs": "127.0.0.1",
+            }
+            if path in simple:
+                return str(simple[path])
+            match = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+            if match:
+                return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+            return ""
+        if "resourceFieldRef" in source:
+            ref = source["resourceFieldRef"]
+            kind, _, resource = ref.get("resource", "").partition(".")
+            target = spec
+            if ref.get("containerName"):
+                target = next(
+                    (c for c in pod["spec"]["containers"] if c["name"] == ref["containerName"]),
+                    spec,
+                )
+            return str((target.get("resources") or {}).get(kind, {}).get(resource, ""))
+        for key, plural in (("configMapKeyRef", "configmaps"), ("secretKeyRef", "secrets")):
+            if key in source:
+                ref = source[key]
+                return self._lookup(plural, ref["name"], run).get(ref["key"], "")
+        return ""
+
+    async def _start_and_wait(self, run: PodRun, container: Container) -> int:
+        """Start one run of ``container``, wait for it to end; returns its exit code."""
+        spec = container.spec
+        env = self._environment(run, spec)
+        argv = [
+            expand(a, env).replace("0.0.0.0", run.ip)
+            for a in [*(spec.get("command") or []), *(spec.get("args") or [])]
+        ]
+        if not spec.get("command"):
+            container.state = {
+                "waiting": {
+                    "reason": "CreateContainerError",
+                    "message": (
+                        f"the process node runs a container's command and args; container "
+                        f"{container.name!r} names no command, and its image's entrypoint is "
+                        "not known here"
+                    ),
+                }
+            }
+            await self._report(run)
+            await self._until_deleting(run)
+            return 1
+        log_file = ContainerLog(run.folder / f"{container.name}-{container.restarts}.log")
+        container.logs.append(log_file)
+        image = spec.get("image", "")
+        if not container.restarts:
+            await self.event(
+                run,
+                "Normal",
+                "Pulled",
+                f'Container image "{image}" already present on machine',
+                container.name,
+            )
+        mounts = spec.get("volumeMounts") or []
+        workdir = spec.get("workingDir")
+        cwd = str(run.folder / "home")
+        if mounts or workdir:
+            if mounts and not can_mount():
+                raise VolumeUnsupported(
+                    "the process node mounts volumes in a private mount namespace, which needs "
+                    "root; run the cluster as root"
+                )
+            script = run.folder / f"{container.name}.sh"
+            script.write_text(mount_script(spec, run.volumes, workdir))
+            prefix = ["unshare", "--mount", "--propagation", "private"] if mounts else []
+            argv = [*prefix, "sh", str(script), *argv]
+        else:
+            resolved = shutil.which(argv[0], path=env["PATH"])
+            if resolved is None:
+                argv_note = argv[0]
+                container.state = {
+                    "terminated": {
+                        "exitCode": 127,
+                        "reason": "StartError",
+                        "message": f'exec: "{argv_note}": executable file not found in $PATH',
+                        "startedAt": timestamp()[:19] + "Z",
+                        "finishedAt": timestamp()[:19] + "Z",
+                    }
+                }
+                log_file.close()
+                await self._report(run)
+                return 127
+            argv[0] = resolved
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                cwd=cwd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as error:
+            container.state = {
+                "terminated": {
+                    "exitCode": 128,
+                    "reason": "StartError",
+                    "message": str(error),
+                    "startedAt": timestamp()[:19] + "Z",
+                    "finishedAt": timestamp()[:19] + "Z",
+                }
+            }
+            log_file.close()
+            await self._report(run)
+            return 128
+        container.process = process
+        started = timestamp()[:19] + "Z"
+        container.state = {"running": {"startedAt": started}}
+        container.ready = not container.init
+        await self.event(
+            run, "Normal", "Created", f"Created container: {container.name}", container.name
+        )
+        await self.event(
+            run, "Normal", "Started", f"Started container {container.name}", container.name
+        )
+        if run.initialized or container.init:
+            if not container.init:
+                run.phase = "Running"
+            await self._report(run)
+        pumps = [
+            asyncio.create_task(self._pump(process.stdout, "stdout", log_file)),
+            asyncio.create_task(self._pump(process.stderr, "stderr", log_file)),
+        ]
+        code = await process.wait()
+        await asyncio.gather(*pumps)
+        log_file.close()
+        exit_code = code if code >= 0 else 128 - code
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": timestamp()[:19] + "Z",
+            "containerID": f"process://{process.pid}",
+        }
+        if code < 0:
+            terminated["signal"] = -code
+        container.state = {"terminated": terminated}
+        container.ready = False
+        if not run.deleting:
+            await self._report(run)
+        return exit_code
+
+    @staticmethod
+    async def _pump(stream: asyncio.StreamReader | None, name: str, out: ContainerLog) -> None:
+        assert stream is not None
+        while chunk := await stream.read(65536):
+            out.write(name, chunk)
+
+    # -- ending ------------------------------------------------------------------------------
+    async def _kill(self, run: PodRun, grace: float) -> None:
+        processes = [
+            c.process
+            for c in [*run.init_containers.values(), *run.containers.values()]
+            if c.process is not None and c.process.returncode is None
+        ]
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        if grace > 0 and processes:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(p.wait() for p in processes)), timeout=grace
+                )
+        for process in processes:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+        if processes:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), 10)
+
+    async def _delete(self, run: PodRun, grace: float) -> None:
+        """A graceful delete: stop the containers, then remove the pod (the kubelet's job)."""
+        for container in run.containers.values():
+            if container.process is not None and container.process.returncode is None:
+                await self.event(
+                    run, "Normal", "Killing", f"Stopping container {container.name}", container.name
+                )
+        await self._kill(run, grace)
+        if run.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(run.task, 10)
+        await self._finalise_delete(run.pod)
+        self._forget(run)
+
+    async def _finalise_delete(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": meta["uid"]},
+        }
+        try:
+            await self.kube.request(
+                "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", body
+            )
+        except ApiError as error:
+            if error.status not in (404, 409):
+                log.warning("deleting %s/%s: %s", meta["namespace"], meta["name"], error)
+
+    async def shutdown(self) -> None:
+        """The agent stops: every pod's processes end with it."""
+        for run in list(self.runs.values()):
+            run.deleting = True
+        await asyncio.gather(*(self._kill(run, grace=5) for run in list(self.runs.values())))
