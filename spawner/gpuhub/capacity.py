@@ -13,6 +13,7 @@ exactly as the scheduler counts them (a pod being deleted still holds its GPUs).
 from __future__ import annotations
 
 import asyncio
+import weakref
 import contextlib
 import gc
 import json
@@ -502,28 +503,32 @@ def _type_key(gpu_type: GPUType) -> tuple[str, ...]:
     )
 
 
-# One cache per event loop and API server: shared by every spawner of the hub process.
-_SHARED: dict[tuple[int, str], ClusterCapacity] = {}
-_LEDGERS: dict[int, Ledger] = {}
+# One cache (and ledger) per event loop and API server: shared by every spawner of the hub
+# process. Keyed by the loop itself, held weakly: a loop's id() can be reused by a later loop,
+# which would then get a dead cache whose watch tasks ran on the old one.
+_SHARED: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, tuple[ClusterCapacity, Ledger]]
+] = weakref.WeakKeyDictionary()
+
+
+def _shared(api: Any) -> tuple[ClusterCapacity, Ledger]:
+    configuration = getattr(getattr(api, "api_client", None), "configuration", None)
+    host = str(getattr(configuration, "host", ""))
+    per_loop = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    if host not in per_loop:
+        cache = ClusterCapacity(api)
+        per_loop[host] = (cache, Ledger(cache))
+    cache, ledger = per_loop[host]
+    cache.start()
+    return cache, ledger
 
 
 def shared_ledger(api: Any) -> Ledger:
     """The hub's GPU ledger on the cluster ``api`` talks to: holdings from the shared pod
     watch, plus grants for workloads whose pods are not there yet."""
-    cache = shared_capacity(api)
-    ledger = _LEDGERS.get(id(cache))
-    if ledger is None:
-        ledger = _LEDGERS[id(cache)] = Ledger(cache)
-    return ledger
+    return _shared(api)[1]
 
 
 def shared_capacity(api: Any) -> ClusterCapacity:
     """The process-wide capacity cache for the cluster ``api`` talks to (started lazily)."""
-    configuration = getattr(getattr(api, "api_client", None), "configuration", None)
-    host = str(getattr(configuration, "host", ""))
-    key = (id(asyncio.get_running_loop()), host)
-    cache = _SHARED.get(key)
-    if cache is None:
-        cache = _SHARED[key] = ClusterCapacity(api)
-    cache.start()
-    return cache
+    return _shared(api)[0]

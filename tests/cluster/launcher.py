@@ -29,7 +29,7 @@ import urllib3
 from . import addons, build, processes
 from .components import KUBERNETES, KWOK
 from .kubeapi import KubeAPI, KubeError, kubeconfig, wait_for
-from .nodes import DEFAULT_NODES_FILE, kwok_module_dir, load_nodes, stages
+from .nodes import DEFAULT_NODES_FILE, kwok_module_dir, load_nodes, schedulable, stages
 from .pki import ClusterPKI
 
 REPO = Path(__file__).resolve().parents[2]
@@ -392,17 +392,9 @@ class Launcher:
                         f"{name} exited while starting (log: {root}/logs/{name}.log)."
                     )
             listing = api.request("GET", "/api/v1/nodes")["items"]
-            ready = [
-                n
-                for n in listing
-                if any(
-                    c["type"] == "Ready" and c["status"] == "True"
-                    for c in n.get("status", {}).get("conditions") or []
-                )
-            ]
-            return len(ready) >= len(nodes) + 1
+            return sum(map(schedulable, listing)) >= len(nodes) + 1
 
-        wait_for("every node Ready", nodes_ready, timeout=120)
+        wait_for("every node Ready and schedulable", nodes_ready, timeout=120)
         self._save(nodes=len(nodes) + 1)
 
         # The operators.

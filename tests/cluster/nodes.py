@@ -83,6 +83,17 @@ def node_object(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def schedulable(node: dict[str, Any] | None) -> bool:
+    """Ready, and the node lifecycle controller has lifted its ``not-ready`` taint."""
+    if node is None:
+        return False
+    conditions = node.get("status", {}).get("conditions") or []
+    taints = node.get("spec", {}).get("taints") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) and not any(
+        t["key"] == "node.kubernetes.io/not-ready" for t in taints
+    )
+
+
 def load_nodes(path: Path) -> list[dict[str, Any]]:
     entries = yaml.safe_load(path.read_text()) or []
     if not isinstance(entries, list):

@@ -1,4 +1,7 @@
-"""gpuhub.capacity: live GPU figures from a watch of kubesim's nodes and pods, exactly right."""
+"""gpuhub.capacity: live GPU figures from a watch of the cluster's nodes and pods, exactly right.
+
+The A100 and MIG nodes are kwok's (tests/cluster/nodes.yaml); the process node local-0 adds 4
+simulated ``nvidia.com/gpu`` that no A100 selector matches."""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from kubernetes_asyncio import client, config
 from gpuhub.capacity import CapacityUnavailable, ClusterCapacity
 from gpuhub.form import GPUCapacity
 from gpuhub.policy import Policy
-from tests.kubesim.pytest_plugin import A100_PRODUCT
+from tests.support.cluster import A100_PRODUCT, GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
 
-TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+TOLERATE_GPU = [GPU_TOLERATION, KWOK_TOLERATION]
 A100_CONFIG = {
     "display_name": "NVIDIA A100 80GB",
     "resource_name": "nvidia.com/gpu",
@@ -29,7 +32,8 @@ POLICY = Policy.from_config(
             "tolerations": TOLERATE_GPU,
             "max_gpus": 1,
         },
-        # Misconfigured: no toleration for the GPU nodes' taint, so no node serves it.
+        # Misconfigured: no toleration for the GPU nodes' taint, so only the untainted
+        # process node (4 simulated GPUs) serves it.
         "untolerated": {"display_name": "Untolerated", "resource_name": "nvidia.com/gpu"},
     }
 )
@@ -54,6 +58,15 @@ def gpu_pod(
     if node:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _unschedulable(kube, name: str) -> bool:
+    """The scheduler said the pod fits nowhere."""
+    pod = kube.get("Pod", name) or {}
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions
+    )
 
 
 @pytest.fixture
@@ -84,17 +97,18 @@ async def test_initial_figures_per_type(cache):
     assert cache.capacity(TYPES) == {
         "a100": GPUCapacity(free=16, total=16, largest_free=8),
         "a100-1g": GPUCapacity(free=7, total=7, largest_free=7),
-        "untolerated": GPUCapacity(free=0, total=0, largest_free=0),
+        "untolerated": GPUCapacity(free=4, total=4, largest_free=4),
     }
     fit = cache.fit(A100, 4)
     assert (fit.nodes, fit.max_gpus, fit.max_cpu, fit.max_memory) == (2, 8, 64.0, 512 * 2**30)
 
 
-async def test_pods_take_and_give_back_gpus(kubesim, kube_api, cache):
+async def test_pods_take_and_give_back_gpus(kube, kube_api, cache):
     v1 = client.CoreV1Api(kube_api)
-    await v1.create_namespaced_pod("default", gpu_pod("three", 3, node="a100-0"))
-    await v1.create_namespaced_pod("default", gpu_pod("two", 2, node="a100-1"))
-    await v1.create_namespaced_pod("default", gpu_pod("slice", 1, "nvidia.com/mig-1g.10gb"))
+    ns = kube.namespace
+    await v1.create_namespaced_pod(ns, gpu_pod("three", 3, node="a100-0"))
+    await v1.create_namespaced_pod(ns, gpu_pod("two", 2, node="a100-1"))
+    await v1.create_namespaced_pod(ns, gpu_pod("slice", 1, "nvidia.com/mig-1g.10gb"))
     await eventually(
         lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=11, total=16, largest_free=6)
     )
@@ -102,66 +116,81 @@ async def test_pods_take_and_give_back_gpus(kubesim, kube_api, cache):
         lambda: cache.capacity(TYPES)["a100-1g"] == GPUCapacity(free=6, total=7, largest_free=6)
     )
     # A pod that cannot be scheduled holds nothing.
-    await v1.create_namespaced_pod("default", gpu_pod("too-big", 8, node="a100-0"))
-    await asyncio.sleep(0.3)
+    await v1.create_namespaced_pod(ns, gpu_pod("too-big", 8, node="a100-0"))
+    await eventually(lambda: _unschedulable(kube, "too-big"))
     assert cache.capacity(TYPES)["a100"].free == 11
     # Finishing (Succeeded) and deletion give GPUs back.
-    await asyncio.to_thread(kubesim.finish_pod, "three")
+    three = await asyncio.to_thread(kube.get, "Pod", "three")
+    await asyncio.to_thread(kube.finish_pods, [three])
     # too-big then gets all 8 of a100-0's GPUs
     await eventually(
         lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=6, total=16, largest_free=6)
     )
-    await v1.delete_namespaced_pod("two", "default", grace_period_seconds=0)
+    await v1.delete_namespaced_pod("two", ns, grace_period_seconds=0)
     await eventually(
         lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=8, total=16, largest_free=8)
     )
 
 
-async def test_nodes_joining_leaving_and_cordoned(kubesim, kube_api, cache):
-    await asyncio.to_thread(
-        kubesim.add_node,
-        "a100-2",
-        {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 4},
-        {"nvidia.com/gpu.product": A100_PRODUCT},
-    )
+async def test_nodes_joining_leaving_and_cordoned(kube, kube_api, cache):
+    """Nodes of this test's own join, one is cordoned, one leaves (the cluster's own A100
+    nodes stay for the other tests)."""
+    a100 = {"nvidia.com/gpu.product": A100_PRODUCT}
+    big, small = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": 4}, {"nvidia.com/gpu": 2}
+    await asyncio.to_thread(kube.add_node, "a100-2", big, a100)
     await eventually(
         lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=20, total=20, largest_free=8)
     )
+    await asyncio.to_thread(kube.add_node, "a100-3", small, a100)
+    await eventually(lambda: cache.capacity(TYPES)["a100"].total == 22)
     v1 = client.CoreV1Api(kube_api)
-    await v1.patch_node("a100-0", {"spec": {"unschedulable": True}})
+    await v1.patch_node("a100-3", {"spec": {"unschedulable": True}})
     await eventually(
-        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=12, total=12, largest_free=8)
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=20, total=20, largest_free=8)
     )
-    await asyncio.to_thread(kubesim.remove_node, "a100-1")
+    await asyncio.to_thread(kube.remove_node, "a100-2")
     await eventually(
-        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=4, total=4, largest_free=4)
+        lambda: cache.capacity(TYPES)["a100"] == GPUCapacity(free=16, total=16, largest_free=8)
     )
 
 
-async def test_snapshot_is_reused_until_something_changes(kube_api, cache):
+async def test_snapshot_is_reused_until_something_changes(kube, kube_api, cache):
     first = cache.capacity(TYPES)
     assert cache.capacity(TYPES) is first
-    await client.CoreV1Api(kube_api).create_namespaced_pod("default", gpu_pod("one", 1))
+    await client.CoreV1Api(kube_api).create_namespaced_pod(kube.namespace, gpu_pod("one", 1))
     await eventually(lambda: cache.capacity(TYPES) is not first)
 
 
-async def test_recovers_from_dropped_watches_and_compaction(kubesim, kube_api, cache):
-    v1 = client.CoreV1Api(kube_api)
-    kubesim.fail_requests(500, count=2, path="/api/v1/pods")
-    await asyncio.to_thread(kubesim.compact)
-    await asyncio.to_thread(kubesim.drop_watches, True)
-    await v1.create_namespaced_pod("default", gpu_pod("during", 2, node="a100-0"))
-    await eventually(
-        lambda: cache.available and cache.capacity(TYPES)["a100"].free == 14, timeout=20
-    )
+async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube_faults):
+    """Through the fault proxy: two LISTs fail, the watch history is compacted (a resumed
+    watch gets 410 Gone) and every open watch is cut; the cache lists again and is right."""
+    faulty = await config.new_client_from_config(config_file=str(kube_faults.kubeconfig))
+    capacity = ClusterCapacity(client.CoreV1Api(faulty), watch_timeout=5)
+    try:
+        assert await capacity.wait_ready(10)
+        # Both watches (nodes, pods) are open through the proxy before the faults begin.
+        await eventually(lambda: kube_faults.open_watches() >= 2)
+        v1 = client.CoreV1Api(kube_api)
+        # The next LISTs of pods fail; every watch resumes from before the compaction.
+        kube_faults.fail_requests(500, count=2, path="/api/v1/pods", watch=False)
+        await asyncio.to_thread(kube_faults.compact)
+        assert await asyncio.to_thread(kube_faults.drop_watches, True) >= 2
+        await v1.create_namespaced_pod(kube.namespace, gpu_pod("during", 2, node="a100-0"))
+        await eventually(
+            lambda: capacity.available and capacity.capacity(TYPES)["a100"].free == 14,
+            timeout=20,
+        )
+    finally:
+        await capacity.stop()
+        await faulty.close()
 
 
 async def test_unreachable_cluster_says_so(tmp_path):
-    from tests.kubesim import kubeconfig_text
+    from tests.cluster.kubeapi import kubeconfig
     from tests.support.hub.process import free_port
 
     path = tmp_path / "kubeconfig"
-    path.write_text(kubeconfig_text(f"http://127.0.0.1:{free_port()}"))
+    path.write_text(kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "none", token="x"))
     api_client = await config.new_client_from_config(config_file=str(path))
     capacity = ClusterCapacity(client.CoreV1Api(api_client), request_timeout=2)
     try:
@@ -174,7 +203,7 @@ async def test_unreachable_cluster_says_so(tmp_path):
         await api_client.close()
 
 
-async def test_spawner_counts_only_nodes_its_pods_may_use(kubesim, monkeypatch):
+async def test_spawner_counts_only_nodes_its_pods_may_use(kube, monkeypatch):
     """GPUSpawner's figures and refusals apply the admin's spawner-wide node selector too."""
     from types import SimpleNamespace
 
@@ -188,15 +217,15 @@ async def test_spawner_counts_only_nodes_its_pods_may_use(kubesim, monkeypatch):
     from gpuhub.capacity import shared_capacity
     from gpuhub.spawner_base import apply_gpuhub_options
 
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubesim.kubeconfig))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kube.kubeconfig))
     default = Configuration.get_default_copy()
     kubespawner_clients.load_config.cache_clear()
     await asyncio.to_thread(
-        kubesim.add_node,
+        kube.add_node,
         "research-a100",
         {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": 4},
         {"nvidia.com/gpu.product": A100_PRODUCT, "pool": "research"},
-        [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        [GPU_TAINT],
     )
     config = Config()
     config.GPUSpawner.gpu_types = {"a100": {**A100_CONFIG, "max_gpus": 16}}
