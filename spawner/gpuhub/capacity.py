@@ -13,11 +13,11 @@ exactly as the scheduler counts them (a pod being deleted still holds its GPUs).
 from __future__ import annotations
 
 import asyncio
-import weakref
 import contextlib
 import gc
 import json
 import logging
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any

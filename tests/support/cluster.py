@@ -59,8 +59,20 @@ __all__ = ["KWOK_TOLERATION", "MISSING_IMAGE_SUFFIX"]
 # The apiVersion of each kind a test names by kind alone.
 API_VERSIONS = {
     **dict.fromkeys(
-        ("Pod", "Service", "ConfigMap", "Secret", "Event", "Namespace", "Node",
-         "ServiceAccount", "PersistentVolumeClaim", "ResourceQuota", "LimitRange", "Endpoints"),
+        (
+            "Pod",
+            "Service",
+            "ConfigMap",
+            "Secret",
+            "Event",
+            "Namespace",
+            "Node",
+            "ServiceAccount",
+            "PersistentVolumeClaim",
+            "ResourceQuota",
+            "LimitRange",
+            "Endpoints",
+        ),
         "v1",
     ),
     "Job": "batch/v1",
@@ -70,11 +82,13 @@ API_VERSIONS = {
     "ClusterTrainingRuntime": "trainer.kubeflow.org/v1alpha1",
     "TrainingRuntime": "trainer.kubeflow.org/v1alpha1",
     "JobSet": "jobset.x-k8s.io/v1alpha2",
-    **dict.fromkeys(("Workload", "ClusterQueue", "LocalQueue", "ResourceFlavor"),
-                    "kueue.x-k8s.io/v1beta2"),
+    **dict.fromkeys(
+        ("Workload", "ClusterQueue", "LocalQueue", "ResourceFlavor"), "kueue.x-k8s.io/v1beta2"
+    ),
     "NetworkPolicy": "networking.k8s.io/v1",
-    **dict.fromkeys(("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"),
-                    "rbac.authorization.k8s.io/v1"),
+    **dict.fromkeys(
+        ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"), "rbac.authorization.k8s.io/v1"
+    ),
     "PriorityClass": "scheduling.k8s.io/v1",
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
 }
@@ -110,8 +124,10 @@ def api_from_kubeconfig(path: Path) -> KubeAPI:
     data or a token)."""
     config = yaml.safe_load(path.read_text())
     context_name = config.get("current-context")
-    context = next((c["context"] for c in config.get("contexts", [])
-                    if c["name"] == context_name), config["contexts"][0]["context"])
+    context = next(
+        (c["context"] for c in config.get("contexts", []) if c["name"] == context_name),
+        config["contexts"][0]["context"],
+    )
     cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
     user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
     folder = path.parent / f".{path.name}.files"
@@ -125,8 +141,12 @@ def api_from_kubeconfig(path: Path) -> KubeAPI:
         value = user.get(key) or cluster.get(key)
         return Path(value) if value else None
 
-    api = KubeAPI(cluster["server"], material("certificate-authority") or Path(),
-                  material("client-certificate") or Path(), material("client-key") or Path())
+    api = KubeAPI(
+        cluster["server"],
+        material("certificate-authority") or Path(),
+        material("client-certificate") or Path(),
+        material("client-key") or Path(),
+    )
     if not user.get("client-certificate") and not user.get("client-certificate-data"):
         api.session.cert = None
     if user.get("token"):
@@ -155,13 +175,20 @@ class Kube:
         except KeyError:
             raise ValueError(f"name the apiVersion of {kind}: api_version=...") from None
 
-    def _path(self, kind: str, name: str = "", namespace: str | None = None,
-              api_version: str | None = None) -> str:
-        return self.api.path(self.api_version(kind, api_version), kind, name,
-                             namespace or self.namespace)
+    def _path(
+        self,
+        kind: str,
+        name: str = "",
+        namespace: str | None = None,
+        api_version: str | None = None,
+    ) -> str:
+        return self.api.path(
+            self.api_version(kind, api_version), kind, name, namespace or self.namespace
+        )
 
-    def get(self, kind: str, name: str, namespace: str | None = None,
-            api_version: str | None = None) -> dict[str, Any] | None:
+    def get(
+        self, kind: str, name: str, namespace: str | None = None, api_version: str | None = None
+    ) -> dict[str, Any] | None:
         try:
             return self.api.request("GET", self._path(kind, name, namespace, api_version))  # type: ignore[no-any-return]
         except KubeError as error:
@@ -169,13 +196,21 @@ class Kube:
                 return None
             raise
 
-    def list(self, kind: str, namespace: str | None = None, labels: dict[str, str] | None = None,
-             api_version: str | None = None, all_namespaces: bool = False) -> list[dict[str, Any]]:
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        api_version: str | None = None,
+        all_namespaces: bool = False,
+    ) -> list[dict[str, Any]]:
         version = self.api_version(kind, api_version)
         path = self.api.path(version, kind, "", namespace or self.namespace)
         if all_namespaces:
             path = self.api.path(version, kind, "", "x").replace("/namespaces/x", "")
-        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else {}
+        params = (
+            {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else {}
+        )
         return list(self.api.request("GET", path, params=params)["items"])
 
     def create(self, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
@@ -198,16 +233,33 @@ class Kube:
             self._cluster_scoped.append((obj["apiVersion"], obj["kind"] + "/" + meta["name"]))
         return self.api.apply(obj)
 
-    def patch(self, kind: str, name: str, patch: dict[str, Any], namespace: str | None = None,
-              api_version: str | None = None, subresource: str = "") -> dict[str, Any]:
-        path = self._path(kind, name, namespace, api_version) + (f"/{subresource}" if subresource else "")
+    def patch(
+        self,
+        kind: str,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        api_version: str | None = None,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        path = self._path(kind, name, namespace, api_version) + (
+            f"/{subresource}" if subresource else ""
+        )
         return self.api.request(  # type: ignore[no-any-return]
-            "PATCH", path, data=json.dumps(patch),
+            "PATCH",
+            path,
+            data=json.dumps(patch),
             headers={"Content-Type": "application/merge-patch+json"},
         )
 
-    def delete(self, kind: str, name: str, namespace: str | None = None,
-               api_version: str | None = None, **options: Any) -> None:
+    def delete(
+        self,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        api_version: str | None = None,
+        **options: Any,
+    ) -> None:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
         try:
             self.api.request("DELETE", self._path(kind, name, namespace, api_version), json=body)
@@ -215,7 +267,9 @@ class Kube:
             if error.status != 404:
                 raise
 
-    def events(self, involved: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+    def events(
+        self, involved: str | None = None, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
         events = self.list("Event", namespace)
         if involved:
             events = [e for e in events if e["involvedObject"].get("name") == involved]
@@ -223,9 +277,9 @@ class Kube:
 
     def logs(self, pod: str, container: str | None = None, namespace: str | None = None) -> str:
         path = self._path("Pod", pod, namespace) + "/log"
-        response = self.api.session.get(self.api.server + path,
-                                        params={"container": container} if container else {},
-                                        timeout=30)
+        response = self.api.session.get(
+            self.api.server + path, params={"container": container} if container else {}, timeout=30
+        )
         response.raise_for_status()
         return str(response.text)
 
@@ -246,7 +300,9 @@ class Kube:
         if not self.local:
             pytest.skip(f"needs {what}, which only the local cluster (make cluster) has")
 
-    def job_pods(self, name: str, kind: str = "Job", namespace: str | None = None) -> list[dict[str, Any]]:
+    def job_pods(
+        self, name: str, kind: str = "Job", namespace: str | None = None
+    ) -> list[dict[str, Any]]:
         return self.list("Pod", namespace, labels={POD_LABEL_OF[kind]: name})
 
     def finish_pods(self, pods: list[dict[str, Any]], exit_code: int = 0) -> None:
@@ -254,28 +310,54 @@ class Kube:
         self.require_local("kwok's fake nodes")
         for pod in pods:
             meta = pod["metadata"]
-            self.patch("Pod", meta["name"], {"metadata": {"annotations": {
-                EXIT_CODE_ANNOTATION: str(exit_code)}}}, meta["namespace"])
+            self.patch(
+                "Pod",
+                meta["name"],
+                {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}},
+                meta["namespace"],
+            )
 
-    def finish_job(self, name: str, kind: str = "Job", succeed: bool = True,
-                   exit_code: int | None = None, namespace: str | None = None,
-                   timeout: float = 60) -> None:
+    def finish_job(
+        self,
+        name: str,
+        kind: str = "Job",
+        succeed: bool = True,
+        exit_code: int | None = None,
+        namespace: str | None = None,
+        timeout: float = 60,
+    ) -> None:
         """The running pods of a job on kwok's nodes end: 0, or 1 (``exit_code``) if not
         ``succeed``. Waits until the job has a running pod first."""
         code = exit_code if exit_code is not None else (0 if succeed else 1)
 
         def running() -> list[dict[str, Any]]:
-            return [p for p in self.job_pods(name, kind, namespace)
-                    if p.get("status", {}).get("phase") == "Running"]
+            return [
+                p
+                for p in self.job_pods(name, kind, namespace)
+                if p.get("status", {}).get("phase") == "Running"
+            ]
 
         self.finish_pods(self.wait_for(running, timeout), code)
 
-    def add_node(self, name: str, allocatable: dict[str, Any], labels: dict[str, str] | None = None,
-                 taints: list[dict[str, str]] | None = None, unschedulable: bool = False) -> None:
+    def add_node(
+        self,
+        name: str,
+        allocatable: dict[str, Any],
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        unschedulable: bool = False,
+    ) -> None:
         """A kwok node for this test (removed after it); returns once it is Ready."""
         self.require_local("kwok's fake nodes")
-        node = node_object({"name": name, "allocatable": allocatable, "labels": labels or {},
-                            "taints": taints or [], "unschedulable": unschedulable})
+        node = node_object(
+            {
+                "name": name,
+                "allocatable": allocatable,
+                "labels": labels or {},
+                "taints": taints or [],
+                "unschedulable": unschedulable,
+            }
+        )
         status = node.pop("status")
         self.create(node)
         self.patch("Node", name, {"status": status}, subresource="status")
@@ -305,7 +387,9 @@ def _is_local(api: KubeAPI) -> bool:
         node = api.get("v1", "Node", "local-0")
     except KubeError:
         return False
-    return bool(node and node["metadata"].get("labels", {}).get("gpuhub.io/node-agent") == "process")
+    return bool(
+        node and node["metadata"].get("labels", {}).get("gpuhub.io/node-agent") == "process"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -319,8 +403,13 @@ def new_namespace(api: KubeAPI, hint: str) -> str:
     """A fresh namespace, once its ``default`` ServiceAccount exists (pods need it)."""
     slug = "".join(c if c.isalnum() else "-" for c in hint.lower()).strip("-")[:30].strip("-")
     name = f"t-{slug}-{secrets.token_hex(3)}"
-    api.apply({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": name, "labels": {"gpuhub.io/test": "true"}}})
+    api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"gpuhub.io/test": "true"}},
+        }
+    )
     deadline = time.monotonic() + 60
     while api.get("v1", "ServiceAccount", "default", name) is None:
         if time.monotonic() > deadline:
@@ -340,14 +429,17 @@ def kube_for(config: tuple[Path, KubeAPI, bool], hint: str) -> Iterator[Kube]:
 
 
 @pytest.fixture
-def kube(kube_cluster_config: tuple[Path, KubeAPI, bool], request: pytest.FixtureRequest) -> Iterator[Kube]:
+def kube(
+    kube_cluster_config: tuple[Path, KubeAPI, bool], request: pytest.FixtureRequest
+) -> Iterator[Kube]:
     with kube_for(kube_cluster_config, request.node.name) as k:
         yield k
 
 
 @pytest.fixture(scope="module")
-def module_kube(kube_cluster_config: tuple[Path, KubeAPI, bool],
-                request: pytest.FixtureRequest) -> Iterator[Kube]:
+def module_kube(
+    kube_cluster_config: tuple[Path, KubeAPI, bool], request: pytest.FixtureRequest
+) -> Iterator[Kube]:
     with kube_for(kube_cluster_config, request.module.__name__.rsplit(".", 1)[-1]) as k:
         yield k
 

@@ -29,13 +29,24 @@ T = TypeVar("T")
 _REASONS = {
     500: ("InternalError", "Internal error occurred: injected by the test's fault proxy"),
     503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
-    504: ("Timeout", "the server was unable to return a response in the time allotted, "
-                     "but may still be processing the request"),
-    429: ("TooManyRequests", "the server has received too many requests and has asked us "
-                             "to try again later"),
+    504: (
+        "Timeout",
+        "the server was unable to return a response in the time allotted, "
+        "but may still be processing the request",
+    ),
+    429: (
+        "TooManyRequests",
+        "the server has received too many requests and has asked us to try again later",
+    ),
 }
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host",
-               "content-encoding"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "host",
+    "content-encoding",
+}
 
 
 @dataclass
@@ -75,13 +86,20 @@ class FaultProxy:
         self._ready.wait(30)
         self.url = f"http://127.0.0.1:{self.port}"
         self.kubeconfig = folder / "faulty-kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "faulty", "cluster": {"server": self.url}}],
-            "users": [{"name": "faulty", "user": {}}],
-            "contexts": [{"name": "faulty", "context": {"cluster": "faulty", "user": "faulty"}}],
-            "current-context": "faulty",
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "faulty", "cluster": {"server": self.url}}],
+                    "users": [{"name": "faulty", "user": {}}],
+                    "contexts": [
+                        {"name": "faulty", "context": {"cluster": "faulty", "user": "faulty"}}
+                    ],
+                    "current-context": "faulty",
+                }
+            )
+        )
 
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -124,17 +142,30 @@ class FaultProxy:
         self._thread.join(10)
 
     # -- controls (any thread) -----------------------------------------------------------
-    def fail_requests(self, status: int = 500, *, nth: int = 1, count: int | None = 1,
-                      method: str | None = None, path: str | None = None,
-                      watch: bool | None = None) -> Rule:
+    def fail_requests(
+        self,
+        status: int = 500,
+        *,
+        nth: int = 1,
+        count: int | None = 1,
+        method: str | None = None,
+        path: str | None = None,
+        watch: bool | None = None,
+    ) -> Rule:
         """The ``nth`` matching request from now (and ``count - 1`` more) gets ``status``."""
         rule = Rule("error", method, path, nth - 1, count, status=status, watch=watch)
         self.call(lambda: self.rules.append(rule))
         return rule
 
-    def slow_requests(self, seconds: float, *, method: str | None = None,
-                      path: str | None = None, count: int | None = None,
-                      watch: bool | None = None) -> Rule:
+    def slow_requests(
+        self,
+        seconds: float,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        count: int | None = None,
+        watch: bool | None = None,
+    ) -> Rule:
         rule = Rule("slow", method, path, 0, count, seconds=seconds, watch=watch)
         self.call(lambda: self.rules.append(rule))
         return rule
@@ -169,8 +200,9 @@ class FaultProxy:
         etcd compaction; a client must LIST again."""
 
         async def current() -> int:
-            async with self._session.get(self.upstream + "/api/v1/namespaces",
-                                         params={"limit": "1"}) as response:
+            async with self._session.get(
+                self.upstream + "/api/v1/namespaces", params={"limit": "1"}
+            ) as response:
                 body = await response.json()
             return int(body["metadata"]["resourceVersion"])
 
@@ -193,9 +225,18 @@ class FaultProxy:
             if rule.kind == "slow":
                 await asyncio.sleep(rule.seconds)
                 continue
-            reason, message = _REASONS.get(rule.status, ("InternalError", f"injected HTTP {rule.status}"))
-            body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": message, "reason": reason, "code": rule.status}
+            reason, message = _REASONS.get(
+                rule.status, ("InternalError", f"injected HTTP {rule.status}")
+            )
+            body = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": message,
+                "reason": reason,
+                "code": rule.status,
+            }
             headers = {"Retry-After": "1"} if rule.status in (429, 503) else {}
             if rule.status in (429, 503):
                 body["details"] = {"retryAfterSeconds": 1}
@@ -211,11 +252,16 @@ class FaultProxy:
             version = request.query.get("resourceVersion", "")
             if version.isdigit() and 0 < int(version) < self.compacted_below:
                 return self._gone(version)
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP
-                   and k.lower() != "authorization"}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _HOP_BY_HOP and k.lower() != "authorization"
+        }
         body = await request.read()
         upstream = await self._session.request(
-            request.method, self.upstream + request.path_qs, headers=headers,
+            request.method,
+            self.upstream + request.path_qs,
+            headers=headers,
             data=body if body else None,
         )
         response = web.StreamResponse(
@@ -243,10 +289,18 @@ class FaultProxy:
 
     @staticmethod
     def _gone(version: str) -> web.Response:
-        event = {"type": "ERROR", "object": {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": f"too old resource version: {version}", "reason": "Expired", "code": 410,
-        }}
+        event = {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {version}",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
         return web.Response(text=json.dumps(event) + "\n", content_type="application/json")
 
 
@@ -255,5 +309,10 @@ def proxy_for(kubeconfig: Path, folder: Path) -> FaultProxy:
     config: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
     user = config["users"][0]["user"]
-    return FaultProxy(cluster["server"], Path(cluster["certificate-authority"]),
-                      Path(user["client-certificate"]), Path(user["client-key"]), folder)
+    return FaultProxy(
+        cluster["server"],
+        Path(cluster["certificate-authority"]),
+        Path(user["client-certificate"]),
+        Path(user["client-key"]),
+        folder,
+    )
