@@ -19,7 +19,8 @@ test writes on the pod, since a fake node has no process to end:
   ``Succeeded`` for 0, else ``Failed``, with that exit code (``tests/support/cluster.py``
   ``finish_pods``).
 - ``gpuhub-pod-image-missing``: a pod whose image ends in ``:missing`` never starts; its
-  containers wait in ``ImagePullBackOff``, as on a node whose registry lacks the image.
+  containers wait in ``ImagePullBackOff`` and a ``Failed to pull image`` event says why, as on
+  a node whose registry lacks the image.
 kwok's Job ``pod-complete`` stage is left out on purpose: a Job's pods run until told.
 """
 
@@ -164,6 +165,10 @@ spec:
     - {key: '[.spec.containers[].image | endswith("%(suffix)s")] | any', operator: In, values: ["true"]}
     - {key: '.status.containerStatuses', operator: DoesNotExist}
   next:
+    event:
+      type: Warning
+      reason: Failed
+      message: "Failed to pull image: not found (the image's tag is missing on this node)"
     statusTemplate: |
       {{ $now := Now }}
       conditions:

@@ -78,6 +78,8 @@ class FaultProxy:
         self.rules: list[Rule] = []
         self.requests = 0
         self.compacted_below = 0  # watches from an older resourceVersion get 410
+        self.frozen: str | None = None  # watches whose path has this hold their events back
+        self._thawed = asyncio.Event()
         self._watches: set[web.StreamResponse] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -172,6 +174,20 @@ class FaultProxy:
 
     def open_watches(self) -> int:
         return self.call(lambda: len(self._watches))
+
+    def freeze_watches(self, path: str) -> None:
+        """Open and new watches whose path contains ``path`` hold back their events until
+        :meth:`thaw_watches`: a client's cache lags behind the cluster, as when an apiserver
+        is slow to send."""
+        self.call(lambda: setattr(self, "frozen", path))
+
+    def thaw_watches(self) -> None:
+        def thaw() -> None:
+            self.frozen = None
+            self._thawed.set()
+            self._thawed = asyncio.Event()
+
+        self.call(thaw)
 
     def clear_faults(self) -> None:
         self.call(self.rules.clear)
@@ -275,6 +291,8 @@ class FaultProxy:
             self._watches.add(response)
         try:
             async for chunk in upstream.content.iter_any():
+                while is_watch and self.frozen is not None and self.frozen in request.path:
+                    await self._thawed.wait()
                 if is_watch and response not in self._watches:
                     break  # dropped
                 await response.write(chunk)

@@ -11,6 +11,9 @@ that binds ``0.0.0.0`` would take the port from every other pod, so ``0.0.0.0`` 
 container's args and env values means the pod IP (a documented test-only rule, like
 kubesim's before it).
 
+A container without a ``command`` runs its ``args`` (as images whose entrypoint is an init
+such as tini, ``exec "$@"``, do: KubeSpawner sets only ``args``).
+
 What it does not do: images are not pulled (the image is ignored: programs come from this
 machine, the test's virtualenv first on ``PATH``); every container runs as the agent's own
 user (``securityContext`` is not enforced); probes are not run (a started container is
@@ -568,13 +571,13 @@ class ProcessNode:
             expand(a, env).replace("0.0.0.0", run.ip)
             for a in [*(spec.get("command") or []), *(spec.get("args") or [])]
         ]
-        if not spec.get("command"):
+        if not argv:
             container.state = {
                 "waiting": {
                     "reason": "CreateContainerError",
                     "message": (
                         f"the process node runs a container's command and args; container "
-                        f"{container.name!r} names no command, and its image's entrypoint is "
+                        f"{container.name!r} names neither, and its image's entrypoint is "
                         "not known here"
                     ),
                 }
