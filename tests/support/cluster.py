@@ -40,7 +40,6 @@ import pytest
 import yaml
 
 from tests.cluster.kubeapi import KubeAPI, KubeError
-from tests.support import e2e
 from tests.cluster.nodes import (
     EXIT_CODE_ANNOTATION,
     KWOK_TOLERATION,
@@ -48,6 +47,7 @@ from tests.cluster.nodes import (
     node_object,
     schedulable,
 )
+from tests.support import e2e
 
 T = TypeVar("T")
 
