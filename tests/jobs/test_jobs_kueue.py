@@ -23,7 +23,13 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError, JobRecord
 from tests.support.cluster import Kube
-from tests.support.jobs_service import NOTEBOOK_OK, cluster_request, validate, write_notebook
+from tests.support.jobs_service import (
+    NOTEBOOK_OK,
+    accepted,
+    cluster_request,
+    validate,
+    write_notebook,
+)
 from tests.support.kueue import KUEUE, Queues, kueue_queues
 from tests.support.policies import cluster_policy
 
@@ -123,10 +129,12 @@ def past_workload_second(kube: Kube, job_id: str) -> Any:
 
 
 # -- manifests ----------------------------------------------------------------------------------
-def test_queued_manifests_carry_the_label_and_are_suspended(root):
+def test_queued_manifests_carry_the_label_and_are_suspended(root, kube):
     request = make_request(root, gpus=2, gpu_type="a100")
     job = m.workload(request, "alice", "train-abc123", QUEUED, key="k", created="now")
     validate(job)
+    # Kueue's webhooks (and the Training Operator's) take them as they are: still suspended.
+    assert accepted(kube, job)["spec"]["suspend"] is True
     assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
     assert job["spec"]["suspend"] is True
     # The label is the workload's: Kueue reads it there; the pods keep gpuhub's labels only.
@@ -136,6 +144,7 @@ def test_queued_manifests_carry_the_label_and_are_suspended(root):
         obj = m.workload(request, "alice", "ddp-abc123", QUEUED, key="k", created="now")
         assert obj["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
         assert obj["spec"]["runPolicy"]["suspend"] is True
+        assert accepted(kube, obj)["spec"]["runPolicy"]["suspend"] is True
 
 
 def test_without_a_queue_nothing_changes(root):
