@@ -1,8 +1,9 @@
 """Kubernetes jobs through Kueue (issue #15): with ``jobs.kueue.queueName`` set, Jobs,
 PyTorchJobs and TFJobs carry Kueue's queue-name label and are created suspended; gpuhub
-shows them ``queued`` with Kueue's reason and their place in line until Kueue admits them,
-then as before. Against kubesim's Kueue (tests/kubesim/kueue.py, pinned by
-tests/kubesim/test_kubesim_kueue.py to kueue.sigs.k8s.io's documented behaviour).
+shows them ``queued`` with Kueue's reason and their place in line (Kueue's visibility API)
+until Kueue admits them, then as before. Against the test cluster's real Kueue 0.19
+(tests/support/cluster.py), which gpuhub reads in ``kueue.x-k8s.io/v1beta1``; admitted jobs
+run on kwok's fake A100 nodes until ``kube.finish_job`` ends them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 import socket
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,18 +22,30 @@ from tornado.httpclient import AsyncHTTPClient
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError, JobRecord
-from tests.support.jobs_service import NOTEBOOK_OK, make_request, validate, write_notebook
-from tests.support.kueue import kueue_queues
-from tests.support.policies import design_policy
+from tests.support.cluster import Kube
+from tests.support.jobs_service import (
+    NOTEBOOK_OK,
+    accepted,
+    cluster_request,
+    validate,
+    write_notebook,
+)
+from tests.support.kueue import KUEUE, Queues, kueue_queues
+from tests.support.policies import cluster_policy
 
-GPU_NAMES = {k: t.display_name for k, t in design_policy().gpu_types.items()}
+GPU_NAMES = {k: t.display_name for k, t in cluster_policy().gpu_types.items()}
 PLAIN = m.KubeJobSettings(namespace="default", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
 QUEUED = dataclasses.replace(PLAIN, kueue_queue="gpu-jobs")
+make_request = cluster_request
 
 
-def queues(kubesim: Any, gpus: int) -> None:
+def queues(kube: Kube, gpus: int) -> Queues:
     """The admin guide's queues: LocalQueue gpu-jobs, ``gpus`` A100s, CPU and memory plenty."""
-    kueue_queues(kubesim, gpus, local_queue="gpu-jobs", cpu=256, memory="2Ti")
+    return kueue_queues(kube, gpus, local_queue="gpu-jobs", cpu=256, memory="2Ti")
+
+
+def in_namespace(settings: m.KubeJobSettings, kube: Kube) -> m.KubeJobSettings:
+    return dataclasses.replace(settings, namespace=kube.namespace)
 
 
 @pytest.fixture
@@ -41,14 +55,34 @@ def root(tmp_path):
     return root
 
 
+async def backend_for(kubeconfig: Any, settings: m.KubeJobSettings) -> KubernetesBackend:
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    return KubernetesBackend(api, settings, gpu_names=GPU_NAMES)
+
+
 @pytest.fixture
-async def backend(kubesim):
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
-    backend = KubernetesBackend(api, QUEUED, gpu_names=GPU_NAMES)
+async def backend(kube):
+    backend = await backend_for(kube.kubeconfig, in_namespace(QUEUED, kube))
     try:
         yield backend
     finally:
         await backend.close()
+
+
+@pytest.fixture
+async def faulty_backend(kube, kube_faults):
+    """The queued backend talking to the apiserver through the fault proxy."""
+    backend = await backend_for(kube_faults.kubeconfig, in_namespace(QUEUED, kube))
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def kueue_absent(kube_faults: Any) -> None:
+    """The cluster's Kueue is shared by every test: the fault proxy answers as an apiserver
+    without it does (404 for its API group)."""
+    kube_faults.fail_requests(404, path=f"/apis/{m.KUEUE_GROUP}/", count=None)
 
 
 async def wait_for(backend, owner, job_id, predicate, timeout=30.0) -> JobRecord:
@@ -69,11 +103,38 @@ def submit(backend, root, owner="alice", gpus=4, **body):
     return backend.submit(request, owner, notebook=(root / "train.ipynb").read_bytes())
 
 
+async def submit_in_order(kube, backend, root, owners, **body) -> list[JobRecord]:
+    """Jobs that Kueue must line up in this order. Kueue orders a queue by its Workloads'
+    creation time, which Kubernetes keeps to the second: Workloads made within one second
+    have no order between them. So each job is submitted once the clock has passed the
+    second in which the previous job's Workload was made."""
+    records: list[JobRecord] = []
+    for owner in owners:
+        if records:
+            await asyncio.to_thread(kube.wait_for, past_workload_second(kube, records[-1].id))
+        records.append(await submit(backend, root, owner, **body))
+    return records
+
+
+def past_workload_second(kube: Kube, job_id: str) -> Any:
+    def passed() -> bool:
+        uid = kube.get("Job", job_id)["metadata"]["uid"]
+        made = kube.list("Workload", labels={m.LABEL_KUEUE_JOB_UID: uid}, api_version=KUEUE)
+        if not made:
+            return False
+        second = datetime.fromisoformat(made[0]["metadata"]["creationTimestamp"])
+        return datetime.now(UTC) >= second + timedelta(seconds=1)
+
+    return passed
+
+
 # -- manifests ----------------------------------------------------------------------------------
-def test_queued_manifests_carry_the_label_and_are_suspended(root):
+def test_queued_manifests_carry_the_label_and_are_suspended(root, kube):
     request = make_request(root, gpus=2, gpu_type="a100")
     job = m.workload(request, "alice", "train-abc123", QUEUED, key="k", created="now")
     validate(job)
+    # Kueue's webhooks (and the Training Operator's) take them as they are: still suspended.
+    assert accepted(kube, job)["spec"]["suspend"] is True
     assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
     assert job["spec"]["suspend"] is True
     # The label is the workload's: Kueue reads it there; the pods keep gpuhub's labels only.
@@ -83,6 +144,7 @@ def test_queued_manifests_carry_the_label_and_are_suspended(root):
         obj = m.workload(request, "alice", "ddp-abc123", QUEUED, key="k", created="now")
         assert obj["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
         assert obj["spec"]["runPolicy"]["suspend"] is True
+        assert accepted(kube, obj)["spec"]["runPolicy"]["suspend"] is True
 
 
 def test_without_a_queue_nothing_changes(root):
@@ -96,13 +158,12 @@ def test_without_a_queue_nothing_changes(root):
 
 
 # -- on the cluster -------------------------------------------------------------------------------
-async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, root):
-    queues(kubesim, gpus=8)
-    first = await submit(backend, root)
-    second = await submit(backend, root)
-    third = await submit(backend, root)
-    fourth = await submit(backend, root, owner="bob")
-    job = kubesim.get("Job", first.id)
+async def test_jobs_wait_in_line_and_are_admitted_in_order(kube, backend, root):
+    names = await asyncio.to_thread(queues, kube, 8)
+    first, second, third, fourth = await submit_in_order(
+        kube, backend, root, ["alice", "alice", "alice", "bob"]
+    )
+    job = await asyncio.to_thread(kube.get, "Job", first.id)
     assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
     # The first two fit the ClusterQueue's 8 A100s: admitted, resumed, then running.
     for record in (first, second):
@@ -113,7 +174,7 @@ async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, roo
     )
     assert queued.message == (
         "Couldn't assign flavors to pod set main: insufficient unused quota for "
-        "nvidia.com/gpu in flavor a100, 4 more needed."
+        f"nvidia.com/gpu in flavor {names.a100_flavor}, 4 more needed."
     )
     assert queued.to_json()["status"] == "queued" and queued.to_json()["queue_position"] == 1
     bobs = await wait_for(backend, "bob", fourth.id, lambda r: r.queue_position == 2)
@@ -124,8 +185,7 @@ async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, roo
     # A queued job holds its place against the quota (it has no pods yet).
     assert await backend.gpus_in_use("alice") == 12
     # GPUs come free: the next in line is admitted, then pending or running as usual.
-    await wait_for(backend, "alice", first.id, lambda r: r.status == "running")
-    kubesim.finish_job(first.id, succeed=True)
+    await asyncio.to_thread(kube.finish_job, first.id)
     await wait_for(backend, "alice", first.id, lambda r: r.status == "succeeded")
     running = await wait_for(backend, "alice", third.id, lambda r: r.status == "running")
     assert running.queue_position is None and running.to_json()["queue_position"] is None
@@ -133,77 +193,86 @@ async def test_jobs_wait_in_line_and_are_admitted_in_order(kubesim, backend, roo
     assert bobs.status == "queued"
 
 
-async def test_cancel_while_queued_removes_job_and_workload(kubesim, backend, root):
-    queues(kubesim, gpus=4)
-    holder = await submit(backend, root)
-    waiting = await submit(backend, root)
-    behind = await submit(backend, root, owner="bob")
+async def test_cancel_while_queued_removes_job_and_workload(kube, backend, root):
+    await asyncio.to_thread(queues, kube, 4)
+    holder, waiting, behind = await submit_in_order(kube, backend, root, ["alice", "alice", "bob"])
     await wait_for(backend, "alice", holder.id, lambda r: r.status == "running")
     await wait_for(backend, "alice", waiting.id, lambda r: r.queue_position == 1)
-    uid = kubesim.get("Job", waiting.id)["metadata"]["uid"]
-    assert kubesim.list("Workload", "default", labels={m.LABEL_KUEUE_JOB_UID: uid})
+    uid = (await asyncio.to_thread(kube.get, "Job", waiting.id))["metadata"]["uid"]
+
+    def workloads() -> list[dict[str, Any]]:
+        return kube.list("Workload", labels={m.LABEL_KUEUE_JOB_UID: uid}, api_version=KUEUE)
+
+    assert await asyncio.to_thread(workloads)
     cancelled = await backend.cancel("alice", waiting.id)
     assert cancelled.status == "cancelled"
-    kubesim.wait_for(
+    await asyncio.to_thread(
+        kube.wait_for,
         lambda: (
-            kubesim.get("Job", waiting.id) is None
-            and not kubesim.list("Workload", "default", labels={m.LABEL_KUEUE_JOB_UID: uid})
-            and kubesim.get("ConfigMap", m.configmap_name(waiting.id)) is None
+            kube.get("Job", waiting.id) is None
+            and not workloads()
+            and kube.get("ConfigMap", m.configmap_name(waiting.id)) is None
         ),
-        message="the queued job, its Workload or its input outlived the cancel",
+        60,
     )
     # Bob moves up; once the holder is done, he is admitted.
     await wait_for(backend, "bob", behind.id, lambda r: r.queue_position == 1)
-    kubesim.finish_job(holder.id, succeed=True)
+    await asyncio.to_thread(kube.finish_job, holder.id)
     await wait_for(backend, "bob", behind.id, lambda r: r.status in ("pending", "running"))
 
 
-async def test_position_unknown_without_the_visibility_api(kubesim, backend, root):
-    queues(kubesim, gpus=4)
-    kubesim.call(lambda: setattr(kubesim.sim.kueue, "visibility", False))
-    await submit(backend, root)
-    waiting = await submit(backend, root)
+async def test_position_unknown_without_the_visibility_api(kube, kube_faults, faulty_backend, root):
+    names = await asyncio.to_thread(queues, kube, 4)
+    # A Kueue without its visibility server (or an account not allowed to ask it): 404.
+    kube_faults.fail_requests(404, path=f"/apis/{m.KUEUE_VISIBILITY_GROUP}/", count=None)
+    await submit(faulty_backend, root)
+    waiting = await submit(faulty_backend, root)
     queued = await wait_for(
-        backend,
+        faulty_backend,
         "alice",
         waiting.id,
         lambda r: r.status == "queued" and "4 more needed" in (r.message or ""),
     )
+    assert names.a100_flavor in queued.message
     assert queued.queue_position is None
     assert queued.to_json()["queue_position"] is None
 
 
-async def test_pytorchjob_waits_in_line_too(kubesim, backend, root):
-    queues(kubesim, gpus=2)
+async def test_pytorchjob_waits_in_line_too(kube, backend, root):
+    await asyncio.to_thread(queues, kube, 2)
     holder = await submit(backend, root, gpus=2)
     request = make_request(root, kind="pytorchjob", workers=2, gpus=1, gpu_type="a100")
     ddp = await backend.submit(request, "alice", notebook=(root / "train.ipynb").read_bytes())
-    queued = await wait_for(backend, "alice", ddp.id, lambda r: r.queue_position == 1)
+    queued = await wait_for(
+        backend,
+        "alice",
+        ddp.id,
+        lambda r: r.queue_position == 1 and "insufficient" in (r.message or ""),
+    )
     assert queued.status == "queued"
     # One pod set per replica type, as Kueue makes them for a PyTorchJob.
     assert "pod set master: insufficient unused quota" in queued.message
     assert "pod set worker: insufficient unused quota" in queued.message
     await wait_for(backend, "alice", holder.id, lambda r: r.status == "running")
-    kubesim.finish_job(holder.id, succeed=True)
+    await asyncio.to_thread(kube.finish_job, holder.id)
     await wait_for(backend, "alice", ddp.id, lambda r: r.status in ("pending", "running"))
 
 
-async def test_a_queue_without_kueue_on_the_cluster_is_refused(kubesim, backend, root):
-    for name in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
-        kubesim.delete("CustomResourceDefinition", f"{name}.kueue.x-k8s.io", "")
+async def test_a_queue_without_kueue_on_the_cluster_is_refused(
+    kube, kube_faults, faulty_backend, root
+):
+    kueue_absent(kube_faults)
     with pytest.raises(JobError) as refused:
-        await backend.check(make_request(root, gpus=1, gpu_type="a100"), "alice")
+        await faulty_backend.check(make_request(root, gpus=1, gpu_type="a100"), "alice")
     assert refused.value.status == 422
     assert "does not run Kueue" in refused.value.message
-    assert kubesim.list("Job", "default") == []
+    assert await asyncio.to_thread(kube.list, "Job") == []
 
 
-async def test_without_a_queue_jobs_run_as_before(kubesim, root):
-    kueue_queues(
-        kubesim, gpus=1, local_queue="gpu-jobs", cpu=256, memory="2Ti"
-    )  # Kueue is there, but gpuhub is not told to use it
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
-    plain = KubernetesBackend(api, PLAIN, gpu_names=GPU_NAMES)
+async def test_without_a_queue_jobs_run_as_before(kube, root):
+    # Kueue is there, but gpuhub is not told to use it.
+    await asyncio.to_thread(kueue_queues, kube, 1, local_queue="gpu-jobs", cpu=256, memory="2Ti")
+    plain = await backend_for(kube.kubeconfig, in_namespace(PLAIN, kube))
     try:
         record = await plain.submit(
             make_request(root, gpus=2, gpu_type="a100"),
@@ -212,7 +281,9 @@ async def test_without_a_queue_jobs_run_as_before(kubesim, root):
         )
         assert record.status == "pending"
         await wait_for(plain, "alice", record.id, lambda r: r.status == "running")
-        assert kubesim.list("Workload", "default") == []
+        job = await asyncio.to_thread(kube.get, "Job", record.id)
+        assert not job["spec"].get("suspend")
+        assert await asyncio.to_thread(kube.list, "Workload", api_version=KUEUE) == []
     finally:
         await plain.close()
 
@@ -235,18 +306,21 @@ class _HubAuth:
         return set(required)
 
 
-async def test_service_rest_answers_queued_with_position(kubesim, backend, root):
+async def test_service_rest_answers_queued_with_position(kube, backend, root):
     from gpuhub.jobs.pipeline import KFPBackend, KFPSettings
     from gpuhub.ledger import GPUQuota
     from gpuhub.service.app import Jobs, make_app
     from gpuhub.service.config import ServiceConfig
 
-    queues(kubesim, gpus=4)
+    await asyncio.to_thread(queues, kube, 4)
     await submit(backend, root)
     waiting = await submit(backend, root)
     await wait_for(backend, "alice", waiting.id, lambda r: r.queue_position == 1)
-    service_config = ServiceConfig(design_policy(), GPUQuota.from_config({}), QUEUED, KFPSettings())
-    jobs = Jobs(service_config, backend, KFPBackend(backend.api, QUEUED, KFPSettings()))
+    settings = in_namespace(QUEUED, kube)
+    service_config = ServiceConfig(
+        cluster_policy(), GPUQuota.from_config({}), settings, KFPSettings()
+    )
+    jobs = Jobs(service_config, backend, KFPBackend(backend.api, settings, KFPSettings()))
     app = make_app(jobs, _HubAuth(), "/services/gpuhub/")  # type: ignore[arg-type]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -349,7 +423,7 @@ def test_record_json_contract_round_trips_through_the_forwarder():
     assert JobRecord.from_json(older).queue_position is None
 
 
-async def test_queue_messages_read_right(kubesim, backend):
+async def test_queue_messages_read_right(kube_faults, faulty_backend):
     """The sentences a queued job can carry, swept like every other message
     (tests/spawner/test_message_sweep.py)."""
     from gpuhub.jobs.k8s.status import queue_phase
@@ -382,8 +456,7 @@ async def test_queue_messages_read_right(kubesim, backend):
             "gpu-jobs", workload(Evicted=("True", "Preempted to accommodate a workload"))
         ).message,
     ]
-    for name in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
-        kubesim.delete("CustomResourceDefinition", f"{name}.kueue.x-k8s.io", "")
-    said.append(await backend.queue_problem())
+    kueue_absent(kube_faults)
+    said.append(await faulty_backend.queue_problem())
     for message in said:
         assert message and not problems(message), (message, problems(message))

@@ -1,9 +1,11 @@
 """Kind ``pipeline``: compiled by the real kfp compiler, run for real, submitted with the real
 ``kfp.Client`` against a recorded stand-in of the KFP v2beta1 REST API (tests/support/kfp_standin.py),
-with the job's record kept in kubesim."""
+with the job's record kept as a ConfigMap on the test cluster (tests/support/cluster.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -135,17 +137,17 @@ def kfp_api():
 
 
 @pytest.fixture
-async def kfp_backend(kubesim, kfp_api):
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+async def kfp_backend(kube, kfp_api):
+    api = await config.new_client_from_config(config_file=str(kube.kubeconfig))
     settings = KFPSettings(endpoint=kfp_api.url, ui_url="https://kubeflow.example.org/pipeline")
-    backend = KFPBackend(api, SETTINGS, settings)
+    backend = KFPBackend(api, dataclasses.replace(SETTINGS, namespace=kube.namespace), settings)
     try:
         yield backend
     finally:
         await api.close()
 
 
-async def test_submit_follow_and_cancel_a_run(kubesim, kfp_api, kfp_backend, root):
+async def test_submit_follow_and_cancel_a_run(kube, kfp_api, kfp_backend, root):
     request = make_request(root, kind="pipeline", gpus=1, gpu_type="a100")
     notebook = (root / "train.ipynb").read_bytes()
     record = await kfp_backend.submit(request, "alice", notebook=notebook, key="k1")
@@ -163,6 +165,11 @@ async def test_submit_follow_and_cancel_a_run(kubesim, kfp_api, kfp_backend, roo
     kept = yaml.safe_load_all(await kfp_backend.pipeline_yaml("alice", record.id))
     assert next(kept)["deploymentSpec"] == spec["deploymentSpec"]
     assert [e["display_name"] for e in kfp_api.experiments.values()] == ["gpuhub-alice"]
+    # The record is a ConfigMap in the service's namespace, as the apiserver keeps it.
+    [kept_record] = await asyncio.to_thread(
+        kube.list, "ConfigMap", labels={m.LABEL_JOB_ID: record.id}
+    )
+    assert kept_record["metadata"]["labels"][m.LABEL_MANAGED_BY] == "gpuhub"
 
     # Retried with the same key: the same run, not a second one.
     again = await kfp_backend.submit(request, "alice", notebook=notebook, key="k1")
@@ -183,7 +190,7 @@ async def test_submit_follow_and_cancel_a_run(kubesim, kfp_api, kfp_backend, roo
     assert [r.status for r in await kfp_backend.list("alice")] == ["cancelled"]
 
 
-async def test_failed_run_says_why(kubesim, kfp_api, kfp_backend, root):
+async def test_failed_run_says_why(kfp_api, kfp_backend, root):
     request = make_request(root, kind="pipeline")
     record = await kfp_backend.submit(
         request, "alice", notebook=(root / "train.ipynb").read_bytes()
@@ -196,19 +203,21 @@ async def test_failed_run_says_why(kubesim, kfp_api, kfp_backend, root):
     assert failed.error == "The pipeline run failed: task run-notebook failed"
 
 
-async def test_rejected_run_leaves_no_record(kubesim, kfp_api, kfp_backend, root):
+async def test_rejected_run_leaves_no_record(kube, kfp_api, kfp_backend, root):
     kfp_api.fail("POST", "/apis/v2beta1/runs", status=503, count=5)
     request = make_request(root, kind="pipeline")
     with pytest.raises(JobError) as caught:
         await kfp_backend.submit(request, "alice", notebook=(root / "train.ipynb").read_bytes())
     assert caught.value.status == 502 and "nothing was left behind" in caught.value.message
-    assert kubesim.list("ConfigMap", "default", labels={m.LABEL_MANAGED_BY: "gpuhub"}) == []
+    managed = {m.LABEL_MANAGED_BY: "gpuhub"}
+    assert await asyncio.to_thread(kube.list, "ConfigMap", labels=managed) == []
 
 
-async def test_not_configured_is_said_plainly(kubesim, root):
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+async def test_not_configured_is_said_plainly(kube, root):
+    api = await config.new_client_from_config(config_file=str(kube.kubeconfig))
     try:
-        backend = KFPBackend(api, SETTINGS, KFPSettings())
+        settings = dataclasses.replace(SETTINGS, namespace=kube.namespace)
+        backend = KFPBackend(api, settings, KFPSettings())
         with pytest.raises(JobError) as caught:
             await backend.submit(
                 make_request(root, kind="pipeline"),

@@ -3,11 +3,15 @@
 Job pods (batch/v1 Job, every PyTorchJob/TFJob replica) and pipeline steps run as a
 non-root user without privilege escalation, capabilities or an unconfined seccomp profile;
 an image that insists on root fails with one sentence saying why. The manifests are checked
-against the official schemas (strict) as well as for the fields themselves.
+against the official schemas (strict) as well as for the fields themselves, and the test
+cluster's apiserver (tests/support/cluster.py) admits their pods in a namespace that enforces
+the restricted Pod Security Standard. NetworkPolicies are created on the cluster for real; it
+has no CNI to enforce them, so their content is what is checked.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,7 +20,15 @@ import yaml
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.status import ROOT_IMAGE, job_phase, pod_waiting, training_phase
 from gpuhub.jobs.pipeline import compile_pipeline
-from tests.support.jobs_service import NOTEBOOK_OK, make_request, validate, write_notebook
+from tests.support.cluster import Kube
+from tests.support.jobs_service import (
+    NOTEBOOK_OK,
+    accepted,
+    cluster_request,
+    make_request,
+    validate,
+    write_notebook,
+)
 
 SETTINGS = m.KubeJobSettings(namespace="jhub", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
 
@@ -35,16 +47,32 @@ def pod_templates(workload: dict[str, Any]) -> list[dict[str, Any]]:
     return [replica["template"] for replica in workload["spec"][custom.specs_key].values()]
 
 
+def restricted(kube: Kube) -> None:
+    """The test's namespace enforces the restricted Pod Security Standard (PodSecurity
+    admission refuses any pod that breaks it)."""
+    level = "pod-security.kubernetes.io/enforce"
+    kube.patch("Namespace", kube.namespace, {"metadata": {"labels": {level: "restricted"}}})
+
+
 @pytest.mark.parametrize(("kind", "workers"), [("job", 1), ("pytorchjob", 3), ("tfjob", 2)])
-def test_threat_job_pods_run_unprivileged(root, kind, workers):
+def test_threat_job_pods_run_unprivileged(root, kube, kind, workers):
     request = make_request(root, kind=kind, workers=workers, gpus=1, gpu_type="a100")
     workload = m.workload(request, "mallory", "train-x7k2p", SETTINGS, key="k", created="now")
     if kind == "job":
         validate(workload)
+    accepted(kube, workload)
+    restricted(kube)
     templates = pod_templates(workload)
     assert len(templates) == (1 if workers == 1 else 2)
     for template in templates:
-        validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **template})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {**template["metadata"], "name": "p"},
+            "spec": template["spec"],
+        }
+        validate(pod)
+        accepted(kube, pod)  # PodSecurity admission: restricted
         spec = template["spec"]
         assert spec["automountServiceAccountToken"] is False
         assert spec["securityContext"] == {
@@ -116,17 +144,18 @@ def test_threat_pipeline_step_runs_as_non_root(root):
 
 
 # -- pipeline steps: no KFP credentials --------------------------------------------------------------
-async def test_threat_pipeline_step_runs_under_the_account_without_permissions(kubesim, root):
+async def test_threat_pipeline_step_runs_under_the_account_without_permissions(kube, root):
     from kubernetes_asyncio import config
 
     from gpuhub.jobs.pipeline import KFPBackend, KFPSettings
     from tests.support.kfp_standin import KFPStandIn
 
     standin = KFPStandIn()
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
+    api = await config.new_client_from_config(config_file=str(kube.kubeconfig))
     try:
         settings = KFPSettings(endpoint=standin.url, service_account="gpuhub-pipeline-steps")
-        backend = KFPBackend(api, m.KubeJobSettings(job_image="img:1"), settings)
+        jobs = m.KubeJobSettings(namespace=kube.namespace, job_image="img:1")
+        backend = KFPBackend(api, jobs, settings)
         request = make_request(root, kind="pipeline")
         await backend.submit(request, "mallory", notebook=(root / "train.ipynb").read_bytes())
         [run] = standin.runs.values()
@@ -137,11 +166,12 @@ async def test_threat_pipeline_step_runs_under_the_account_without_permissions(k
 
 
 # -- the network fence -------------------------------------------------------------------------------
-def test_threat_replicas_of_one_job_reach_each_other_only(root):
+def test_threat_replicas_of_one_job_reach_each_other_only(root, kube):
     request = make_request(root, kind="pytorchjob", workers=3)
     policy = m.replica_network_policy(request, "mallory", "train-x7k2p", SETTINGS)
     assert policy is not None
     validate(policy)
+    accepted(kube, policy)
     same = {"matchLabels": {m.LABEL_MANAGED_BY: m.MANAGED_BY, m.LABEL_JOB_ID: "train-x7k2p"}}
     assert policy["spec"]["podSelector"] == same
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same}]}]
@@ -149,28 +179,38 @@ def test_threat_replicas_of_one_job_reach_each_other_only(root):
     assert m.replica_network_policy(make_request(root), "mallory", "j-x", SETTINGS) is None
 
 
-async def test_distributed_submit_creates_the_replicas_policy_owned_by_the_job(kubesim, root):
+async def test_distributed_submit_creates_the_replicas_policy_owned_by_the_job(kube, root):
     from kubernetes_asyncio import config
 
     from gpuhub.jobs.k8s.backend import KubernetesBackend
 
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
-    backend = KubernetesBackend(api, m.KubeJobSettings(namespace="default", job_image="img:1"))
-    created: list[dict[str, Any]] = []
-    real = backend.networking.create_namespaced_network_policy
-
-    def recording(namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
-        created.append(body)
-        return real(namespace, body, **kwargs)  # kubesim serves no NetworkPolicy: a 404
-
-    backend.networking.create_namespaced_network_policy = recording
+    api = await config.new_client_from_config(config_file=str(kube.kubeconfig))
+    backend = KubernetesBackend(api, m.KubeJobSettings(namespace=kube.namespace, job_image="img:1"))
     try:
-        request = make_request(root, kind="pytorchjob", workers=2)
+        # On kwok's A100 nodes: the replicas wait there (on the process node a worker would
+        # wait for its master's DNS name, which this cluster does not serve).
+        request = cluster_request(root, kind="pytorchjob", workers=2, gpus=1, gpu_type="a100")
         record = await backend.submit(request, "mallory", notebook=b'{"cells": []}')
-        [policy] = created
-        job = kubesim.get("PyTorchJob", record.id)
+        policy = await asyncio.to_thread(kube.get, "NetworkPolicy", f"{record.id}-replicas")
+        assert policy is not None
+        job = await asyncio.to_thread(kube.get, "PyTorchJob", record.id)
         assert policy["metadata"]["ownerReferences"] == [m.owner_reference(job)]
         assert policy["spec"]["podSelector"]["matchLabels"][m.LABEL_JOB_ID] == record.id
+        # The replicas' pods are the ones it selects.
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        pods = await asyncio.to_thread(
+            kube.wait_for,
+            lambda: (
+                len(kube.job_pods(record.id, "PyTorchJob")) == 2
+                and kube.job_pods(record.id, "PyTorchJob")
+            ),
+        )
+        assert all(selector.items() <= p["metadata"]["labels"].items() for p in pods)
+        # It goes with the job (the garbage collector follows the ownerReference).
+        await backend.cancel("mallory", record.id)
+        await asyncio.to_thread(
+            kube.wait_for, lambda: kube.get("NetworkPolicy", f"{record.id}-replicas") is None, 60
+        )
     finally:
         await backend.close()
 
@@ -200,9 +240,11 @@ def cidrs(rule: dict[str, Any]) -> list[str]:
     return [peer["ipBlock"]["cidr"] for peer in rule.get("to", []) if "ipBlock" in peer]
 
 
-def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(tmp_path, root):
+def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(tmp_path, root, kube):
     policy = rendered_policy(tmp_path)
     assert policy["metadata"]["namespace"] == "jhub"
+    kube.create({**policy, "metadata": {**policy["metadata"], "namespace": kube.namespace}})
+    policy = kube.get("NetworkPolicy", policy["metadata"]["name"])  # as the apiserver keeps it
     # It selects the pods of every job kind, and not the chart's own service pod.
     selector = policy["spec"]["podSelector"]["matchLabels"]
     for kind, workers in (("job", 1), ("pytorchjob", 2), ("tfjob", 2)):
@@ -213,7 +255,8 @@ def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(tmp_path, r
             assert selector.items() <= template["metadata"]["labels"].items()
     assert selector == {"app.kubernetes.io/managed-by": "gpuhub"}
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["spec"]["ingress"] == []
+    # No ingress rule at all (the apiserver keeps an empty list as no list).
+    assert policy["spec"].get("ingress", []) == []
     dns, internet = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert internet == {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [*PRIVATE, METADATA]}}]}

@@ -1,4 +1,5 @@
-"""Threat: a hostile or huge notebook output in a job's pod log (Kubernetes backend, kubesim).
+"""Threat: a hostile or huge notebook output in a job's pod log (Kubernetes backend, on the test
+cluster's process node, where the notebook really runs).
 
 Without a shared home, the executed notebook comes back gzip+base64 in the pod's log, which
 the user's notebook controls: it can print a gzip bomb, garbage between the markers, or more
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import gzip
 from typing import Any
 
+import nbformat
 import pytest
 from kubernetes_asyncio import config
 
@@ -22,7 +25,7 @@ from gpuhub.jobs.k8s.status import LOST_OUTPUT, parse_pod_log
 from gpuhub.jobs.model import JobError
 from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from tests.support.hostile import gzip_bomb
-from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
+from tests.support.jobs_service import NOTEBOOK_OK, cluster_request, write_notebook
 
 MAX_OUTPUT = 4 * 1024 * 1024
 SETTINGS = m.KubeJobSettings(
@@ -81,7 +84,10 @@ def test_block_is_never_inflated_for_reading_a_log():
     assert "epoch 1 loss 0.3" in parsed.text and "H4sI" not in parsed.text
 
 
-# -- the backend, against kubesim ------------------------------------------------------------------
+# -- the backend, with the notebook run for real ----------------------------------------------------
+# The job's pod runs on the process node: its notebook is the hostile party, printing what it
+# likes into the pod's log (papermill logs every cell's output), before the runner prints the
+# real executed notebook and its result line.
 @pytest.fixture
 def root(tmp_path):
     root = tmp_path / "home"
@@ -90,9 +96,9 @@ def root(tmp_path):
 
 
 @pytest.fixture
-async def backend(kubesim):
-    api = await config.new_client_from_config(config_file=str(kubesim.kubeconfig))
-    backend = KubernetesBackend(api, SETTINGS)
+async def backend(kube):
+    api = await config.new_client_from_config(config_file=str(kube.kubeconfig))
+    backend = KubernetesBackend(api, dataclasses.replace(SETTINGS, namespace=kube.namespace))
     try:
         yield backend
     finally:
@@ -113,20 +119,27 @@ class LogReads:
         backend.core.read_namespaced_pod_log = counted
 
 
-async def finished_job(kubesim, backend, root, log: str) -> str:
-    record = await backend.submit(
-        make_request(root), "alice", notebook=(root / "train.ipynb").read_bytes()
-    )
-    kubesim.finish_job(record.id, succeed=True, logs=log)
-    for _ in range(600):
-        if (await backend.get("alice", record.id)).status == "succeeded":
-            return record.id
-        await asyncio.sleep(0.05)
-    raise AssertionError("the job did not finish")
+def printing(text: str) -> str:
+    """A cell that prints ``text`` as it is (one write, so one log entry)."""
+    return f"import sys\nsys.stdout.write({text!r})\nsys.stdout.flush()"
 
 
-async def test_threat_log_bomb_verdict_is_in_the_message_and_cached(kubesim, backend, root):
-    job_id = await finished_job(kubesim, backend, root, notebook_log(gzip_bomb(64)))
+async def finished_job(backend, root, cells: list[str]) -> str:
+    """A CPU-only job of a notebook with ``cells``, run to success on the process node."""
+    write_notebook(root / "hostile.ipynb", ["x = 1", *cells])
+    request = cluster_request(root, notebook="hostile.ipynb")
+    record = await backend.submit(request, "alice", notebook=(root / "hostile.ipynb").read_bytes())
+    deadline = asyncio.get_running_loop().time() + 120
+    while (got := await backend.get("alice", record.id)).status != "succeeded":
+        assert got.status in ("pending", "running"), (got.status, got.error, got.message)
+        assert asyncio.get_running_loop().time() < deadline, f"the job stayed {got.status}"
+        await asyncio.sleep(0.1)
+    return record.id
+
+
+async def test_threat_log_bomb_verdict_is_in_the_message_and_cached(backend, root):
+    # A gzip bomb between forged markers, before the runner's real block.
+    job_id = await finished_job(backend, root, [printing(notebook_log(gzip_bomb(64)))])
     # Listing and status never inflate; the user server's one output fetch does, bounded.
     assert (await backend.get("alice", job_id)).message is None
     with pytest.raises(JobError) as refused:
@@ -144,27 +157,43 @@ async def test_threat_log_bomb_verdict_is_in_the_message_and_cached(kubesim, bac
     assert reads.calls == []  # the verdict was reached once, before; never read again
 
 
-async def test_threat_lost_output_is_reported(kubesim, backend, root):
-    job_id = await finished_job(kubesim, backend, root, "epoch 1\n" + OK_RESULT)
+async def test_threat_lost_output_is_reported(backend, root):
+    # A log whose begin marker is gone reads as one the kubelet rotated: the end marker alone.
+    job_id = await finished_job(backend, root, [printing(f"epoch 1\n{OUTPUT_END}\n")])
     assert (await backend.get("alice", job_id)).message == LOST_OUTPUT
+    with pytest.raises(JobError) as refused:
+        await backend.output("alice", job_id)
+    assert refused.value.status == 422 and refused.value.message == LOST_OUTPUT
 
 
-async def test_whole_output_has_no_message_and_comes_back(kubesim, backend, root):
-    notebook = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
-    job_id = await finished_job(kubesim, backend, root, notebook_log(gzip.compress(notebook)))
+async def test_whole_output_has_no_message_and_comes_back(backend, root):
+    # A forged but valid block of another notebook does not replace the executed one.
+    forged = b'{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    job_id = await finished_job(
+        backend, root, [printing(notebook_log(gzip.compress(forged))), "print('the real one')"]
+    )
     assert (await backend.get("alice", job_id)).message is None
-    assert await backend.output("alice", job_id) == notebook
+    output = await backend.output("alice", job_id)
+    assert output != forged
+    executed = nbformat.reads(output.decode(), as_version=4)
+    texts = [o.get("text", "") for c in executed.cells for o in c.get("outputs", [])]
+    assert "the real one\n" in texts
 
 
-async def test_threat_log_tail_reads_only_the_tail(kubesim, backend, root):
+async def test_threat_log_tail_reads_only_the_tail(kube, backend, root):
     lines = "".join(f"line {n}\n" for n in range(5000))
-    job_id = await finished_job(kubesim, backend, root, notebook_log(b"", before=lines))
+    job_id = await finished_job(backend, root, [printing(lines)])
     reads = LogReads(backend)
     text = await backend.logs("alice", job_id, tail=3)
     assert reads.calls[-1]["tail_lines"] == 3
     assert "line 4999" not in text and text.count("\n") <= 3
-    text = await backend.logs("alice", job_id, tail=20)
-    assert "line 4999\n" in text and "line 4900" not in text
+    # As many lines as the log has from "line 4999" on: that line, and none before it.
+    [pod] = await asyncio.to_thread(kube.job_pods, job_id)
+    raw = (await asyncio.to_thread(kube.logs, pod["metadata"]["name"])).splitlines()
+    last = max(i for i, line in enumerate(raw) if line.endswith("line 4999"))
+    text = await backend.logs("alice", job_id, tail=len(raw) - last)
+    assert reads.calls[-1]["tail_lines"] == len(raw) - last
+    assert "line 4999\n" in text and "line 4998" not in text
 
 
 # -- the user's server, fetching the output from the service -----------------------------------------

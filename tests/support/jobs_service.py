@@ -9,6 +9,7 @@ runner, papermill and the service's log parsing are all exercised for real.
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -24,8 +25,10 @@ import nbformat
 
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.model import JobRequest
+from gpuhub.policy import Policy
 from tests.support import e2e
-from tests.support.policies import design_policy
+from tests.support.cluster import Kube
+from tests.support.policies import cluster_policy, design_policy
 
 K8S_VERSION = "1.30"
 
@@ -54,14 +57,44 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     return path
 
 
-def make_request(root: Path, notebook: str = "train.ipynb", groups=("staff",), **body: Any):
+def make_request(
+    root: Path,
+    notebook: str = "train.ipynb",
+    groups=("staff",),
+    *,
+    policy: Policy | None = None,
+    **body: Any,
+):
     raw = {"notebook": notebook, **body}
-    return JobRequest.parse(raw, policy=design_policy(), groups=list(groups), root_dir=root)
+    return JobRequest.parse(
+        raw, policy=policy or design_policy(), groups=list(groups), root_dir=root
+    )
+
+
+def cluster_request(root: Path, notebook: str = "train.ipynb", **body: Any) -> JobRequest:
+    """A request under the test cluster's GPU types (:func:`cluster_policy`): ``a100`` jobs
+    run on kwok's fake nodes (until ``kube.finish_job``), ``local`` and CPU-only jobs on the
+    process node, where papermill really runs the notebook."""
+    return make_request(root, notebook, policy=cluster_policy(), **body)
 
 
 def validate(manifest: dict[str, Any]) -> None:
     """The official schema, strict (unknown fields are errors)."""
     kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+def accepted(kube: Kube, manifest: dict[str, Any]) -> dict[str, Any]:
+    """What the real apiserver answers to creating ``manifest`` in the test's namespace with
+    ``dryRun=All`` and strict field validation: the object as it would be stored, after the
+    webhooks of the operator that serves its kind. Raises ``KubeError`` on a refusal."""
+    obj = copy.deepcopy(manifest)
+    meta = obj.setdefault("metadata", {})
+    _, namespaced = kube.api._resource(obj["apiVersion"], obj["kind"])
+    if namespaced:
+        meta["namespace"] = kube.namespace
+    path = kube.api.path(obj["apiVersion"], obj["kind"], "", meta.get("namespace", ""))
+    params = {"dryRun": "All", "fieldValidation": "Strict"}
+    return kube.api.request("POST", path, json=obj, params=params)  # type: ignore[no-any-return]
 
 
 def container_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhub.policy import Policy
+from tests.support.hub.kube import GPU_TYPES
 
 DESIGN_CONFIG: dict[str, Any] = {
     "images": {
@@ -46,3 +47,10 @@ DESIGN_CONFIG: dict[str, Any] = {
 
 def design_policy() -> Policy:
     return Policy.from_config(**DESIGN_CONFIG)
+
+
+def cluster_policy() -> Policy:
+    """The design policy with the test cluster's GPU types (tests/support/hub/kube.py):
+    ``a100`` and ``a100-1g`` land on kwok's fake nodes (running, no process), ``local`` on
+    the process node ``local-0``, where a pod really runs."""
+    return Policy.from_config(**{**DESIGN_CONFIG, "gpu_types": GPU_TYPES})

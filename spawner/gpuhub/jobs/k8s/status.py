@@ -37,6 +37,7 @@ ROOT_IMAGE = (
     "jobs run as a non-root user; use an image whose USER is a numeric non-root id, such as "
     "the Jupyter images (USER 1000)."
 )
+FINISHING = "Its pod has ended; Kubernetes is recording the result."
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 LOST_OUTPUT = (
     "The executed notebook did not come back whole: without a shared home it travels in the "
@@ -325,16 +326,21 @@ def job_phase(job: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -
         )
     failed = _condition(job, "Failed")
     if failed:
-        message = failed.get("message") or failed.get("reason") or "the job failed"
+        message = _failure(failed, pods, "the job failed")
         return Phase(
             "failed",
-            error=f"The job failed: {message.rstrip('.')}.",
+            error=f"The job failed: {message}.",
             started=status.get("startTime"),
             finished=failed.get("lastTransitionTime"),
         )
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     if running:
         return Phase("running", "Running.", started=_started(running) or status.get("startTime"))
+    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    if ended and len(ended) == len(pods):
+        # The Job controller batches pod updates: for about a second after its pod ends, a
+        # Job has neither Complete nor Failed. It is not waiting for a pod again.
+        return Phase("running", FINISHING, started=_started(ended) or status.get("startTime"))
     if refused and not pods:
         return Phase("pending", f"Kubernetes refused to create the job's pod: {refused}")
     waiting = pod_waiting(pods, gpu)
@@ -358,10 +364,10 @@ def training_phase(
         )
     failed = _condition(obj, "Failed")
     if failed:
-        message = failed.get("message") or failed.get("reason") or f"the {kind_name} failed"
+        message = _failure(failed, pods, f"the {kind_name} failed")
         return Phase(
             "failed",
-            error=f"The {kind_name} failed: {message.rstrip('.')}.",
+            error=f"The {kind_name} failed: {message}.",
             started=status.get("startTime"),
             finished=status.get("completionTime") or failed.get("lastTransitionTime"),
         )
@@ -381,9 +387,42 @@ def training_phase(
     )
 
 
+def _failure(condition: Obj, pods: list[Obj], default: str) -> str:
+    """Why a job failed, without the final stop. The controllers' own message names the rule
+    that ended the job ("reached the specified backoff limit"); which pod failed, and how,
+    is what the user can act on, so it comes first."""
+    message = str(condition.get("message") or condition.get("reason") or default).rstrip(".")
+    pod = _pod_failure(pods)
+    return f"{pod}; {message}" if pod else message
+
+
+def _pod_failure(pods: list[Obj]) -> str | None:
+    """The first pod whose container failed, in words: ``worker 1 exited with code 137
+    (OOMKilled)`` for a replica of a training job, ``its pod exited with code 1`` for a
+    Job's pod; None when none did."""
+    failures = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (cs.get("state") or {}).get("terminated") or {}
+            if ended.get("exitCode"):
+                failures.append((ended.get("finishedAt") or "", pod, ended))
+    if not failures:
+        return None
+    _, pod, ended = min(failures, key=lambda f: f[0])
+    labels = pod["metadata"].get("labels") or {}
+    role = labels.get("training.kubeflow.org/replica-type")
+    index = labels.get("training.kubeflow.org/replica-index")
+    who = f"{role} {index}" if role and index is not None else "its pod"
+    reason = ended.get("reason")
+    why = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
+    return f"{who} exited with code {ended['exitCode']}{why}"
+
+
 def _started(pods: list[Obj]) -> str | None:
+    """When the first of ``pods``' containers started (running, or ended since)."""
     times = [
-        (cs.get("state") or {}).get("running", {}).get("startedAt")
+        ((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") or {})
+        .get("startedAt")
         for p in pods
         for cs in (p.get("status") or {}).get("containerStatuses") or []
     ]
