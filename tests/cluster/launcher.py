@@ -138,7 +138,11 @@ class Launcher:
         if not self.quiet:
             print(text, flush=True)
 
-    def _start(self, name: str, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    def _start(
+        self, name: str, argv: list[str], *, ports: tuple[int, ...] = (), **kwargs: Any
+    ) -> subprocess.Popen[bytes]:
+        """Start one component; ``ports`` are the ones it listens on (released to it now)."""
+        self.ports.release(*ports)
         process = processes.start(name, argv, root=self.root, **kwargs)
         self.pids[name] = process.pid
         self._save()
@@ -168,6 +172,8 @@ class Launcher:
         except BaseException:
             down(self.root, quiet=True)
             raise
+        finally:
+            self.ports.release_all()
         return self._ready_line(seconds=time.monotonic() - started)
 
     def _ready_line(self, *, reused: bool = False, seconds: float = 0.0) -> str:
@@ -222,6 +228,7 @@ class Launcher:
                 "--log-level=warn",
                 "--listen-metrics-urls=",
             ],
+            ports=(ports["etcd"], ports["etcd-peer"]),
         )
         _wait_http("etcd", f"{etcd_url}/health", process, root / "logs/etcd.log")
 
@@ -259,6 +266,7 @@ class Launcher:
                 f"--cert-dir={root / 'pki'}",
                 *_advertise_flags(),
             ],
+            ports=(ports["apiserver"],),
         )
         _wait_http(
             "kube-apiserver",
@@ -292,6 +300,7 @@ class Launcher:
                 f"--cert-dir={root / 'pki' / 'kcm'}",
                 "--node-monitor-grace-period=120s",
             ],
+            ports=(ports["controller-manager"],),
         )
         controller_manager = process
         config = root / "scheduler.yaml"
@@ -317,6 +326,7 @@ class Launcher:
                 "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
                 f"--cert-dir={root / 'pki' / 'scheduler'}",
             ],
+            ports=(ports["scheduler"],),
         )
         _wait_http(
             "kube-controller-manager",
@@ -369,6 +379,7 @@ class Launcher:
                 "--node-lease-duration-seconds=40",
                 "--v=WARN",
             ],
+            ports=(ports["kwok"],),
         )
         agent = self._start(
             "node-agent",
@@ -383,6 +394,7 @@ class Launcher:
                 f"--gpus={self.gpus}",
             ],
             cwd=REPO,
+            ports=(ports["node-agent"],),
         )
 
         def nodes_ready() -> bool:
@@ -436,7 +448,9 @@ class Launcher:
                 [str(binaries[operator.binary]), *operator.argv], operator.binds
             )
             env = dict(os.environ) | operator.env
-            process = self._start(operator.name, argv, env=env)
+            process = self._start(
+                operator.name, argv, env=env, ports=tuple(operator.ports.values())
+            )
             _wait_http(
                 f"{operator.name} {operator.version}",
                 operator.health_url,

@@ -20,31 +20,42 @@ from pathlib import Path
 MARK = "GPUHUB_CLUSTER"
 
 
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 class Ports:
     """Hands out ports, starting from each component's usual one and skipping busy ones
-    (and ones already handed out), so two clusters or a stray process never collide."""
+    (and ones already handed out), so two clusters or a stray process never collide.
+
+    A port handed out stays bound (not listening) by this process until :meth:`release`,
+    just before the component that listens on it starts: a second cluster starting at the
+    same time sees it busy instead of picking it too.
+    """
 
     def __init__(self) -> None:
-        self.taken: set[int] = set()
+        self.held: dict[int, socket.socket] = {}
 
     def pick(self, preferred: int) -> int:
         port = preferred
-        while port in self.taken or not port_free(port):
-            port += 1
+        while True:
             if port > 65000:
                 raise RuntimeError(f"no free port at or above {preferred}")
-        self.taken.add(port)
-        return port
+            if port not in self.held:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    sock.close()
+                else:
+                    self.held[port] = sock
+                    return port
+            port += 1
+
+    def release(self, *ports: int) -> None:
+        for port in ports:
+            sock = self.held.pop(port, None)
+            if sock is not None:
+                sock.close()
+
+    def release_all(self) -> None:
+        self.release(*list(self.held))
 
 
 def start(
