@@ -27,8 +27,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .allocator import GPUAllocator, Holder, Process, alive
+from .allocator import GPUAllocator, Holder, alive, jobs_owner
 from .jobs.k8s.rawapi import request_json
+from .launches import Process
 from .ledger import Holding
 
 log = logging.getLogger("gpuhub.cancel")
@@ -48,10 +49,10 @@ class CancelRefused(Exception):
 
 # -- a workstation ------------------------------------------------------------------------------
 def _job_hold(book: GPUAllocator, holding: Holding) -> Holder:
-    for holder in book._holders.values():
-        if holder.kind == "job" and holder.user == holding.user and holder.name == holding.name:
-            return holder
-    raise CancelRefused(404, f"{holding.user} has no job {holding.name!r} holding GPUs.")
+    holder = book.holder(jobs_owner(holding.user, holding.name))
+    if holder is None:
+        raise CancelRefused(404, f"{holding.user} has no job {holding.name!r} holding GPUs.")
+    return holder
 
 
 def _terminate(processes: Sequence[Process]) -> list[str]:
@@ -99,7 +100,7 @@ async def cancel_local(book: GPUAllocator, holding: Holding) -> list[str]:
         raise CancelRefused(
             409, "The hub is still looking for that server's processes; try again in a moment."
         )
-    job_ids = await asyncio.to_thread(_terminate, list(holder.processes))
+    job_ids = await asyncio.to_thread(_terminate, [p.process for p in holder.processes])
     book.prune()  # releases the hold now that its processes have ended
     return job_ids
 

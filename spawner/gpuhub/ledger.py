@@ -83,6 +83,8 @@ class Holding:
     since: float | None = None  # epoch seconds
     what: str = ""  # how people call it, where the kind and name do not say it well
     pods: tuple[tuple[str, str], ...] = ()  # (namespace, pod) on Kubernetes, for utilization
+    # A workstation's job hold: the processes that keep it, (pid, command line).
+    processes: tuple[tuple[int, str], ...] = ()
 
     @property
     def label(self) -> str:

@@ -151,17 +151,17 @@ class GPUMonitor:
         users = self._users() if self.store.notices else {}
         for name, notices in list(self.store.notices.items()):
             user = users.get(name)
-            for server, notice in list(notices.items()):
+            for notice in list(notices.values()):
                 if notice.kind != "server":
                     continue  # a cancelled job's notice is shown for a day
-                spawner = user.spawners.get(server) if user is not None else None
+                spawner = user.spawners.get(notice.server) if user is not None else None
                 started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
                 if spawner is None or not spawner.ready or started is None:
                     continue
                 if started.tzinfo is None:  # JupyterHub stores naive UTC
                     started = started.replace(tzinfo=UTC)
                 if started.timestamp() > notice.when:
-                    self.store.clear_notice(name, server)
+                    self.store.clear_notice(name, notice.server)
 
     def _named(self, holding: Holding) -> Holding:
         """Pods name their GPUs by resource (``nvidia.com/gpu``); people and the metrics use

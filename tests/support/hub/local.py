@@ -45,6 +45,15 @@ c.Spawner.default_url = "/tree"
 """
 
 
+# The tests' admin service may also read every user's holdings, as the jobs service does
+# (GET /hub/api/gpuhub/holdings/<user>); add it after ``configure_hub(c)``.
+LEDGER_READER = """
+c.JupyterHub.load_roles.append(
+    {"name": "gpuhub-ledger-reader", "services": ["gpuhub-test"], "scopes": ["custom:gpuhub:grants"]}
+)
+"""
+
+
 def token_for(hub: Hub, name: str) -> str:
     answer = hub.api("POST", f"/users/{name}/tokens", json={"note": "jobs test"})
     assert answer.status_code == 201, answer.text
