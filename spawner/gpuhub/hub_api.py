@@ -8,12 +8,14 @@ service asks the hub for a *grant* before it creates anything:
   -> ``201 {"user", "name", "gpus", "quota", "held"}``, or ``403 {"message"}`` over quota.
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
-* ``DELETE /hub/api/gpuhub/grants/<user>/<name>`` -> 204: the submit failed (or the job was
-  cancelled), forget it.
-* ``PUT /hub/api/gpuhub/grants/<user>/<name>`` body ``{"kind", "gpus", "gpu_type"}`` -> 204:
-  the job, granted at submit, still waits in Kueue's queue with no pods: keep counting it for
-  another ``GRANT_SECONDS`` (no new quota check; the service renews every minute while the
-  job is queued, so a queued job holds its place and a forgotten one lapses).
+* ``DELETE /hub/api/gpuhub/grants/<user>/<name>[?kind=<kind>]`` -> 204: the submit failed
+  (or the job was cancelled), forget it.
+* ``PUT /hub/api/gpuhub/grants/<user>/<name>`` body ``{"kind", "gpus", "gpu_type", "uid"}``
+  -> 204: the service created the job's object (``uid``: its uid, a pipeline's KFP run id),
+  so the ledger matches the job's pods to the grant by kind and uid, never by name; and,
+  while the job still waits in Kueue's queue with no pods, keep counting it for another
+  ``GRANT_SECONDS`` (no new quota check; the service renews every minute while the job is
+  queued, so a queued job holds its place and a forgotten one lapses).
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
   "name", "label", "gpus", "gpu_type", "devices", "since"}]}``: what the user holds, for the user
   themselves (any token of theirs, e.g. their server's) and for the jobs service.
@@ -179,6 +181,20 @@ def notice_text(notice: Any) -> dict[str, str]:
     }
 
 
+def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str]:
+    """``(kind, gpus, gpu_type, uid)`` of a grant's JSON body, checked (400 otherwise)."""
+    if not isinstance(body, dict):
+        raise web.HTTPError(400, f"Send a JSON object: {fields}.")
+    kind, gpus, uid = body.get("kind"), body.get("gpus"), body.get("uid", "")
+    if kind not in _KINDS:
+        raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {kind!r}.")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
+        raise web.HTTPError(400, f"gpus must be a whole number of GPUs, not {gpus!r}.")
+    if not isinstance(uid, str) or len(uid) > 200:
+        raise web.HTTPError(400, "uid must be the job's Kubernetes uid (or KFP run id).")
+    return kind, gpus, str(body.get("gpu_type") or "")[:200], uid
+
+
 class GrantsHandler(APIHandler):
     """Quota grants for the jobs service (see the module docstring)."""
 
@@ -208,35 +224,23 @@ class GrantsHandler(APIHandler):
     async def post(self) -> None:
         self._require_scope()
         body = self.get_json_body()
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "Send a JSON object: user, kind, name, gpus, gpu_type.")
-        name, kind, job, gpus = (
-            body.get("user"),
-            body.get("kind"),
-            body.get("name"),
-            body.get("gpus"),
-        )
+        kind, gpus, gpu_type, uid = _grant_body(body, "user, kind, name, gpus, gpu_type")
+        name, job = body.get("user"), body.get("name")
         if not isinstance(name, str) or not isinstance(job, str) or not job:
             raise web.HTTPError(400, "user and name must be strings.")
-        if kind not in _KINDS:
-            raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}.")
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
-            raise web.HTTPError(400, "gpus must be a whole number of GPUs.")
-        gpu_type = str(body.get("gpu_type") or "")[:200]
         user, ledger, limit = await self._ledger_for(name)
         async with ledger.lock(user.name):
             try:
                 held = ledger.check(user.name, limit, gpus, what="job")
             except QuotaExceeded as exc:
                 self.log.warning(
-                    "gpuhub: refused %s GPUs for %s's job %s: %s", gpus, name, job, exc
+                    "gpuhub: refused %s GPUs for %s's %s %s: %s", gpus, name, kind, job, exc
                 )
                 self._fail(exc.status, exc.message)
                 return
             if gpus > 0:
-                ledger.grant(
-                    Grant(user.name, "job", job, gpus, gpu_type, time.time() + GRANT_SECONDS)
-                )
+                expires = time.time() + GRANT_SECONDS
+                ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid))
         self.set_status(201)
         self.finish(
             json.dumps(
@@ -251,27 +255,26 @@ class GrantsHandler(APIHandler):
         )
 
     async def put(self, name: str, job: str) -> None:
-        """Renew the grant of a job that waits in Kueue's queue (see the module docstring)."""
+        """Bind the grant to the created object, or renew that of a job waiting in Kueue's
+        queue (see the module docstring); no new quota check."""
         self._require_scope()
-        body = self.get_json_body()
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "Send a JSON object: kind, gpus, gpu_type.")
-        kind, gpus = body.get("kind"), body.get("gpus")
-        if kind not in _KINDS:
-            raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}.")
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
-            raise web.HTTPError(400, "gpus must be a whole number of GPUs.")
-        gpu_type = str(body.get("gpu_type") or "")[:200]
+        kind, gpus, gpu_type, uid = _grant_body(self.get_json_body(), "kind, gpus, gpu_type, uid")
         user, ledger, _ = await self._ledger_for(name)
         if gpus > 0:
-            ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, time.time() + GRANT_SECONDS))
+            expires = time.time() + GRANT_SECONDS
+            ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid))
         self.set_status(204)
         self.finish()
 
     async def delete(self, name: str, job: str) -> None:
         self._require_scope()
+        kind = self.get_argument("kind", "")
+        if kind and kind not in _KINDS:
+            raise web.HTTPError(
+                400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {kind!r}."
+            )
         user, ledger, _ = await self._ledger_for(name)
-        ledger.release_grant(user.name, job)
+        ledger.release_job_grant(user.name, job, kind or None)
         self.set_status(204)
         self.finish()
 

@@ -360,7 +360,7 @@ class GPUMonitor:
             self._stopping.discard(key)
         # A queued job held its GPUs by a grant; the jobs service stops renewing it once
         # the job is gone, but it would count until it expires.
-        self.ledger.release_grant(user, name)
+        self.ledger.release_job_grant(user, name)
         self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
         self._changed(removed=(user, "job", name))
         self.store.notify(

@@ -142,7 +142,14 @@ def test_threat_replicas_of_one_job_reach_each_other_only(root):
     policy = m.replica_network_policy(request, "mallory", "train-x7k2p", SETTINGS)
     assert policy is not None
     validate(policy)
-    same = {"matchLabels": {m.LABEL_MANAGED_BY: m.MANAGED_BY, m.LABEL_JOB_ID: "train-x7k2p"}}
+    # By owner as well as id: another user's pods labelled with the same id never match.
+    same = {
+        "matchLabels": {
+            m.LABEL_MANAGED_BY: m.MANAGED_BY,
+            m.LABEL_USER: m.user_label("mallory"),
+            m.LABEL_JOB_ID: "train-x7k2p",
+        }
+    }
     assert policy["spec"]["podSelector"] == same
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same}]}]
     assert policy["spec"]["egress"] == [{"to": [{"podSelector": same}]}]
@@ -170,7 +177,15 @@ async def test_distributed_submit_creates_the_replicas_policy_owned_by_the_job(k
         [policy] = created
         job = kubesim.get("PyTorchJob", record.id)
         assert policy["metadata"]["ownerReferences"] == [m.owner_reference(job)]
-        assert policy["spec"]["podSelector"]["matchLabels"][m.LABEL_JOB_ID] == record.id
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        assert selector[m.LABEL_JOB_ID] == record.id
+        assert selector[m.LABEL_USER] == m.user_label("mallory")
+        # Every replica of the job is selected: they carry both labels.
+        pods = kubesim.wait_for(
+            lambda: kubesim.list("Pod", "default", labels={m.LABEL_JOB_ID: record.id})
+        )
+        for pod in pods:
+            assert selector.items() <= pod["metadata"]["labels"].items()
     finally:
         await backend.close()
 
