@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,21 +11,18 @@ import pytest
 
 from gpuhub.allocator import GPUAllocator, Holder, NotEnoughGPUs, jobs_owner, server_owner
 from gpuhub.ledger import gpus_held
+from tests.support.processes import identity, sleeping_process
 
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     """A real process standing in for a job that outlives its server."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
+    with sleeping_process() as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def process(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
-    return proc.pid, psutil.Process(proc.pid).create_time()
+    return identity(proc)
 
 
 def test_allocation_is_disjoint_and_refuses_what_is_not_free() -> None:

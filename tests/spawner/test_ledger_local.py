@@ -16,7 +16,14 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.support.hub.local import HOLD, LEDGER_READER, jobs_hub_config, token_for, user_api
+from tests.support.hub.local import (
+    HOLD,
+    LEDGER_READER,
+    job_left_running,
+    jobs_hub_config,
+    token_for,
+    user_api,
+)
 from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
 
@@ -238,22 +245,7 @@ def test_no_server_name_stands_for_a_job_hold(hub: Hub, workdir: Path) -> None:
     """The book once keyed a server "alice/<name>" and its job hold "alice/<name>#jobs": a
     server named "#jobs" shared the default server's job hold key, and stopping it freed a
     GPU a job still used. Keys are structured now: that name is just another server."""
-    home = workdir / "users" / "alice"
-    write_notebook(home / "hold.ipynb", HOLD)
-    flag = home / "hold-the-gpu"
-    flag.write_text("")
-    try:
-        assert spawn(hub, "alice", {"gpus": 1, "gpu_type": "big"}).status_code in (201, 202)
-        wait_ready(hub, "alice")
-        token = token_for(hub, "alice")
-        job = user_api(hub, "alice", token, "POST", "", json={"notebook": "hold.ipynb", "gpus": 1})
-        assert job.status_code == 201, job.text
-        job_id = job.json()["id"]
-        deadline = time.monotonic() + 60
-        while user_api(hub, "alice", token, "GET", f"/{job_id}").json()["status"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
-        stop(hub, "alice")
+    with job_left_running(hub, workdir, "alice", {"gpus": 1, "gpu_type": "big"}):
         assert holds(hub, "alice") == [("job", "", [0])]
         for name in ("#jobs", "x#jobs"):
             path = f"/users/alice/servers/{quote(name, safe='')}"
@@ -272,8 +264,6 @@ def test_no_server_name_stands_for_a_job_hold(hub: Hub, workdir: Path) -> None:
         wait_ready(hub, "erin")
         assert held_gpus(hub, "erin") == [1]
         stop(hub, "erin")
-    finally:
-        flag.unlink()
     deadline = time.monotonic() + 60
     while holds(hub, "alice"):
         assert time.monotonic() < deadline, "the job hold did not end with its job"

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.hub.local import HOLD, LEDGER_READER, jobs_hub_config, token_for, user_api
+from tests.support.hub.local import LEDGER_READER, job_left_running, jobs_hub_config, token_for
 from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
-from tests.support.jupyter.notebooks import write_notebook
 
 pytestmark = pytest.mark.e2e
 
@@ -227,79 +226,70 @@ def test_processes_a_stopped_server_left_are_reclaimed_like_a_server(
     """gina's job outlives her server (a job hold): it shows on the hub's metrics with its
     processes, is warned when its GPU idles, may be kept once, and then its processes are
     ended and she reads why."""
-    home = workdir / "users" / "gina"
-    write_notebook(home / "hold.ipynb", HOLD)
-    flag = home / "hold-the-gpu"
-    flag.write_text("")
     set_utilization(workdir, dict.fromkeys(range(4), 0.7))  # busy while it starts
     try:
-        [device] = start_with_a_gpu(hub, "gina")
-        token = token_for(hub, "gina")
-        job = user_api(hub, "gina", token, "POST", "", json={"notebook": "hold.ipynb", "gpus": 1})
-        assert job.status_code == 201, job.text
-        job_id = job.json()["id"]
-        wait_for(
-            "the job to run",
-            lambda: user_api(hub, "gina", token, "GET", f"/{job_id}").json()["status"] == "running",
-            hub,
-        )
-        stop(hub, "gina")
-
-        def hold() -> dict[str, Any] | None:
-            found = hub.api("GET", "/gpuhub/holdings/gina").json()["holdings"]
-            return next((h for h in found if h["kind"] == "job"), None)
-
-        held = wait_for("the job hold", hold, hub)
-        assert held["devices"] == [device] and held["processes"], held
-        pids = [p["pid"] for p in held["processes"]]
-
-        def with_pid() -> str | None:
-            text = requests.get(f"{hub.url}/hub/metrics", headers=ADMIN, timeout=30).text
-            return text if f'pid="{pids[0]}"' in text else None
-
-        metrics = wait_for("the hold's processes in the metrics", with_pid, hub)
-        assert 'gpuhub_gpus_held{gpu_type="NVIDIA GPU",kind="job",user="gina"} 1.0' in metrics
-        assert 'gpuhub_job_hold_process_info{command="' in metrics and 'user="gina"' in metrics
-
-        set_utilization(workdir, {**dict.fromkeys(range(4), 0.7), device: 0.0})
-        warned = wait_for(
-            "the warning",
-            lambda: reclaim_state(hub, "gina")["jobs"].get("", {}).get("warned"),
-            hub,
-        )
-        assert warned
-        notices = requests.get(
-            f"{hub.api_url}/gpuhub/notices/gina",
-            headers={"Authorization": f"token {token}"},
-            timeout=30,
-        ).json()["notices"]
-        [warning] = [n for n in notices if n["kind"] == "warning"]
-        assert str(pids[0]) in warning["text"] and "will be ended" in warning["text"]
-        page = hub.login("gina").get(f"{hub.url}/hub/home", timeout=30).text
-        assert "left running" in page and "will be ended" in page
-        # "Keep my GPUs" works for a job hold too (once, as for a server here).
-        kept = requests.post(
-            f"{hub.api_url}/gpuhub/reclaim/gina/keep",
-            json={"kind": "job", "server": ""},
-            headers={"Authorization": f"token {token}"},
-            timeout=30,
-        )
-        assert kept.status_code == 200 and kept.json()["warned"] is False, kept.text
-        # Then it idles on: warned again, and its processes are ended.
-        wait_for("the hold's end", lambda: hold() is None, hub, timeout=90)
-        assert not any(_alive(pid) for pid in pids)
-        session = hub.login("gina")
-
-        def told() -> str | None:
-            text = session.get(f"{hub.url}/hub/home", timeout=30).text
-            return text if "were ended on" in text else None
-
-        home_page = wait_for("the notice", told, hub)
-        assert "The processes your default server left running" in home_page
-        assert "stayed below 5% utilization for 3 seconds" in home_page
+        with job_left_running(hub, workdir, "gina", {"gpus": 1}) as job:
+            ended_and_told(hub, workdir, job.token)
     finally:
-        flag.unlink(missing_ok=True)
         set_utilization(workdir, dict.fromkeys(range(4), 0.0))
+
+
+def ended_and_told(hub: Hub, workdir: Path, token: str) -> None:
+    """gina's job hold is seen with its processes, warned, kept once, then ended."""
+
+    def hold() -> dict[str, Any] | None:
+        found = hub.api("GET", "/gpuhub/holdings/gina").json()["holdings"]
+        return next((h for h in found if h["kind"] == "job"), None)
+
+    held = wait_for("the job hold", hold, hub)
+    [device] = held["devices"]
+    assert held["processes"], held
+    pids = [p["pid"] for p in held["processes"]]
+
+    def with_pid() -> str | None:
+        text = requests.get(f"{hub.url}/hub/metrics", headers=ADMIN, timeout=30).text
+        return text if f'pid="{pids[0]}"' in text else None
+
+    metrics = wait_for("the hold's processes in the metrics", with_pid, hub)
+    assert 'gpuhub_gpus_held{gpu_type="NVIDIA GPU",kind="job",user="gina"} 1.0' in metrics
+    assert 'gpuhub_job_hold_process_info{command="' in metrics and 'user="gina"' in metrics
+
+    set_utilization(workdir, {**dict.fromkeys(range(4), 0.7), device: 0.0})
+    warned = wait_for(
+        "the warning",
+        lambda: reclaim_state(hub, "gina")["jobs"].get("", {}).get("warned"),
+        hub,
+    )
+    assert warned
+    notices = requests.get(
+        f"{hub.api_url}/gpuhub/notices/gina",
+        headers={"Authorization": f"token {token}"},
+        timeout=30,
+    ).json()["notices"]
+    [warning] = [n for n in notices if n["kind"] == "warning"]
+    assert str(pids[0]) in warning["text"] and "will be ended" in warning["text"]
+    page = hub.login("gina").get(f"{hub.url}/hub/home", timeout=30).text
+    assert "left running" in page and "will be ended" in page
+    # "Keep my GPUs" works for a job hold too (once, as for a server here).
+    kept = requests.post(
+        f"{hub.api_url}/gpuhub/reclaim/gina/keep",
+        json={"kind": "job", "server": ""},
+        headers={"Authorization": f"token {token}"},
+        timeout=30,
+    )
+    assert kept.status_code == 200 and kept.json()["warned"] is False, kept.text
+    # Then it idles on: warned again, and its processes are ended.
+    wait_for("the hold's end", lambda: hold() is None, hub, timeout=90)
+    assert not any(_alive(pid) for pid in pids)
+    session = hub.login("gina")
+
+    def told() -> str | None:
+        text = session.get(f"{hub.url}/hub/home", timeout=30).text
+        return text if "were ended on" in text else None
+
+    home_page = wait_for("the notice", told, hub)
+    assert "The processes your default server left running" in home_page
+    assert "stayed below 5% utilization for 3 seconds" in home_page
 
 
 def _alive(pid: int) -> bool:

@@ -9,17 +9,16 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gpuhub import statefile
 from gpuhub.allocator import GPUAllocator, Holder, jobs_owner, server_owner
 from gpuhub.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
 from gpuhub.usage import UsageStore
+from tests.support.processes import identity, sleeping_process
 
 
 def test_a_write_is_fsynced_renamed_and_its_folder_fsynced(
@@ -80,18 +79,14 @@ def test_a_damaged_ledger_is_kept_aside_and_never_stops_the_book(
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
+    with sleeping_process() as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_a_hold_with_wrong_types_is_skipped_and_the_good_ones_kept(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
-    started = psutil.Process(sleeper.pid).create_time()
+    _, started = identity(sleeper)
     good = {
         "user": "alice",
         "name": "",
@@ -123,10 +118,7 @@ def test_a_lost_ledger_is_rebuilt_from_the_grants_live_processes_carry(tmp_path:
     grant = Launch("alice", "train", "L1", (1, 2), "A6000")
     forged = sign(launch_key(b"another hub"), Launch("mallory", "", "L9", (0,), ""))
     env = {**os.environ, LAUNCH_ENV: sign(key, grant), "CUDA_VISIBLE_DEVICES": "2"}
-    code = "import time; time.sleep(120)"
-    ours = subprocess.Popen([sys.executable, "-c", code], env=env)
-    theirs = subprocess.Popen([sys.executable, "-c", code], env={**env, LAUNCH_ENV: forged})
-    try:
+    with sleeping_process(env) as ours, sleeping_process({**env, LAUNCH_ENV: forged}):
         book = GPUAllocator(tmp_path / "gpuhub-ledger.json", key=key)
         # The process sees GPU 2 of the 1 and 2 it was given: 2 stays held, for alice.
         assert book.free([0, 1, 2]) == [0, 1]
@@ -144,10 +136,6 @@ def test_a_lost_ledger_is_rebuilt_from_the_grants_live_processes_carry(tmp_path:
         )
         assert [h.kind for h in book.holdings()] == ["server"]
         assert book.holder(jobs_owner("alice", "train")) is None
-    finally:
-        for proc in (ours, theirs):
-            proc.kill()
-            proc.wait()
     assert verify(key, forged) is None
 
 

@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.hub.local import HOLD, LEDGER_READER, jobs_hub_config, token_for, user_api
+from tests.support.hub.local import LEDGER_READER, job_left_running, jobs_hub_config
 from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
-from tests.support.jupyter.notebooks import write_notebook
 
 pytestmark = pytest.mark.e2e
 
@@ -86,29 +85,9 @@ def job_holds(hub: Hub, user: str) -> list[tuple[str, list[int]]]:
 @pytest.fixture(scope="module")
 def held_job(hub: Hub, workdir: Path) -> Iterator[Path]:
     """alice's job that outlives her server on GPU 0 (a job hold), until the flag goes."""
-    home = workdir / "users" / "alice"
-    write_notebook(home / "hold.ipynb", HOLD)
-    flag = home / "hold-the-gpu"
-    flag.write_text("")
-    try:
-        assert spawn(hub, "alice", {"gpus": 1}).status_code in (201, 202)
-        wait_ready(hub, "alice")
-        token = token_for(hub, "alice")
-        job = user_api(hub, "alice", token, "POST", "", json={"notebook": "hold.ipynb", "gpus": 1})
-        assert job.status_code == 201, job.text
-        job_id = job.json()["id"]
-        wait_for(
-            "the job runs",
-            lambda: (
-                user_api(hub, "alice", token, "GET", f"/{job_id}").json()["status"] == "running"
-            ),
-            hub,
-        )
-        stop(hub, "alice")
+    with job_left_running(hub, workdir, "alice", {"gpus": 1}) as job:
         wait_for("the job hold", lambda: job_holds(hub, "alice") == [("", [0])], hub)
-        yield flag
-    finally:
-        flag.unlink(missing_ok=True)
+        yield job.flag
 
 
 def ledger(workdir: Path) -> Path:
