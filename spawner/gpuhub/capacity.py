@@ -141,7 +141,10 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuhub")
 JOB_ID_LABEL = "gpuhub.io/job-id"
 KIND_LABEL = "gpuhub.io/kind"
 USERNAME_ANNOTATION = "gpuhub.io/username"
-# The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds.
+# The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds. A new kind
+# whose pods a controller of its own owns is added here; one whose pods belong to an object in
+# between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
+# uid, or its grant counts whole until it lapses.
 CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
 # Kubeflow Pipelines labels every pod of a run with the run's id.
 KFP_RUN_LABEL = "pipeline/runid"

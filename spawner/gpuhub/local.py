@@ -350,10 +350,15 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         held = [h for h in QUEUE.book.holdings() if set(h.devices) & set(ticket.candidates)]
         busy = len({d for h in held for d in h.devices if d in ticket.candidates})
         users = len({h.user for h in held})
+        free = len(ticket.candidates) - busy
+        # Enough may be free for this one while an earlier, bigger request waits: say why.
+        first = (
+            "; the line is first come, first served" if position > 1 and free >= ticket.gpus else ""
+        )
         return (
             f"Waiting for {ticket.gpus} {ticket.type_name}: you are {words.ordinal(position)} in line; "
             f"{busy} of {len(ticket.candidates)} are held (servers and jobs of {users} "
-            f"user{'s' if users != 1 else ''})"
+            f"user{'s' if users != 1 else ''}){first}"
         )
 
     async def poll(self) -> int | None:

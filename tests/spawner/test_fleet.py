@@ -171,12 +171,19 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
         stop(hub, "dave")
         root = hub.login("root")
         deadline = time.monotonic() + 30
-        while ("dave", "") not in job_rows(html := fleet(hub, root)):
+        # The job hold's row, once the hub has found its processes.
+        while ("dave", "") not in job_rows(html := fleet(hub, root)) or (
+            "gpuhub-processes" not in html
+        ):
             assert time.monotonic() < deadline, html[-3000:]
             time.sleep(0.3)
         assert (
             'formaction="/hub/gpuhub/fleet/cancel"' in html and "Cancel dave's job default" in html
         )
+        # The row lists the processes that keep the GPU, as the hub knows them.
+        held = hub.api("GET", "/gpuhub/holdings/dave").json()["holdings"]
+        [pid, *_] = [p["pid"] for h in held if h["kind"] == "job" for p in h["processes"]]
+        assert "gpuhub-processes" in html and f"<code>{pid} " in html, html[-3000:]
 
         refused = post_cancel(hub, hub.login("bob"), target="dave/", reason="mine now")
         assert refused.status_code == 403, refused.text[-2000:]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.hub.process import Hub, spawn, start_hub
+from tests.support.hub.progress import Progress
 
 pytestmark = pytest.mark.e2e
 
@@ -94,9 +95,17 @@ def test_a_small_request_never_overtakes_a_bigger_one_waiting(hub: Hub) -> None:
     # bob wants both GPUs: one is free, so he waits first in line.
     assert spawn(hub, "bob", {"gpus": 2}).status_code == 202
     wait_until("bob waits", lambda: server(hub, "bob").get("pending") == "spawn", hub)
-    # carol wants one, and one is free: she still waits, behind bob.
+    # carol wants one, and one is free: she still waits, behind bob, and is told why.
     assert spawn(hub, "carol", {"gpus": 1}).status_code == 202
-    time.sleep(3)  # several turns of the line (it is served every second)
+    carol = Progress(hub, "carol")
+    wait_until(
+        "carol is told she waits behind bob",
+        lambda: (
+            carol.said("you are 2nd in line; 1 of 2 are held")
+            and carol.said("the line is first come, first served")
+        ),
+        hub,
+    )
     assert server(hub, "carol").get("pending") == "spawn", server(hub, "carol")
     assert not server(hub, "carol").get("ready")
     page = hub.login("dave").get(f"{hub.url}/hub/spawn", timeout=30).text
