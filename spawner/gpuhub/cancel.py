@@ -11,10 +11,12 @@ the jobs service (which acts for users, not for admins):
   those processes' ``GPUHUB_JOB_ID``, so the user's server can mark their records cancelled
   with the admin's reason (:func:`gpuhub.usage.cancel_notice_for_job`).
 * **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the Job, PyTorchJob
-  or TFJob carrying the ``gpuhub.io/job-id`` label (foreground propagation: the object stays
-  until its pods are gone), with the Kubernetes client it already uses for its pod watch. A
-  job without pods yet (waiting in a Kueue queue: the ledger counts its grant) is looked for
-  in the hub's own namespace, the chart's default for jobs too.
+  or TFJob of that user with that ``gpuhub.io/job-id`` (selected by owner as well as id, the
+  exact owner checked in its annotation, and, where the ledger knows it, only the object of
+  that kind and uid, deleted with the uid as a precondition), in foreground (the object
+  stays until its pods are gone), with the Kubernetes client it already uses for its pod
+  watch. A job without pods yet (waiting in a Kueue queue: the ledger counts its grant) is
+  looked for in the hub's own namespace, the chart's default for jobs too.
   Pipeline runs are not Kubernetes workloads the hub can stop safely (Kubeflow Pipelines
   would retry or mark them failed on its own terms): refused with one sentence saying so.
 """
@@ -27,8 +29,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .allocator import GPUAllocator, Holder, Process, alive
+from .allocator import GPUAllocator, Holder, alive, jobs_owner
+from .jobs.k8s import manifests as m
 from .jobs.k8s.rawapi import request_json
+from .launches import Process
 from .ledger import Holding
 
 log = logging.getLogger("gpuhub.cancel")
@@ -48,10 +52,10 @@ class CancelRefused(Exception):
 
 # -- a workstation ------------------------------------------------------------------------------
 def _job_hold(book: GPUAllocator, holding: Holding) -> Holder:
-    for holder in book._holders.values():
-        if holder.kind == "job" and holder.user == holding.user and holder.name == holding.name:
-            return holder
-    raise CancelRefused(404, f"{holding.user} has no job {holding.name!r} holding GPUs.")
+    holder = book.holder(jobs_owner(holding.user, holding.name))
+    if holder is None:
+        raise CancelRefused(404, f"{holding.user} has no job {holding.name!r} holding GPUs.")
+    return holder
 
 
 def _terminate(processes: Sequence[Process]) -> list[str]:
@@ -99,17 +103,27 @@ async def cancel_local(book: GPUAllocator, holding: Holding) -> list[str]:
         raise CancelRefused(
             409, "The hub is still looking for that server's processes; try again in a moment."
         )
-    job_ids = await asyncio.to_thread(_terminate, list(holder.processes))
+    job_ids = await asyncio.to_thread(_terminate, [p.process for p in holder.processes])
     book.prune()  # releases the hold now that its processes have ended
     return job_ids
 
 
 # -- Kubernetes ---------------------------------------------------------------------------------
-_KINDS = (  # (label, group, version, plural); None group: batch/v1 Job
-    ("Job", None, "v1", "jobs"),
-    ("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
-    ("TFJob", "kubeflow.org", "v1", "tfjobs"),
+_KINDS = (  # (gpuhub's kind, label, group, version, plural); None group: batch/v1 Job
+    ("job", "Job", None, "v1", "jobs"),
+    ("pytorchjob", "PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
+    ("tfjob", "TFJob", "kubeflow.org", "v1", "tfjobs"),
 )
+
+
+def _is_the_job(obj: dict[str, Any], holding: Holding) -> bool:
+    """Whether a listed object is ``holding``'s job: the exact owner (labels carry a slug),
+    and its uid where the ledger knows the job by it."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(m.ANNOTATION_USERNAME) != holding.user:
+        return False
+    workload = holding.workload
+    return workload is None or not workload.uid or meta.get("uid") == workload.uid
 
 
 async def cancel_kube(
@@ -127,17 +141,27 @@ async def cancel_kube(
         raise CancelRefused(
             409, f"The hub has not seen a pod of job {holding.name!r} yet; try again in a moment."
         )
-    selector = f"app.kubernetes.io/managed-by=gpuhub,gpuhub.io/job-id={holding.name}"
+    if holding.workload is not None and holding.workload.kind == "pipeline":
+        raise CancelRefused(
+            409,
+            f"Job {holding.name!r} is a pipeline run: cancel it in Kubeflow Pipelines.",
+        )
+    selector = (
+        f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(holding.user)},"
+        f"{m.LABEL_JOB_ID}={holding.name}"
+    )
     batch = client.BatchV1Api(core_api.api_client)
     custom = client.CustomObjectsApi(core_api.api_client)
-    body: Any = {"propagationPolicy": "Foreground"}
     note: Any = {
         "metadata": {
             "annotations": {"gpuhub.io/cancelled-by": by, "gpuhub.io/cancel-reason": reason}
         }
     }
     deleted = []
-    for kind, group, version, plural in _KINDS:
+    wanted = holding.workload.kind if holding.workload is not None else None
+    for ours, kind, group, version, plural in _KINDS:
+        if wanted is not None and ours != wanted:
+            continue
         try:
             if group is None:
                 found = await request_json(
@@ -164,7 +188,14 @@ async def cancel_kube(
                 f"Kubernetes refused to list {kind}s in {namespace}: {exc.reason}.",
             ) from None
         for obj in found.get("items") or []:
+            if not _is_the_job(obj, holding):
+                continue
             name = obj["metadata"]["name"]
+            # Deleted only if it is still that very object (not one made since by that name).
+            body: Any = {
+                "propagationPolicy": "Foreground",
+                "preconditions": {"uid": obj["metadata"]["uid"]},
+            }
             try:
                 if group is None:
                     await request_json(
@@ -193,8 +224,8 @@ async def cancel_kube(
                         )
                     )
             except ApiException as exc:
-                if exc.status == 404:
-                    continue  # gone meanwhile
+                if exc.status in (404, 409):
+                    continue  # gone meanwhile (409: replaced by another object of that name)
                 raise CancelRefused(
                     502 if exc.status >= 500 else 409,
                     f"Kubernetes refused to delete {kind} {namespace}/{name}: {exc.reason}.",

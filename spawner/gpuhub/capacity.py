@@ -19,12 +19,12 @@ import json
 import logging
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .form import GPUCapacity
 from .gpu_resources import is_gpu_resource
-from .ledger import Holding, Ledger
+from .ledger import Holding, Ledger, Workload
 from .policy import GPUType
 from .quantity import QuantityError, parse_cpu, parse_memory
 
@@ -140,7 +140,30 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
 SERVER_COMPONENT = "singleuser-server"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuhub")
 JOB_ID_LABEL = "gpuhub.io/job-id"
+KIND_LABEL = "gpuhub.io/kind"
 USERNAME_ANNOTATION = "gpuhub.io/username"
+# The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds. A new kind
+# whose pods a controller of its own owns is added here; one whose pods belong to an object in
+# between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
+# uid, or its grant counts whole until it lapses.
+CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
+# Kubeflow Pipelines labels every pod of a run with the run's id.
+KFP_RUN_LABEL = "pipeline/runid"
+
+
+def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
+    """The object a gpuhub job pod belongs to, by kind and uid: its controller (Job,
+    PyTorchJob, TFJob, set by Kubernetes' and Kubeflow's controllers), or for a pipeline
+    step the run it belongs to (KFP's label)."""
+    labels = meta.get("labels") or {}
+    if labels.get(KIND_LABEL) == "pipeline":
+        run = labels.get(KFP_RUN_LABEL)
+        return Workload("pipeline", str(run)) if run else None
+    for ref in meta.get("ownerReferences") or []:
+        kind = CONTROLLER_KINDS.get(ref.get("kind", ""))
+        if ref.get("controller") and kind and ref.get("uid"):
+            return Workload(kind, str(ref["uid"]))
+    return None
 
 
 def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
@@ -168,8 +191,37 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
         user = notes.get(USERNAME_ANNOTATION) or labels.get("gpuhub.io/user")
         if not user:
             return None
-        return Holding(user, "job", labels[JOB_ID_LABEL], count, resource, since=since, pods=pods)
+        return Holding(
+            user,
+            "job",
+            labels[JOB_ID_LABEL],
+            count,
+            resource,
+            since=since,
+            pods=pods,
+            workload=pod_workload(meta),
+        )
     return None
+
+
+def _per_workload(pods: Iterable[Holding]) -> list[Holding]:
+    """Pod holdings with the replicas of one job (same user, id and object) added up."""
+    out: dict[tuple[Any, ...], Holding] = {}
+    for h in pods:
+        key = (h.user, h.kind, h.name, h.workload) if h.kind == "job" else ("pod", id(h))
+        first = out.get(key)
+        out[key] = h if first is None else _together(first, h)
+    return list(out.values())
+
+
+def _together(first: Holding, other: Holding) -> Holding:
+    starts = [t for t in (first.since, other.since) if t is not None]
+    return replace(
+        first,
+        gpus=first.gpus + other.gpus,
+        pods=first.pods + other.pods,
+        since=min(starts) if starts else None,
+    )
 
 
 def _epoch(stamp: Any) -> float | None:
@@ -410,11 +462,12 @@ class ClusterCapacity:
             self.holders.setdefault(holding.user, {})[key] = holding
 
     def holdings(self, user: str | None = None) -> list[Holding]:
-        """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST)."""
+        """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST): one
+        holding per server and one per job (its replicas' pods together)."""
         self._require()
         if user is not None:
-            return list(self.holders.get(user, {}).values())
-        return [h for pods in self.holders.values() for h in pods.values()]
+            return _per_workload(self.holders.get(user, {}).values())
+        return _per_workload(h for pods in self.holders.values() for h in pods.values())
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}

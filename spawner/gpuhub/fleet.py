@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,8 @@ class Row:
     memory_text: str = "—"
     util_text: str = ""
     left_text: str = ""
+    # A workstation's job hold: the processes that keep it, "1234 python train.py".
+    processes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -94,7 +97,7 @@ class TrackCopy(NamedTuple):
     history: tuple[tuple[float, float], ...]
     samples: tuple[GPUSample, ...]
     idle_since: float | None
-    deadline: float | None  # a warned server's stop time
+    deadline: float | None  # a warned server's stop time (a job hold's: its processes' end)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
     tracks = []
     for track in monitor.tracks.values():
         h = track.holding
-        clock = clocks.get(track.launch()) if clocks and h.kind == "server" else None
+        clock = clocks.get(track.launch()) if clocks else None
         deadline = clock.deadline if clock is not None else None
         tracks.append(TrackCopy(h, track.history, track.samples, track.idle_since, deadline))
     return Snapshot(
@@ -160,6 +163,7 @@ def _row(track: TrackCopy, now: float) -> Row:
         idle_for=idle_for,
         warned=warned,
         seconds_left=left,
+        processes=tuple(f"{pid} {command}".rstrip() for pid, command in h.processes),
     )
 
 
@@ -181,8 +185,9 @@ def fleet_view(snap: Snapshot) -> FleetView:
     rule = snap.rule
     if rule is not None:
         view.reclaim = (
-            f"GPU servers idle below {rule.utilization_below:.0%} for {rule.after:g} s are "
-            f"warned, then stopped {rule.warn:g} s later"
+            f"GPU servers (and processes a stopped server left on its GPUs) idle below "
+            f"{rule.utilization_below:.0%} for {rule.after:g} s are warned, then stopped "
+            f"(ended) {rule.warn:g} s later"
         )
     held_by_type: dict[str, int] = {}
     for row in rows:
@@ -363,8 +368,41 @@ def _monitor(handler: BaseHandler) -> GPUMonitor | None:
     return gpu_monitor.current()
 
 
+class Outcomes:
+    """What the fleet page's actions did, for the page the action redirects to: the redirect
+    carries a random token only, so the page shows the hub's own sentence to the admin who
+    acted, and no text anyone can put in a link."""
+
+    KEEP_SECONDS = 600.0
+
+    def __init__(self) -> None:
+        self._done: dict[str, tuple[str, str, float]] = {}  # token -> (viewer, text, when)
+
+    def record(self, viewer: str, text: str) -> str:
+        now = time.monotonic()
+        for token in [
+            t for t, (_, _, when) in self._done.items() if now - when > self.KEEP_SECONDS
+        ]:
+            del self._done[token]
+        token = secrets.token_urlsafe(12)
+        self._done[token] = (viewer, text, now)
+        return token
+
+    def take(self, token: str, viewer: str) -> str:
+        """The sentence recorded under ``token`` for ``viewer``; "" for anything else."""
+        found = self._done.get(token)
+        if found is None or found[0] != viewer or time.monotonic() - found[2] > self.KEEP_SECONDS:
+            return ""
+        return found[1]
+
+
+OUTCOMES = Outcomes()
+
+
 class FleetHandler(BaseHandler):
     """``GET /hub/gpuhub/fleet``: the page."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("GET",)
 
     @web.authenticated
     async def get(self) -> None:
@@ -379,8 +417,8 @@ class FleetHandler(BaseHandler):
             "gpuhub_fleet.html",
             view=view,
             **{k: Markup(v) for k, v in fragments.items()},  # rendered and escaped already
-            stopped=self.get_argument("stopped", ""),
-            cancelled=self.get_argument("cancelled", ""),
+            # Only what the hub itself recorded for this viewer: never text from the URL.
+            done=OUTCOMES.take(self.get_argument("done", ""), self.current_user.name),
         )
         self.finish(html)
 
@@ -396,6 +434,8 @@ class _ActionHandler(BaseHandler):
 
 class FleetStopHandler(_ActionHandler):
     """``POST /hub/gpuhub/fleet/stop`` (form: target "user/server", reason): stop a server."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("POST",)
 
     @web.authenticated
     async def post(self) -> None:
@@ -417,13 +457,20 @@ class FleetStopHandler(_ActionHandler):
         stopped = await monitor.stop_server(user, server, why, by=self.current_user.name)
         if not stopped:
             raise web.HTTPError(409, "That server is starting or stopping already; try again.")
-        self.redirect(f"{self.hub.base_url}gpuhub/fleet?stopped={name}", status=303)
+        whose = "your" if own else f"{name}'s"
+        told = "" if own else "; they will read why on their next visit"
+        done = OUTCOMES.record(
+            self.current_user.name, f"Stopped {whose} server {server or 'default'!r}{told}."
+        )
+        self.redirect(f"{self.hub.base_url}gpuhub/fleet?done={done}", status=303)
 
 
 class FleetCancelHandler(_ActionHandler):
     """``POST /hub/gpuhub/fleet/cancel`` (form: target "user/job", reason): cancel a GPU job
     (:meth:`gpuhub.monitor.GPUMonitor.cancel_job`). The same rights and checks as stopping a
     server: the user's own job, or anyone's for fleet admins, with a reason."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("POST",)
 
     @web.authenticated
     async def post(self) -> None:
@@ -442,11 +489,16 @@ class FleetCancelHandler(_ActionHandler):
         if not own and not reason:
             raise web.HTTPError(400, "Give a reason: the user reads it on their next visit.")
         why = reason or "you cancelled it from the fleet page"
+        track = monitor.tracks.get((name, "job", job))
+        what = track.holding.label if track is not None else f"job {job!r}"
         try:
             await monitor.cancel_job(name, job, why, by=self.current_user.name)
         except CancelRefused as exc:
             raise web.HTTPError(exc.status, exc.message) from None
-        self.redirect(f"{self.hub.base_url}gpuhub/fleet?cancelled={name}", status=303)
+        whose = "your" if own else f"{name}'s"
+        told = "" if own else "; they will read why on their next visit"
+        done = OUTCOMES.record(self.current_user.name, f"Cancelled {whose} {what}{told}.")
+        self.redirect(f"{self.hub.base_url}gpuhub/fleet?done={done}", status=303)
 
 
 HANDLERS: list[tuple[str, Any]] = [

@@ -8,29 +8,38 @@ service asks the hub for a *grant* before it creates anything:
   -> ``201 {"user", "name", "gpus", "quota", "held"}``, or ``403 {"message"}`` over quota.
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
-* ``DELETE /hub/api/gpuhub/grants/<user>/<name>`` -> 204: the submit failed (or the job was
-  cancelled), forget it.
-* ``PUT /hub/api/gpuhub/grants/<user>/<name>`` body ``{"kind", "gpus", "gpu_type"}`` -> 204:
-  the job, granted at submit, still waits in Kueue's queue with no pods: keep counting it for
-  another ``GRANT_SECONDS`` (no new quota check; the service renews every minute while the
-  job is queued, so a queued job holds its place and a forgotten one lapses).
-* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
-  "name", "label", "gpus", "gpu_type", "devices", "since"}]}``: what the user holds, for the user
-  themselves (any token of theirs, e.g. their server's) and for the jobs service.
+* ``DELETE /hub/api/gpuhub/grants/<user>/<name>[?kind=<kind>]`` -> 204: the submit failed
+  (or the job was cancelled), forget it.
+* ``PUT /hub/api/gpuhub/grants/<user>/<name>`` body ``{"kind", "gpus", "gpu_type", "uid"}``
+  -> 204: the service created the job's object (``uid``: its uid, a pipeline's KFP run id),
+  so the ledger matches the job's pods to the grant by kind and uid, never by name; and,
+  while the job still waits in Kueue's queue with no pods, keep counting it for another
+  ``GRANT_SECONDS`` (no new quota check; the service renews every minute while the job is
+  queued, so a queued job holds its place and a forgotten one lapses).
 
-Callers need the custom scope ``custom:gpuhub:grants`` (the chart gives it to the jobs
+These need the custom scope ``custom:gpuhub:grants`` (the chart gives it to the jobs
 service's role).
 
-GPU reclaim (:mod:`gpuhub.monitor`), for the user's own server (its JUPYTERHUB_API_TOKEN),
-the user, admins and holders of ``custom:gpuhub:fleet``:
+What a user holds and GPU reclaim (:mod:`gpuhub.monitor`), for tokens with access to the
+user's servers (``access:servers`` or ``servers`` for that user: the user's session and
+tokens, their server's own JUPYTERHUB_API_TOKEN, admins; see :data:`SERVER_ACCESS_SCOPES`):
+never for a token that only identifies the user, as OAuth gives every service they log in
+to.
 
-* ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job", "server",
-  "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped and jobs
-  cancelled from the fleet page (the local jobs backend marks its records from it);
+* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
+  "name", "label", "gpus", "gpu_type", "devices", "since", "processes"}]}``; also for
+  ``custom:gpuhub:grants`` (the jobs service);
+* ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job"|"warning",
+  "server", "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped
+  and jobs cancelled or ended, and which job holds are warned (the local jobs backend marks
+  its records from it); also for ``custom:gpuhub:fleet``;
+* ``GET /hub/api/gpuhub/reclaim/<user>`` -> ``{"enabled", "servers": {name: idle clock},
+  "jobs": {server name: idle clock of its job hold}}``; also for ``custom:gpuhub:fleet``;
+* ``POST /hub/api/gpuhub/reclaim/<user>/keep`` body ``{"server": name, "kind": "server" |
+  "job"}`` -> the restarted clock, or ``409 {"message"}`` once ``max_postpones`` is used up.
 
-* ``GET /hub/api/gpuhub/reclaim/<user>`` -> ``{"enabled", "servers": {name: idle clock}}``;
-* ``POST /hub/api/gpuhub/reclaim/<user>/keep`` body ``{"server": name}`` -> the restarted
-  clock, or ``409 {"message"}`` once ``max_postpones`` is used up.
+Every endpoint answers a method it does not serve with 405 and a request without
+credentials with 403.
 
 Hub pages show why a user's server was reclaimed (``template_vars`` ``gpuhub_notices``,
 rendered by gpuhub's ``page.html``, which extends JupyterHub's). Enable in ``jupyterhub_config.py`` (the Helm chart does)::
@@ -53,12 +62,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import check_scope_filter
 from tornado import web
 
 from . import monitor as gpu_monitor
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
-from .ledger import Grant, Ledger, QuotaExceeded, gpus_held
+from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpus_held
 from .usage import HUB_SHUTDOWN
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
@@ -132,7 +142,8 @@ _STARTER: set[asyncio.Task[None]] = set()
 
 
 def notices_for(user: Any) -> list[dict[str, str]]:
-    """Why the user's servers were stopped, for gpuhub's ``page.html`` (template_vars)."""
+    """Why the user's servers were stopped and jobs ended, and which of their job holds are
+    about to be ended for idleness, for gpuhub's ``page.html`` (template_vars)."""
     if user is None:
         return []
     if gpu_monitor.current() is None:
@@ -140,13 +151,46 @@ def notices_for(user: Any) -> list[dict[str, str]]:
     monitor = gpu_monitor.current()
     if monitor is None:
         return []
-    return [notice_text(n) for n in monitor.store.notices_for(user.name)]
+    warnings = [warning_text(h, deadline) for h, deadline in monitor.warnings_for(user.name)]
+    return warnings + [notice_text(n) for n in monitor.store.notices_for(user.name)]
+
+
+def _at(when: float) -> str:
+    return f"on {datetime.fromtimestamp(when, UTC):%Y-%m-%d at %H:%M} UTC"
+
+
+def _left_behind(server: str) -> str:
+    """How a job hold is called at a sentence's start."""
+    if server:
+        return f"The processes your server {server!r} left running"
+    return "The processes your default server left running"
+
+
+def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
+    """A job hold about to be ended for idleness, as hub pages show it."""
+    pids = ", ".join(str(pid) for pid, _ in holding.processes)
+    gpus = f"{holding.gpus} GPU{'s' if holding.gpus != 1 else ''}"
+    minutes = max(0, round((deadline - time.time()) / 60))
+    text = (
+        f"{_left_behind(holding.name)} (process{'es' if len(holding.processes) != 1 else ''} "
+        f"{pids}) keep {gpus} idle; they will be ended {_at(deadline)} (in about {minutes} "
+        "min) unless they use the GPUs or you keep them (POST /hub/api/gpuhub/reclaim/"
+        f'<you>/keep with {{"kind": "job", "server": {json.dumps(holding.name)}}}).'
+    )
+    return {
+        "server": holding.name,
+        "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "by": "idle",
+        "kind": "warning",
+        "jobs": "",
+        "text": text,
+    }
 
 
 def notice_text(notice: Any) -> dict[str, str]:
     """A notice as hub pages and ``GET /hub/api/gpuhub/notices/<user>`` show it."""
     when = datetime.fromtimestamp(notice.when, UTC)
-    at = f"on {when:%Y-%m-%d at %H:%M} UTC"
+    at = _at(notice.when)
     server = f"server {notice.server!r}" if notice.server else "server"
     if notice.kind == "job":
         # A workstation's job row is named after the server that started its processes.
@@ -154,10 +198,16 @@ def notice_text(notice: Any) -> dict[str, str]:
             what = f"job{'s' if len(notice.jobs) > 1 else ''} {', '.join(notice.jobs)}"
         else:
             what = f"job {notice.server!r}" if notice.server else "job"
-        text = (
-            f"Your {what} was cancelled {at} by {notice.by}: "
-            f"{notice.reason.rstrip('.')}. Its GPUs are free again."
-        )
+        if notice.by == "idle":
+            text = (
+                f"{_left_behind(notice.server)} ({what}) were ended {at} because "
+                f"{notice.reason}. Their GPUs are free again."
+            )
+        else:
+            text = (
+                f"Your {what} was cancelled {at} by {notice.by}: "
+                f"{notice.reason.rstrip('.')}. Its GPUs are free again."
+            )
     elif notice.by == HUB_SHUTDOWN:
         text = (
             f"Your {server} was waiting in line, {notice.reason}, when the hub shut down "
@@ -179,18 +229,54 @@ def notice_text(notice: Any) -> dict[str, str]:
     }
 
 
-class GrantsHandler(APIHandler):
-    """Quota grants for the jobs service (see the module docstring)."""
+# Scopes that mean access to a user's servers (JupyterHub's own, with their filters): reaching
+# them (the user, the server's own token), or starting and stopping them (admins). A token
+# with identify scopes only (read:users:name, as OAuth gives every service a user logs in to)
+# reads nothing here.
+SERVER_ACCESS_SCOPES = ("access:servers", "servers")
 
-    def _require_scope(self) -> None:
-        if not self.current_user:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        if GRANTS_SCOPE not in self.expanded_scopes:
-            raise web.HTTPError(403, f"This token lacks the {GRANTS_SCOPE} scope.")
+
+class GpuhubAPIHandler(APIHandler):
+    """What gpuhub's hub endpoints share: only their own methods (others answer 405 before
+    anything else), 403 without credentials, one-sentence JSON errors."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("OPTIONS",)
 
     def _fail(self, status: int, message: str) -> None:
         self.set_status(status)
         self.finish(json.dumps({"status": status, "message": message}))
+
+    def _caller(self) -> Any:
+        caller = self.current_user
+        if caller is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        return caller
+
+    def reaches_servers_of(self, user: Any) -> bool:
+        """Whether this request's scopes give access to ``user``'s servers."""
+        for scope in SERVER_ACCESS_SCOPES:
+            found = self.parsed_scopes.get(scope)
+            if found is None:
+                continue
+            if check_scope_filter(found, user, "user"):
+                return True
+            prefix = f"{user.name}/"
+            if isinstance(found, dict) and any(
+                s.startswith(prefix) for s in found.get("server", ())
+            ):
+                return True  # a server's own token (access:servers!server=user/name)
+        return False
+
+    def _refuse(self, caller: Any, name: str, others: web.HTTPError) -> None:
+        """The caller may not read ``name``'s GPUs: their own token lacks the scope (403,
+        saying which), or it is someone else (``others``)."""
+        if getattr(caller, "kind", "") == "user" and caller.name == name:
+            raise web.HTTPError(
+                403,
+                f"This token only identifies {name}; reading or keeping their GPUs needs "
+                f"access to their servers (scope access:servers!user={name}).",
+            )
+        raise others
 
     async def _ledger_for(self, name: str) -> tuple[Any, Ledger, int | None]:
         user = self.find_user(name)
@@ -205,38 +291,52 @@ class GrantsHandler(APIHandler):
         ledger = await ledger_of()
         return user, ledger, spawner.gpu_quota_limit()
 
+
+def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str]:
+    """``(kind, gpus, gpu_type, uid)`` of a grant's JSON body, checked (400 otherwise)."""
+    if not isinstance(body, dict):
+        raise web.HTTPError(400, f"Send a JSON object: {fields}.")
+    kind, gpus, uid = body.get("kind"), body.get("gpus"), body.get("uid", "")
+    if kind not in _KINDS:
+        raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {kind!r}.")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
+        raise web.HTTPError(400, f"gpus must be a whole number of GPUs, not {gpus!r}.")
+    if not isinstance(uid, str) or len(uid) > 200:
+        raise web.HTTPError(400, "uid must be the job's Kubernetes uid (or KFP run id).")
+    return kind, gpus, str(body.get("gpu_type") or "")[:200], uid
+
+
+class GrantsHandler(GpuhubAPIHandler):
+    """``POST /hub/api/gpuhub/grants``: a quota grant for a job about to be created."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("POST", "OPTIONS")
+
+    def _require_scope(self) -> None:
+        self._caller()
+        if GRANTS_SCOPE not in self.expanded_scopes:
+            raise web.HTTPError(403, f"This token lacks the {GRANTS_SCOPE} scope.")
+
     async def post(self) -> None:
         self._require_scope()
         body = self.get_json_body()
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "Send a JSON object: user, kind, name, gpus, gpu_type.")
-        name, kind, job, gpus = (
-            body.get("user"),
-            body.get("kind"),
-            body.get("name"),
-            body.get("gpus"),
-        )
+        fields = "user, kind, name, gpus, gpu_type"
+        kind, gpus, gpu_type, uid = _grant_body(body, fields)
+        name, job = body.get("user"), body.get("name")
         if not isinstance(name, str) or not isinstance(job, str) or not job:
             raise web.HTTPError(400, "user and name must be strings.")
-        if kind not in _KINDS:
-            raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}.")
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
-            raise web.HTTPError(400, "gpus must be a whole number of GPUs.")
-        gpu_type = str(body.get("gpu_type") or "")[:200]
         user, ledger, limit = await self._ledger_for(name)
         async with ledger.lock(user.name):
             try:
                 held = ledger.check(user.name, limit, gpus, what="job")
             except QuotaExceeded as exc:
                 self.log.warning(
-                    "gpuhub: refused %s GPUs for %s's job %s: %s", gpus, name, job, exc
+                    "gpuhub: refused %s GPUs for %s's %s %s: %s", gpus, name, kind, job, exc
                 )
                 self._fail(exc.status, exc.message)
                 return
             if gpus > 0:
-                ledger.grant(
-                    Grant(user.name, "job", job, gpus, gpu_type, time.time() + GRANT_SECONDS)
-                )
+                expires = time.time() + GRANT_SECONDS
+                ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid))
         self.set_status(201)
         self.finish(
             json.dumps(
@@ -250,42 +350,54 @@ class GrantsHandler(APIHandler):
             )
         )
 
+
+class GrantHandler(GrantsHandler):
+    """``PUT`` and ``DELETE /hub/api/gpuhub/grants/<user>/<job>``: bind a grant to the object
+    it was for (its uid), renew a queued job's, or forget one."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("PUT", "DELETE", "OPTIONS")
+
     async def put(self, name: str, job: str) -> None:
-        """Renew the grant of a job that waits in Kueue's queue (see the module docstring)."""
+        """Bind the grant to the created object, or renew that of a job waiting in Kueue's
+        queue (see the module docstring); no new quota check."""
         self._require_scope()
-        body = self.get_json_body()
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "Send a JSON object: kind, gpus, gpu_type.")
-        kind, gpus = body.get("kind"), body.get("gpus")
-        if kind not in _KINDS:
-            raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}.")
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
-            raise web.HTTPError(400, "gpus must be a whole number of GPUs.")
-        gpu_type = str(body.get("gpu_type") or "")[:200]
+        kind, gpus, gpu_type, uid = _grant_body(self.get_json_body(), "kind, gpus, gpu_type, uid")
         user, ledger, _ = await self._ledger_for(name)
         if gpus > 0:
-            ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, time.time() + GRANT_SECONDS))
+            expires = time.time() + GRANT_SECONDS
+            ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid))
         self.set_status(204)
         self.finish()
 
     async def delete(self, name: str, job: str) -> None:
         self._require_scope()
+        kind = self.get_argument("kind", "")
+        if kind and kind not in _KINDS:
+            raise web.HTTPError(
+                400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {kind!r}."
+            )
         user, ledger, _ = await self._ledger_for(name)
-        ledger.release_grant(user.name, job)
+        ledger.release_job_grant(user.name, job, kind or None)
         self.set_status(204)
         self.finish()
 
 
-class HoldingsHandler(GrantsHandler):
-    """What one user holds against their quota (their own view, or the jobs service's)."""
+class HoldingsHandler(GpuhubAPIHandler):
+    """``GET /hub/api/gpuhub/holdings/<user>``: what one user holds against their quota, for
+    a token with access to their servers (their own, their server's) or the jobs service."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("GET", "OPTIONS")
 
     async def get(self, name: str) -> None:
-        caller = self.current_user
-        if caller is None:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        own = getattr(caller, "kind", "") == "user" and caller.name == name
-        if not own and GRANTS_SCOPE not in self.expanded_scopes:
-            raise web.HTTPError(404, f"No user {name!r} on this hub (gpuhub ledger).")
+        caller = self._caller()
+        target = self.find_user(name)
+        if GRANTS_SCOPE not in self.expanded_scopes and (
+            target is None or not self.reaches_servers_of(target)
+        ):
+            # Never confirm to someone else that a user exists.
+            self._refuse(
+                caller, name, web.HTTPError(404, f"No user {name!r} on this hub (gpuhub ledger).")
+            )
         user, ledger, limit = await self._ledger_for(name)
         try:
             held = ledger.holdings(user.name)
@@ -306,6 +418,7 @@ class HoldingsHandler(GrantsHandler):
                             "gpu_type": h.gpu_type,
                             "devices": list(h.devices),
                             "since": h.since,
+                            "processes": [{"pid": p, "command": c} for p, c in h.processes],
                         }
                         for h in held
                     ],
@@ -314,22 +427,21 @@ class HoldingsHandler(GrantsHandler):
         )
 
 
-class ReclaimHandler(APIHandler):
-    """Idle clocks of a user's GPU servers, and "Keep my GPUs" (see the module docstring)."""
+class ReclaimHandler(GpuhubAPIHandler):
+    """Idle clocks of a user's GPU servers and job holds (see the module docstring)."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("GET", "OPTIONS")
 
     def _allowed(self, name: str) -> None:
-        current = self.current_user
-        if current is None:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        if getattr(current, "name", None) == name and getattr(current, "kind", "user") == "user":
+        caller = self._caller()
+        if FLEET_SCOPE in self.expanded_scopes:
             return
-        if (
-            FLEET_SCOPE in self.expanded_scopes
-            or f"admin:servers!user={name}" in (self.expanded_scopes)
-            or "admin:servers" in self.expanded_scopes
-        ):
+        target = self.find_user(name)
+        if target is not None and self.reaches_servers_of(target):
             return
-        raise web.HTTPError(403, f"Only {name} and GPU fleet admins may see this.")
+        self._refuse(
+            caller, name, web.HTTPError(403, f"Only {name} and GPU fleet admins may see this.")
+        )
 
     def _monitor(self) -> gpu_monitor.GPUMonitor | None:
         monitor = gpu_monitor.current()
@@ -343,57 +455,68 @@ class ReclaimHandler(APIHandler):
         self._allowed(name)
         monitor = self._monitor()
         now = time.time()
-        servers: dict[str, Any] = {}
+        clocks: dict[str, dict[str, Any]] = {"server": {}, "job": {}}
         if monitor is not None and monitor.rule is not None:
-            for (user, kind, server), _ in monitor.tracks.items():
-                if user != name or kind != "server":
+            for user, kind, held in monitor.tracks:
+                if user != name or kind not in clocks:
                     continue
-                found = monitor.clock_of(name, server)
+                found = monitor.clock_of(name, held, kind)
                 if found is not None:
-                    servers[server] = found[1].as_json(monitor.rule, now)
+                    clocks[kind][held] = found[1].as_json(monitor.rule, now)
         enabled = monitor is not None and monitor.rule is not None
-        self.finish(json.dumps({"enabled": enabled, "servers": servers}))
+        self.finish(
+            json.dumps({"enabled": enabled, "servers": clocks["server"], "jobs": clocks["job"]})
+        )
 
 
 class NoticesHandler(ReclaimHandler):
     """``GET /hub/api/gpuhub/notices/<user>``: why the user's servers were stopped and jobs
-    cancelled (the user's server reads it to mark a cancelled local job's record)."""
+    cancelled or ended, and which job holds are warned (the user's server reads it to mark a
+    cancelled local job's record)."""
 
     def get(self, name: str) -> None:
         self._allowed(name)
         monitor = self._monitor()
         found = monitor.store.notices_for(name) if monitor is not None else []
+        warned = monitor.warnings_for(name) if monitor is not None else []
         self.finish(
             json.dumps(
                 {
                     "notices": [
-                        {**notice_text(n), "jobs": list(n.jobs), "reason": n.reason} for n in found
+                        {**warning_text(h, deadline), "jobs": [], "reason": "idle"}
+                        for h, deadline in warned
                     ]
+                    + [{**notice_text(n), "jobs": list(n.jobs), "reason": n.reason} for n in found]
                 }
             )
         )
 
 
 class KeepHandler(ReclaimHandler):
-    """ "Keep my GPUs": restart the idle clock of one of the user's servers."""
+    """ "Keep my GPUs": restart the idle clock of one of the user's servers or job holds."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("POST", "OPTIONS")
 
     def post(self, name: str) -> None:
         self._allowed(name)
         body = self.get_json_body() or {}
-        server = body.get("server", "") if isinstance(body, dict) else None
-        if not isinstance(server, str):
+        if not isinstance(body, dict):
             raise web.HTTPError(400, "Send a JSON object with the server's name.")
+        server, kind = body.get("server", ""), body.get("kind", "server")
+        if not isinstance(server, str):
+            raise web.HTTPError(400, f"server must be the server's name, not {server!r}.")
+        if kind not in ("server", "job"):
+            raise web.HTTPError(400, f'kind must be "server" or "job", not {kind!r}.')
         monitor = self._monitor()
         if monitor is None or monitor.rule is None:
             raise web.HTTPError(409, "GPU reclaim is off on this hub.")
         now = time.time()
-        refused = monitor.postpone(name, server, now)
+        refused = monitor.postpone(name, server, now, kind)
         if refused is not None:
-            self.set_status(409)
-            self.finish(json.dumps({"status": 409, "message": refused}))
+            self._fail(409, refused)
             return
-        self.log.info("gpuhub: %s kept the GPUs of server %r", name, server)
-        found = monitor.clock_of(name, server)
+        self.log.info("gpuhub: %s kept the GPUs of %s %r", name, kind, server)
+        found = monitor.clock_of(name, server, kind)
         assert found is not None
         self.finish(json.dumps(found[1].as_json(monitor.rule, now)))
 
@@ -404,6 +527,6 @@ HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
     (r"/api/gpuhub/notices/([^/]+)", NoticesHandler),
     (r"/api/gpuhub/grants", GrantsHandler),
-    (r"/api/gpuhub/grants/([^/]+)/([^/]+)", GrantsHandler),
+    (r"/api/gpuhub/grants/([^/]+)/([^/]+)", GrantHandler),
     (r"/api/gpuhub/holdings/([^/]+)", HoldingsHandler),
 ]

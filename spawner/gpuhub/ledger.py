@@ -71,6 +71,16 @@ def _count(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The cluster object a job's pods belong to, as the hub matches it to its grant: gpuhub's
+    kind (``job``, ``pytorchjob``, ``tfjob``, ``pipeline``) and the object's uid (a
+    pipeline's KFP run id). Never its name: names are chosen by users."""
+
+    kind: str
+    uid: str
+
+
+@dataclass(frozen=True)
 class Holding:
     """GPUs one server or job of one user holds now."""
 
@@ -83,6 +93,9 @@ class Holding:
     since: float | None = None  # epoch seconds
     what: str = ""  # how people call it, where the kind and name do not say it well
     pods: tuple[tuple[str, str], ...] = ()  # (namespace, pod) on Kubernetes, for utilization
+    # A workstation's job hold: the processes that keep it, (pid, command line).
+    processes: tuple[tuple[int, str], ...] = ()
+    workload: Workload | None = None  # a cluster job's object (its pods' controller)
 
     @property
     def label(self) -> str:
@@ -150,8 +163,14 @@ class HoldingsSource(Protocol):
 
 @dataclass
 class Grant:
-    """GPUs promised to a workload that its holdings source does not show yet (a job the
-    jobs service is creating, whose pods are not in the watch cache yet)."""
+    """GPUs promised to a workload that its holdings source does not show yet: a server whose
+    pod is not in the watch yet, a job the jobs service is creating or that waits in Kueue's
+    queue.
+
+    A server's grant is matched to its pods by user and server name (JupyterHub keeps those
+    unique). A job's is matched by its object's kind and uid (``workload``, ``uid``), which the
+    service sends once it has created the object; until then it matches nothing and counts
+    whole (the safe direction), never by the job's name."""
 
     user: str
     kind: HolderKind
@@ -159,6 +178,31 @@ class Grant:
     gpus: int
     gpu_type: str
     expires: float
+    workload: str = ""  # a job's kind: job, pytorchjob, tfjob, pipeline
+    uid: str = ""  # its object's uid (a pipeline: its KFP run id), once created
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """Where the ledger keeps it: a later grant for the same thing replaces it."""
+        if self.kind == "server":
+            return ("server", self.user, self.name)
+        return ("job", self.user, self.workload, self.name)
+
+    @property
+    def match(self) -> tuple[str, ...] | None:
+        """What a holding of its workload looks like (:func:`_match`); None: not known yet."""
+        if self.kind == "server":
+            return ("server", self.user, self.name)
+        return ("job", self.workload, self.uid) if self.uid else None
+
+
+def _match(holding: Holding) -> tuple[str, ...] | None:
+    """The grant a holding of the source settles, if any."""
+    if holding.kind == "server":
+        return ("server", holding.user, holding.name)
+    if holding.workload is not None:
+        return ("job", holding.workload.kind, holding.workload.uid)
+    return None
 
 
 class Ledger:
@@ -167,7 +211,7 @@ class Ledger:
     def __init__(self, source: HoldingsSource) -> None:
         self.source = source
         self._locks: dict[str, asyncio.Lock] = {}
-        self._grants: dict[tuple[str, str], Grant] = {}
+        self._grants: dict[tuple[str, ...], Grant] = {}
 
     def lock(self, user: str) -> asyncio.Lock:
         """The one lock around "check, then take" for ``user``'s spawns and submits."""
@@ -177,18 +221,28 @@ class Ledger:
         """What ``user`` (everyone if None) holds: the source's view plus live grants."""
         held = self.source.holdings(user)
         now = time.time()
-        seen: dict[tuple[str, str], int] = {}
+        seen: dict[tuple[str, ...], int] = {}
         for holding in held:
-            seen[(holding.user, holding.name)] = (
-                seen.get((holding.user, holding.name), 0) + holding.gpus
-            )
+            match = _match(holding)
+            if match is not None:
+                seen[match] = seen.get(match, 0) + holding.gpus
         for key, grant in list(self._grants.items()):
-            missing = grant.gpus - seen.get(key, 0)
+            match = grant.match
+            missing = grant.gpus - (seen.get(match, 0) if match is not None else 0)
             if grant.expires < now or missing <= 0:
                 del self._grants[key]  # all of it visible in the source now (or given up on)
             elif user is None or grant.user == user:
                 # Replicas of a training job appear one by one: count the ones not seen yet.
-                held.append(Holding(grant.user, grant.kind, grant.name, missing, grant.gpu_type))
+                held.append(
+                    Holding(
+                        grant.user,
+                        grant.kind,
+                        grant.name,
+                        missing,
+                        grant.gpu_type,
+                        workload=Workload(grant.workload, grant.uid) if grant.workload else None,
+                    )
+                )
         return held
 
     def check(
@@ -214,7 +268,20 @@ class Ledger:
 
     def grant(self, grant: Grant) -> None:
         """Count ``grant`` until the source shows its workload (or it expires)."""
-        self._grants[(grant.user, grant.name)] = grant
+        self._grants[grant.key] = grant
 
-    def release_grant(self, user: str, name: str) -> None:
-        self._grants.pop((user, name), None)
+    def release_grant(self, user: str, server: str) -> None:
+        """Forget the grant of ``user``'s server ``server`` (its spawn failed or it stopped)."""
+        self._grants.pop(("server", user, server), None)
+
+    def release_job_grant(self, user: str, job: str, kind: str | None = None) -> None:
+        """Forget the grant of ``user``'s job ``job`` (of ``kind``; any kind if None: job ids
+        are unique across kinds)."""
+        for key, grant in list(self._grants.items()):
+            if (
+                grant.kind == "job"
+                and grant.user == user
+                and grant.name == job
+                and kind in (None, grant.workload)
+            ):
+                del self._grants[key]

@@ -29,22 +29,22 @@ from . import words
 from .allocator import (
     ALLOCATOR,
     GPUAllocator,
+    HeldProcess,
     Holder,
-    NotEnoughGPUs,
-    Process,
+    Owner,
     jobs_owner,
     server_owner,
 )
-from .devices import visible_devices
 from .form import GPUCapacity
+from .launches import LAUNCH_ENV, SERVER_ID_ENV, Launch, Process, command_line, device_set
+from .launches import launch_key as derive_launch_key
+from .launches import sign as sign_launch
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
 from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .usage import HUB_SHUTDOWN
 from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
-
-SERVER_ID_ENV = "GPUHUB_SERVER_ID"
 
 # The ledger of this hub's workstation: what the device book says users hold, plus the
 # spawns waiting in line for GPUs.
@@ -172,12 +172,18 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     @property
     def _book(self) -> GPUAllocator:
-        """The hub's device book, with the job holds a previous hub process left."""
-        ALLOCATOR.open(self.ledger_file)
+        """The hub's device book, with the job holds a previous hub process left (and those
+        of live processes its file does not list: :mod:`gpuhub.launches`)."""
+        ALLOCATOR.open(self.ledger_file, self._launch_key())
         return ALLOCATOR
 
+    def _launch_key(self) -> bytes | None:
+        """The key of the grants in servers' environments, from the hub's cookie secret."""
+        secret = self.user.settings.get("cookie_secret") if self.user is not None else None
+        return derive_launch_key(secret) if secret else None
+
     @property
-    def _owner(self) -> str:
+    def _owner(self) -> Owner:
         return server_owner(self.user.name, self.name)
 
     @property
@@ -223,26 +229,35 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             )
         except QuotaExceeded as exc:
             raise refusal(exc.message, status=exc.status) from None
-        holder = Holder(self.user.name, "server", self.name, gpu_type.display_name)
-        try:
-            self._book.allocate(owner, options.gpus, candidates, holder)
-        except NotEnoughGPUs as exc:
-            if self.gpu_queue_timeout <= 0:
-                raise refusal(
-                    f"Not enough free GPUs: you asked for "
-                    f"{words.gpus(exc.wanted, gpu_type.display_name)} but {exc.free} of "
-                    f"{exc.total} are free now; ask for fewer or try again when someone stops a "
-                    "server.",
-                    status=409,
-                ) from None
-            # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
-            self._gpuhub_ticket = Ticket(
-                owner, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
+        holder = Holder(
+            self.user.name, "server", self.name, gpu_type.display_name, launch=self._server_id
+        )
+        # The line comes before the book: served at once only if nobody of this type waits.
+        if QUEUE.take_now(owner, options.gpus, gpu_type.key, candidates, holder) is not None:
+            return
+        if self.gpu_queue_timeout <= 0:
+            free = len(self._book.free(candidates))
+            waiting = QUEUE.waiting(gpu_type.key)
+            ahead = (
+                f" and {words.plural(waiting, 'person', 'people')} waiting for them"
+                if waiting
+                else ""
             )
-            QUEUE.join(self._gpuhub_ticket)
-            start: int = int(self.start_timeout)  # type: ignore[has-type]
-            base: int = self.__dict__.setdefault("_gpuhub_start_timeout", start)
-            self.start_timeout = int(base + self.gpu_queue_timeout)
+            raise refusal(
+                f"Not enough free GPUs: you asked for "
+                f"{words.gpus(options.gpus, gpu_type.display_name)} but {free} of "
+                f"{len(candidates)} are free now{ahead}; ask for fewer or try again when "
+                "someone stops a server.",
+                status=409,
+            )
+        # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
+        self._gpuhub_ticket = Ticket(
+            owner, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
+        )
+        QUEUE.join(self._gpuhub_ticket)
+        start: int = int(self.start_timeout)  # type: ignore[has-type]
+        base: int = self.__dict__.setdefault("_gpuhub_start_timeout", start)
+        self.start_timeout = int(base + self.gpu_queue_timeout)
 
     def apply_launch_options(self, options: LaunchOptions) -> None:
         # The server itself enforces nothing locally, but Jupyter reads these (CPU_LIMIT,
@@ -262,6 +277,18 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         env["GPUHUB_GPUS"] = str(len(gpus))
         options = self.launch_options
         gpu_type = options.gpu_type if options and gpus else None
+        key = self._launch_key()
+        if gpus and key is not None:
+            # What the hub gave this launch, signed: the book is rebuilt from it if its file
+            # is ever lost (gpuhub.launches).
+            grant = Launch(
+                self.user.name,
+                self.name,
+                self._server_id,
+                tuple(gpus),
+                gpu_type.display_name if gpu_type else "",
+            )
+            env[LAUNCH_ENV] = sign_launch(key, grant)
         env["GPUHUB_GPU_TYPE"] = gpu_type.key if gpu_type else ""
         # The lab shows the assignment by name, driver or not (gpuhub_lab.metrics.assigned).
         env["GPUHUB_GPU_TYPE_NAME"] = gpu_type.display_name if gpu_type else ""
@@ -287,6 +314,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         ticket = self._gpuhub_ticket
         if ticket is None:
             return
+        ticket.awaited = True
         try:
             await asyncio.wait_for(asyncio.shield(ticket.granted), self.gpu_queue_timeout)
         except TimeoutError:
@@ -322,10 +350,15 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         held = [h for h in QUEUE.book.holdings() if set(h.devices) & set(ticket.candidates)]
         busy = len({d for h in held for d in h.devices if d in ticket.candidates})
         users = len({h.user for h in held})
+        free = len(ticket.candidates) - busy
+        # Enough may be free for this one while an earlier, bigger request waits: say why.
+        first = (
+            "; the line is first come, first served" if position > 1 and free >= ticket.gpus else ""
+        )
         return (
             f"Waiting for {ticket.gpus} {ticket.type_name}: you are {words.ordinal(position)} in line; "
             f"{busy} of {len(ticket.candidates)} are held (servers and jobs of {users} "
-            f"user{'s' if users != 1 else ''})"
+            f"user{'s' if users != 1 else ''}){first}"
         )
 
     async def poll(self) -> int | None:
@@ -341,9 +374,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
         JupyterHub cancels a spawn it interrupts for a user or an admin before it calls
         ``stop()``, and that cancellation already took the ticket back (``_wait_in_line``). A
-        ticket still here means the hub stops a waiting spawn of its own accord: its shutdown
-        (``cleanup_servers``). The line lives in this process and cannot outlive it, so the
-        spawn ends, and the user's next visit to the hub says so (``hub_api.notice_text``).
+        ticket still here that ``start()`` waits for means the hub stops a waiting spawn of
+        its own accord: its shutdown (``cleanup_servers``). One that ``start()`` never
+        reached is a spawn that failed before it (a ``pre_spawn_hook``, say): JupyterHub
+        shows that failure itself, and the ticket just leaves the line. The line lives in
+        this process and cannot outlive it, so the spawn ends, and the user's next visit to
+        the hub says so (``hub_api.notice_text``).
         With ``cleanup_servers = False`` the hub cancels the wait without stopping it, and
         the spawn ends without a notice.
         """
@@ -373,7 +409,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     async def stop(self, now: bool = False) -> None:
         if (ticket := self._gpuhub_ticket) is not None:  # stopped while waiting in line
-            self._tell_the_line_ended(ticket)
+            if ticket.awaited:
+                self._tell_the_line_ended(ticket)
             QUEUE.leave(ticket)
             self._gpuhub_ticket = None
         descendants: list[Process] = []
@@ -390,7 +427,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     def _server_gone(self) -> None:
         """The server process has ended: its GPUs wait, held, for the look for survivors."""
-        held = self._book.hand_to_jobs(self._owner, self._jobs_owner)
+        held = self._book.hand_to_jobs(self._owner)
         if held:
             self._gpuhub_pending = held
             if not self._gpuhub_stopping:  # died by itself: stop() will not settle it
@@ -410,13 +447,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             uid = self._system_uid()
         survivors = await asyncio.to_thread(_survivors, descendants, uid, self._server_id)
         self.__dict__.pop("_gpuhub_server_id", None)  # the next launch gets a new one
-        kept = self._book.settle(self._jobs_owner, held, survivors)
+        kept = self._book.settle(jobs_owner(self.user.name, self.name), held, survivors)
         if kept:
             self.log.info(
                 "GPUs %s of %s stay held: processes %s outlived the server",
                 kept,
                 log_name(self),
-                [pid for (pid, _), _ in survivors],
+                [process.pid for process, _ in survivors],
             )
 
     def _system_uid(self) -> int | None:
@@ -429,10 +466,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             return pwd.getpwnam(self.user.name).pw_uid
         except KeyError:
             return None
-
-    @property
-    def _jobs_owner(self) -> str:
-        return jobs_owner(self.user.name, self.name)
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
@@ -449,7 +482,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         if state.get("server_id"):
             self._gpuhub_server_id = str(state["server_id"])
         if state.get("pid") and state.get("gpus"):
-            holder = Holder(self.user.name, "server", self.name, state.get("gpu_type", ""))
+            holder = Holder(
+                self.user.name,
+                "server",
+                self.name,
+                state.get("gpu_type", ""),
+                launch=str(state.get("server_id") or ""),
+            )
             self._book.claim(self._owner, state["gpus"], holder)
 
     def clear_state(self) -> None:
@@ -537,7 +576,7 @@ def _server_processes(pid: int) -> tuple[list[Process], int | None]:
 
 def _survivors(
     descendants: list[Process], uid: int | None, server_id: str
-) -> list[tuple[Process, set[int] | None]]:
+) -> list[tuple[HeldProcess, frozenset[int] | None]]:
     """Processes of a just-stopped server that still run, with the GPUs each can see.
 
     Found by the hub itself: the server's descendants taken before the stop, and processes
@@ -558,21 +597,16 @@ def _survivors(
                 found.setdefault(info["pid"], (info["pid"], info["create_time"]))
     survivors = []
     for pid, started in found.values():
+        command = ""
         try:
-            visible = psutil.Process(pid).environ().get("CUDA_VISIBLE_DEVICES")
+            proc = psutil.Process(pid)
+            visible = proc.environ().get("CUDA_VISIBLE_DEVICES")
+            command = command_line(proc.cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             visible = None
-        survivors.append(((pid, started), _device_set(visible)))
+        held = HeldProcess(pid, started, command, server_id)
+        survivors.append((held, device_set(visible)))
     return survivors
-
-
-def _device_set(visible: str | None) -> set[int] | None:
-    """Device indices in a ``CUDA_VISIBLE_DEVICES`` value; None when it is unset or names
-    devices another way (UUIDs), since then the process may see any of the server's GPUs."""
-    devices = visible_devices(visible)
-    if devices is None or not all(isinstance(d, int) for d in devices):
-        return None
-    return {d for d in devices if isinstance(d, int)}
 
 
 def public_host(config: Any) -> str:

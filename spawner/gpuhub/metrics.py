@@ -9,6 +9,8 @@ nothing goes stale between ticks):
 * ``gpuhub_gpu_seconds_total{user, gpu_type}`` (from the persisted store: never goes back)
 * ``gpuhub_gpu_utilization{user, server, gpu}`` (0-1, the last sample)
 * ``gpuhub_idle_reclaims_total{gpu_type}`` (from the persisted store too)
+* ``gpuhub_job_hold_process_info{user, server, gpu_type, pid, command}`` (1 per process that
+  keeps a workstation's job hold: a process its stopped server left on its GPUs)
 """
 
 from __future__ import annotations
@@ -76,12 +78,24 @@ class GPUCollector(Collector):
 
         reclaims = CounterMetricFamily(
             "gpuhub_idle_reclaims",
-            "Servers stopped because their GPUs stayed idle (kept across hub restarts)",
+            "Servers stopped and job holds ended because their GPUs stayed idle (kept across "
+            "hub restarts)",
             labels=["gpu_type"],
         )
         for gpu_type, count in sorted(monitor.store.reclaims.items()):
             reclaims.add_metric([gpu_type], count)
         yield reclaims
+
+        processes = GaugeMetricFamily(
+            "gpuhub_job_hold_process_info",
+            "Processes a stopped server left running that keep its GPUs held (a job hold)",
+            labels=["user", "server", "gpu_type", "pid", "command"],
+        )
+        for track in monitor.tracks.values():
+            h = track.holding
+            for pid, command in h.processes:
+                processes.add_metric([h.user, h.name, h.gpu_type or "GPU", str(pid), command], 1)
+        yield processes
 
 
 _REGISTERED: list[GPUCollector] = []

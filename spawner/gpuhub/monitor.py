@@ -37,6 +37,7 @@ HISTORY_SECONDS = 30 * 60
 SAMPLE_TIMEOUT = 20.0
 
 HoldingKey = tuple[str, str, str]  # (user, kind, name)
+LaunchKey = tuple[str, str, str, str]  # (user, kind, name, since): one idle clock
 
 
 @dataclass
@@ -50,9 +51,11 @@ class Track:
     samples: tuple[GPUSample, ...] = ()
     idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
 
-    def launch(self) -> tuple[str, str, str]:
-        """The idle clock's key: a new launch of a server starts a new clock."""
-        return (self.holding.user, self.holding.name, f"{self.holding.since or 0:.3f}")
+    def launch(self) -> LaunchKey:
+        """The idle clock's key: a new launch of a server (or a new job hold) starts a new
+        clock; a server and the job hold its earlier launch left never share one."""
+        h = self.holding
+        return (h.user, h.kind, h.name, f"{h.since or 0:.3f}")
 
 
 class GPUMonitor:
@@ -87,7 +90,7 @@ class GPUMonitor:
         self.removed: dict[HoldingKey, int] = {}
         self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
         self._task: asyncio.Task[None] | None = None
-        self._stopping: set[tuple[str, str]] = set()
+        self._stopping: set[HoldingKey] = set()
         self._tasks: set[asyncio.Future[Any]] = set()
 
     # -- the loop -------------------------------------------------------------------------
@@ -151,17 +154,17 @@ class GPUMonitor:
         users = self._users() if self.store.notices else {}
         for name, notices in list(self.store.notices.items()):
             user = users.get(name)
-            for server, notice in list(notices.items()):
+            for notice in list(notices.values()):
                 if notice.kind != "server":
                     continue  # a cancelled job's notice is shown for a day
-                spawner = user.spawners.get(server) if user is not None else None
+                spawner = user.spawners.get(notice.server) if user is not None else None
                 started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
                 if spawner is None or not spawner.ready or started is None:
                     continue
                 if started.tzinfo is None:  # JupyterHub stores naive UTC
                     started = started.replace(tzinfo=UTC)
                 if started.timestamp() > notice.when:
-                    self.store.clear_notice(name, server)
+                    self.store.clear_notice(name, notice.server)
 
     def _named(self, holding: Holding) -> Holding:
         """Pods name their GPUs by resource (``nvidia.com/gpu``); people and the metrics use
@@ -233,22 +236,38 @@ class GPUMonitor:
             return {}
         return {u.name: u for u in users.values()}
 
+    def _user(self, name: str) -> Any:
+        """The hub's user ``name`` (loaded from the database if need be), or None."""
+        users = self.spawner.user.settings.get("users")
+        try:
+            return users[name] if users is not None else None
+        except KeyError:
+            return None
+
     async def _reclaim(self, now: float) -> None:
         assert self.clocks is not None and self.rule is not None
         users = self._users()
         launches = []
         for track in self.tracks.values():
             holding = track.holding
-            if holding.kind != "server":
-                continue  # jobs end by themselves
-            user = users.get(holding.user)
-            if user is None:
+            if holding.kind == "server":
+                user = users.get(holding.user)
+                if user is None:
+                    continue
+                spawner = user.spawners.get(holding.name)
+                if spawner is None or not spawner.ready:
+                    continue  # starting or stopping: not this loop's business now
+            elif holding.processes:
+                # A job hold: processes a stopped server left running on its GPUs. They
+                # are reclaimed like a server; a cluster job (no processes here) ends by
+                # itself or is cancelled by an admin.
+                user = users.get(holding.user) or self._user(holding.user)
+                if (holding.user, "job", holding.name) in self._stopping:
+                    continue
+            else:
                 continue
-            if self.rule.exempt(g.name for g in user.groups):
+            if user is not None and self.rule.exempt(g.name for g in user.groups):
                 continue
-            spawner = user.spawners.get(holding.name)
-            if spawner is None or not spawner.ready:
-                continue  # starting or stopping: not this loop's business now
             launch = track.launch()
             launches.append(launch)
             idle = bool(track.samples) and all(
@@ -257,11 +276,12 @@ class GPUMonitor:
             action = self.clocks.observe(launch, idle, now)
             if action is Action.WARN:
                 log.info(
-                    "gpuhub: %s's %s idle on %s GPUs since %.0fs; stops in %.0fs unless kept",
+                    "gpuhub: %s's %s idle on %s GPUs since %.0fs; %s in %.0fs unless kept",
                     holding.user,
                     holding.label,
                     holding.gpus,
                     self.rule.after,
+                    "stops" if holding.kind == "server" else "its processes end",
                     self.rule.warn,
                 )
             elif action is Action.LIFT:
@@ -274,37 +294,65 @@ class GPUMonitor:
                 task.add_done_callback(self._tasks.discard)
         self.clocks.forget_except(launches)
 
-    def clock_of(self, user: str, server: str) -> tuple[Track, Any] | None:
-        """The track and idle clock of ``user``'s server ``server`` (None: no GPU holding)."""
-        track = self.tracks.get((user, "server", server))
+    def clock_of(self, user: str, name: str, kind: str = "server") -> tuple[Track, Any] | None:
+        """The track and idle clock of ``user``'s server (or job hold) ``name`` (None: no
+        GPU holding, or none on the clock)."""
+        track = self.tracks.get((user, kind, name))
         if track is None or self.clocks is None:
             return None
         clock = self.clocks.clocks.get(track.launch())
         return (track, clock) if clock is not None else None
 
-    def postpone(self, user: str, server: str, now: float) -> str | None:
+    def postpone(self, user: str, name: str, now: float, kind: str = "server") -> str | None:
         """ "Keep my GPUs": None when postponed, else the sentence saying why not."""
         if self.clocks is None:
             return "GPU reclaim is off on this hub."
-        track = self.tracks.get((user, "server", server))
+        track = self.tracks.get((user, kind, name))
         if track is None:
-            return "This server holds no GPUs that are being reclaimed."
+            return f"This {'server' if kind == 'server' else 'job'} holds no GPUs that are being reclaimed."
         return self.clocks.postpone(track.launch(), now)
+
+    def warnings_for(self, user: str, now: float | None = None) -> list[tuple[Holding, float]]:
+        """``user``'s job holds that are warned now, with when their processes end: the hub
+        pages say so (a server's warning shows in its JupyterLab)."""
+        if self.clocks is None:
+            return []
+        now = time.time() if now is None else now
+        out = []
+        for (name, kind, _), track in self.tracks.items():
+            if name != user or kind != "job":
+                continue
+            clock = self.clocks.clocks.get(track.launch())
+            if clock is not None and clock.deadline is not None and not clock.reclaimed:
+                out.append((track.holding, clock.deadline))
+        return out
 
     async def _stop_idle(self, user: Any, holding: Holding) -> None:
         assert self.rule is not None
         rule = self.rule
         reason = (
-            f"its {_gpus(holding.gpus, holding.gpu_type)} stayed below "
+            f"{'its' if holding.kind == 'server' else 'their'} "
+            f"{_gpus(holding.gpus, holding.gpu_type)} stayed below "
             f"{rule.utilization_below:.0%} utilization for {_duration(rule.after)} and nobody "
             f"kept them during the {_duration(rule.warn)} warning"
         )
-        if await self.stop_server(user, holding.name, reason, by="idle"):
-            self.store.count_reclaim(holding.gpu_type or "GPU")
+        if holding.kind == "job":
+            from .cancel import CancelRefused
+
+            try:
+                await self.cancel_job(holding.user, holding.name, reason, by="idle")
+            except CancelRefused as exc:
+                log.warning(
+                    "gpuhub: could not end %s's idle %s: %s", holding.user, holding.label, exc
+                )
+                return
+        elif user is None or not await self.stop_server(user, holding.name, reason, by="idle"):
+            return
+        self.store.count_reclaim(holding.gpu_type or "GPU")
 
     async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool:
         """Stop ``user``'s server as the hub's REST API does, and leave the user a notice."""
-        key = (user.name, server)
+        key = (user.name, "server", server)
         if key in self._stopping:
             return False
         spawner = user.spawners.get(server)
@@ -340,7 +388,7 @@ class GPUMonitor:
         track = self.tracks.get((user, "job", name))
         if track is None:
             raise CancelRefused(404, f"{user} has no job {name!r} holding GPUs.")
-        key = (user, f"job/{name}")
+        key = (user, "job", name)
         if key in self._stopping:
             raise CancelRefused(409, "That job is being cancelled already.")
         holding = track.holding
@@ -360,7 +408,7 @@ class GPUMonitor:
             self._stopping.discard(key)
         # A queued job held its GPUs by a grant; the jobs service stops renewing it once
         # the job is gone, but it would count until it expires.
-        self.ledger.release_grant(user, name)
+        self.ledger.release_job_grant(user, name)
         self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
         self._changed(removed=(user, "job", name))
         self.store.notify(

@@ -1,11 +1,14 @@
 """Wait in line for GPUs on one workstation: first come, first served per GPU type.
 
-When too few GPUs of the asked type are free, ``LocalGPUSpawner`` accepts the spawn and its
-``start()`` waits here (``LocalGPUSpawner.gpu_queue_timeout``). Each GPU type has one line;
-only the head of a line is served, so a big request is never overtaken forever by small
-ones. The line is served whenever GPUs may have come back (a server stopped, a job hold
-ended, checked every second) by allocating from the one device book
-(:mod:`gpuhub.allocator`), so a GPU is still never handed out twice.
+Every spawn that asks for GPUs comes here first (:meth:`GPUQueue.take_now`); the line
+hands its head to the device book (:mod:`gpuhub.allocator`) when enough is free, and
+nothing reaches the book around it: a request that finds GPUs free while others of its type
+wait joins the line behind them (docs/architecture.md, "The line comes before the book").
+When it cannot be served at once, ``LocalGPUSpawner`` accepts the spawn and its ``start()``
+waits here (``LocalGPUSpawner.gpu_queue_timeout``). Each GPU type has one line; only the
+head of a line is served, so a big request is never overtaken by small ones. The line is
+served whenever GPUs may have come back (a server stopped, a job hold ended, checked every
+second), so a GPU is still never handed out twice.
 
 The queue is also the local ledger's source of holdings (:mod:`gpuhub.ledger`): a spawn
 waiting in line counts against its user's quota, so waiting cannot be used to get around it.
@@ -18,7 +21,7 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from .allocator import GPUAllocator, Holder, NotEnoughGPUs
+from .allocator import GPUAllocator, Holder, NotEnoughGPUs, Owner
 from .ledger import Holding
 
 SERVE_EVERY = 1.0  # seconds between looks at the book while anyone waits
@@ -28,7 +31,7 @@ SERVE_EVERY = 1.0  # seconds between looks at the book while anyone waits
 class Ticket:
     """One spawn waiting for ``gpus`` GPUs of type ``type_key`` among ``candidates``."""
 
-    owner: str  # the device book's owner key of the server
+    owner: Owner  # the server, as the device book knows it
     holder: Holder
     type_key: str
     type_name: str
@@ -38,6 +41,7 @@ class Ticket:
     granted: asyncio.Future[list[int]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    awaited: bool = False  # the spawn's start() waits for it (not only accepted yet)
 
 
 class GPUQueue:
@@ -70,6 +74,18 @@ class GPUQueue:
         return held
 
     # -- the lines ------------------------------------------------------------------------------
+    def take_now(
+        self, owner: Owner, gpus: int, type_key: str, candidates: list[int], holder: Holder
+    ) -> list[int] | None:
+        """The devices, if this request is served at once: nobody of its type waits and
+        enough are free. None: it must wait in line (:meth:`join`)."""
+        if self.lines.get(type_key):
+            return None  # first come, first served: behind those already waiting
+        try:
+            return self.book.allocate(owner, gpus, candidates, holder)
+        except NotEnoughGPUs:
+            return None
+
     def join(self, ticket: Ticket) -> None:
         self.lines.setdefault(ticket.type_key, []).append(ticket)
         self.serve()

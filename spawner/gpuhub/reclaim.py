@@ -118,12 +118,13 @@ class IdleClock:
 
 @dataclass
 class IdleClocks:
-    """Idle clocks of all GPU servers of a hub, keyed by ``(user, server, launch)``."""
+    """Idle clocks of all GPU servers and job holds of a hub, keyed by a tuple naming one
+    launch (:meth:`gpuhub.monitor.Track.launch`: user, kind, name, start)."""
 
     rule: ReclaimRule
-    clocks: dict[tuple[str, str, str], IdleClock] = field(default_factory=dict)
+    clocks: dict[tuple[str, ...], IdleClock] = field(default_factory=dict)
 
-    def observe(self, key: tuple[str, str, str], idle: bool, now: float) -> Action:
+    def observe(self, key: tuple[str, ...], idle: bool, now: float) -> Action:
         """Feed one sample (idle: every GPU below the threshold); say what to do now.
 
         Any busy sample resets the clock. After ``after`` seconds of idle samples the server
@@ -149,7 +150,7 @@ class IdleClocks:
             return Action.STOP
         return Action.NONE
 
-    def postpone(self, key: tuple[str, str, str], now: float) -> str | None:
+    def postpone(self, key: tuple[str, ...], now: float) -> str | None:
         """The user pressed "Keep my GPUs": restart the idle clock. None if allowed, else the
         sentence saying why not."""
         clock = self.clocks.get(key)
@@ -164,7 +165,7 @@ class IdleClocks:
         clock.idle_since, clock.warned_at, clock.deadline = now, None, None
         return None
 
-    def forget_except(self, live: Iterable[tuple[str, str, str]]) -> None:
+    def forget_except(self, live: Iterable[tuple[str, ...]]) -> None:
         """Drop the clocks of servers that no longer hold GPUs."""
         keep = set(live)
         for key in [k for k in self.clocks if k not in keep]:

@@ -9,6 +9,7 @@ cannot disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the u
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import logging
 from collections import deque
@@ -104,6 +105,7 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         _log_refusal(spawner, exc.message)
         raise refusal(exc.message) from None
     try:
+        await check_named_server_limit(spawner)
         await spawner.check_launch_options(options)
     except web.HTTPError as exc:
         message = getattr(exc, "jupyterhub_message", None)
@@ -112,6 +114,37 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         raise
     spawner.launch_options = options
     spawner.apply_launch_options(options)
+
+
+async def check_named_server_limit(spawner: Any) -> None:
+    """Refuse a named server beyond ``JupyterHub.named_server_limit_per_user`` running or
+    waiting to start (in line for GPUs too). JupyterHub checks it only when the REST API
+    creates a server's record, not when the form starts one or starts it again, so without
+    this a user could fill the GPU line with as many named servers as they like."""
+    user = getattr(spawner, "user", None)
+    if not spawner.name or user is None:
+        return
+    limit = user.settings.get("named_server_limit_per_user", 0)
+    if callable(limit):
+        handler = getattr(spawner, "handler", None)
+        if handler is None:
+            return  # JupyterHub's own check asks the callable with the request
+        limit = limit(handler)
+        if inspect.isawaitable(limit):
+            limit = await limit
+    if not isinstance(limit, int) or limit <= 0:
+        return
+    others = [
+        name
+        for name, other in getattr(user, "spawners", {}).items()
+        if name and name != spawner.name and other.active
+    ]
+    if len(others) >= limit:
+        raise refusal(
+            f"You already have {words.plural(len(others), 'named server')} running or "
+            f"waiting to start ({', '.join(sorted(others))}), the most this hub allows at "
+            f"once; stop one before starting {spawner.name!r}."
+        )
 
 
 class GPUSpawnerMixin(Configurable):

@@ -1,7 +1,8 @@
 """GPU-seconds per user, and notices of reclaimed servers, kept across hub restarts.
 
 A small JSON file beside the hub's database (``gpu_usage_file``), written atomically by the
-hub process alone, so there is nothing new to operate. It holds:
+hub process alone (:mod:`gpuhub.statefile`), so there is nothing new to operate. A damaged
+file is kept aside under a new name and what can be read of it is kept. It holds:
 
 * the running total of GPU-seconds per ``(user, gpu_type)`` (the Prometheus counter
   ``gpuhub_gpu_seconds_total`` starts from it after a restart, so it never goes back);
@@ -18,9 +19,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from .statefile import kind_of, read_json, set_aside, write_json
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +52,9 @@ class Notice:
     jobs: tuple[str, ...] = ()  # the job ids a job notice is about
 
     @property
-    def key(self) -> str:
-        """Where the store keeps it: a server's name, ``job/<name>`` for a job (server names
-        never hold a slash)."""
-        return self.server if self.kind == "server" else f"job/{self.server}"
+    def key(self) -> tuple[str, str]:
+        """Where the store keeps it among the user's notices: (kind, name)."""
+        return (self.kind, self.server)
 
 
 def cancel_notice_for_job(
@@ -109,7 +111,8 @@ class UsageStore:
         # hour start -> (user, type) -> GPU-seconds. Only the current hour's dict changes: the
         # others are final, so a reader in another thread may keep them without a copy.
         self.hourly: dict[int, dict[tuple[str, str], float]] = {}
-        self.notices: dict[str, dict[str, Notice]] = {}  # user -> server -> notice
+        # user -> (kind, name) -> notice: one per server and one per job
+        self.notices: dict[str, dict[tuple[str, str], Notice]] = {}
         self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed, ever
         self._dirty = False
         if self.path is not None:
@@ -136,8 +139,8 @@ class UsageStore:
         self._dirty = True
         self.save()
 
-    def clear_notice(self, user: str, server: str) -> None:
-        if self.notices.get(user, {}).pop(server, None) is not None:
+    def clear_notice(self, user: str, server: str, kind: str = "server") -> None:
+        if self.notices.get(user, {}).pop((kind, server), None) is not None:
             if not self.notices[user]:
                 del self.notices[user]
             self._dirty = True
@@ -171,29 +174,83 @@ class UsageStore:
 
     # -- persistence ----------------------------------------------------------------------
     def _load(self) -> None:
+        """Read the file; of a damaged one keep what can be read, and keep the file aside
+        (:mod:`gpuhub.statefile`) so that nothing it held is overwritten."""
         assert self.path is not None
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
+        data, damage = read_json(self.path)
+        if data is not None:
+            problems = self._restore(data)
+            if problems:
+                damage = set_aside(self.path, "; ".join(problems[:3]))
+        if damage is None:
             return
-        except (OSError, ValueError) as exc:
-            log.error("gpuhub: cannot read GPU usage %s (%s); starting from zero", self.path, exc)
-            return
-        try:
-            for user, gpu_type, seconds in data.get("totals", []):
-                self.totals[(str(user), str(gpu_type))] = float(seconds)
-            for hour, user, gpu_type, seconds in data.get("hourly", []):
-                bucket = self.hourly.setdefault(int(hour), {})
-                bucket[(str(user), str(gpu_type))] = float(seconds)
-            for user, servers in (data.get("notices") or {}).items():
-                self.notices[user] = {
-                    key: Notice(**{**n, "jobs": tuple(n.get("jobs") or ())})
-                    for key, n in servers.items()
-                }
-            for gpu_type, count in (data.get("reclaims") or {}).items():
-                self.reclaims[str(gpu_type)] = int(count)
-        except (TypeError, ValueError) as exc:
-            log.error("gpuhub: GPU usage %s is damaged (%s); keeping what was read", self.path, exc)
+        kept = (
+            f"{len(self.totals)} GPU-second totals, {sum(map(len, self.hourly.values()))} "
+            f"hourly figures, {sum(map(len, self.notices.values()))} notices"
+        )
+        log.error(damage.sentence("GPU usage", f"kept what could be read ({kept})"))
+        self._dirty = True
+        self.save()
+
+    def _restore(self, data: Any) -> list[str]:
+        """Take every section and entry of ``data`` that is what it should be; return what
+        was not."""
+        if not isinstance(data, dict):
+            return [f"expected an object, found {kind_of(data)}"]
+        problems: list[str] = []
+
+        def rows(name: str, width: int) -> list[list[Any]]:
+            value = data.get(name, [])
+            if not isinstance(value, list):
+                problems.append(f"{name} is not a list")
+                return []
+            good = [r for r in value if isinstance(r, list) and len(r) == width]
+            if len(good) < len(value):
+                problems.append(f"{len(value) - len(good)} of the {name} rows are not rows")
+            return good
+
+        bad = 0
+        for row in rows("totals", 3):
+            user, gpu_type, seconds = row
+            if isinstance(user, str) and isinstance(gpu_type, str) and _seconds(seconds):
+                self.totals[(user, gpu_type)] = float(seconds)
+            else:
+                bad += 1
+        for row in rows("hourly", 4):
+            hour, user, gpu_type, seconds = row
+            ok = _seconds(hour) and isinstance(user, str) and isinstance(gpu_type, str)
+            if ok and _seconds(seconds):
+                self.hourly.setdefault(int(hour), {})[(user, gpu_type)] = float(seconds)
+            else:
+                bad += 1
+        if bad:
+            problems.append(f"{bad} GPU-second figures are not numbers")
+        notices = data.get("notices") or {}
+        if not isinstance(notices, dict):
+            problems.append("notices is not an object")
+            notices = {}
+        for user, entries in notices.items():
+            # Version 1 kept a user's notices in an object; version 2 in a list.
+            values = list(entries.values()) if isinstance(entries, dict) else entries
+            if not isinstance(values, list):
+                problems.append(f"the notices of {user!r} are not a list")
+                continue
+            for entry in values:
+                notice = _notice(entry)
+                if notice is None:
+                    problems.append(f"a notice of {user!r} is damaged")
+                    continue
+                self.notices.setdefault(str(user), {})[notice.key] = notice
+        reclaims = data.get("reclaims") or {}
+        if not isinstance(reclaims, dict):
+            problems.append("reclaims is not an object")
+            reclaims = {}
+        for gpu_type, count in reclaims.items():
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                self.reclaims[str(gpu_type)] = count
+            else:
+                problems.append(f"the reclaim count of {gpu_type!r} is not a count")
+        return problems
 
     def save(self, now: float | None = None) -> None:
         """Write the store if it changed (the monitor calls this every few ticks)."""
@@ -208,7 +265,7 @@ class UsageStore:
             if not self.notices[user]:
                 del self.notices[user]
         data: dict[str, Any] = {
-            "version": 1,
+            "version": 2,
             "totals": [[u, t, s] for (u, t), s in sorted(self.totals.items())],
             "hourly": [
                 [h, u, t, s]
@@ -216,15 +273,40 @@ class UsageStore:
                 for (u, t), s in sorted(bucket.items())
             ],
             "notices": {
-                user: {name: asdict(n) for name, n in servers.items()}
-                for user, servers in self.notices.items()
+                user: [{**asdict(n), "jobs": list(n.jobs)} for n in notices.values()]
+                for user, notices in self.notices.items()
             },
             "reclaims": dict(sorted(self.reclaims.items())),
         }
-        tmp = self.path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(data))
-            tmp.replace(self.path)
+            write_json(self.path, data)
             self._dirty = False
         except OSError as exc:
             log.error("gpuhub: cannot write GPU usage %s: %s", self.path, exc)
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+_NOTICE_FIELDS = {f.name: f.type for f in fields(Notice)}
+
+
+def _notice(entry: Any) -> Notice | None:
+    """A notice of the file, or None when any field is missing or of the wrong type."""
+    if not isinstance(entry, dict) or set(entry) - set(_NOTICE_FIELDS):
+        return None
+    values = dict(entry)
+    jobs = values.get("jobs", [])
+    if not isinstance(jobs, list | tuple) or not all(isinstance(j, str) for j in jobs):
+        return None
+    values["jobs"] = tuple(jobs)
+    for name in ("server", "reason", "gpu_type", "by", "kind"):
+        if name in values and not isinstance(values[name], str):
+            return None
+    if not _seconds(values.get("when")) or not isinstance(values.get("gpus"), int):
+        return None
+    try:
+        return Notice(**values)
+    except TypeError:
+        return None

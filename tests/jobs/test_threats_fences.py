@@ -172,7 +172,14 @@ def test_threat_replicas_of_one_job_reach_each_other_only(root, kube):
     assert policy is not None
     validate(policy)
     accepted(kube, policy)
-    same = {"matchLabels": {m.LABEL_MANAGED_BY: m.MANAGED_BY, m.LABEL_JOB_ID: "train-x7k2p"}}
+    # By owner as well as id: another user's pods labelled with the same id never match.
+    same = {
+        "matchLabels": {
+            m.LABEL_MANAGED_BY: m.MANAGED_BY,
+            m.LABEL_USER: m.user_label("mallory"),
+            m.LABEL_JOB_ID: "train-x7k2p",
+        }
+    }
     assert policy["spec"]["podSelector"] == same
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same}]}]
     assert policy["spec"]["egress"] == [{"to": [{"podSelector": same}]}]
@@ -195,9 +202,10 @@ async def test_distributed_submit_creates_the_replicas_policy_owned_by_the_job(k
         assert policy is not None
         job = await asyncio.to_thread(kube.get, "PyTorchJob", record.id)
         assert policy["metadata"]["ownerReferences"] == [m.owner_reference(job)]
-        assert policy["spec"]["podSelector"]["matchLabels"][m.LABEL_JOB_ID] == record.id
-        # The replicas' pods are the ones it selects.
         selector = policy["spec"]["podSelector"]["matchLabels"]
+        assert selector[m.LABEL_JOB_ID] == record.id
+        assert selector[m.LABEL_USER] == m.user_label("mallory")
+        # Every replica of the job is selected: they carry both labels.
         pods = await asyncio.to_thread(
             kube.wait_for,
             lambda: (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,21 +11,18 @@ import pytest
 
 from gpuhub.allocator import GPUAllocator, Holder, NotEnoughGPUs, jobs_owner, server_owner
 from gpuhub.ledger import gpus_held
+from tests.support.processes import identity, sleeping_process
 
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     """A real process standing in for a job that outlives its server."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
+    with sleeping_process() as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def process(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
-    return proc.pid, psutil.Process(proc.pid).create_time()
+    return identity(proc)
 
 
 def test_allocation_is_disjoint_and_refuses_what_is_not_free() -> None:
@@ -49,7 +45,7 @@ def test_survivors_keep_the_gpus_they_can_see_until_they_end(
     book = GPUAllocator()
     owner, jobs = server_owner("alice", ""), jobs_owner("alice", "")
     book.allocate(owner, 3, [0, 1, 2, 3], Holder("alice", "server", "", "A6000"))
-    pending = book.hand_to_jobs(owner, jobs)
+    pending = book.hand_to_jobs(owner)
     assert pending == [0, 1, 2] and book.free([0, 1, 2, 3]) == [3]  # held while looked for
     kept = book.settle(jobs, pending, [(process(sleeper), {1})])
     assert kept == [1] and book.free([0, 1, 2, 3]) == [0, 2, 3]
@@ -67,7 +63,7 @@ def test_a_survivor_whose_devices_cannot_be_read_keeps_them_all(
     book = GPUAllocator()
     owner, jobs = server_owner("bob", "x"), jobs_owner("bob", "x")
     book.allocate(owner, 2, [0, 1], Holder("bob", "server", "x"))
-    assert book.settle(jobs, book.hand_to_jobs(owner, jobs), [(process(sleeper), None)]) == [0, 1]
+    assert book.settle(jobs, book.hand_to_jobs(owner), [(process(sleeper), None)]) == [0, 1]
 
 
 def test_job_holds_survive_a_new_book_and_end_with_their_processes(
@@ -77,7 +73,7 @@ def test_job_holds_survive_a_new_book_and_end_with_their_processes(
     first = GPUAllocator(store)
     owner, jobs = server_owner("alice", ""), jobs_owner("alice", "")
     first.allocate(owner, 2, [0, 1], Holder("alice", "server", ""))
-    first.settle(jobs, first.hand_to_jobs(owner, jobs), [(process(sleeper), {0})])
+    first.settle(jobs, first.hand_to_jobs(owner), [(process(sleeper), {0})])
     # A restarted hub reads the book again: the job's GPU is still taken.
     second = GPUAllocator(store)
     assert second.free([0, 1]) == [1]
@@ -95,5 +91,23 @@ def test_a_reused_pid_does_not_keep_a_hold(tmp_path: Path) -> None:
     book.allocate(owner, 1, [0], Holder("alice", "server", ""))
     me = psutil.Process()
     # Our own pid, but with another start time: a different process that got the same pid.
-    book.settle(jobs, book.hand_to_jobs(owner, jobs), [((me.pid, me.create_time() - 100), {0})])
+    book.settle(jobs, book.hand_to_jobs(owner), [((me.pid, me.create_time() - 100), {0})])
     assert book.free([0]) == [0]
+
+
+@pytest.mark.parametrize(("server", "other"), [("", "#jobs"), ("x", "x#jobs"), ("x", "x/jobs")])
+def test_no_server_name_stands_for_another_holder(
+    sleeper: subprocess.Popen[bytes], server: str, other: str
+) -> None:
+    """Holders are keyed by (user, kind, name): a server named like a job hold's old string
+    key ("x#jobs") is just another server, and never frees the job hold's GPU."""
+    book = GPUAllocator()
+    owner = server_owner("alice", server)
+    book.allocate(owner, 1, [0, 1, 2], Holder("alice", "server", server))
+    book.settle(jobs_owner("alice", server), book.hand_to_jobs(owner), [(process(sleeper), {0})])
+    taken = server_owner("alice", other)
+    assert book.allocate(taken, 1, [0, 1, 2], Holder("alice", "server", other)) == [1]
+    book.release(taken)
+    book.hand_to_jobs(taken)
+    assert book.free([0, 1, 2]) == [1, 2]
+    assert [(h.kind, h.name, h.devices) for h in book.holdings("alice")] == [("job", server, (0,))]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gpuhub.devices import visible_devices
 from gpuhub.jobs.local import server_gpu_ids
-from gpuhub.local import _device_set
+from gpuhub.launches import device_set
 from gpuhub.simulated import visible_indices
 from gpuhub_lab.metrics.assigned import assignment
 from gpuhub_lab.metrics.nvml import Visibility
@@ -64,7 +64,7 @@ def test_properties(value: str) -> None:
     assert server_gpu_ids({"CUDA_VISIBLE_DEVICES": value}) == [str(d) for d in devices]
     indices = {d for d in devices if isinstance(d, int)}
     assert visible_indices(value) == indices
-    assert _device_set(value) == (indices if len(indices) == len(devices) else None)
+    assert device_set(value) == (indices if len(indices) == len(devices) else None)
 
 
 def test_readers_of_the_edge_cases() -> None:
@@ -72,8 +72,8 @@ def test_readers_of_the_edge_cases() -> None:
     assert Visibility("NoDevFiles").none
     assert Visibility("0,-1,1").allows(0, "GPU-x") and not Visibility("0,-1,1").allows(1, "GPU-y")
     assert server_gpu_ids({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}) == []
-    assert _device_set(None) is None
-    assert _device_set("NoDevFiles") == set()
+    assert device_set(None) is None
+    assert device_set("NoDevFiles") == set()
     assert visible_indices(None) == frozenset()
     # The hub's assignment: the listed devices, else GPUHUB_GPUS of them from 0.
     assert assignment({"GPUHUB_GPUS": "2", "CUDA_VISIBLE_DEVICES": "3,1"})["devices"] == [3, 1]

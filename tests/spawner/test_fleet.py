@@ -171,12 +171,19 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
         stop(hub, "dave")
         root = hub.login("root")
         deadline = time.monotonic() + 30
-        while ("dave", "") not in job_rows(html := fleet(hub, root)):
+        # The job hold's row, once the hub has found its processes.
+        while ("dave", "") not in job_rows(html := fleet(hub, root)) or (
+            "gpuhub-processes" not in html
+        ):
             assert time.monotonic() < deadline, html[-3000:]
             time.sleep(0.3)
         assert (
             'formaction="/hub/gpuhub/fleet/cancel"' in html and "Cancel dave's job default" in html
         )
+        # The row lists the processes that keep the GPU, as the hub knows them.
+        held = hub.api("GET", "/gpuhub/holdings/dave").json()["holdings"]
+        [pid, *_] = [p["pid"] for h in held if h["kind"] == "job" for p in h["processes"]]
+        assert "gpuhub-processes" in html and f"<code>{pid} " in html, html[-3000:]
 
         refused = post_cancel(hub, hub.login("bob"), target="dave/", reason="mine now")
         assert refused.status_code == 403, refused.text[-2000:]
@@ -197,8 +204,10 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
 
         done = post_cancel(hub, root, target="dave/", reason=REASON)
         assert done.status_code == 303, done.text[-2000:]
-        assert done.headers["Location"].endswith("/hub/gpuhub/fleet?cancelled=dave")
-        assert ("dave", "") not in job_rows(fleet(hub, root))
+        # The page it leads to says what the hub did, from its own record of it.
+        back = said(root.get(hub.url + done.headers["Location"], timeout=30))
+        assert "Cancelled dave's jobs of server 'default'; they will read why" in back
+        assert ("dave", "") not in job_rows(back)
         flag.unlink()  # had the cancel failed, the job would end now and the test fail below
 
         page = dave.get(f"{hub.url}/hub/home", timeout=30).text
@@ -229,6 +238,39 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
         stop(hub, "dave")
     finally:
         flag.unlink(missing_ok=True)
+
+
+def test_the_page_shows_only_what_the_hub_recorded_never_text_from_the_link(hub: Hub) -> None:
+    """A link with attacker-chosen text (the old ``?stopped=``/``?cancelled=``, or a forged
+    outcome token) shows nothing of it on an admin's page."""
+    root, bob = hub.login("root"), hub.login("bob")
+    bait = "Your password expired, re-enter it at evil.example"
+    for query in (
+        {"cancelled": bait},
+        {"stopped": bait},
+        {"done": bait},
+        {"done": "A" * 16, "cancelled": f"<b>{bait}</b>"},
+    ):
+        page = root.get(f"{hub.url}/hub/gpuhub/fleet", params=query, timeout=30)
+        assert page.status_code == 200
+        assert "evil.example" not in page.text and 'id="gpuhub-done"' not in page.text
+    # A real outcome is the hub's sentence, for the admin who acted only.
+    if not hub.user_model("bob")["servers"]:
+        assert spawn(hub, "bob", {"gpus": 1}).status_code in (201, 202)
+    wait_ready(hub, "bob")
+    fleet(hub, root)
+    done = root.post(
+        f"{hub.url}/hub/gpuhub/fleet/stop",
+        data={"target": "bob/", "reason": bait, "_xsrf": root.cookies.get("_xsrf", path="/hub/")},
+        timeout=60,
+        allow_redirects=False,
+    )
+    assert done.status_code == 303, done.text[-2000:]
+    location = hub.url + done.headers["Location"]
+    said_to_root = said(root.get(location, timeout=30))
+    assert "Stopped bob's server 'default'; they will read why on their next visit." in said_to_root
+    assert "evil.example" not in said_to_root  # the reason is for bob, not this banner
+    assert 'id="gpuhub-done"' not in bob.get(location, timeout=30).text
 
 
 def login(page: Any, hub: Hub, name: str) -> None:

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.e2e
 SERVICE_TOKEN = "gpuhub-ledger-service-token-0123456789"
 USER_SCOPES = ["access:services!service=gpuhub", "read:users:groups!user"]
 QUOTA = {"default": 2, "groups": {"staff": 4}}
+USERS = ("alice", "bob", "carol", "dan")
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +66,10 @@ def hub(
         c.JupyterHub.allow_named_servers = True
         c.JupyterHub.named_server_limit_per_user = 30
         c.GPUSpawner.gpu_quota = {QUOTA!r}
+        c.GPUSpawner.gpu_monitor_interval = 1
         c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}}}}
-        c.Authenticator.allowed_users = {{"alice", "bob"}}
+        c.Authenticator.allowed_users = {{"alice", "bob", "carol", "dan", "root"}}
+        c.Authenticator.admin_users = {{"root"}}
         c.JupyterHub.services.append(
             {{"name": "gpuhub", "url": "http://127.0.0.1:{service_port}",
               "api_token": {SERVICE_TOKEN!r}, "display": False}}
@@ -82,11 +85,11 @@ def hub(
     )
     running = start_hub(tmp_path_factory.mktemp("ledger-kube-hub"), hub_config(extra))
     try:
-        for name in ("alice", "bob"):
+        for name in USERS:
             running.api("POST", f"/users/{name}")
         yield running
     finally:
-        for name in ("alice", "bob"):
+        for name in USERS:
             for server in running.api("GET", f"/users/{name}").json().get("servers", {}):
                 running.api(
                     "DELETE",
@@ -133,14 +136,31 @@ def token(hub: Hub, name: str) -> str:
     return answer.json()["token"]
 
 
-def submit(service: str, user_token: str, notebook_text: str, **fields: Any) -> requests.Response:
+def submit(
+    service: str, user_token: str, notebook_text: str, key: str | None = None, **fields: Any
+) -> requests.Response:
     body = {"notebook": "train.ipynb", "notebook_content": notebook_text, "gpu_type": "a100"}
-    return requests.post(
-        service + "jobs",
-        headers={"Authorization": f"token {user_token}"},
-        json={**body, **fields},
-        timeout=60,
+    headers = {"Authorization": f"token {user_token}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return requests.post(service + "jobs", headers=headers, json={**body, **fields}, timeout=60)
+
+
+def held(hub: Hub, user: str) -> dict[str, Any]:
+    answer = requests.get(
+        f"{hub.api_url}/gpuhub/holdings/{user}",
+        headers={"Authorization": f"token {SERVICE_TOKEN}"},
+        timeout=30,
     )
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def cancel(service: str, user_token: str, job_id: str) -> None:
+    answer = requests.delete(
+        service + f"jobs/{job_id}", headers={"Authorization": f"token {user_token}"}, timeout=60
+    )
+    assert answer.status_code == 200, answer.text
 
 
 def spawn(hub: Hub, user: str, gpus: int, server: str = "") -> requests.Response:
@@ -223,3 +243,102 @@ def test_concurrent_spawns_and_submits_never_end_above_the_quota(
             limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
             held += int(limits.get("nvidia.com/gpu", 0))
     assert held <= 2, held
+
+
+def test_job_ids_are_unique_across_kinds_and_users(
+    hub: Hub, service: str, cluster: KubeSimThread, notebook_text: str
+) -> None:
+    """A Job, a PyTorchJob and a TFJob of one name and one Idempotency-Key, and another
+    user's job of that name and key, get four ids; the ledger counts each (quota 2)."""
+    carol, dan = token(hub, "carol"), token(hub, "dan")
+    job = submit(service, carol, notebook_text, key="same-key", gpus=1, name="same")
+    assert job.status_code == 201, job.text
+    torch = submit(
+        service, carol, notebook_text, key="same-key", kind="pytorchjob", gpus=1, name="same"
+    )
+    assert torch.status_code == 201, torch.text
+    ids = {job.json()["id"], torch.json()["id"]}
+    assert len(ids) == 2
+    # Both count: a TFJob of the same name and key is over carol's quota of 2.
+    tf = submit(service, carol, notebook_text, key="same-key", kind="tfjob", gpus=1, name="same")
+    assert tf.status_code == 403 and "2 of your quota of 2" in tf.json()["message"], tf.text
+    # A retried submit is still the same job, never refused.
+    again = submit(service, carol, notebook_text, key="same-key", gpus=1, name="same")
+    assert again.status_code == 201 and again.json()["id"] == job.json()["id"]
+    other = submit(service, dan, notebook_text, key="same-key", gpus=1, name="same")
+    assert other.status_code == 201 and other.json()["id"] not in ids
+    # Before and after the pods show, carol holds exactly 2, one per job.
+    for _ in range(2):
+        mine = held(hub, "carol")
+        assert mine["held"] == 2, mine
+        assert sorted(h["name"] for h in mine["holdings"]) == sorted(ids)
+        cluster.wait_for(
+            lambda: all(cluster.list("Pod", "default", labels={m.LABEL_JOB_ID: i}) for i in ids)
+        )
+    for job_id in ids:
+        cancel(service, carol, job_id)
+    cancel(service, dan, other.json()["id"])
+
+
+def decoy_job(job_id: str, owner: str, name: str, annotation: str | None = None) -> dict[str, Any]:
+    """A suspended Job carrying ``job_id`` as its gpuhub id, but another owner's labels: what
+    a collision of ids (or of label slugs) would look like to a selector on the id alone."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {
+                m.LABEL_MANAGED_BY: m.MANAGED_BY,
+                m.LABEL_USER: m.user_label(owner),
+                m.LABEL_JOB_ID: job_id,
+                m.LABEL_KIND: "job",
+            },
+            "annotations": {m.ANNOTATION_USERNAME: annotation or owner},
+        },
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
+                }
+            },
+        },
+    }
+
+
+def test_a_fleet_cancel_deletes_the_owners_job_only(
+    hub: Hub, service: str, cluster: KubeSimThread, notebook_text: str
+) -> None:
+    dan = token(hub, "dan")
+    job = submit(service, dan, notebook_text, gpus=1, name="mine")
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    # Objects with dan's job id that are not dan's: another user's, and one with dan's label
+    # slug but another exact owner.
+    cluster.create(decoy_job(job_id, "carol", "decoy-carol"))
+    cluster.create(decoy_job(job_id, "dan", "decoy-slug", annotation="dan2"))
+    root = hub.login("root")
+    deadline = time.monotonic() + 60
+    row = f'data-user="dan" data-kind="job" data-name="{job_id}"'
+    while row not in (page := root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text):
+        assert time.monotonic() < deadline, page[-3000:]
+        time.sleep(0.5)
+    done = root.post(
+        f"{hub.url}/hub/gpuhub/fleet/cancel",
+        data={
+            "target": f"dan/{job_id}",
+            "reason": "node maintenance",
+            "_xsrf": root.cookies.get("_xsrf", path="/hub/"),
+        },
+        timeout=60,
+        allow_redirects=False,
+    )
+    assert done.status_code == 303, done.text[-2000:]
+    cluster.wait_for(lambda: cluster.get("Job", job_id) is None, timeout=60)
+    assert cluster.get("Job", "decoy-carol") is not None
+    assert cluster.get("Job", "decoy-slug") is not None
+    for name in ("decoy-carol", "decoy-slug"):
+        cluster.delete("Job", name)

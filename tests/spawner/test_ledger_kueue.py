@@ -61,6 +61,7 @@ def hub(
         configure_hub(c)
         gpuhub.hub_api.GRANT_SECONDS = 2.0
         c.GPUSpawner.gpu_quota = {QUOTA!r}
+        c.JupyterHub.allow_named_servers = True
         c.Authenticator.allowed_users = {{"alice"}}
         c.JupyterHub.services.append(
             {{"name": "gpuhub", "url": "http://127.0.0.1:{service_port}",
@@ -105,6 +106,21 @@ def service(
         extra_env={"GPUHUB_HOLD_SECONDS": "3600"},
     ) as running:
         yield running.url
+
+
+def renew(hub: Hub, cluster: KubeSimThread) -> int:
+    """The service's renewal of queued jobs' grants (every minute), once, now."""
+
+    async def once() -> int:
+        api = await kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        kube = KubernetesBackend(api, m.KubeJobSettings(kueue_queue="gpu-jobs"))
+        try:
+            quota = HubQuota(hub.api_url, SERVICE_TOKEN, kube.own_quota(None))
+            return await renew_once(kube, quota)
+        finally:
+            await kube.close()
+
+    return asyncio.run(once())
 
 
 def held(hub: Hub) -> int:
@@ -155,18 +171,9 @@ def test_a_queued_job_holds_its_place_against_the_quota(
         assert time.monotonic() < deadline, "the grant did not lapse"
         time.sleep(0.2)
 
-    async def renew() -> int:
-        api = await kube_config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        kube = KubernetesBackend(api, m.KubeJobSettings(kueue_queue="gpu-jobs"))
-        try:
-            quota = HubQuota(hub.api_url, SERVICE_TOKEN, kube.own_quota(None))
-            return await renew_once(kube, quota)
-        finally:
-            await kube.close()
-
     # The service's renewal (every minute; once here): the queued job counts again, and a
     # further GPU is over alice's quota of 4.
-    assert asyncio.run(renew()) == 1
+    assert renew(hub, cluster) == 1
     assert held(hub) == 4
     over = submit(1)
     assert over.status_code == 403, over.text
@@ -177,3 +184,152 @@ def test_a_queued_job_holds_its_place_against_the_quota(
     )
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert held(hub) == 2
+
+
+class Jobs:
+    """alice's jobs through the jobs service, as her JupyterLab submits them."""
+
+    def __init__(self, hub: Hub, service: str, tmp_path: Any) -> None:
+        self.service = service
+        token = hub.api("POST", "/users/alice/tokens", json={"scopes": USER_SCOPES}).json()
+        self.headers = {"Authorization": f"token {token['token']}"}
+        self.text = write_notebook(tmp_path / "train.ipynb", NOTEBOOK_OK).read_text()
+
+    def submit(self, gpus: int) -> dict[str, Any]:
+        """Submit, then wait until Kueue decided: admitted, or waiting with a place."""
+        answer = requests.post(
+            self.service + "jobs",
+            headers=self.headers,
+            json={
+                "notebook": "train.ipynb",
+                "notebook_content": self.text,
+                "gpu_type": "a100",
+                "gpus": gpus,
+            },
+            timeout=60,
+        )
+        assert answer.status_code == 201, answer.text
+        deadline = time.monotonic() + 30
+        while True:
+            job = self.get(answer.json()["id"])
+            if job["status"] != "queued" or job.get("queue_position") is not None:
+                return job
+            assert time.monotonic() < deadline, job
+            time.sleep(0.2)
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        return requests.get(
+            self.service + f"jobs/{job_id}", headers=self.headers, timeout=30
+        ).json()
+
+    def cancel_all(self, cluster: KubeSimThread) -> None:
+        """Cancel every job of alice's that has not ended, and wait until Kueue let go of
+        them (their Workloads are gone), so the next job finds the ClusterQueue empty."""
+        listed = requests.get(self.service + "jobs", headers=self.headers, timeout=30).json()
+        for job in listed.get("jobs", []):
+            if job["status"] in ("queued", "pending", "running"):
+                requests.delete(
+                    self.service + f"jobs/{job['id']}", headers=self.headers, timeout=60
+                )
+        cluster.wait_for(lambda: not cluster.list("Workload", "default"), timeout=60)
+
+
+def test_a_queued_jobs_grant_is_settled_by_its_own_pods_only(
+    hub: Hub, service: str, cluster: KubeSimThread, tmp_path: Any
+) -> None:
+    """The ledger matches a job's grant to pods by the job's kind and uid: a pod of some
+    other object that carries the queued job's id (and owner) settles nothing; both count."""
+    jobs = Jobs(hub, service, tmp_path)
+    jobs.cancel_all(cluster)
+    running = jobs.submit(2)  # the ClusterQueue has 2 A100s: the next one waits in line
+    assert running["status"] != "queued", running
+    queued = jobs.submit(2)
+    assert queued["status"] == "queued" and queued["queue_position"] == 1, queued
+    renew(hub, cluster)
+    assert held(hub) == 4
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "not-the-queued-job",
+                "namespace": "default",
+                "labels": {
+                    m.LABEL_MANAGED_BY: m.MANAGED_BY,
+                    m.LABEL_USER: m.user_label("alice"),
+                    m.LABEL_JOB_ID: queued["id"],
+                    m.LABEL_KIND: "job",
+                },
+                "annotations": {m.ANNOTATION_USERNAME: "alice"},
+            },
+            "spec": {
+                "nodeSelector": {"gpuhub.io/no-such-node": "true"},  # stays pending
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                    }
+                ],
+            },
+        }
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            renew(hub, cluster)
+            now = held(hub)
+            if now == 6:
+                break  # the pod counts, and so does the queued job's grant
+            assert now <= 6, now
+            assert time.monotonic() < deadline, f"held {now}, not 6"
+            time.sleep(0.2)
+    finally:
+        cluster.delete("Pod", "not-the-queued-job")
+        jobs.cancel_all(cluster)
+
+
+def test_a_server_named_like_a_queued_job_counts_apart_from_it(
+    hub: Hub, service: str, cluster: KubeSimThread, tmp_path: Any
+) -> None:
+    """A server's grant is the server's (user and name), a job's is the job's: a named server
+    whose name is a queued job's id neither replaces nor settles the job's grant."""
+    jobs = Jobs(hub, service, tmp_path)
+    jobs.cancel_all(cluster)
+    running = jobs.submit(1)
+    assert running["status"] != "queued", running
+    queued = jobs.submit(2)  # 1 of the ClusterQueue's 2 A100s is left: it waits
+    assert queued["status"] == "queued", queued
+    name = queued["id"]
+    answer = hub.api("POST", f"/users/alice/servers/{name}", json={"gpus": 1, "gpu_type": "a100"})
+    assert answer.status_code in (201, 202), answer.text
+    try:
+        # 1 running + 2 queued + 1 for the server (its grant, then its pod): 4 of 4.
+        deadline = time.monotonic() + 60
+        while True:
+            renew(hub, cluster)
+            assert held(hub) == 4
+            pods = cluster.list("Pod", "default", labels={"component": "singleuser-server"})
+            if any(
+                p["metadata"]["annotations"].get("hub.jupyter.org/servername") == name for p in pods
+            ):
+                break
+            assert time.monotonic() < deadline, "the server's pod did not show"
+            time.sleep(0.2)
+        renew(hub, cluster)
+        assert held(hub) == 4
+        refused = requests.post(
+            service + "jobs",
+            headers=jobs.headers,
+            json={
+                "notebook": "train.ipynb",
+                "notebook_content": jobs.text,
+                "gpu_type": "a100",
+                "gpus": 1,
+            },
+            timeout=60,
+        )
+        assert refused.status_code == 403 and "4 of your quota of 4" in refused.json()["message"]
+    finally:
+        hub.api("DELETE", f"/users/alice/servers/{name}")
+        jobs.cancel_all(cluster)

@@ -11,11 +11,19 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import requests
 
-from tests.support.hub.local import HOLD, jobs_hub_config, token_for, user_api
+from tests.support.hub.local import (
+    HOLD,
+    LEDGER_READER,
+    job_left_running,
+    jobs_hub_config,
+    token_for,
+    user_api,
+)
 from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
 
@@ -62,7 +70,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def hub_config(workdir: Path) -> str:
-    return jobs_hub_config(workdir) + LEDGER
+    return jobs_hub_config(workdir) + LEDGER + LEDGER_READER
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +239,38 @@ def hold_a_gpu_through_a_restart(hub: Hub, workdir: Path, flag: Path) -> None:
         stop_all(again)
         hub.proc = again.proc  # the module fixture stops whichever hub runs last
         hub.port = again.port
+
+
+def test_no_server_name_stands_for_a_job_hold(hub: Hub, workdir: Path) -> None:
+    """The book once keyed a server "alice/<name>" and its job hold "alice/<name>#jobs": a
+    server named "#jobs" shared the default server's job hold key, and stopping it freed a
+    GPU a job still used. Keys are structured now: that name is just another server."""
+    with job_left_running(hub, workdir, "alice", {"gpus": 1, "gpu_type": "big"}):
+        assert holds(hub, "alice") == [("job", "", [0])]
+        for name in ("#jobs", "x#jobs"):
+            path = f"/users/alice/servers/{quote(name, safe='')}"
+            started = hub.api("POST", path, json={"gpus": 1, "gpu_type": "big"})
+            assert started.status_code in (201, 202), started.text
+            wait_ready(hub, "alice", name)
+            assert holds(hub, "alice") == [("job", "", [0]), ("server", name, [1])]
+            hub.api("DELETE", path)
+            deadline = time.monotonic() + 60
+            while name in hub.user_model("alice")["servers"]:
+                assert time.monotonic() < deadline, f"{name} did not stop"
+                time.sleep(0.3)
+            assert holds(hub, "alice") == [("job", "", [0])], name
+        # GPU 0 stays the job's: the next big GPU anybody gets is 1.
+        assert spawn(hub, "erin", {"gpus": 1, "gpu_type": "big"}).status_code in (201, 202)
+        wait_ready(hub, "erin")
+        assert held_gpus(hub, "erin") == [1]
+        stop(hub, "erin")
+    deadline = time.monotonic() + 60
+    while holds(hub, "alice"):
+        assert time.monotonic() < deadline, "the job hold did not end with its job"
+        time.sleep(0.3)
+
+
+def holds(hub: Hub, user: str) -> list[tuple[str, str, list[int]]]:
+    answer = hub.api("GET", f"/gpuhub/holdings/{user}")
+    assert answer.status_code == 200, answer.text
+    return sorted((h["kind"], h["name"], h["devices"]) for h in answer.json()["holdings"])

@@ -9,7 +9,6 @@ once.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 import requests
 
 from tests.support.hub.process import Hub, start_hub
+from tests.support.hub.progress import Progress
 
 pytestmark = pytest.mark.e2e
 
@@ -69,32 +69,6 @@ def wait_until(what: str, check: Any, timeout: float = 60) -> Any:
 
 def server(hub: Hub, user: str) -> dict[str, Any] | None:
     return hub.user_model(user)["servers"].get("")
-
-
-class Progress:
-    """Follows a user's spawn progress stream in the background, as the spawn page does."""
-
-    def __init__(self, hub: Hub, user: str) -> None:
-        self.messages: list[str] = []
-        self.end: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._follow, args=(hub, user), daemon=True)
-        self._thread.start()
-
-    def _follow(self, hub: Hub, user: str) -> None:
-        with hub.api("GET", f"/users/{user}/server/progress", stream=True) as response:
-            try:
-                for line in response.iter_lines(decode_unicode=True):
-                    if line and line.startswith("data:"):
-                        event = json.loads(line[5:])
-                        self.messages.append(event.get("message", ""))
-                        if event.get("failed") or event.get("ready"):
-                            self.end = event
-                            return
-            except requests.exceptions.ChunkedEncodingError:
-                return  # the hub went away mid-stream (the restart test stops it)
-
-    def said(self, text: str) -> bool:
-        return any(text in m for m in self.messages)
 
 
 def test_spawns_wait_in_line_and_start_when_the_gpu_comes_back(hub: Hub) -> None:

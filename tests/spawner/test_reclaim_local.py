@@ -16,19 +16,19 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.hub.local import jobs_hub_config, token_for
+from tests.support.hub.local import LEDGER_READER, job_left_running, jobs_hub_config, token_for
 from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 
 pytestmark = pytest.mark.e2e
 
 ADMIN = {"Authorization": f"token {API_TOKEN}"}
-USERS = ("bob", "carol", "dave", "alice", "erin", "frank")
+USERS = ("bob", "carol", "dave", "alice", "erin", "frank", "gina")
 RECLAIM = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
 c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}},
-                             "students": {{"users": ["bob", "carol", "dave", "erin", "frank"]}}}}
+                             "students": {{"users": ["bob", "carol", "dave", "erin", "frank", "gina"]}}}}
 c.LocalGPUSpawner.gpu_devices = [0, 1, 2, 3]
 c.LocalGPUSpawner.group_limits = {{"staff": {{"max_gpus": 4}}, "students": {{"max_gpus": 1}}}}
 c.LocalGPUSpawner.gpu_idle_reclaim = {{
@@ -52,7 +52,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hub(workdir: Path) -> Iterator[Hub]:
-    hub = start_hub(workdir, jobs_hub_config(workdir) + RECLAIM)
+    hub = start_hub(workdir, jobs_hub_config(workdir) + RECLAIM + LEDGER_READER)
     try:
         yield hub
     finally:
@@ -195,7 +195,7 @@ def test_a_cpu_only_server_is_never_reclaimed(hub: Hub) -> None:
     assert answer.status_code in (201, 202), answer.text
     wait_ready(hub, "erin")
     time.sleep(1)  # a few monitor ticks
-    assert reclaim_state(hub, "erin") == {"enabled": True, "servers": {}}
+    assert reclaim_state(hub, "erin") == {"enabled": True, "servers": {}, "jobs": {}}
     stop(hub, "erin")
 
 
@@ -218,3 +218,84 @@ def test_reclaim_counts_and_notices_survive_a_hub_restart(hub: Hub, workdir: Pat
     assert wait_for("the counter after the restart", lambda: reclaims_counted(hub), hub) == before
     html = hub.login("frank").get(f"{hub.url}/hub/home", timeout=30).text
     assert "gpuhub-notice" in html and "stayed below 5% utilization" in html
+
+
+def test_processes_a_stopped_server_left_are_reclaimed_like_a_server(
+    hub: Hub, workdir: Path
+) -> None:
+    """gina's job outlives her server (a job hold): it shows on the hub's metrics with its
+    processes, is warned when its GPU idles, may be kept once, and then its processes are
+    ended and she reads why."""
+    set_utilization(workdir, dict.fromkeys(range(4), 0.7))  # busy while it starts
+    try:
+        with job_left_running(hub, workdir, "gina", {"gpus": 1}) as job:
+            ended_and_told(hub, workdir, job.token)
+    finally:
+        set_utilization(workdir, dict.fromkeys(range(4), 0.0))
+
+
+def ended_and_told(hub: Hub, workdir: Path, token: str) -> None:
+    """gina's job hold is seen with its processes, warned, kept once, then ended."""
+
+    def hold() -> dict[str, Any] | None:
+        found = hub.api("GET", "/gpuhub/holdings/gina").json()["holdings"]
+        return next((h for h in found if h["kind"] == "job"), None)
+
+    held = wait_for("the job hold", hold, hub)
+    [device] = held["devices"]
+    assert held["processes"], held
+    pids = [p["pid"] for p in held["processes"]]
+
+    def with_pid() -> str | None:
+        text = requests.get(f"{hub.url}/hub/metrics", headers=ADMIN, timeout=30).text
+        return text if f'pid="{pids[0]}"' in text else None
+
+    metrics = wait_for("the hold's processes in the metrics", with_pid, hub)
+    assert 'gpuhub_gpus_held{gpu_type="NVIDIA GPU",kind="job",user="gina"} 1.0' in metrics
+    assert 'gpuhub_job_hold_process_info{command="' in metrics and 'user="gina"' in metrics
+
+    set_utilization(workdir, {**dict.fromkeys(range(4), 0.7), device: 0.0})
+    warned = wait_for(
+        "the warning",
+        lambda: reclaim_state(hub, "gina")["jobs"].get("", {}).get("warned"),
+        hub,
+    )
+    assert warned
+    notices = requests.get(
+        f"{hub.api_url}/gpuhub/notices/gina",
+        headers={"Authorization": f"token {token}"},
+        timeout=30,
+    ).json()["notices"]
+    [warning] = [n for n in notices if n["kind"] == "warning"]
+    assert str(pids[0]) in warning["text"] and "will be ended" in warning["text"]
+    page = hub.login("gina").get(f"{hub.url}/hub/home", timeout=30).text
+    assert "left running" in page and "will be ended" in page
+    # "Keep my GPUs" works for a job hold too (once, as for a server here).
+    kept = requests.post(
+        f"{hub.api_url}/gpuhub/reclaim/gina/keep",
+        json={"kind": "job", "server": ""},
+        headers={"Authorization": f"token {token}"},
+        timeout=30,
+    )
+    assert kept.status_code == 200 and kept.json()["warned"] is False, kept.text
+    # Then it idles on: warned again, and its processes are ended.
+    wait_for("the hold's end", lambda: hold() is None, hub, timeout=90)
+    assert not any(_alive(pid) for pid in pids)
+    session = hub.login("gina")
+
+    def told() -> str | None:
+        text = session.get(f"{hub.url}/hub/home", timeout=30).text
+        return text if "were ended on" in text else None
+
+    home_page = wait_for("the notice", told, hub)
+    assert "The processes your default server left running" in home_page
+    assert "stayed below 5% utilization for 3 seconds" in home_page
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

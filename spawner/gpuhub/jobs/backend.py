@@ -40,10 +40,14 @@ from .model import KIND_NAMES, KINDS, JobError, JobNotFound, JobRecord, JobReque
 class QuotaGate(Protocol):
     """The GPU quota as a cluster backend's ``submit`` asks it: after the idempotency check
     (a retried submit is not refused) and before anything is created. ``reserve`` raises
-    :class:`JobError` (403) over quota; ``release`` forgets a reservation whose objects
-    could not be created. See :mod:`gpuhub.ledger`."""
+    :class:`JobError` (403) over quota; ``created`` says which object (kind and uid; a
+    pipeline: its run id) the reservation is for, once it exists, so the hub's ledger
+    matches its pods by that, never by name; ``release`` forgets a reservation whose
+    objects could not be created. See :mod:`gpuhub.ledger`."""
 
     async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None: ...
+
+    async def created(self, owner: str, job_id: str, request: JobRequest, uid: str) -> None: ...
 
     async def release(self, owner: str, job_id: str) -> None: ...
 

@@ -297,6 +297,8 @@ class KFPBackend(JobBackend):
                     f"({type(exc).__name__}); nothing was left behind, try again in a moment.",
                     502,
                 ) from None
+            if quota is not None:  # the run's pods carry its id: the hub counts them by it
+                await quota.created(owner, job_id, request, run_id)
         log.info("gpuhub: %s started KFP run %s for %s", owner, run_id, job_id)
         return await self._record(configmap)
 

@@ -30,7 +30,7 @@ async def renew_once(kube: KubernetesBackend, quota: HubQuota) -> int:
     """Renew the grant of every queued job once; how many were renewed."""
     jobs = await kube.queued_jobs()
     for job in jobs:
-        await quota.hold(job.owner, job.job_id, job.kind, job.gpus, job.gpu_type)
+        await quota.hold(job.owner, job.job_id, job.kind, job.gpus, job.gpu_type, job.uid)
     return len(jobs)
 
 

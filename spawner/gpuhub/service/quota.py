@@ -85,13 +85,33 @@ class HubQuota:
         log.error("gpuhub: the hub's GPU ledger answered %s: %s", response.code, message)
         raise JobError("gpus", UNREACHABLE, 503)
 
-    async def hold(self, owner: str, job_id: str, kind: str, gpus: int, gpu_type: str) -> None:
-        """Keep a job that waits in Kueue's queue counted by the hub's ledger (its grant
-        would lapse after ``GRANT_SECONDS``; a queued job has no pods for the ledger to see).
-        Without the hub's ledger the service counts queued jobs itself (ClusterQuota)."""
+    async def created(self, owner: str, job_id: str, request: JobRequest, uid: str) -> None:
+        """Bind the job's grant to the object just created (kind and uid), so that the hub's
+        ledger counts its pods instead once they show, and never mistakes another object
+        of the same name for it."""
+        if HubQuota.hub_has_ledger is False:
+            await self.fallback.created(owner, job_id, request, uid)
+            return
+        gpu_type = request.resources.gpu_type
+        await self.hold(
+            owner,
+            job_id,
+            request.kind,
+            request.total_gpus,
+            gpu_type.display_name if gpu_type else "",
+            uid,
+        )
+
+    async def hold(
+        self, owner: str, job_id: str, kind: str, gpus: int, gpu_type: str, uid: str = ""
+    ) -> None:
+        """Keep a job counted by the hub's ledger: bound to its object (``uid``) once created,
+        and renewed while it waits in Kueue's queue (its grant would lapse after
+        ``GRANT_SECONDS``; a queued job has no pods for the ledger to see). Without the
+        hub's ledger the service counts queued jobs itself (ClusterQuota)."""
         if HubQuota.hub_has_ledger is False or gpus <= 0:
             return
-        body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type}
+        body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type, "uid": uid}
         path = f"/{quote(owner, safe='')}/{quote(job_id, safe='')}"
         try:
             response = await self._call("PUT", path, body)

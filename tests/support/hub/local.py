@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.support.hub.process import Hub
+from tests.support.hub.process import Hub, spawn, stop, wait_ready
+from tests.support.jupyter.notebooks import write_notebook
 from tests.support.jupyter.server import SOURCE_PATHS
 
 
@@ -42,6 +47,15 @@ c.LocalGPUSpawner.group_limits = {{"staff": {{"max_gpus": 3}}, "students": {{"ma
 c.LocalGPUSpawner.default_limits = {{"max_gpus": 0}}
 c.Spawner.environment = {environment!r}
 c.Spawner.default_url = "/tree"
+"""
+
+
+# The tests' admin service may also read every user's holdings, as the jobs service does
+# (GET /hub/api/gpuhub/holdings/<user>); add it after ``configure_hub(c)``.
+LEDGER_READER = """
+c.JupyterHub.load_roles.append(
+    {"name": "gpuhub-ledger-reader", "services": ["gpuhub-test"], "scopes": ["custom:gpuhub:grants"]}
+)
 """
 
 
@@ -92,3 +106,40 @@ def server_env(hub: Hub, name: str) -> dict[str, str]:
 
 
 HOLD = "import os, time\nwhile os.path.exists('hold-the-gpu'):\n    time.sleep(0.2)\nprint('done')"
+
+
+@dataclass(frozen=True)
+class LeftJob:
+    """A local job that outlived its server (a job hold), and how to end it."""
+
+    job_id: str
+    token: str  # its user's
+    flag: Path  # the job runs while this file exists
+
+
+@contextmanager
+def job_left_running(
+    hub: Hub, workdir: Path, user: str, options: dict[str, Any]
+) -> Iterator[LeftJob]:
+    """``user``'s server (started with ``options``) runs :data:`HOLD` as a local job on one
+    GPU and is stopped: the job's processes outlive it and keep that GPU (a job hold) until
+    the flag file goes, at the latest when the block ends."""
+    home = workdir / "users" / user
+    write_notebook(home / "hold.ipynb", HOLD)
+    flag = home / "hold-the-gpu"
+    flag.write_text("")
+    try:
+        assert spawn(hub, user, options).status_code in (201, 202)
+        wait_ready(hub, user)
+        token = token_for(hub, user)
+        job = user_api(hub, user, token, "POST", "", json={"notebook": "hold.ipynb", "gpus": 1})
+        assert job.status_code == 201, job.text
+        job_id = job.json()["id"]
+        deadline = time.monotonic() + 60
+        while user_api(hub, user, token, "GET", f"/{job_id}").json()["status"] != "running":
+            assert time.monotonic() < deadline, f"{user}'s job did not start"
+            time.sleep(0.3)
+        stop(hub, user)
+        yield LeftJob(job_id, token, flag)
+    finally:
+        flag.unlink(missing_ok=True)

@@ -297,6 +297,8 @@ class KubernetesBackend(JobBackend):
                 if quota is not None:
                     await quota.release(owner, job_id)
                 raise
+            if quota is not None:
+                await quota.created(owner, job_id, request, made["metadata"]["uid"])
         log.info(
             "gpuhub: %s created %s %s/%s (%s)",
             owner,
@@ -308,16 +310,22 @@ class KubernetesBackend(JobBackend):
         return self._record(made, [])
 
     async def _existing(self, job_id: str, owner: str, key: str, kind: str) -> Obj | None:
+        """The job a retried submit made already, or None. A job id names one object of one
+        kind in the namespace: an object of that name of any other kind or owner refuses
+        the submit, so no two jobs ever share an id (the hub's ledger, cancel and the
+        replicas' network fence all rely on it)."""
         try:
-            obj = await self._read_workload(job_id, kind)
+            obj = await self._read_workload(job_id)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
         annotations = obj["metadata"].get("annotations") or {}
+        labels = obj["metadata"].get("labels") or {}
         if (
             annotations.get(m.ANNOTATION_USERNAME) != owner
             or annotations.get(m.ANNOTATION_KEY) != key
+            or labels.get(m.LABEL_KIND) != kind
         ):
             raise JobError("name", f"A job named {job_id!r} already exists.", 409)
         return obj
@@ -588,6 +596,7 @@ class KubernetesBackend(JobBackend):
                         kind=(obj["metadata"].get("labels") or {}).get(m.LABEL_KIND, "job"),
                         gpus=gpus,
                         gpu_type=self.gpu_names.get(key, key),
+                        uid=obj["metadata"].get("uid") or "",
                     )
                 )
         return out
@@ -970,6 +979,7 @@ class QueuedJob:
     kind: str
     gpus: int
     gpu_type: str
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -991,6 +1001,9 @@ class ClusterQuota:
     async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None:
         if self.limit is not None and request.total_gpus:
             await self.backend.check_quota(request, owner, self.limit)
+
+    async def created(self, owner: str, job_id: str, request: JobRequest, uid: str) -> None:
+        """Nothing to bind: the objects themselves are what is counted."""
 
     async def release(self, owner: str, job_id: str) -> None:
         """Nothing was reserved: the objects themselves are what is counted."""

@@ -111,16 +111,26 @@ def user_label(owner: str) -> str:
     return safe_slug(owner, is_valid=is_valid_label)
 
 
+# Characters of the id's digest: 16 base32 characters are 80 bits, so nobody can search for
+# an idempotency key that gives their job another user's (or kind's) id.
+ID_DIGEST = 16
+
+
 def make_job_id(name: str, owner: str, key: str, kind: Kind) -> str:
-    """A namespace-unique object name from the job's name, its owner and the idempotency key.
+    """A namespace-unique object name from the job's name, its owner, its kind and the
+    idempotency key.
 
     Deterministic, so a retried submit with the same key names the same object and the
-    apiserver's ``AlreadyExists`` makes it idempotent. Distributed kinds keep room for the
-    Training Operator's ``-worker-63`` suffix within the 63 characters of a Service name.
+    apiserver's ``AlreadyExists`` makes it idempotent. Owner and kind are in the digest, so
+    a Job, a PyTorchJob and a TFJob (and any later kind) of the same name and key, or of
+    two users, get different ids; the backend also refuses an id that any object of
+    another kind or owner already has. Distributed kinds keep room for the Training
+    Operator's ``-worker-63`` suffix within the 63 characters of a Service name.
     """
-    digest = hashlib.sha256(f"{owner}\0{key}".encode()).digest()
-    suffix = base64.b32encode(digest).decode().lower()[:6]
-    room = 63 - len("-worker-63") - 7 if kind in CUSTOM_KINDS else 63 - 7
+    digest = hashlib.sha256(f"{owner}\0{kind}\0{key}".encode()).digest()
+    suffix = base64.b32encode(digest).decode().lower()[:ID_DIGEST]
+    tail = ID_DIGEST + 1
+    room = 63 - len("-worker-63") - tail if kind in CUSTOM_KINDS else 63 - tail
     stem = name[:room].rstrip("-") or "job"
     return f"{stem}-{suffix}"
 
@@ -308,8 +318,15 @@ def replica_network_policy(
     """
     if request.kind not in CUSTOM_KINDS or request.workers < 2:
         return None
+    # The owner as well as the id: pods of another user's job never match it.
     same_job = {
-        "podSelector": {"matchLabels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: job_id}}
+        "podSelector": {
+            "matchLabels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_USER: user_label(owner),
+                LABEL_JOB_ID: job_id,
+            }
+        }
     }
     return {
         "apiVersion": "networking.k8s.io/v1",

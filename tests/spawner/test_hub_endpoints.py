@@ -1,0 +1,130 @@
+"""gpuhub's endpoints in the hub, through a real JupyterHub: every one answers a wrong method
+with 405 and a request without credentials with 403 (never a 500), and what a user holds,
+their idle clocks, notices and "Keep my GPUs" need access to the user's servers, not a token
+that only identifies them (what OAuth gives every service a user logs in to)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.support.hub.local import jobs_hub_config, server_env
+from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, wait_ready
+
+pytestmark = pytest.mark.e2e
+
+ENDPOINTS = """
+c.Authenticator.admin_users = {"root"}
+c.LocalGPUSpawner.gpu_idle_reclaim = {
+    "after": 3600, "utilization_below": 0.05, "warn": 600, "max_postpones": 100
+}
+c.LocalGPUSpawner.gpu_monitor_interval = 0.5
+from gpuhub.hub_api import configure_hub
+
+configure_hub(c)
+"""
+METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD")
+# Every gpuhub route in the hub and the methods it serves.
+ROUTES = {
+    "/hub/api/gpuhub/holdings/alice": {"GET"},
+    "/hub/api/gpuhub/reclaim/alice": {"GET"},
+    "/hub/api/gpuhub/reclaim/alice/keep": {"POST"},
+    "/hub/api/gpuhub/notices/alice": {"GET"},
+    "/hub/api/gpuhub/grants": {"POST"},
+    "/hub/api/gpuhub/grants/alice/train-1": {"PUT", "DELETE"},
+    "/hub/gpuhub/fleet": {"GET"},
+    "/hub/gpuhub/fleet/stop": {"POST"},
+    "/hub/gpuhub/fleet/cancel": {"POST"},
+}
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    workdir: Path = tmp_path_factory.mktemp("endpoints-hub")
+    hub = start_hub(workdir, jobs_hub_config(workdir) + ENDPOINTS)
+    try:
+        for name in ("alice", "bob"):
+            hub.api("POST", f"/users/{name}")
+        yield hub
+    finally:
+        hub.api("DELETE", "/users/alice/server")
+        hub.stop()
+
+
+def call(hub: Hub, method: str, path: str, token: str | None = None) -> requests.Response:
+    headers = {"Authorization": f"token {token}"} if token else {}
+    return requests.request(
+        method, hub.url + path, headers=headers, json={}, timeout=30, allow_redirects=False
+    )
+
+
+def test_wrong_methods_answer_405_and_no_credentials_403_never_500(hub: Hub) -> None:
+    for path, served in ROUTES.items():
+        for method in METHODS:
+            for token in (None, API_TOKEN):
+                answer = call(hub, method, path, token)
+                assert answer.status_code < 500, (method, path, answer.status_code, answer.text)
+                if method not in served:
+                    assert answer.status_code == 405, (method, path, token, answer.status_code)
+                elif token is None:
+                    # The fleet page sends a browser to the login page; everything else: 403.
+                    expected = 302 if (method, path) == ("GET", "/hub/gpuhub/fleet") else 403
+                    assert answer.status_code == expected, (method, path, answer.status_code)
+    # With credentials, the served methods do their work, or say what is missing.
+    assert call(hub, "GET", "/hub/api/gpuhub/holdings/alice", API_TOKEN).status_code == 200
+    grants = call(hub, "POST", "/hub/api/gpuhub/grants", API_TOKEN)  # an admin, not the service
+    assert grants.status_code == 403 and "custom:gpuhub:grants" in grants.json()["message"]
+
+
+def token(hub: Hub, user: str, scopes: list[str] | None = None) -> str:
+    body = {"scopes": scopes} if scopes is not None else {}
+    answer = hub.api("POST", f"/users/{user}/tokens", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["token"]
+
+
+def test_identify_only_tokens_read_and_keep_nothing(hub: Hub) -> None:
+    reads = (
+        "/hub/api/gpuhub/holdings/alice",
+        "/hub/api/gpuhub/reclaim/alice",
+        "/hub/api/gpuhub/notices/alice",
+    )
+    keep = "/hub/api/gpuhub/reclaim/alice/keep"
+    # What OAuth gives a service alice logs in to: her name (and groups), nothing more.
+    for scopes in (["read:users:name!user"], ["read:users:name!user", "read:users:groups!user"]):
+        identify = token(hub, "alice", scopes)
+        for path in (*reads, keep):
+            method = "POST" if path == keep else "GET"
+            answer = call(hub, method, path, identify)
+            assert answer.status_code == 403, (path, answer.status_code, answer.text)
+            assert "access:servers!user=alice" in answer.json()["message"]
+    # Access to her servers: a token with that scope, her own full token, her server's.
+    assert spawn(hub, "alice", {"gpus": 1}).status_code in (201, 202)
+    wait_ready(hub, "alice")
+    server = server_env(hub, "alice")["JUPYTERHUB_API_TOKEN"]
+    # Her server's idle clock runs (a GPU whose use cannot be read is never idle, but timed).
+    deadline = time.monotonic() + 60
+    while "" not in call(hub, "GET", reads[1], API_TOKEN).json()["servers"]:
+        assert time.monotonic() < deadline, hub.log()[-3000:]
+        time.sleep(0.3)
+    for allowed in (token(hub, "alice", ["access:servers!user"]), token(hub, "alice"), server):
+        for path in reads:
+            answer = call(hub, "GET", path, allowed)
+            assert answer.status_code == 200, (path, answer.status_code, answer.text)
+        kept = requests.post(
+            hub.url + keep,
+            json={"server": ""},
+            headers={"Authorization": f"token {allowed}"},
+            timeout=30,
+        )
+        assert kept.status_code == 200 and kept.json()["warned"] is False, kept.text
+    assert call(hub, "GET", reads[0], server).json()["holdings"][0]["devices"] == [0]
+    # Another user, with every scope of their own, learns nothing about alice.
+    bob = token(hub, "bob")
+    assert call(hub, "GET", reads[0], bob).status_code == 404
+    for path in reads[1:]:
+        assert call(hub, "GET", path, bob).status_code == 403
