@@ -25,7 +25,6 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.k8s.status import FINISHING, job_phase, training_phase
 from gpuhub.jobs.model import JobError, JobNotFound
-from tests.spawner.test_message_sweep import problems
 from tests.support.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
@@ -42,7 +41,11 @@ from tests.support.jobs_service import (
     validate,
     write_notebook,
 )
+from tests.support.messages import problems
 from tests.support.policies import cluster_policy
+
+# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+pytestmark = pytest.mark.e2e
 
 GPU_NAMES = {k: t.display_name for k, t in cluster_policy().gpu_types.items()}
 IMAGE = "ghcr.io/gpuhub/gpuhub-notebook:0.1.0"

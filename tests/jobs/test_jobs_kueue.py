@@ -33,6 +33,9 @@ from tests.support.jobs_service import (
 from tests.support.kueue import KUEUE, Queues, kueue_queues
 from tests.support.policies import cluster_policy
 
+# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+pytestmark = pytest.mark.e2e
+
 GPU_NAMES = {k: t.display_name for k, t in cluster_policy().gpu_types.items()}
 PLAIN = m.KubeJobSettings(namespace="default", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
 QUEUED = dataclasses.replace(PLAIN, kueue_queue="gpu-jobs")
@@ -427,7 +430,7 @@ async def test_queue_messages_read_right(kube_faults, faulty_backend):
     """The sentences a queued job can carry, swept like every other message
     (tests/spawner/test_message_sweep.py)."""
     from gpuhub.jobs.k8s.status import queue_phase
-    from tests.spawner.test_message_sweep import problems
+    from tests.support.messages import problems
 
     def workload(**conditions: tuple[str, str]) -> dict:
         return {

@@ -26,6 +26,9 @@ from gpuhub.jobs.pipeline import (
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
 from tests.support.kfp_standin import KFPStandIn
 
+# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+pytestmark = pytest.mark.e2e
+
 IMAGE = "ghcr.io/gpuhub/gpuhub-notebook:0.1.0"
 SETTINGS = m.KubeJobSettings(job_image=IMAGE)
 

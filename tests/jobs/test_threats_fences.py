@@ -30,6 +30,9 @@ from tests.support.jobs_service import (
     write_notebook,
 )
 
+# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+pytestmark = pytest.mark.e2e
+
 SETTINGS = m.KubeJobSettings(namespace="jhub", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
 
 

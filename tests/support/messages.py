@@ -1,0 +1,32 @@
+"""What users saw go wrong in gpuhub's sentences, as one check every message sweep shares:
+doubled words ("NVIDIA GPU GPUs"), raw keys and environment variables ("gpus: …", "no
+GPUHUB_JOBS_URL"), Python literals ("got True", "'gpu'"), wrong plurals ("1 cores") and
+sentences that do not start with a capital. Quoted text ("…") is what the user typed or must
+type, so it is not held against the sentence."""
+
+from __future__ import annotations
+
+import re
+
+_QUOTED = re.compile(r'"[^"]*"')
+_DOUBLED = re.compile(r"\b([A-Za-z]+?)s?\s+\1s?\b", re.IGNORECASE)
+_RAW_KEY = re.compile(r"\b[a-z]+_[a-z_]+\b|\bGPUHUB_\w+|^\w+: ")
+_PYTHON = re.compile(r"\b(True|False|None)\b|(?<![\w])'[^'\s]+'(?![\w])")
+_ONE_PLURAL = re.compile(r"(?<![\d.])1 (cores|GPUs|cells|nodes|workers|CPUs)\b")
+
+
+def problems(message: str) -> list[str]:
+    """What is wrong with one message, in words; empty when it reads right."""
+    text = _QUOTED.sub('""', message)
+    found = []
+    if match := _DOUBLED.search(text):
+        found.append(f"doubled word {match[0]!r}")
+    if match := _RAW_KEY.search(text):
+        found.append(f"raw key {match[0]!r}")
+    if match := _PYTHON.search(text):
+        found.append(f"Python literal {match[0]!r}")
+    if match := _ONE_PLURAL.search(text):
+        found.append(f"plural after 1: {match[0]!r}")
+    if message[:1].islower():
+        found.append("starts lower-case")
+    return found
