@@ -1,4 +1,4 @@
-"""Kueue's objects as the admin guide sets them up, created on kubesim for the queue tests."""
+"""Kueue's objects as the admin guide sets them up, created on a cluster for the queue tests."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ def kueue_queues(
     local_queue: str = "team",
     cpu: int = 64,
     memory: str = "256Gi",
+    namespace: str = "default",
 ) -> None:
     """Flavors (default, and a100 on the A100 nodes), the ClusterQueue ``gpus`` with ``gpus``
     A100s of nominal quota and CPU and memory to spare, and the LocalQueue ``local_queue`` in
-    the default namespace."""
+    ``namespace``. ``kubesim``: anything with ``create(obj)`` (kubesim, or a test's
+    :class:`~tests.support.cluster.Kube`, which deletes them after the test)."""
     for name, labels in (("default-flavor", None), ("a100", A100)):
         kubesim.create(
             {
@@ -68,7 +70,7 @@ def kueue_queues(
         {
             "apiVersion": KUEUE,
             "kind": "LocalQueue",
-            "metadata": {"name": local_queue, "namespace": "default"},
+            "metadata": {"name": local_queue, "namespace": namespace},
             "spec": {"clusterQueue": "gpus"},
         }
     )
