@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from .policy import PolicyConfigError
@@ -91,6 +91,27 @@ class Holding:
         if self.kind == "server":
             return f"server {self.name or 'default'!r}"
         return f"job {self.name!r}"
+
+
+def per_workload(holdings: Iterable[Holding]) -> list[Holding]:
+    """One holding per server or job of a user: on Kubernetes each pod is seen alone, and the
+    replicas of a PyTorchJob or TFJob (and a grant for those not seen yet) are one job."""
+    merged: dict[tuple[str, str, str], Holding] = {}
+    for holding in holdings:
+        key = (holding.user, holding.kind, holding.name)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = holding
+            continue
+        starts = [t for t in (seen.since, holding.since) if t is not None]
+        merged[key] = replace(
+            seen,
+            gpus=seen.gpus + holding.gpus,
+            devices=tuple(sorted({*seen.devices, *holding.devices})),
+            since=min(starts) if starts else None,
+            pods=seen.pods + holding.pods,
+        )
+    return list(merged.values())
 
 
 def gpus_held(holdings: Iterable[Holding]) -> int:
@@ -174,7 +195,8 @@ class Ledger:
         return self._locks.setdefault(user, asyncio.Lock())
 
     def holdings(self, user: str | None = None) -> list[Holding]:
-        """What ``user`` (everyone if None) holds: the source's view plus live grants."""
+        """What ``user`` (everyone if None) holds: the source's view plus live grants, one
+        holding per server or job."""
         held = self.source.holdings(user)
         now = time.time()
         seen: dict[tuple[str, str], int] = {}
@@ -189,7 +211,7 @@ class Ledger:
             elif user is None or grant.user == user:
                 # Replicas of a training job appear one by one: count the ones not seen yet.
                 held.append(Holding(grant.user, grant.kind, grant.name, missing, grant.gpu_type))
-        return held
+        return per_workload(held)
 
     def check(
         self,

@@ -108,15 +108,19 @@ class JobsOnCluster:
             headers["Authorization"] = f"token {token}"
         return requests.request(method, self.url + path, headers=headers, timeout=60, **kwargs)
 
-    def held(self, user: str) -> int:
-        """The GPUs the hub's ledger says ``user`` holds (``ledger=True``)."""
+    def holdings(self, user: str) -> dict[str, Any]:
+        """What the hub's ledger says ``user`` holds (``ledger=True``), asked as the service."""
         answer = requests.get(
             f"{self.hub.api_url}/gpuhub/holdings/{user}",
             headers={"Authorization": f"token {self.service_token}"},
             timeout=30,
         )
         assert answer.status_code == 200, answer.text
-        return int(answer.json()["held"])
+        return dict(answer.json())
+
+    def held(self, user: str) -> int:
+        """How many GPUs the hub's ledger says ``user`` holds (``ledger=True``)."""
+        return int(self.holdings(user)["held"])
 
 
 def _hub_settings(
