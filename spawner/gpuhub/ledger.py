@@ -24,9 +24,12 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .policy import PolicyConfigError
+
+if TYPE_CHECKING:
+    from .policy import GPUType
 
 HolderKind = Literal["server", "job"]
 
@@ -78,7 +81,9 @@ class Holding:
     kind: HolderKind
     name: str  # server name ("" for the default server) or job id
     gpus: int
-    gpu_type: str = ""  # display name, for people
+    # The display name, for people; on Kubernetes a pod's holding names its GPU type's key
+    # (or its resource) until :func:`named` gives it the display name.
+    gpu_type: str = ""
     devices: tuple[int, ...] = ()  # device indices (local mode), for counting each GPU once
     since: float | None = None  # epoch seconds
     what: str = ""  # how people call it, where the kind and name do not say it well
@@ -91,6 +96,24 @@ class Holding:
         if self.kind == "server":
             return f"server {self.name or 'default'!r}"
         return f"job {self.name!r}"
+
+
+def gpu_type_names(gpu_types: Mapping[str, GPUType]) -> dict[str, str]:
+    """What people call the GPUs of a holding, by what the holding names them: its GPU type's
+    key (every GPU pod gpuhub makes carries it in ``GPUHUB_GPU_TYPE``) or, for a pod without
+    it, the resource it asks for where only one type asks for that resource."""
+    by_resource: dict[str, set[str]] = {}
+    for gpu_type in gpu_types.values():
+        by_resource.setdefault(gpu_type.resource_name, set()).add(gpu_type.display_name)
+    names = {resource: n.pop() for resource, n in by_resource.items() if len(n) == 1}
+    names.update((key, gpu_type.display_name) for key, gpu_type in gpu_types.items())
+    return names
+
+
+def named(holding: Holding, names: Mapping[str, str]) -> Holding:
+    """``holding`` with its GPU type's display name (:func:`gpu_type_names`), where known."""
+    name = names.get(holding.gpu_type)
+    return replace(holding, gpu_type=name) if name else holding
 
 
 def per_workload(holdings: Iterable[Holding]) -> list[Holding]:

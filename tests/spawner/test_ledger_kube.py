@@ -125,6 +125,12 @@ def test_one_quota_for_servers_jobs_replicas_and_pipelines(
     assert f"job {torch_id!r}: 2" in message and message.count(repr(torch_id)) == 1, message
     holdings = jobs.holdings("alice")["holdings"]
     assert [h["gpus"] for h in holdings if h["name"] == torch_id] == [2], holdings
+    # Each named by its GPU type, though both types ask for nvidia.com/gpu.
+    assert {(h["label"], h["gpu_type"]) for h in holdings} == {
+        ("server 'default'", "Simulated GPU"),
+        (f"job {job.json()['id']!r}", "NVIDIA A100 80GB"),
+        (f"job {torch_id!r}", "NVIDIA A100 80GB"),
+    }, holdings
     named = spawn(hub, "alice", 1, "second")
     assert named.status_code == 403 and "quota" in named.json()["message"], named.text
     assert "second" not in hub.user_model("alice")["servers"]
