@@ -5,8 +5,9 @@ The zero-to-jupyterhub dependency cannot be downloaded here, so :func:`make_char
 chart and puts a small stand-in ``jupyterhub`` chart into its ``charts/``. The stand-in
 reproduces the parts of z2jh 4.x gpuhub relies on: the hub Secret named ``hub`` holding the
 chart values (``values.yaml``, which z2jh's hub turns into traitlets config) and the generated
-``hub.services.<name>.apiToken``, and the hub ServiceAccount with z2jh's own Role for it (what
-KubeSpawner needs to start servers: pods, PVCs, secrets, services, events).
+``hub.services.<name>.apiToken``, and the hub ServiceAccount; with ``jupyterhub.rbac.create``
+(z2jh's default; off here, so that the chart tests see gpuhub's own Roles only) also z2jh's
+Role for it, what KubeSpawner needs to start servers (pods, PVCs, secrets, services, events).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def make_chart(tmp: Path) -> Path:
                 "singleuser": {},
                 "proxy": {},
                 "custom": {},
-                "rbac": {"create": True},
+                "rbac": {"create": False},
             }
         )
     )

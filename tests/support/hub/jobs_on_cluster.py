@@ -52,9 +52,12 @@ CLUSTER_POLICY: dict[str, Any] = {**DESIGN_CONFIG, "gpu_types": GPU_TYPES}
 def install_chart_rbac(
     kube: Kube, folder: Path, values: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """Create the chart's ServiceAccounts, Roles, ClusterRoles and bindings, rendered with
-    ``values`` for the test's namespace (the test's cleanup deletes them). Returns them."""
+    """Create the chart's ServiceAccounts, Roles, ClusterRoles and bindings, and z2jh's Role
+    for the hub, rendered with ``values`` for the test's namespace (the test's cleanup deletes
+    them). Returns them."""
     folder.mkdir(parents=True, exist_ok=True)
+    values = dict(values or {})
+    values["jupyterhub"] = {**values.get("jupyterhub", {}), "rbac": {"create": True}}
     objects = render(make_chart(folder), values=values, namespace=kube.namespace, tmp=folder)
     made = [o for o in objects if o["kind"] in RBAC_KINDS]
     for obj in made:
