@@ -149,10 +149,24 @@ def test_idle_pod_is_reclaimed_and_busy_one_kept(hub: Hub, cluster: Kube) -> Non
     state = clock(hub, "carol")
     assert state is not None and state["idle_seconds"] == 0 and not state["warned"]
     assert hub.user_model("carol")["servers"][""]["ready"]
-    scraped = metrics(hub)
-    assert 'gpuhub_idle_reclaims_total{gpu_type="Simulated GPU"} 1.0' in scraped
-    assert 'gpuhub_gpus_held{gpu_type="Simulated GPU",kind="server",user="carol"} 1.0' in scraped
-    assert re.search(r'gpuhub_gpus\{gpu_type="Simulated GPU",state="held"\} 1\.0', scraped)
+    # The metrics are those of the monitor's last tick: one tick after bob's pod went.
+    expected = (
+        'gpuhub_idle_reclaims_total{gpu_type="Simulated GPU"} 1.0',
+        'gpuhub_gpus_held{gpu_type="Simulated GPU",kind="server",user="carol"} 1.0',
+        'gpuhub_gpus{gpu_type="Simulated GPU",state="held"} 1.0',
+    )
+    scraped = ""
+
+    def figures() -> bool:
+        nonlocal scraped
+        scraped = metrics(hub)
+        return all(line in scraped.splitlines() for line in expected)
+
+    try:
+        Kube.wait_for(figures, timeout=30, interval=0.3)
+    except AssertionError:
+        gpuhub = [line for line in scraped.splitlines() if line.startswith("gpuhub_")]
+        raise AssertionError("\n".join(gpuhub)) from None
 
 
 def gpuhub_job(job_id: str, user: str) -> dict[str, Any]:
