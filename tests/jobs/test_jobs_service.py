@@ -1,6 +1,6 @@
 """The ``gpuhub`` hub service end to end: a real JupyterHub (and proxy), the service as its own
 process (``python -m gpuhub.service --config``) under the Helm chart's ServiceAccount and Role,
-the test cluster (tests/support/cluster.py), and a real user Jupyter server whose jobs API
+the test cluster (tests/support/jobs.kube.py), and a real user Jupyter server whose jobs API
 forwards to the service (Kubernetes mode). tests/support/hub/jobs_on_cluster.py starts them.
 
 Users call with tokens the hub issued them (scope ``access:services!service=gpuhub``); the
@@ -52,16 +52,6 @@ def jobs(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def service(jobs: JobsOnCluster) -> str:
-    return jobs.url
-
-
-@pytest.fixture(scope="module")
-def cluster(jobs: JobsOnCluster) -> Kube:
-    return jobs.kube
-
-
-@pytest.fixture(scope="module")
 def tokens(jobs: JobsOnCluster) -> dict[str, str]:
     return {name: jobs.token(name) for name in ("alice", "bob", "carol")}
 
@@ -72,82 +62,75 @@ def notebook_text(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path.read_text()
 
 
-def call(service: str, method: str, path: str, token: str | None = None, **kw: Any):
-    headers = dict(kw.pop("headers", {}))
-    if token:
-        headers["Authorization"] = f"token {token}"
-    return requests.request(method, service + path, headers=headers, timeout=60, **kw)
-
-
 def body(notebook_text: str, **extra: Any) -> dict[str, Any]:
     return {"notebook": "train.ipynb", "notebook_content": notebook_text, **extra}
 
 
 # -- authentication -------------------------------------------------------------------------------
-def test_requests_without_a_valid_user_token_are_refused(service, jobs, tokens):
+def test_requests_without_a_valid_user_token_are_refused(jobs, tokens):
     for token in (None, "not-a-token"):
-        response = call(service, "GET", "jobs", token)
+        response = jobs.call("GET", "jobs", token)
         assert response.status_code == 403
         assert response.json()["field"] == "auth"
         assert "JupyterHub token" in response.json()["message"]
     # A token of the user without the service's access scope.
     narrow = jobs.token("alice", ["read:users:name!user"])
-    assert call(service, "GET", "jobs", narrow).status_code == 403
+    assert jobs.call("GET", "jobs", narrow).status_code == 403
     # The hub's own admin service is not a user: it has no jobs.
     from tests.support.hub.process import API_TOKEN
 
-    refused = call(service, "GET", "jobs", API_TOKEN)
+    refused = jobs.call("GET", "jobs", API_TOKEN)
     assert refused.status_code == 403
-    assert call(service, "GET", "jobs", tokens["alice"]).status_code == 200
-    assert requests.get(service + "health", timeout=10).json() == {"ok": True}
+    assert jobs.call("GET", "jobs", tokens["alice"]).status_code == 200
+    assert requests.get(jobs.url + "health", timeout=10).json() == {"ok": True}
 
 
 # -- jobs --------------------------------------------------------------------------------------------
-def test_own_jobs_only_and_idempotent_submit(service, cluster, tokens, notebook_text):
+def test_own_jobs_only_and_idempotent_submit(jobs, tokens, notebook_text):
     alice, bob = tokens["alice"], tokens["bob"]
     key = {"Idempotency-Key": "submit-once-1"}
     # On a fake A100 (kwok): it runs until cancelled.
     own = body(notebook_text, name="own", gpus=1, gpu_type="a100")
-    first = call(service, "POST", "jobs", alice, json=own, headers=key)
+    first = jobs.call("POST", "jobs", alice, json=own, headers=key)
     assert first.status_code == 201, first.text
     job_id = first.json()["id"]
     assert first.headers["Location"].endswith(f"/services/gpuhub/jobs/{job_id}")
-    again = call(service, "POST", "jobs", alice, json=own, headers=key)
+    again = jobs.call("POST", "jobs", alice, json=own, headers=key)
     assert again.status_code == 201 and again.json()["id"] == job_id
-    assert len(cluster.list("Job", labels={m.LABEL_JOB_ID: job_id})) == 1
-    job = cluster.get("Job", job_id)
+    assert len(jobs.kube.list("Job", labels={m.LABEL_JOB_ID: job_id})) == 1
+    job = jobs.kube.get("Job", job_id)
     assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
 
-    assert [j["id"] for j in call(service, "GET", "jobs", alice).json()["jobs"]].count(job_id) == 1
-    assert job_id not in [j["id"] for j in call(service, "GET", "jobs", bob).json()["jobs"]]
+    assert [j["id"] for j in jobs.call("GET", "jobs", alice).json()["jobs"]].count(job_id) == 1
+    assert job_id not in [j["id"] for j in jobs.call("GET", "jobs", bob).json()["jobs"]]
     for method, path in (
         ("GET", f"jobs/{job_id}"),
         ("GET", f"jobs/{job_id}/logs"),
         ("GET", f"jobs/{job_id}/output"),
         ("DELETE", f"jobs/{job_id}"),
     ):
-        refused = call(service, method, path, bob)
+        refused = jobs.call(method, path, bob)
         assert refused.status_code == 404, (method, path, refused.text)
         assert refused.json()["message"] == f'There is no job "{job_id}" among your jobs.'
-    assert cluster.get("Job", job_id)["metadata"].get("deletionTimestamp") is None
+    assert jobs.kube.get("Job", job_id)["metadata"].get("deletionTimestamp") is None
 
-    status = call(service, "GET", f"jobs/{job_id}", alice).json()
+    status = jobs.call("GET", f"jobs/{job_id}", alice).json()
     assert status["owner"] == "alice" and status["status"] in ("pending", "running")
-    cancelled = call(service, "DELETE", f"jobs/{job_id}", alice)
+    cancelled = jobs.call("DELETE", f"jobs/{job_id}", alice)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
-    cluster.wait_for(lambda: cluster.get("Job", job_id) is None)
+    jobs.kube.wait_for(lambda: jobs.kube.get("Job", job_id) is None)
 
 
-def test_hub_groups_decide_limits_and_quota(service, cluster, tokens, notebook_text):
+def test_hub_groups_decide_limits_and_quota(jobs, tokens, notebook_text):
     # bob is in no group: default limits (1 GPU) and the default quota (1).
     four = body(notebook_text, gpus=4, gpu_type="a100", name="four")
-    refused = call(service, "POST", "jobs", tokens["bob"], json=four)
+    refused = jobs.call("POST", "jobs", tokens["bob"], json=four)
     assert refused.status_code == 400 and refused.json()["field"] == "gpus"
     # alice is staff (hub group): 8 GPUs allowed by the policy, 4 by the quota.
-    ok = call(service, "POST", "jobs", tokens["alice"], json=four)
+    ok = jobs.call("POST", "jobs", tokens["alice"], json=four)
     assert ok.status_code == 201, ok.text
-    more = call(
-        service, "POST", "jobs", tokens["alice"], json=body(notebook_text, gpus=1, gpu_type="a100")
+    more = jobs.call(
+        "POST", "jobs", tokens["alice"], json=body(notebook_text, gpus=1, gpu_type="a100")
     )
     # This hub has no gpuhub ledger endpoints: the service counts by itself (the fallback).
     assert more.status_code == 403
@@ -155,12 +138,12 @@ def test_hub_groups_decide_limits_and_quota(service, cluster, tokens, notebook_t
         f"You hold 4 of your quota of 4 GPUs (job {ok.json()['id']!r}: 4) and this job needs "
         "1 more; stop a server or wait for a job to end."
     )
-    assert call(service, "DELETE", f"jobs/{ok.json()['id']}", tokens["alice"]).status_code == 200
-    cluster.wait_for(lambda: cluster.get("Job", ok.json()["id"]) is None)  # its GPUs are back
+    assert jobs.call("DELETE", f"jobs/{ok.json()['id']}", tokens["alice"]).status_code == 200
+    jobs.kube.wait_for(lambda: jobs.kube.get("Job", ok.json()["id"]) is None)  # its GPUs are back
 
 
-def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens, notebook_text):
-    before = len(cluster.list("ConfigMap"))
+def test_bad_requests_are_one_sentence_and_make_nothing(jobs, tokens, notebook_text):
+    before = len(jobs.kube.list("ConfigMap"))
     cases = [
         (b"{not json", 400, "The request body is not valid JSON."),
         (
@@ -177,11 +160,10 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         (json.dumps(body(notebook_text, kind="pipeline")), 422, NOT_CONFIGURED),
     ]
     for data, status, sentence in cases:
-        response = call(service, "POST", "jobs", tokens["carol"], data=data)
+        response = jobs.call("POST", "jobs", tokens["carol"], data=data)
         assert response.status_code == status, (data[:80], response.text)
         assert sentence in response.json()["message"]
-    bad_key = call(
-        service,
+    bad_key = jobs.call(
         "POST",
         "jobs",
         tokens["carol"],
@@ -189,26 +171,22 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         headers={"Idempotency-Key": "a b"},
     )
     assert bad_key.status_code == 400
-    assert len(cluster.list("ConfigMap")) == before
-    assert cluster.list("Job", labels={m.LABEL_USER: "carol"}) == []
+    assert len(jobs.kube.list("ConfigMap")) == before
+    assert jobs.kube.list("Job", labels={m.LABEL_USER: "carol"}) == []
 
 
-def test_kinds_and_pipeline_yaml(service, tokens, notebook_text):
-    kinds = {
-        k["kind"]: k for k in call(service, "GET", "jobs/kinds", tokens["carol"]).json()["kinds"]
-    }
+def test_kinds_and_pipeline_yaml(jobs, tokens, notebook_text):
+    kinds = {k["kind"]: k for k in jobs.call("GET", "jobs/kinds", tokens["carol"]).json()["kinds"]}
     assert kinds["job"]["available"] and kinds["pytorchjob"]["available"]
     assert not kinds["pipeline"]["available"] and kinds["pipeline"]["reason"] == NOT_CONFIGURED
-    response = call(
-        service, "POST", "jobs/pipeline.yaml", tokens["carol"], json=body(notebook_text)
-    )
+    response = jobs.call("POST", "jobs/pipeline.yaml", tokens["carol"], json=body(notebook_text))
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"].startswith("application/yaml")
     assert response.text.startswith("# PIPELINE DEFINITION")
 
 
 # -- the user's server forwards ----------------------------------------------------------------------
-def test_user_server_forwards_to_the_service(jobs, cluster, tokens, tmp_path):
+def test_user_server_forwards_to_the_service(jobs, tokens, tmp_path):
     root = tmp_path / "home"
     write_notebook(root / "train.ipynb", NOTEBOOK_OK)
     env = {
@@ -243,7 +221,7 @@ def test_user_server_forwards_to_the_service(jobs, cluster, tokens, tmp_path):
         )
         assert created.status_code == 201, created.text + server.log()
         job_id = created.json()["id"]
-        job = cluster.get("Job", job_id)
+        job = jobs.kube.get("Job", job_id)
         assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
 
         def succeeded() -> dict[str, Any] | None:
@@ -253,7 +231,7 @@ def test_user_server_forwards_to_the_service(jobs, cluster, tokens, tmp_path):
             assert record["status"] in ("pending", "running", "succeeded"), record
             return record if record["status"] == "succeeded" else None
 
-        done = cluster.wait_for(succeeded, timeout=120, interval=0.5)
+        done = jobs.kube.wait_for(succeeded, timeout=120, interval=0.5)
         # The executed notebook came back through the API into the user's files.
         assert done["output"] == f"gpuhub-runs/{job_id}/{job_id}.ipynb"  # named after the run
         executed = json.loads((root / done["output"]).read_text())
@@ -298,12 +276,12 @@ def test_user_server_forwards_to_the_service(jobs, cluster, tokens, tmp_path):
         # The cluster fails the first create: the service rolls back and answers 503, the
         # forwarder retries once with the same Idempotency-Key, and there is one job.
         jobs.faults.fail_requests(
-            500, method="POST", path=f"/apis/batch/v1/namespaces/{cluster.namespace}/jobs"
+            500, method="POST", path=f"/apis/batch/v1/namespaces/{jobs.kube.namespace}/jobs"
         )
         retried = server.api(
             "POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "name": "retried"}
         )
         assert retried.status_code == 201, retried.text
-        made = [j for j in cluster.list("Job") if j["metadata"]["name"].startswith("retried-")]
+        made = [j for j in jobs.kube.list("Job") if j["metadata"]["name"].startswith("retried-")]
         assert [j["metadata"]["name"] for j in made] == [retried.json()["id"]]
-        assert len(cluster.list("ConfigMap", labels={m.LABEL_JOB_ID: retried.json()["id"]})) == 1
+        assert len(jobs.kube.list("ConfigMap", labels={m.LABEL_JOB_ID: retried.json()["id"]})) == 1

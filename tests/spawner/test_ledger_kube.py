@@ -64,21 +64,6 @@ def jobs(
 
 
 @pytest.fixture(scope="module")
-def hub(jobs: JobsOnCluster) -> Hub:
-    return jobs.hub
-
-
-@pytest.fixture(scope="module")
-def service(jobs: JobsOnCluster) -> str:
-    return jobs.url
-
-
-@pytest.fixture(scope="module")
-def cluster(jobs: JobsOnCluster) -> Kube:
-    return jobs.kube
-
-
-@pytest.fixture(scope="module")
 def notebook_text(tmp_path_factory: pytest.TempPathFactory) -> str:
     return write_notebook(tmp_path_factory.mktemp("nb") / "train.ipynb", NOTEBOOK_OK).read_text()
 
@@ -102,8 +87,9 @@ def spawn(
 
 
 def test_one_quota_for_servers_jobs_replicas_and_pipelines(
-    jobs: JobsOnCluster, hub: Hub, service: str, cluster: Kube, notebook_text: str
+    jobs: JobsOnCluster, notebook_text: str
 ) -> None:
+    hub, service, cluster = jobs.hub, jobs.url, jobs.kube
     alice = jobs.token("alice")  # staff: quota 4
     # On the process node, so that the server really starts and answers the hub.
     assert spawn(hub, "alice", 1, gpu_type="local").status_code in (201, 202)
@@ -157,8 +143,9 @@ def test_one_quota_for_servers_jobs_replicas_and_pipelines(
 
 
 def test_concurrent_spawns_and_submits_never_end_above_the_quota(
-    jobs: JobsOnCluster, hub: Hub, service: str, cluster: Kube, notebook_text: str
+    jobs: JobsOnCluster, notebook_text: str
 ) -> None:
+    hub, service, cluster = jobs.hub, jobs.url, jobs.kube
     bob = jobs.token("bob")  # no group: quota 2
 
     def one(i: int) -> int:
