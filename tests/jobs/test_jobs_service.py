@@ -187,6 +187,7 @@ def test_kinds_and_pipeline_yaml(jobs, tokens, notebook_text):
 
 # -- the user's server forwards ----------------------------------------------------------------------
 def test_user_server_forwards_to_the_service(jobs, tokens, tmp_path):
+    jobs.kube.require_local("the process node, where the job's pod really runs")
     root = tmp_path / "home"
     write_notebook(root / "train.ipynb", NOTEBOOK_OK)
     env = {

@@ -228,6 +228,7 @@ BOMB_NOTEBOOK = "\n".join(
 
 
 def test_threat_log_bomb_does_not_kill_service(service, cluster, token, tmp_path):
+    cluster.require_local("the process node, where the job's pod really runs")
     before_mb = service.status_kb("VmHWM") / 1024
     notebook = write_notebook(tmp_path / "bomb.ipynb", ["", BOMB_NOTEBOOK]).read_text()
     body = {"notebook": "bomb.ipynb", "notebook_content": notebook, "name": "bomb"}

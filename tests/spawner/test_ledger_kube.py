@@ -90,6 +90,7 @@ def test_one_quota_for_servers_jobs_replicas_and_pipelines(
     jobs: JobsOnCluster, notebook_text: str
 ) -> None:
     hub, service, cluster = jobs.hub, jobs.url, jobs.kube
+    cluster.require_local("the process node, where a server really starts")
     alice = jobs.token("alice")  # staff: quota 4
     # On the process node, so that the server really starts and answers the hub.
     assert spawn(hub, "alice", 1, gpu_type="local").status_code in (201, 202)

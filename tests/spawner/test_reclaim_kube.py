@@ -106,6 +106,7 @@ def server_pod(cluster: Kube, user: str) -> str | None:
 
 def start(hub: Hub, cluster: Kube, user: str, utilization: float) -> str:
     """A server on one of the process node's GPUs, whose utilization is ``utilization``."""
+    cluster.require_local("the process node, where a server really starts")
     answer = spawn_json(hub, user, {"gpus": 1, "gpu_type": "local", "image": "pytorch"})
     assert answer.status_code in (201, 202), answer.text
     pod = wait_for(f"{user}'s pod", lambda: server_pod(cluster, user), hub)
