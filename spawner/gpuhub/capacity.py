@@ -166,6 +166,19 @@ def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
     return None
 
 
+GPU_TYPE_ENV = "GPUHUB_GPU_TYPE"  # the GPU type's key, in every GPU pod gpuhub makes
+
+
+def _gpu_type_key(pod: Mapping[str, Any]) -> str:
+    """The GPU type a pod was made for: two types may ask for the same resource (A100 and
+    H100 nodes both serve ``nvidia.com/gpu``), so the resource alone does not say which."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for var in container.get("env") or []:
+            if var.get("name") == GPU_TYPE_ENV and var.get("value"):
+                return str(var["value"])
+    return ""
+
+
 def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
     """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
     holds its GPUs as far as the quota is concerned); None for anything else."""
@@ -177,7 +190,7 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
         return None
     labels = meta.get("labels") or {}
     notes = meta.get("annotations") or {}
-    resource = gpus[0][0]
+    resource = _gpu_type_key(pod) or gpus[0][0]  # named for people by ledger.named
     count = sum(n for _, n in gpus)
     since = _epoch(meta.get("creationTimestamp"))
     pods = ((str(meta.get("namespace") or ""), str(meta.get("name") or "")),)

@@ -68,7 +68,8 @@ from tornado import web
 from . import monitor as gpu_monitor
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
-from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpus_held
+from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpu_type_names, gpus_held, named
+from .policy import PolicyConfigError
 from .usage import HUB_SHUTDOWN
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
@@ -403,6 +404,11 @@ class HoldingsHandler(GpuhubAPIHandler):
             held = ledger.holdings(user.name)
         except RuntimeError:  # the cluster has not answered yet
             raise web.HTTPError(503, "GPU holdings cannot be read right now.") from None
+        try:
+            names = gpu_type_names(user.get_spawner("").gpu_policy.gpu_types)
+        except PolicyConfigError:  # an admin mistake is reported where the form renders
+            names = {}
+        held = [named(h, names) for h in held]
         self.finish(
             json.dumps(
                 {

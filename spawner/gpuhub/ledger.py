@@ -23,10 +23,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .policy import PolicyConfigError
+
+if TYPE_CHECKING:
+    from .policy import GPUType
 
 HolderKind = Literal["server", "job"]
 
@@ -88,7 +91,9 @@ class Holding:
     kind: HolderKind
     name: str  # server name ("" for the default server) or job id
     gpus: int
-    gpu_type: str = ""  # display name, for people
+    # The display name, for people; on Kubernetes a pod's holding names its GPU type's key
+    # (or its resource) until :func:`named` gives it the display name.
+    gpu_type: str = ""
     devices: tuple[int, ...] = ()  # device indices (local mode), for counting each GPU once
     since: float | None = None  # epoch seconds
     what: str = ""  # how people call it, where the kind and name do not say it well
@@ -104,6 +109,48 @@ class Holding:
         if self.kind == "server":
             return f"server {self.name or 'default'!r}"
         return f"job {self.name!r}"
+
+
+def gpu_type_names(gpu_types: Mapping[str, GPUType]) -> dict[str, str]:
+    """What people call the GPUs of a holding, by what the holding names them: its GPU type's
+    key (every GPU pod gpuhub makes carries it in ``GPUHUB_GPU_TYPE``) or, for a pod without
+    it, the resource it asks for where only one type asks for that resource."""
+    by_resource: dict[str, set[str]] = {}
+    for gpu_type in gpu_types.values():
+        by_resource.setdefault(gpu_type.resource_name, set()).add(gpu_type.display_name)
+    names = {resource: n.pop() for resource, n in by_resource.items() if len(n) == 1}
+    names.update((key, gpu_type.display_name) for key, gpu_type in gpu_types.items())
+    return names
+
+
+def named(holding: Holding, names: Mapping[str, str]) -> Holding:
+    """``holding`` with its GPU type's display name (:func:`gpu_type_names`), where known."""
+    name = names.get(holding.gpu_type)
+    return replace(holding, gpu_type=name) if name else holding
+
+
+def per_workload(holdings: Iterable[Holding]) -> list[Holding]:
+    """One holding per server or job of a user: on Kubernetes each pod is seen alone, and the
+    replicas of a PyTorchJob or TFJob (and a grant for those not seen yet) are one job."""
+    merged: dict[tuple[str, str, str, Workload | None], Holding] = {}
+    for holding in holdings:
+        # A job's replicas share its object (kind and uid); a grant for replicas not seen yet
+        # names the same object once the service sent its uid.
+        key = (holding.user, holding.kind, holding.name, holding.workload)
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = holding
+            continue
+        starts = [t for t in (seen.since, holding.since) if t is not None]
+        merged[key] = replace(
+            seen,
+            gpus=seen.gpus + holding.gpus,
+            devices=tuple(sorted({*seen.devices, *holding.devices})),
+            since=min(starts) if starts else None,
+            pods=seen.pods + holding.pods,
+            processes=seen.processes + holding.processes,
+        )
+    return list(merged.values())
 
 
 def gpus_held(holdings: Iterable[Holding]) -> int:
@@ -218,7 +265,8 @@ class Ledger:
         return self._locks.setdefault(user, asyncio.Lock())
 
     def holdings(self, user: str | None = None) -> list[Holding]:
-        """What ``user`` (everyone if None) holds: the source's view plus live grants."""
+        """What ``user`` (everyone if None) holds: the source's view plus live grants, one
+        holding per server or job."""
         held = self.source.holdings(user)
         now = time.time()
         seen: dict[tuple[str, ...], int] = {}
@@ -243,7 +291,7 @@ class Ledger:
                         workload=Workload(grant.workload, grant.uid) if grant.workload else None,
                     )
                 )
-        return held
+        return per_workload(held)
 
     def check(
         self,

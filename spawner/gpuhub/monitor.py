@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
 import logging
 import time
 from collections import deque
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from .ledger import Holding, Ledger
+from .ledger import Holding, Ledger, gpu_type_names, named
 from .reclaim import Action, IdleClocks, ReclaimRule
 from .usage import Notice, UsageStore
 from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
@@ -79,7 +78,7 @@ class GPUMonitor:
         self.interval = interval
         self.tracks: dict[HoldingKey, Track] = {}
         self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
-        self.type_names: dict[str, str] = {}  # resource name -> the one type's display name
+        self.type_names: dict[str, str] = {}  # ledger.gpu_type_names of the spawner's types
         self._told_capacity = False
         self.last_tick: float | None = None
         self.version = 0  # bumped whenever what the fleet page shows may have changed
@@ -167,10 +166,9 @@ class GPUMonitor:
                     self.store.clear_notice(name, notice.server)
 
     def _named(self, holding: Holding) -> Holding:
-        """Pods name their GPUs by resource (``nvidia.com/gpu``); people and the metrics use
-        the GPU type's display name, where only one type asks for that resource."""
-        name = self.type_names.get(holding.gpu_type)
-        return dataclasses.replace(holding, gpu_type=name) if name else holding
+        """Pods name their GPUs by type key or resource; people and the metrics use the GPU
+        type's display name."""
+        return named(holding, self.type_names)
 
     def _account(self, holdings: Sequence[Holding], now: float) -> None:
         """GPU-seconds since the last tick, each device of a user counted once."""
@@ -209,10 +207,7 @@ class GPUMonitor:
         except Exception as exc:  # an admin mistake is reported where the form renders
             log.debug("gpuhub: no GPU types for metrics: %s", exc)
             return
-        by_resource: dict[str, set[str]] = {}
-        for gpu_type in types.values():
-            by_resource.setdefault(gpu_type.resource_name, set()).add(gpu_type.display_name)
-        self.type_names = {r: names.pop() for r, names in by_resource.items() if len(names) == 1}
+        self.type_names = gpu_type_names(types)
         try:
             capacity, note = await self.spawner.gpu_capacity()
         except Exception as exc:

@@ -1,9 +1,13 @@
 """The ``gpuhub`` hub service end to end: a real JupyterHub (and proxy), the service as its own
-process (``python -m gpuhub.service --config``), kubesim as the cluster, and a real user
-Jupyter server whose jobs API forwards to the service (Kubernetes mode).
+process (``python -m gpuhub.service --config``) under the Helm chart's ServiceAccount and Role,
+the test cluster (tests/support/jobs.kube.py), and a real user Jupyter server whose jobs API
+forwards to the service (Kubernetes mode). tests/support/hub/jobs_on_cluster.py starts them.
 
 Users call with tokens the hub issued them (scope ``access:services!service=gpuhub``); the
 service reads their groups from the hub, so limits and quotas follow hub group membership.
+GPU jobs of type ``a100`` land on kwok's fake A100 nodes (running, no process); CPU-only jobs
+and jobs of type ``local`` run for real on the process node, so their log and executed
+notebook come back from a real pod.
 """
 
 from __future__ import annotations
@@ -17,76 +21,18 @@ import requests
 
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.pipeline import NOT_CONFIGURED
-from tests.kubesim.pytest_plugin import DEFAULT_NODES
-from tests.kubesim.sim import KubeSimThread
-from tests.support.hub.process import Hub, free_port, start_hub
-from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, run_job_pod, write_notebook
+from tests.support.cluster import Kube
+from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
+from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 from tests.support.jupyter.server import jupyter_server
-from tests.support.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.e2e
 
-SERVICE_TOKEN = "gpuhub-service-token-0123456789abcdef"
-JOB_IMAGE = "ghcr.io/gpuhub/gpuhub-notebook:0.1.0"
-USER_SCOPES = ["access:services!service=gpuhub", "read:users:groups!user"]
-
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
-    sim = KubeSimThread(DEFAULT_NODES, kubeconfig=tmp_path_factory.mktemp("kube") / "config")
-    try:
-        yield sim
-    finally:
-        sim.stop()
-
-
-@pytest.fixture(scope="module")
-def service_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory, service_port: int) -> Iterator[Hub]:
-    config = f"""
-c.JupyterHub.services.append(
-    {{"name": "gpuhub", "url": "http://127.0.0.1:{service_port}", "api_token": {SERVICE_TOKEN!r},
-      "display": False}}
-)
-c.JupyterHub.load_roles.append(
-    {{"name": "user", "scopes": ["self", "access:services!service=gpuhub"]}}
-)
-c.JupyterHub.load_roles.append(
-    {{"name": "gpuhub-service", "services": ["gpuhub"],
-      "scopes": ["read:users:name", "read:users:groups"]}}
-)
-c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}}}}
-c.Authenticator.allowed_users = {{"alice", "bob", "carol"}}
-"""
-    hub = start_hub(tmp_path_factory.mktemp("service-hub"), config)
-    try:
-        for name in ("alice", "bob", "carol"):
-            hub.api("POST", f"/users/{name}")
-        yield hub
-    finally:
-        hub.stop()
-
-
-def user_token(hub: Hub, name: str, scopes: list[str] = USER_SCOPES) -> str:
-    response = hub.api("POST", f"/users/{name}/tokens", json={"scopes": scopes, "note": "test"})
-    assert response.status_code == 201, response.text
-    return response.json()["token"]
-
-
-@pytest.fixture(scope="module")
-def service(
-    hub: Hub, cluster: KubeSimThread, service_port: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("service")
+def jobs(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsOnCluster]:
     config = {
-        "namespace": "default",
-        "policy": DESIGN_CONFIG,
         "gpu_quota": {"default": 1, "groups": {"staff": 4}},
-        "job_image": JOB_IMAGE,
         "home_volume": {
             "claim_name_template": "claim-{username}",
             "mount_path": "/home/jovyan",
@@ -95,20 +41,19 @@ def service(
         "kfp": {"endpoint": "", "ui_url": "", "namespace": "kubeflow"},
         "max_notebook_bytes": 1048576,
     }
-    with jobs_service(
-        workdir,
-        config,
-        hub_api_url=hub.api_url,
-        token=SERVICE_TOKEN,
-        port=service_port,
-        kubeconfig=cluster.kubeconfig,
+    with jobs_on_cluster(
+        module_kube,
+        tmp_path_factory.mktemp("jobs-service"),
+        users={"alice": ["staff"], "bob": [], "carol": []},
+        service_config=config,
+        faults=True,
     ) as running:
-        yield running.url
+        yield running
 
 
 @pytest.fixture(scope="module")
-def tokens(hub: Hub) -> dict[str, str]:
-    return {name: user_token(hub, name) for name in ("alice", "bob", "carol")}
+def tokens(jobs: JobsOnCluster) -> dict[str, str]:
+    return {name: jobs.token(name) for name in ("alice", "bob", "carol")}
 
 
 @pytest.fixture(scope="module")
@@ -117,80 +62,75 @@ def notebook_text(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path.read_text()
 
 
-def call(service: str, method: str, path: str, token: str | None = None, **kw: Any):
-    headers = dict(kw.pop("headers", {}))
-    if token:
-        headers["Authorization"] = f"token {token}"
-    return requests.request(method, service + path, headers=headers, timeout=60, **kw)
-
-
 def body(notebook_text: str, **extra: Any) -> dict[str, Any]:
     return {"notebook": "train.ipynb", "notebook_content": notebook_text, **extra}
 
 
 # -- authentication -------------------------------------------------------------------------------
-def test_requests_without_a_valid_user_token_are_refused(service, hub, tokens):
+def test_requests_without_a_valid_user_token_are_refused(jobs, tokens):
     for token in (None, "not-a-token"):
-        response = call(service, "GET", "jobs", token)
+        response = jobs.call("GET", "jobs", token)
         assert response.status_code == 403
         assert response.json()["field"] == "auth"
         assert "JupyterHub token" in response.json()["message"]
     # A token of the user without the service's access scope.
-    narrow = user_token(hub, "alice", ["read:users:name!user"])
-    assert call(service, "GET", "jobs", narrow).status_code == 403
+    narrow = jobs.token("alice", ["read:users:name!user"])
+    assert jobs.call("GET", "jobs", narrow).status_code == 403
     # The hub's own admin service is not a user: it has no jobs.
     from tests.support.hub.process import API_TOKEN
 
-    refused = call(service, "GET", "jobs", API_TOKEN)
+    refused = jobs.call("GET", "jobs", API_TOKEN)
     assert refused.status_code == 403
-    assert call(service, "GET", "jobs", tokens["alice"]).status_code == 200
-    assert requests.get(service + "health", timeout=10).json() == {"ok": True}
+    assert jobs.call("GET", "jobs", tokens["alice"]).status_code == 200
+    assert requests.get(jobs.url + "health", timeout=10).json() == {"ok": True}
 
 
 # -- jobs --------------------------------------------------------------------------------------------
-def test_own_jobs_only_and_idempotent_submit(service, cluster, tokens, notebook_text):
+def test_own_jobs_only_and_idempotent_submit(jobs, tokens, notebook_text):
     alice, bob = tokens["alice"], tokens["bob"]
     key = {"Idempotency-Key": "submit-once-1"}
-    first = call(service, "POST", "jobs", alice, json=body(notebook_text, name="own"), headers=key)
+    # On a fake A100 (kwok): it runs until cancelled.
+    own = body(notebook_text, name="own", gpus=1, gpu_type="a100")
+    first = jobs.call("POST", "jobs", alice, json=own, headers=key)
     assert first.status_code == 201, first.text
     job_id = first.json()["id"]
     assert first.headers["Location"].endswith(f"/services/gpuhub/jobs/{job_id}")
-    again = call(service, "POST", "jobs", alice, json=body(notebook_text, name="own"), headers=key)
+    again = jobs.call("POST", "jobs", alice, json=own, headers=key)
     assert again.status_code == 201 and again.json()["id"] == job_id
-    assert len(cluster.list("Job", "default", labels={m.LABEL_JOB_ID: job_id})) == 1
-    job = cluster.get("Job", job_id)
+    assert len(jobs.kube.list("Job", labels={m.LABEL_JOB_ID: job_id})) == 1
+    job = jobs.kube.get("Job", job_id)
     assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
 
-    assert [j["id"] for j in call(service, "GET", "jobs", alice).json()["jobs"]].count(job_id) == 1
-    assert job_id not in [j["id"] for j in call(service, "GET", "jobs", bob).json()["jobs"]]
+    assert [j["id"] for j in jobs.call("GET", "jobs", alice).json()["jobs"]].count(job_id) == 1
+    assert job_id not in [j["id"] for j in jobs.call("GET", "jobs", bob).json()["jobs"]]
     for method, path in (
         ("GET", f"jobs/{job_id}"),
         ("GET", f"jobs/{job_id}/logs"),
         ("GET", f"jobs/{job_id}/output"),
         ("DELETE", f"jobs/{job_id}"),
     ):
-        refused = call(service, method, path, bob)
+        refused = jobs.call(method, path, bob)
         assert refused.status_code == 404, (method, path, refused.text)
         assert refused.json()["message"] == f'There is no job "{job_id}" among your jobs.'
-    assert cluster.get("Job", job_id)["metadata"].get("deletionTimestamp") is None
+    assert jobs.kube.get("Job", job_id)["metadata"].get("deletionTimestamp") is None
 
-    status = call(service, "GET", f"jobs/{job_id}", alice).json()
+    status = jobs.call("GET", f"jobs/{job_id}", alice).json()
     assert status["owner"] == "alice" and status["status"] in ("pending", "running")
-    cancelled = call(service, "DELETE", f"jobs/{job_id}", alice)
+    cancelled = jobs.call("DELETE", f"jobs/{job_id}", alice)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
-    cluster.wait_for(lambda: cluster.get("Job", job_id) is None)
+    jobs.kube.wait_for(lambda: jobs.kube.get("Job", job_id) is None)
 
 
-def test_hub_groups_decide_limits_and_quota(service, cluster, tokens, notebook_text):
+def test_hub_groups_decide_limits_and_quota(jobs, tokens, notebook_text):
     # bob is in no group: default limits (1 GPU) and the default quota (1).
     four = body(notebook_text, gpus=4, gpu_type="a100", name="four")
-    refused = call(service, "POST", "jobs", tokens["bob"], json=four)
+    refused = jobs.call("POST", "jobs", tokens["bob"], json=four)
     assert refused.status_code == 400 and refused.json()["field"] == "gpus"
     # alice is staff (hub group): 8 GPUs allowed by the policy, 4 by the quota.
-    ok = call(service, "POST", "jobs", tokens["alice"], json=four)
+    ok = jobs.call("POST", "jobs", tokens["alice"], json=four)
     assert ok.status_code == 201, ok.text
-    more = call(
-        service, "POST", "jobs", tokens["alice"], json=body(notebook_text, gpus=1, gpu_type="a100")
+    more = jobs.call(
+        "POST", "jobs", tokens["alice"], json=body(notebook_text, gpus=1, gpu_type="a100")
     )
     # This hub has no gpuhub ledger endpoints: the service counts by itself (the fallback).
     assert more.status_code == 403
@@ -198,11 +138,12 @@ def test_hub_groups_decide_limits_and_quota(service, cluster, tokens, notebook_t
         f"You hold 4 of your quota of 4 GPUs (job {ok.json()['id']!r}: 4) and this job needs "
         "1 more; stop a server or wait for a job to end."
     )
-    call(service, "DELETE", f"jobs/{ok.json()['id']}", tokens["alice"])
+    assert jobs.call("DELETE", f"jobs/{ok.json()['id']}", tokens["alice"]).status_code == 200
+    jobs.kube.wait_for(lambda: jobs.kube.get("Job", ok.json()["id"]) is None)  # its GPUs are back
 
 
-def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens, notebook_text):
-    before = len(cluster.list("ConfigMap", "default"))
+def test_bad_requests_are_one_sentence_and_make_nothing(jobs, tokens, notebook_text):
+    before = len(jobs.kube.list("ConfigMap"))
     cases = [
         (b"{not json", 400, "The request body is not valid JSON."),
         (
@@ -219,11 +160,10 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         (json.dumps(body(notebook_text, kind="pipeline")), 422, NOT_CONFIGURED),
     ]
     for data, status, sentence in cases:
-        response = call(service, "POST", "jobs", tokens["carol"], data=data)
+        response = jobs.call("POST", "jobs", tokens["carol"], data=data)
         assert response.status_code == status, (data[:80], response.text)
         assert sentence in response.json()["message"]
-    bad_key = call(
-        service,
+    bad_key = jobs.call(
         "POST",
         "jobs",
         tokens["carol"],
@@ -231,34 +171,31 @@ def test_bad_requests_are_one_sentence_and_make_nothing(service, cluster, tokens
         headers={"Idempotency-Key": "a b"},
     )
     assert bad_key.status_code == 400
-    assert len(cluster.list("ConfigMap", "default")) == before
-    assert cluster.list("Job", "default", labels={m.LABEL_USER: "carol"}) == []
+    assert len(jobs.kube.list("ConfigMap")) == before
+    assert jobs.kube.list("Job", labels={m.LABEL_USER: "carol"}) == []
 
 
-def test_kinds_and_pipeline_yaml(service, tokens, notebook_text):
-    kinds = {
-        k["kind"]: k for k in call(service, "GET", "jobs/kinds", tokens["carol"]).json()["kinds"]
-    }
+def test_kinds_and_pipeline_yaml(jobs, tokens, notebook_text):
+    kinds = {k["kind"]: k for k in jobs.call("GET", "jobs/kinds", tokens["carol"]).json()["kinds"]}
     assert kinds["job"]["available"] and kinds["pytorchjob"]["available"]
     assert not kinds["pipeline"]["available"] and kinds["pipeline"]["reason"] == NOT_CONFIGURED
-    response = call(
-        service, "POST", "jobs/pipeline.yaml", tokens["carol"], json=body(notebook_text)
-    )
+    response = jobs.call("POST", "jobs/pipeline.yaml", tokens["carol"], json=body(notebook_text))
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"].startswith("application/yaml")
     assert response.text.startswith("# PIPELINE DEFINITION")
 
 
 # -- the user's server forwards ----------------------------------------------------------------------
-def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_path):
+def test_user_server_forwards_to_the_service(jobs, tokens, tmp_path):
+    jobs.kube.require_local("the process node, where the job's pod really runs")
     root = tmp_path / "home"
     write_notebook(root / "train.ipynb", NOTEBOOK_OK)
     env = {
         # Through the hub's proxy, as a browser-side URL would; the chart uses the Service URL.
-        "GPUHUB_JOBS_URL": f"{hub.url}/services/gpuhub/",
+        "GPUHUB_JOBS_URL": f"{jobs.hub.url}/services/gpuhub/",
         "JUPYTERHUB_API_TOKEN": tokens["alice"],
         "JUPYTERHUB_USER": "alice",
-        "GPUHUB_POLICY": json.dumps(DESIGN_CONFIG),
+        "GPUHUB_POLICY": json.dumps(CLUSTER_POLICY),
         "GPUHUB_GROUPS": json.dumps(["staff"]),
     }
     with jupyter_server(root, tmp_path / "jupyter", env=env) as server:
@@ -272,37 +209,30 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
             "available": False,
             "reason": NOT_CONFIGURED,
         }
+        # On the process node's simulated GPU: the job's pod really runs the notebook.
         created = server.api(
             "POST",
             "gpuhub/api/jobs",
             json={
                 "notebook": "train.ipynb",
                 "gpus": 1,
-                "gpu_type": "a100",
+                "gpu_type": "local",
                 "parameters": {"epochs": 5},
             },
         )
         assert created.status_code == 201, created.text + server.log()
         job_id = created.json()["id"]
-        job = cluster.get("Job", job_id)
+        job = jobs.kube.get("Job", job_id)
         assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
-        cluster.wait_for(
-            lambda: server.api("GET", f"gpuhub/api/jobs/{job_id}").json()["status"] == "running",
-            timeout=60,
-            message=f"the job did not start:\n{server.log()[-3000:]}",
-        )
-        pod_log = run_job_pod(
-            cluster.get("ConfigMap", m.configmap_name(job_id)), job, tmp_path / "pod"
-        )
-        cluster.finish_job(job_id, succeed=True, logs=pod_log)
-        done = cluster.wait_for(
-            lambda: (
-                (r := server.api("GET", f"gpuhub/api/jobs/{job_id}").json())["status"]
-                == "succeeded"
-                and r
-            ),
-            timeout=60,
-        )
+
+        def succeeded() -> dict[str, Any] | None:
+            answer = server.api("GET", f"gpuhub/api/jobs/{job_id}")
+            assert answer.status_code == 200, answer.text
+            record = answer.json()
+            assert record["status"] in ("pending", "running", "succeeded"), record
+            return record if record["status"] == "succeeded" else None
+
+        done = jobs.kube.wait_for(succeeded, timeout=120, interval=0.5)
         # The executed notebook came back through the API into the user's files.
         assert done["output"] == f"gpuhub-runs/{job_id}/{job_id}.ipynb"  # named after the run
         executed = json.loads((root / done["output"]).read_text())
@@ -346,18 +276,13 @@ def test_user_server_forwards_to_the_service(service, hub, cluster, tokens, tmp_
 
         # The cluster fails the first create: the service rolls back and answers 503, the
         # forwarder retries once with the same Idempotency-Key, and there is one job.
-        cluster.fail_requests(500, method="POST", path="/apis/batch/v1/namespaces/default/jobs")
+        jobs.faults.fail_requests(
+            500, method="POST", path=f"/apis/batch/v1/namespaces/{jobs.kube.namespace}/jobs"
+        )
         retried = server.api(
             "POST", "gpuhub/api/jobs", json={"notebook": "train.ipynb", "name": "retried"}
         )
         assert retried.status_code == 201, retried.text
-        made = [
-            j
-            for j in cluster.list("Job", "default")
-            if j["metadata"]["name"].startswith("retried-")
-        ]
+        made = [j for j in jobs.kube.list("Job") if j["metadata"]["name"].startswith("retried-")]
         assert [j["metadata"]["name"] for j in made] == [retried.json()["id"]]
-        assert (
-            len(cluster.list("ConfigMap", "default", labels={m.LABEL_JOB_ID: retried.json()["id"]}))
-            == 1
-        )
+        assert len(jobs.kube.list("ConfigMap", labels={m.LABEL_JOB_ID: retried.json()["id"]})) == 1

@@ -1,14 +1,14 @@
 """Threat: hostile callers and hostile notebooks against the shared ``gpuhub`` jobs service.
 
 The service runs as its own process (``python -m gpuhub.service``) behind a real JupyterHub,
-with kubesim as the cluster, exactly as in tests/jobs/test_jobs_service.py. One user must not be
-able to make it answer 5xx, read a body before knowing who sent it, or exhaust its memory
-with what their notebook prints.
+on the test cluster under the chart's RBAC, exactly as in tests/jobs/test_jobs_service.py
+(tests/support/hub/jobs_on_cluster.py). One user must not be able to make it answer 5xx, read
+a body before knowing who sent it, or exhaust its memory with what their notebook prints.
 """
 
 from __future__ import annotations
 
-import base64
+import inspect
 import json
 import socket
 import subprocess
@@ -24,18 +24,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuhub.jobs.model import JOB_FIELDS
-from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
+from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END
 from gpuhub.options import FIELDS
-from tests.kubesim.pytest_plugin import DEFAULT_NODES
-from tests.kubesim.sim import KubeSimThread
+from tests.support.cluster import Kube
 from tests.support.hostile import Deep, encode, gzip_bomb, json_values, text
-from tests.support.hub.process import Hub, free_port, start_hub
-from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, write_notebook
-from tests.support.policies import DESIGN_CONFIG
+from tests.support.hub.jobs_on_cluster import JobsOnCluster, jobs_on_cluster
+from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 
 pytestmark = pytest.mark.e2e
 
-SERVICE_TOKEN = "gpuhub-threat-service-token-0123456789"
 MAX_NOTEBOOK = 256 * 1024
 BODY_CAP = MAX_NOTEBOOK + 64 * 1024
 PROPERTY = settings(
@@ -43,44 +40,6 @@ PROPERTY = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
-    sim = KubeSimThread(DEFAULT_NODES, kubeconfig=tmp_path_factory.mktemp("kube") / "config")
-    try:
-        yield sim
-    finally:
-        sim.stop()
-
-
-@pytest.fixture(scope="module")
-def service_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory, service_port: int) -> Iterator[Hub]:
-    config = f"""
-c.JupyterHub.services.append(
-    {{"name": "gpuhub", "url": "http://127.0.0.1:{service_port}", "api_token": {SERVICE_TOKEN!r},
-      "display": False}}
-)
-c.JupyterHub.load_roles.append(
-    {{"name": "user", "scopes": ["self", "access:services!service=gpuhub"]}}
-)
-c.JupyterHub.load_roles.append(
-    {{"name": "gpuhub-service", "services": ["gpuhub"],
-      "scopes": ["read:users:name", "read:users:groups"]}}
-)
-c.JupyterHub.load_groups = {{"staff": {{"users": ["mallory"]}}}}
-"""
-    hub = start_hub(tmp_path_factory.mktemp("threat-service-hub"), config)
-    try:
-        hub.api("POST", "/users/mallory")
-        yield hub
-    finally:
-        hub.stop()
 
 
 class Service:
@@ -96,35 +55,34 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(
-    hub: Hub, cluster: KubeSimThread, service_port: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Service]:
-    workdir = tmp_path_factory.mktemp("threat-service")
+def jobs(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobsOnCluster]:
     config = {
-        "namespace": "default",
-        "policy": DESIGN_CONFIG,
         "gpu_quota": {"default": 2, "groups": {"staff": 8}},
-        "job_image": "ghcr.io/gpuhub/gpuhub-notebook:0.1.0",
         "max_notebook_bytes": MAX_NOTEBOOK,
         # max_output_bytes: the default (64 MiB), as the chart ships it.
     }
-    with jobs_service(
-        workdir,
-        config,
-        hub_api_url=hub.api_url,
-        token=SERVICE_TOKEN,
-        port=service_port,
-        kubeconfig=cluster.kubeconfig,
+    with jobs_on_cluster(
+        module_kube,
+        tmp_path_factory.mktemp("threat-service"),
+        users={"mallory": ["staff"]},
+        service_config=config,
     ) as running:
-        yield Service(running.url, running.proc, running.log_path)
+        yield running
 
 
 @pytest.fixture(scope="module")
-def token(hub: Hub) -> str:
-    scopes = ["access:services!service=gpuhub", "read:users:groups!user"]
-    response = hub.api("POST", "/users/mallory/tokens", json={"scopes": scopes})
-    assert response.status_code == 201, response.text
-    return str(response.json()["token"])
+def service(jobs: JobsOnCluster) -> Service:
+    return Service(jobs.url, jobs.service.proc, jobs.service.log_path)
+
+
+@pytest.fixture(scope="module")
+def cluster(jobs: JobsOnCluster) -> Kube:
+    return jobs.kube
+
+
+@pytest.fixture(scope="module")
+def token(jobs: JobsOnCluster) -> str:
+    return jobs.token("mallory")
 
 
 @pytest.fixture(scope="module")
@@ -254,28 +212,40 @@ def test_body_just_under_the_cap_is_read(service, token, notebook_text):
 
 
 # -- bounded work per request ----------------------------------------------------------------------
-def gzip_bomb_lines(mebibytes: int) -> list[str]:
-    encoded = base64.b64encode(gzip_bomb(mebibytes)).decode()
-    return [encoded[i : i + 76] for i in range(0, len(encoded), 76)]
+# A hostile notebook: it prints 4 MB of chatter, then a fake executed-notebook block holding a
+# gzip bomb (1.2 GiB inflated), into its pod's log, before the runner prints the real block.
+BOMB_NOTEBOOK = "\n".join(
+    [
+        "import base64, struct, zlib",
+        "",
+        inspect.getsource(gzip_bomb),
+        "encoded = base64.b64encode(gzip_bomb(1200)).decode()",
+        "bomb = [encoded[i : i + 76] for i in range(0, len(encoded), 76)]",
+        'chatter = [f"epoch {n} loss 0.{n % 97:02d} " + "." * 60 for n in range(30_000)]',
+        f"print('\\n'.join([*chatter, {OUTPUT_BEGIN!r}, *bomb, {OUTPUT_END!r}]))",
+    ]
+)
 
 
-def test_threat_log_bomb_does_not_kill_service(service, cluster, token, notebook_text):
+def test_threat_log_bomb_does_not_kill_service(service, cluster, token, tmp_path):
+    cluster.require_local("the process node, where the job's pod really runs")
     before_mb = service.status_kb("VmHWM") / 1024
-    bomb = gzip_bomb_lines(1200)  # inflates to 1.2 GiB
-    chatter = [f"epoch {n} loss 0.{n % 97:02d} " + "." * 60 for n in range(30_000)]
-    log = "\n".join(
-        [*chatter, OUTPUT_BEGIN, *bomb, OUTPUT_END, RESULT_PREFIX + '{"status": "succeeded"}', ""]
-    )
-    assert 4_000_000 <= len(log) <= 4_500_000  # a 4 MB log
-    body = {"notebook": "train.ipynb", "notebook_content": notebook_text, "name": "bomb"}
+    notebook = write_notebook(tmp_path / "bomb.ipynb", ["", BOMB_NOTEBOOK]).read_text()
+    body = {"notebook": "bomb.ipynb", "notebook_content": notebook, "name": "bomb"}
+    # CPU only: the job's pod really runs on the process node.
     created = call(service, "POST", "jobs", token, data=encode(body))
     assert created.status_code == 201, created.text
     job_id = created.json()["id"]
-    cluster.finish_job(job_id, succeed=True, logs=log)
-    deadline = time.monotonic() + 60
-    while (job := call(service, "GET", f"jobs/{job_id}", token).json())["status"] != "succeeded":
-        assert time.monotonic() < deadline, job
-        time.sleep(0.2)
+
+    def ended() -> dict[str, Any] | None:
+        job = call(service, "GET", f"jobs/{job_id}", token).json()
+        assert job["status"] in ("pending", "running", "succeeded"), job
+        return job if job["status"] == "succeeded" else None
+
+    cluster.wait_for(ended, timeout=120, interval=0.5)
+    (pod,) = cluster.job_pods(job_id)
+    log = cluster.logs(pod["metadata"]["name"])
+    assert len(log) >= 4_000_000 and log.count(OUTPUT_BEGIN) == 2  # a 4 MB log, two blocks
     # The user's server fetches the output once (bounded inflation: 422 and the verdict);
     # from then on the verdict is the job's message. The UI polls, and retries, many times.
     first = call(service, "GET", f"jobs/{job_id}/output", token)

@@ -1,15 +1,16 @@
 """The GPU ledger on Kubernetes: a real JupyterHub with GPUSpawner and gpuhub's hub endpoints,
-the jobs service as its own process, kubesim as the cluster and the KFP stand-in.
+the jobs service as its own process, both under the Helm chart's RBAC on the test cluster
+(tests/support/hub/jobs_on_cluster.py), and the KFP stand-in.
 
 One quota across servers (named too), Jobs, every PyTorchJob replica and pipeline runs, and
 concurrent spawns and submits of one user that never end above it: the service asks the
-hub's ledger for every submit, so both go through one lock.
+hub's ledger for every submit, so both go through one lock. Servers that must answer the hub
+run on the process node (GPU type ``local``); jobs and the other servers hold fake A100s.
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,26 +20,15 @@ import pytest
 import requests
 
 from gpuhub.jobs.k8s import manifests as m
-from tests.kubesim import KubeSimThread
-from tests.kubesim.pytest_plugin import hub_cluster
-from tests.support.hub.kube import hub_config
-from tests.support.hub.process import Hub, free_port, start_hub
-from tests.support.jobs_service import NOTEBOOK_OK, jobs_service, write_notebook
+from tests.support.cluster import Kube
+from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
+from tests.support.hub.process import Hub, wait_ready
+from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 from tests.support.kfp_standin import KFPStandIn
-from tests.support.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.e2e
 
-SERVICE_TOKEN = "gpuhub-ledger-service-token-0123456789"
-USER_SCOPES = ["access:services!service=gpuhub", "read:users:groups!user"]
 QUOTA = {"default": 2, "groups": {"staff": 4}}
-USERS = ("alice", "bob", "carol", "dan")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSimThread]:
-    with hub_cluster(tmp_path_factory.mktemp("kubesim") / "kubeconfig") as sim:
-        yield sim
 
 
 @pytest.fixture(scope="module")
@@ -51,89 +41,34 @@ def kfp() -> Iterator[KFPStandIn]:
 
 
 @pytest.fixture(scope="module")
-def service_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def hub(
-    cluster: KubeSimThread, service_port: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Hub]:
-    extra = textwrap.dedent(
-        f"""
-        from gpuhub.hub_api import configure_hub
-        configure_hub(c)
-        c.JupyterHub.allow_named_servers = True
-        c.JupyterHub.named_server_limit_per_user = 30
-        c.GPUSpawner.gpu_quota = {QUOTA!r}
-        c.GPUSpawner.gpu_monitor_interval = 1
-        c.JupyterHub.load_groups = {{"staff": {{"users": ["alice"]}}}}
-        c.Authenticator.allowed_users = {{"alice", "bob", "carol", "dan", "root"}}
-        c.Authenticator.admin_users = {{"root"}}
-        c.JupyterHub.services.append(
-            {{"name": "gpuhub", "url": "http://127.0.0.1:{service_port}",
-              "api_token": {SERVICE_TOKEN!r}, "display": False}}
-        )
-        c.JupyterHub.load_roles.append(
-            {{"name": "user", "scopes": ["self", "access:services!service=gpuhub"]}}
-        )
-        c.JupyterHub.load_roles.append(
-            {{"name": "gpuhub-service", "services": ["gpuhub"],
-              "scopes": ["read:users:name", "read:users:groups", "custom:gpuhub:grants"]}}
-        )
-        """
-    )
-    running = start_hub(tmp_path_factory.mktemp("ledger-kube-hub"), hub_config(extra))
-    try:
-        for name in USERS:
-            running.api("POST", f"/users/{name}")
-        yield running
-    finally:
-        for name in USERS:
-            for server in running.api("GET", f"/users/{name}").json().get("servers", {}):
-                running.api(
-                    "DELETE",
-                    f"/users/{name}/servers/{server}" if server else f"/users/{name}/server",
-                )
-        running.stop()
-
-
-@pytest.fixture(scope="module")
-def service(
-    hub: Hub,
-    cluster: KubeSimThread,
-    kfp: KFPStandIn,
-    service_port: int,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("ledger-service")
+def jobs(
+    module_kube: Kube, kfp: KFPStandIn, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[JobsOnCluster]:
     config = {
-        "namespace": "default",
-        "policy": {**DESIGN_CONFIG, "default_limits": {"max_gpus": 16}},
+        "policy": {**CLUSTER_POLICY, "default_limits": {"max_gpus": 16}},
         "gpu_quota": QUOTA,
-        "job_image": "ghcr.io/gpuhub/gpuhub-notebook:0.1.0",
         "kfp": {"endpoint": kfp.url, "ui_url": "", "namespace": "kubeflow"},
     }
-    with jobs_service(
-        workdir,
-        config,
-        hub_api_url=hub.api_url,
-        token=SERVICE_TOKEN,
-        port=service_port,
-        kubeconfig=cluster.kubeconfig,
+    hub = """
+        c.JupyterHub.allow_named_servers = True
+        c.JupyterHub.named_server_limit_per_user = 30
+        c.GPUSpawner.gpu_monitor_interval = 1
+        c.Authenticator.admin_users = {"root"}
+        """
+    with jobs_on_cluster(
+        module_kube,
+        tmp_path_factory.mktemp("ledger-kube"),
+        users={"alice": ["staff"], "bob": [], "carol": [], "dan": [], "root": []},
+        service_config=config,
+        ledger=True,
+        hub_extra=hub,
     ) as running:
-        yield running.url
+        yield running
 
 
 @pytest.fixture(scope="module")
 def notebook_text(tmp_path_factory: pytest.TempPathFactory) -> str:
     return write_notebook(tmp_path_factory.mktemp("nb") / "train.ipynb", NOTEBOOK_OK).read_text()
-
-
-def token(hub: Hub, name: str) -> str:
-    answer = hub.api("POST", f"/users/{name}/tokens", json={"scopes": USER_SCOPES})
-    assert answer.status_code == 201, answer.text
-    return answer.json()["token"]
 
 
 def submit(
@@ -146,16 +81,6 @@ def submit(
     return requests.post(service + "jobs", headers=headers, json={**body, **fields}, timeout=60)
 
 
-def held(hub: Hub, user: str) -> dict[str, Any]:
-    answer = requests.get(
-        f"{hub.api_url}/gpuhub/holdings/{user}",
-        headers={"Authorization": f"token {SERVICE_TOKEN}"},
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
 def cancel(service: str, user_token: str, job_id: str) -> None:
     answer = requests.delete(
         service + f"jobs/{job_id}", headers={"Authorization": f"token {user_token}"}, timeout=60
@@ -163,23 +88,22 @@ def cancel(service: str, user_token: str, job_id: str) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def spawn(hub: Hub, user: str, gpus: int, server: str = "") -> requests.Response:
+def spawn(
+    hub: Hub, user: str, gpus: int, server: str = "", gpu_type: str = "a100"
+) -> requests.Response:
+    """A server on fake A100s (its pod runs, nothing answers), or of ``gpu_type``."""
     path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
-    return hub.api("POST", path, data=json.dumps({"gpus": gpus, "gpu_type": "a100"}))
-
-
-def wait_ready(hub: Hub, user: str, server: str = "") -> None:
-    deadline = time.monotonic() + 90
-    while not (hub.user_model(user)["servers"].get(server) or {}).get("ready"):
-        assert time.monotonic() < deadline, f"{user}/{server} did not start:\n{hub.log()[-3000:]}"
-        time.sleep(0.3)
+    return hub.api("POST", path, data=json.dumps({"gpus": gpus, "gpu_type": gpu_type}))
 
 
 def test_one_quota_for_servers_jobs_replicas_and_pipelines(
-    hub: Hub, service: str, cluster: KubeSimThread, notebook_text: str
+    jobs: JobsOnCluster, notebook_text: str
 ) -> None:
-    alice = token(hub, "alice")  # staff: quota 4
-    assert spawn(hub, "alice", 1).status_code in (201, 202)
+    hub, service, cluster = jobs.hub, jobs.url, jobs.kube
+    cluster.require_local("the process node, where a server really starts")
+    alice = jobs.token("alice")  # staff: quota 4
+    # On the process node, so that the server really starts and answers the hub.
+    assert spawn(hub, "alice", 1, gpu_type="local").status_code in (201, 202)
     wait_ready(hub, "alice")
     job = submit(service, alice, notebook_text, gpus=1, name="one")
     assert job.status_code == 201, job.text
@@ -192,6 +116,18 @@ def test_one_quota_for_servers_jobs_replicas_and_pipelines(
     message = pipeline.json()["message"]
     assert "4 of your quota of 4 GPUs" in message and "server 'default': 1" in message
     assert f"job {job.json()['id']!r}: 1" in message
+    # The PyTorchJob is one job of 2 GPUs, however many pods (and a grant) it is seen as.
+    torch_id = torch.json()["id"]
+    cluster.wait_for(lambda: len(cluster.job_pods(torch_id, "PyTorchJob")) == 2)
+    assert f"job {torch_id!r}: 2" in message and message.count(repr(torch_id)) == 1, message
+    holdings = jobs.holdings("alice")["holdings"]
+    assert [h["gpus"] for h in holdings if h["name"] == torch_id] == [2], holdings
+    # Each named by its GPU type, though both types ask for nvidia.com/gpu.
+    assert {(h["label"], h["gpu_type"]) for h in holdings} == {
+        ("server 'default'", "Simulated GPU"),
+        (f"job {job.json()['id']!r}", "NVIDIA A100 80GB"),
+        (f"job {torch_id!r}", "NVIDIA A100 80GB"),
+    }, holdings
     named = spawn(hub, "alice", 1, "second")
     assert named.status_code == 403 and "quota" in named.json()["message"], named.text
     assert "second" not in hub.user_model("alice")["servers"]
@@ -199,28 +135,29 @@ def test_one_quota_for_servers_jobs_replicas_and_pipelines(
     assert submit(service, alice, notebook_text, gpus=0, name="cpu").status_code == 201
 
     # Cancel the PyTorchJob: once its pods are gone, its 2 GPUs are free for a pipeline run.
-    torch_id = torch.json()["id"]
     cancelled = requests.delete(
         service + f"jobs/{torch_id}", headers={"Authorization": f"token {alice}"}, timeout=60
     )
     assert cancelled.status_code == 200
-    cluster.wait_for(lambda: not cluster.list("Pod", "default", labels={m.LABEL_JOB_ID: torch_id}))
-    deadline = time.monotonic() + 30
-    while (
-        pipeline := submit(service, alice, notebook_text, kind="pipeline", gpus=1)
-    ).status_code == 403:
-        assert time.monotonic() < deadline, pipeline.text
-        time.sleep(0.5)
-    assert pipeline.status_code == 201, pipeline.text
+    cluster.wait_for(lambda: not cluster.list("Pod", labels={m.LABEL_JOB_ID: torch_id}))
+
+    def accepted_run() -> requests.Response | None:
+        # The hub's pod watch sees the pods go a moment after the apiserver does.
+        answer = submit(service, alice, notebook_text, kind="pipeline", gpus=1)
+        assert answer.status_code in (201, 403), answer.text
+        return answer if answer.status_code == 201 else None
+
+    cluster.wait_for(accepted_run, timeout=30, interval=0.5)
     # The run counts from its submit (its step's pod is not there yet): 1 + 1 + 1 = 3 of 4.
     over = spawn(hub, "alice", 2, "second")
     assert over.status_code == 403 and "3 of your quota of 4" in over.json()["message"]
 
 
 def test_concurrent_spawns_and_submits_never_end_above_the_quota(
-    hub: Hub, service: str, cluster: KubeSimThread, notebook_text: str
+    jobs: JobsOnCluster, notebook_text: str
 ) -> None:
-    bob = token(hub, "bob")  # no group: quota 2
+    hub, service, cluster = jobs.hub, jobs.url, jobs.kube
+    bob = jobs.token("bob")  # no group: quota 2
 
     def one(i: int) -> int:
         if i % 2:
@@ -231,26 +168,30 @@ def test_concurrent_spawns_and_submits_never_end_above_the_quota(
         codes = list(pool.map(one, range(20)))
     accepted = [c for c in codes if c in (201, 202)]
     assert 1 <= len(accepted) <= 2 and all(c in (201, 202, 403) for c in codes), codes
-    # What the cluster shows bob holding, once everything accepted has its pods.
-    time.sleep(3)
-    held = 0
-    for pod in cluster.list("Pod", "default"):
-        meta = pod["metadata"]
-        owner = (meta.get("annotations") or {}).get("hub.jupyter.org/username") or (
-            meta.get("annotations") or {}
-        ).get(m.ANNOTATION_USERNAME)
-        if owner == "bob" and pod["status"].get("phase") not in ("Succeeded", "Failed"):
-            limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
-            held += int(limits.get("nvidia.com/gpu", 0))
+
+    # What the cluster shows bob holding, once everything accepted has its pod.
+    def bobs_gpu_pods() -> list[dict[str, Any]]:
+        pods = []
+        for pod in cluster.list("Pod"):
+            notes = pod["metadata"].get("annotations") or {}
+            owner = notes.get("hub.jupyter.org/username") or notes.get(m.ANNOTATION_USERNAME)
+            if owner == "bob" and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                pods.append(pod)
+        return pods
+
+    pods = cluster.wait_for(lambda: len(bobs_gpu_pods()) >= len(accepted) and bobs_gpu_pods())
+    held = sum(
+        int((p["spec"]["containers"][0]["resources"].get("limits") or {}).get("nvidia.com/gpu", 0))
+        for p in pods
+    )
     assert held <= 2, held
 
 
-def test_job_ids_are_unique_across_kinds_and_users(
-    hub: Hub, service: str, cluster: KubeSimThread, notebook_text: str
-) -> None:
+def test_job_ids_are_unique_across_kinds_and_users(jobs: JobsOnCluster, notebook_text: str) -> None:
     """A Job, a PyTorchJob and a TFJob of one name and one Idempotency-Key, and another
     user's job of that name and key, get four ids; the ledger counts each (quota 2)."""
-    carol, dan = token(hub, "carol"), token(hub, "dan")
+    service, cluster = jobs.url, jobs.kube
+    carol, dan = jobs.token("carol"), jobs.token("dan")
     job = submit(service, carol, notebook_text, key="same-key", gpus=1, name="same")
     assert job.status_code == 201, job.text
     torch = submit(
@@ -269,12 +210,10 @@ def test_job_ids_are_unique_across_kinds_and_users(
     assert other.status_code == 201 and other.json()["id"] not in ids
     # Before and after the pods show, carol holds exactly 2, one per job.
     for _ in range(2):
-        mine = held(hub, "carol")
+        mine = jobs.holdings("carol")
         assert mine["held"] == 2, mine
         assert sorted(h["name"] for h in mine["holdings"]) == sorted(ids)
-        cluster.wait_for(
-            lambda: all(cluster.list("Pod", "default", labels={m.LABEL_JOB_ID: i}) for i in ids)
-        )
+        cluster.wait_for(lambda: all(cluster.list("Pod", labels={m.LABEL_JOB_ID: i}) for i in ids))
     for job_id in ids:
         cancel(service, carol, job_id)
     cancel(service, dan, other.json()["id"])
@@ -288,7 +227,6 @@ def decoy_job(job_id: str, owner: str, name: str, annotation: str | None = None)
         "kind": "Job",
         "metadata": {
             "name": name,
-            "namespace": "default",
             "labels": {
                 m.LABEL_MANAGED_BY: m.MANAGED_BY,
                 m.LABEL_USER: m.user_label(owner),
@@ -310,9 +248,10 @@ def decoy_job(job_id: str, owner: str, name: str, annotation: str | None = None)
 
 
 def test_a_fleet_cancel_deletes_the_owners_job_only(
-    hub: Hub, service: str, cluster: KubeSimThread, notebook_text: str
+    jobs: JobsOnCluster, notebook_text: str
 ) -> None:
-    dan = token(hub, "dan")
+    hub, service, cluster = jobs.hub, jobs.url, jobs.kube
+    dan = jobs.token("dan")
     job = submit(service, dan, notebook_text, gpus=1, name="mine")
     assert job.status_code == 201, job.text
     job_id = job.json()["id"]
@@ -340,5 +279,3 @@ def test_a_fleet_cancel_deletes_the_owners_job_only(
     cluster.wait_for(lambda: cluster.get("Job", job_id) is None, timeout=60)
     assert cluster.get("Job", "decoy-carol") is not None
     assert cluster.get("Job", "decoy-slug") is not None
-    for name in ("decoy-carol", "decoy-slug"):
-        cluster.delete("Job", name)

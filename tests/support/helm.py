@@ -5,7 +5,9 @@ The zero-to-jupyterhub dependency cannot be downloaded here, so :func:`make_char
 chart and puts a small stand-in ``jupyterhub`` chart into its ``charts/``. The stand-in
 reproduces the parts of z2jh 4.x gpuhub relies on: the hub Secret named ``hub`` holding the
 chart values (``values.yaml``, which z2jh's hub turns into traitlets config) and the generated
-``hub.services.<name>.apiToken``, and the hub ServiceAccount.
+``hub.services.<name>.apiToken``, and the hub ServiceAccount; with ``jupyterhub.rbac.create``
+(z2jh's default; off here, so that the chart tests see gpuhub's own Roles only) also z2jh's
+Role for it, what KubeSpawner needs to start servers (pods, PVCs, secrets, services, events).
 """
 
 from __future__ import annotations
@@ -60,6 +62,34 @@ apiVersion: v1
 kind: ServiceAccount
 metadata:
   name: hub
+{{- if .Values.rbac.create }}
+---
+# z2jh 4.x templates/hub/rbac.yaml, as it is.
+kind: Role
+apiVersion: rbac.authorization.k8s.io/v1
+metadata:
+  name: hub
+rules:
+  - apiGroups: [""]
+    resources: ["pods", "persistentvolumeclaims", "secrets", "services"]
+    verbs: ["get", "watch", "list", "create", "delete"]
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["get", "watch", "list"]
+---
+kind: RoleBinding
+apiVersion: rbac.authorization.k8s.io/v1
+metadata:
+  name: hub
+subjects:
+  - kind: ServiceAccount
+    name: hub
+    namespace: "{{ .Release.Namespace }}"
+roleRef:
+  kind: Role
+  name: hub
+  apiGroup: rbac.authorization.k8s.io
+{{- end }}
 """
 
 
@@ -89,6 +119,7 @@ def make_chart(tmp: Path) -> Path:
                 "singleuser": {},
                 "proxy": {},
                 "custom": {},
+                "rbac": {"create": False},
             }
         )
     )
@@ -114,9 +145,10 @@ def render(
     values: dict[str, Any] | None = None,
     release: str = "gpuhub",
     tmp: Path | None = None,
+    namespace: str = NAMESPACE,
 ) -> list[dict[str, Any]]:
     """`helm template`; the rendered objects, or AssertionError with Helm's message."""
-    args: list[str | Path] = ["template", release, chart, "--namespace", NAMESPACE]
+    args: list[str | Path] = ["template", release, chart, "--namespace", namespace]
     args += ["--kube-version", KUBE_VERSION]
     for path in values_files:
         args += ["-f", path]

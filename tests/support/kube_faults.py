@@ -3,8 +3,9 @@ test says so, answers with an error, answers slowly, drops the open watches or a
 that resumes from before a compaction with ``410 Gone``, as kube-apiserver does.
 
 The proxy listens on plain HTTP on loopback and talks to the apiserver with the credentials
-of the kubeconfig it was given; the code under test gets a kubeconfig pointing at the proxy
-(``FaultProxy.kubeconfig``). Use it through the ``kube_faults`` fixture
+of the kubeconfig it was given (a client certificate, or a ServiceAccount's token, so that the
+code under test keeps that account's RBAC); the code under test gets a kubeconfig pointing at
+the proxy (``FaultProxy.kubeconfig``). Use it through the ``kube_faults`` fixture
 (``tests/support/cluster.py``).
 """
 
@@ -71,10 +72,20 @@ class Rule:
 class FaultProxy:
     """The proxy, running on its own event loop in a thread; its controls are thread-safe."""
 
-    def __init__(self, server: str, ca: Path, cert: Path, key: Path, folder: Path) -> None:
+    def __init__(
+        self,
+        server: str,
+        ca: Path,
+        cert: Path | None,
+        key: Path | None,
+        folder: Path,
+        token: str | None = None,
+    ) -> None:
         self.upstream = server.rstrip("/")
         self._ssl = ssl.create_default_context(cafile=str(ca))
-        self._ssl.load_cert_chain(str(cert), str(key))
+        if cert is not None and key is not None:
+            self._ssl.load_cert_chain(str(cert), str(key))
+        self._credentials = {"Authorization": f"Bearer {token}"} if token else {}
         self.rules: list[Rule] = []
         self.requests = 0
         self.compacted_below = 0  # watches from an older resourceVersion get 410
@@ -273,6 +284,7 @@ class FaultProxy:
             for k, v in request.headers.items()
             if k.lower() not in _HOP_BY_HOP and k.lower() != "authorization"
         }
+        headers.update(self._credentials)
         body = await request.read()
         upstream = await self._session.request(
             request.method,
@@ -323,14 +335,16 @@ class FaultProxy:
 
 
 def proxy_for(kubeconfig: Path, folder: Path) -> FaultProxy:
-    """A fault proxy in front of the cluster a client-certificate kubeconfig names."""
+    """A fault proxy in front of the cluster a kubeconfig names, with its user's client
+    certificate or token."""
     config: dict[str, Any] = yaml.safe_load(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
     user = config["users"][0]["user"]
     return FaultProxy(
         cluster["server"],
         Path(cluster["certificate-authority"]),
-        Path(user["client-certificate"]),
-        Path(user["client-key"]),
+        Path(user["client-certificate"]) if "client-certificate" in user else None,
+        Path(user["client-key"]) if "client-key" in user else None,
         folder,
+        token=user.get("token"),
     )

@@ -117,8 +117,16 @@ class Hub:
                 self.proc.wait()
 
 
-def start_hub(workdir: Path, config: str, *, port: int | None = None, timeout: float = 60) -> Hub:
-    """Start JupyterHub in ``workdir`` with ``config`` (Python text) added to the test base."""
+def start_hub(
+    workdir: Path,
+    config: str,
+    *,
+    port: int | None = None,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+) -> Hub:
+    """Start JupyterHub in ``workdir`` with ``config`` (Python text) added to the test base;
+    ``env``: more environment for the hub (its ``KUBECONFIG``, say)."""
     e2e.require("a JupyterHub")
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -146,7 +154,7 @@ def start_hub(workdir: Path, config: str, *, port: int | None = None, timeout: f
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterhub", "-f", "jupyterhub_config.py", "--debug"],
         cwd=workdir,
-        env=_env(),
+        env={**_env(), **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
