@@ -1,0 +1,118 @@
+"""``make demo-k8s``: the Kubernetes demo on the local cluster (docs/cluster.md).
+
+Prepares what the Helm chart would make in the namespace ``gpuhub-demo`` of the local cluster,
+then runs JupyterHub with ``jupyter_config/jupyterhub_config_k8s.py``:
+
+- the chart's ServiceAccounts, Roles and bindings (rendered from helm/gpuhub with
+  ``helm template``), so the hub runs as z2jh's ``hub`` account and the jobs service as the
+  chart's ``gpuhub-service``, each with a token from the TokenRequest API, never as the
+  cluster's admin;
+- Kueue's queues for the demo's GPU type: a ResourceFlavor for the process node, a
+  ClusterQueue with its 4 simulated GPUs, and the chart's LocalQueue ``gpus``;
+- the hub's config reads where those are from ``GPUHUB_DEMO_*`` variables.
+
+Run again, it converges (server-side apply) and reuses the running cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.kubeapi import KubeAPI, kubeconfig
+from tests.cluster.launcher import DEFAULT_ROOT, ClusterError, Launcher
+from tests.cluster.nodes import DEFAULT_NODES_FILE
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = os.environ.get("GPUHUB_DEMO_NAMESPACE", "gpuhub-demo")
+QUEUE = "gpus"
+CLUSTER_QUEUE = "gpuhub-demo"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+PROCESS_NODE = {"gpuhub.io/node-agent": "process"}
+RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+TOKEN_SECONDS = 7 * 86400
+
+
+def chart_objects(folder: Path) -> list[dict[str, Any]]:
+    """The chart's RBAC and LocalQueue for the demo's namespace and queue."""
+    from tests.support.helm import make_chart, render
+
+    folder.mkdir(parents=True, exist_ok=True)
+    values = {
+        "jupyterhub": {"rbac": {"create": True}},
+        "jobs": {"kueue": {"queueName": QUEUE, "createLocalQueue": True,
+                           "clusterQueue": CLUSTER_QUEUE}},
+    }
+    objects = render(make_chart(folder), values=values, namespace=NAMESPACE, tmp=folder)
+    return [o for o in objects if o["kind"] in (*RBAC_KINDS, "LocalQueue")]
+
+
+def queues() -> list[dict[str, Any]]:
+    """Kueue's flavor and ClusterQueue for the process node's simulated GPUs."""
+    return [
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "process-node"},
+         "spec": {"nodeLabels": PROCESS_NODE}},
+        {
+            "apiVersion": KUEUE,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}
+                },
+                "queueingStrategy": "StrictFIFO",
+                "resourceGroups": [{
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [{"name": "process-node", "resources": [
+                        {"name": "cpu", "nominalQuota": 16},
+                        {"name": "memory", "nominalQuota": "64Gi"},
+                        {"name": "nvidia.com/gpu", "nominalQuota": 4},
+                    ]}],
+                }],
+            },
+        },
+    ]
+
+
+def prepare(api: KubeAPI, folder: Path) -> dict[str, str]:
+    """Make the demo's namespace, RBAC and queues; returns the hub's environment."""
+    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    api.apply_all(queues())
+    objects = chart_objects(folder / "chart")
+    for obj in objects:
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            obj["metadata"].setdefault("namespace", NAMESPACE)
+    api.apply_all(objects)
+    env = {"GPUHUB_DEMO_NAMESPACE": NAMESPACE, "GPUHUB_DEMO_QUEUE": QUEUE}
+    for account, variable in (("hub", "KUBECONFIG"),
+                              ("gpuhub-service", "GPUHUB_DEMO_SERVICE_KUBECONFIG")):
+        path = folder / f"{account}-kubeconfig"
+        token = api.token(NAMESPACE, account, TOKEN_SECONDS)
+        path.write_text(kubeconfig(api.server, api.ca, token=token, user=account,
+                                   namespace=NAMESPACE))
+        path.chmod(0o600)
+        env[variable] = str(path)
+    return env
+
+
+def main() -> int:
+    folder = REPO / ".demo-k8s"
+    folder.mkdir(exist_ok=True)
+    launcher = Launcher(Path(os.environ.get("GPUHUB_CLUSTER_ROOT", DEFAULT_ROOT)),
+                        DEFAULT_NODES_FILE, gpus=4)
+    try:
+        print(launcher.up(), flush=True)
+    except ClusterError as error:
+        print(f"make demo-k8s: the cluster did not start: {error}", file=sys.stderr)
+        return 1
+    env = prepare(launcher.cluster.api(), folder)
+    os.chdir(folder)
+    config = REPO / "jupyter_config" / "jupyterhub_config_k8s.py"
+    jupyterhub = str(Path(sys.executable).with_name("jupyterhub"))
+    os.execve(jupyterhub, [jupyterhub, "-f", str(config)], {**os.environ, **env})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
