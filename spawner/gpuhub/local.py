@@ -40,6 +40,7 @@ from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
+from .simulated import MACHINERY_ENV
 from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .usage import HUB_SHUTDOWN
 from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
@@ -268,6 +269,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         if self.simulated_gpus:
             # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
             env["GPUHUB_SIMULATED_GPUS"] = str(self.simulated_gpus)
+            # The server itself does no GPU work: its kernels and jobs are the GPUs' users.
+            env[MACHINERY_ENV] = "1"
         return env
 
     # -- lifecycle ------------------------------------------------------------------------

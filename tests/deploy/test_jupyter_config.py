@@ -278,7 +278,13 @@ def test_wheel_loads_the_magics_in_every_kernel(wheel_env: Path, tmp_path: Path)
     assert installed.read_text() == shipped.read_text()
     spec_dir = tmp_path / "kernels" / "gpuhub-test"
     spec_dir.mkdir(parents=True)
-    argv = [str(wheel_env / "bin" / "python"), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    argv = [
+        str(wheel_env / "bin" / "python"),
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+    ]
     (spec_dir / "kernel.json").write_text(
         json.dumps({"argv": argv, "display_name": "gpuhub test", "language": "python"})
     )

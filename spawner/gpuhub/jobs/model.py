@@ -377,6 +377,8 @@ class FailedCell:
     source: str  # truncated to a readable length
     ename: str
     evalue: str
+    # The error's last lines as the kernel printed them (traceback or stderr), without colours.
+    error_lines: str = ""
 
 
 @dataclass
