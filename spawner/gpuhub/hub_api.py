@@ -39,7 +39,9 @@ rendered by gpuhub's ``page.html``, which extends JupyterHub's). Enable in ``jup
     configure_hub(c)
 
 ``JupyterHub.extra_handlers`` is marked deprecated in favour of services, but a service
-cannot share the hub's lock and caches, which is the point here.
+cannot share the hub's lock and caches, which is the point here. Its warning is meant for an
+admin who adds handlers; when gpuhub's are the only ones, the hub's log leaves it out
+(:class:`OwnHandlersOnly`), so that a clean start shows only what an admin needs.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def configure_hub(c: Any) -> None:
     handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
     handlers += [(path, handler) for path, handler in HANDLERS if (path, handler) not in handlers]
     hub.extra_handlers = handlers
+    _quiet_own_deprecation()
     # Searched before JupyterHub's own templates; an admin's own page.html listed earlier wins.
     paths = list(hub.template_paths) if "template_paths" in hub else []
     if TEMPLATES not in paths:
@@ -92,6 +95,31 @@ def configure_hub(c: Any) -> None:
     template_vars["gpuhub_notices"] = notices_for
     hub.template_vars = template_vars
     _start_monitor_with_the_hub()
+
+
+_DEPRECATED = "JupyterHub.extra_handlers is deprecated"
+
+
+class OwnHandlersOnly(logging.Filter):
+    """Drops JupyterHub's deprecation warning about ``extra_handlers`` while gpuhub's
+    handlers are the only ones there; an admin's own handlers still get the warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(_DEPRECATED):
+            return True
+        try:
+            from jupyterhub.app import JupyterHub
+
+            handlers = JupyterHub.instance().extra_handlers if JupyterHub.initialized() else []
+        except Exception:
+            return True
+        return not all(handler in HANDLERS for handler in handlers)
+
+
+def _quiet_own_deprecation() -> None:
+    log = logging.getLogger("JupyterHub")
+    if not any(isinstance(f, OwnHandlersOnly) for f in log.filters):
+        log.addFilter(OwnHandlersOnly())
 
 
 def _start_monitor_with_the_hub() -> None:
