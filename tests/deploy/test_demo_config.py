@@ -15,7 +15,8 @@ import pytest
 import requests
 from traitlets.config import Config
 
-from tests.support.hub.process import ROOT, _env, free_port
+from tests.support.hub.demo import DEMO_ADMIN, start_demo_hub
+from tests.support.hub.process import ROOT, _env, free_port, spawn, stop, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -116,6 +117,9 @@ def test_demo_without_a_driver_offers_four_simulated_gpus(
     banner = capsys.readouterr().out
     assert "alice" in banner and "bob or carol" in banner
     assert "4 simulated GPUs" in banner
+    # The fleet page can be tried from the README: the demo says who its admin is.
+    assert {"name": "admin", "users": [DEMO_ADMIN]} in config.JupyterHub.load_roles
+    assert f"{DEMO_ADMIN} is the demo's admin" in banner and "/hub/gpuhub/fleet" in banner
 
 
 def test_demo_with_a_driver_hands_out_the_real_gpus(
@@ -131,3 +135,44 @@ def test_demo_with_a_driver_hands_out_the_real_gpus(
         "simulated:2"
     )
     assert _load_demo_config(monkeypatch, "0,1").LocalGPUSpawner.gpu_devices == [0, 1]
+
+
+# What an admin need not read at start and stop (issue 22): npm's engine warnings, JupyterHub's
+# deprecation of extra_handlers (gpuhub's own handlers), a failed stop with an empty reason,
+# "nvml" for simulated GPUs, jupyter_events' schema warning.
+NOISE = (
+    "EBADENGINE",
+    "extra_handlers is deprecated",
+    "Failed to stop user",
+    "GPU metrics from nvml",
+    "JupyterEventsVersionWarning",
+    "Traceback",
+)
+
+
+def test_demo_starts_and_stops_with_a_clean_log(tmp_path: Path) -> None:
+    """The demo's hub, a server started and stopped, another one running at shutdown: the
+    hub's warnings are only those an admin needs (plain HTTP, said by JupyterHub itself)."""
+    hub = start_demo_hub(tmp_path)
+    try:
+        assert hub.user_model(DEMO_ADMIN)["admin"] is True
+        for _ in range(2):
+            answer = spawn(hub, "alice", {"gpus": 2})
+            assert answer.status_code in (201, 202), answer.text
+            wait_ready(hub, "alice")
+            stop(hub, "alice")
+        answer = spawn(hub, "bob", {"gpus": 1})
+        assert answer.status_code in (201, 202), answer.text
+        wait_ready(hub, "bob")
+    finally:
+        hub.stop()
+    log = hub.log()
+    assert "GPU metrics from simulated GPUs" in log
+    for noise in NOISE:
+        assert noise not in log, f"{noise!r} in the demo's log:\n{log[-4000:]}"
+    hub_warnings = [
+        line
+        for line in log.splitlines()
+        if re.match(r"\[[WE] \S+ \S+ JupyterHub ", line) and "without SSL" not in line
+    ]
+    assert hub_warnings == [], hub_warnings
