@@ -118,6 +118,9 @@ class GPUMonitor:
         except Exception as exc:  # a broken source must not stop accounting
             log.warning("gpuhub: cannot read GPU utilization: %s", exc)
             samples = {}
+        # A server stopped while the sample was taken is gone: it must not come back as a row.
+        still = {holding_key(h) for h in self.ledger.holdings()}
+        holdings = [h for h in holdings if holding_key(h) in still]
         self._account(holdings, now)
         live: dict[HoldingKey, Track] = {}
         for holding in holdings:
@@ -135,6 +138,18 @@ class GPUMonitor:
         self._drop_read_notices()
         self.last_tick = now
         self._changed()
+
+    async def _refresh_now(self) -> None:
+        """After a stop or cancel: what is free, and who holds what, as of now rather than as
+        of the last tick (held and free must not lag the rows by a tick); utilization and
+        GPU-seconds wait for the tick, which samples them."""
+        await self._refresh_capacity()
+        live = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        for key in [k for k in self.tracks if k not in live]:
+            del self.tracks[key]
+        for key, holding in live.items():  # e.g. the job hold a stopped server's job left
+            if key not in self.tracks:
+                self.tracks[key] = Track(holding)
 
     def _changed(self, removed: HoldingKey | None = None) -> None:
         self.version += 1
@@ -325,6 +340,7 @@ class GPUMonitor:
         finally:
             self._stopping.discard(key)
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        await self._refresh_now()
         self._changed(removed=(user.name, "server", server))
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
@@ -362,6 +378,7 @@ class GPUMonitor:
         # the job is gone, but it would count until it expires.
         self.ledger.release_grant(user, name)
         self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
+        await self._refresh_now()
         self._changed(removed=(user, "job", name))
         self.store.notify(
             user,
