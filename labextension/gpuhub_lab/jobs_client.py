@@ -97,8 +97,13 @@ class JobsClient:
                 payload = response.read()
         except error.HTTPError as exc:
             message = f"The Jupyter server answered {exc.code} {exc.reason}."
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                message = json.loads(exc.read())["message"] or message
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                answer = json.loads(exc.read())
+                message = answer["message"] or message
+                # Everything wrong at once, each its own sentence, as the dialog shows them.
+                said = [e["message"] for e in answer.get("errors") or [] if e.get("message")]
+                if len(said) > 1:
+                    message = " ".join(said)
             raise JobsClientError(message, exc.code) from None
         except (error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
