@@ -118,8 +118,9 @@ def test_demo_without_a_driver_offers_four_simulated_gpus(
     assert "alice" in banner and "bob or carol" in banner
     assert "4 simulated GPUs" in banner
     # The fleet page can be tried from the README: the demo says who its admin is.
-    assert {"name": "admin", "users": [DEMO_ADMIN]} in config.JupyterHub.load_roles
-    assert f"{DEMO_ADMIN} is the demo's admin" in banner and "/hub/gpuhub/fleet" in banner
+    (role,) = config.JupyterHub.load_roles
+    assert role["users"] == [DEMO_ADMIN] and "custom:gpuhub:fleet" in role["scopes"]
+    assert f"{DEMO_ADMIN} is the demo's GPU fleet admin" in banner and "/hub/gpuhub/fleet" in banner
 
 
 def test_demo_with_a_driver_hands_out_the_real_gpus(
@@ -155,7 +156,7 @@ def test_demo_starts_and_stops_with_a_clean_log(tmp_path: Path) -> None:
     hub's warnings are only those an admin needs (plain HTTP, said by JupyterHub itself)."""
     hub = start_demo_hub(tmp_path)
     try:
-        assert hub.user_model(DEMO_ADMIN)["admin"] is True
+        assert "gpu-fleet-admin" in hub.user_model(DEMO_ADMIN)["roles"]
         for _ in range(2):
             answer = spawn(hub, "alice", {"gpus": 2})
             assert answer.status_code in (201, 202), answer.text

@@ -39,9 +39,8 @@ os.environ.pop("GPUHUB_DEMO_PASSWORD", None)
 os.environ.pop("GPUHUB_DEMO_IP", None)
 load_subconfig({str(DEMO_CONFIG)!r})
 c.JupyterHub.hub_port = {free_port()}
-for role in c.JupyterHub.load_roles:  # the tests' API token keeps its admin role
-    if role["name"] == "admin":
-        role.setdefault("services", []).append("gpuhub-test")
+# The tests' API token (tests.support.hub.process) is an admin service.
+c.JupyterHub.load_roles.append({{"name": "admin", "services": ["gpuhub-test"]}})
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
 c.LocalGPUSpawner.home_dir_template = {str(workdir / "gpuhub-users" / "{username}")!r}
 c.Spawner.environment = {json.dumps(environment)}
