@@ -61,6 +61,7 @@ from . import monitor as gpu_monitor
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
 from .ledger import Grant, Ledger, QuotaExceeded, gpus_held
+from .notice_api import HANDLERS as NOTICE_HANDLERS
 from .usage import HUB_SHUTDOWN
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
@@ -168,7 +169,7 @@ def notices_for(user: Any) -> list[dict[str, str]]:
     monitor = gpu_monitor.current()
     if monitor is None:
         return []
-    return [notice_text(n) for n in monitor.store.notices_for(user.name)]
+    return [notice_text(n) for n in monitor.store.notices_for(user.name, shown=True)]
 
 
 def notice_text(notice: Any) -> dict[str, str]:
@@ -198,6 +199,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
         text = f"{what} Your files are safe; start the server again when you need it."
     return {
+        "key": notice.key,
         "server": notice.server,
         "when": when.isoformat(timespec="seconds"),
         "by": notice.by,
@@ -395,7 +397,13 @@ class NoticesHandler(ReclaimHandler):
             json.dumps(
                 {
                     "notices": [
-                        {**notice_text(n), "jobs": list(n.jobs), "reason": n.reason} for n in found
+                        {
+                            **notice_text(n),
+                            "jobs": list(n.jobs),
+                            "reason": n.reason,
+                            "dismissed": n.dismissed,
+                        }
+                        for n in found
                     ]
                 }
             )
@@ -428,6 +436,7 @@ class KeepHandler(ReclaimHandler):
 
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *FLEET_HANDLERS,
+    *NOTICE_HANDLERS,
     (r"/api/gpuhub/reclaim/([^/]+)", ReclaimHandler),
     (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
     (r"/api/gpuhub/notices/([^/]+)", NoticesHandler),

@@ -13,6 +13,7 @@ hub process alone, so there is nothing new to operate. It holds:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -47,6 +48,9 @@ class Notice:
     by: str = "idle"  # "idle" (the reclaim rule), the admin who stopped it, or HUB_SHUTDOWN
     kind: str = "server"  # or "job"
     jobs: tuple[str, ...] = ()  # the job ids a job notice is about
+    # The user closed it: hub pages and the lab show it no more; the local jobs backend still
+    # reads it (a cancelled job's record says by whom and why).
+    dismissed: bool = False
 
     @property
     def key(self) -> str:
@@ -136,6 +140,18 @@ class UsageStore:
         self._dirty = True
         self.save()
 
+    def dismiss(self, user: str, key: str) -> bool:
+        """The user closed the notice kept under ``key`` (:attr:`Notice.key`); False when
+        there is none. Saved at once: it stays closed across hub restarts."""
+        notice = self.notices.get(user, {}).get(key)
+        if notice is None:
+            return False
+        if not notice.dismissed:
+            self.notices[user][key] = dataclasses.replace(notice, dismissed=True)
+            self._dirty = True
+            self.save()
+        return True
+
     def clear_notice(self, user: str, server: str) -> None:
         if self.notices.get(user, {}).pop(server, None) is not None:
             if not self.notices[user]:
@@ -144,7 +160,10 @@ class UsageStore:
             self.save()
 
     # -- reading --------------------------------------------------------------------------
-    def notices_for(self, user: str, now: float | None = None) -> list[Notice]:
+    def notices_for(
+        self, user: str, now: float | None = None, *, shown: bool = False
+    ) -> list[Notice]:
+        """The user's notices still kept; ``shown``: only those not dismissed (pages)."""
         now = time.time() if now is None else now
         found = self.notices.get(user, {}).values()
         return sorted(
@@ -152,6 +171,7 @@ class UsageStore:
                 n
                 for n in found
                 if now - n.when < (NOTICE_SECONDS if n.kind == "server" else JOB_NOTICE_SECONDS)
+                and not (shown and n.dismissed)
             ),
             key=lambda n: n.when,
         )
