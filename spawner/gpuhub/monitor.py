@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
+from . import words
 from .ledger import Holding, Ledger
 from .reclaim import Action, IdleClocks, ReclaimRule
 from .usage import Notice, UsageStore
@@ -311,8 +312,8 @@ class GPUMonitor:
         rule = self.rule
         reason = (
             f"its {_gpus(holding.gpus, holding.gpu_type)} stayed below "
-            f"{rule.utilization_below:.0%} utilization for {_duration(rule.after)} and nobody "
-            f"kept them during the {_duration(rule.warn)} warning"
+            f"{rule.utilization_below:.0%} utilization for {words.duration(rule.after)} and nobody "
+            f"kept them during the {words.duration(rule.warn)} warning"
         )
         if await self.stop_server(user, holding.name, reason, by="idle"):
             self.store.count_reclaim(holding.gpu_type or "GPU")
@@ -399,16 +400,6 @@ class GPUMonitor:
 def _gpus(count: int, gpu_type: str) -> str:
     name = f"{gpu_type} GPU" if gpu_type and "GPU" not in gpu_type else (gpu_type or "GPU")
     return f"{count} {name}{'s' if count != 1 else ''}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 3600 == 0:
-        hours = int(seconds // 3600)
-        return f"{hours} hour{'s' if hours != 1 else ''}"
-    if seconds >= 60 and seconds % 60 == 0:
-        minutes = int(seconds // 60)
-        return f"{minutes} minute{'s' if minutes != 1 else ''}"
-    return f"{seconds:g} seconds"
 
 
 _MONITOR: GPUMonitor | None = None
