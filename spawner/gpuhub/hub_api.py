@@ -41,7 +41,7 @@ rendered by gpuhub's ``page.html``, which extends JupyterHub's). Enable in ``jup
 ``JupyterHub.extra_handlers`` is marked deprecated in favour of services, but a service
 cannot share the hub's lock and caches, which is the point here. Its warning is meant for an
 admin who adds handlers; when gpuhub's are the only ones, the hub's log leaves it out
-(:class:`OwnHandlersOnly`), so that a clean start shows only what an admin needs.
+(:class:`QuietHubNoise`), so that a clean start shows only what an admin needs.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def configure_hub(c: Any) -> None:
     handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
     handlers += [(path, handler) for path, handler in HANDLERS if (path, handler) not in handlers]
     hub.extra_handlers = handlers
-    _quiet_own_deprecation()
+    _quiet_hub_noise()
     # Searched before JupyterHub's own templates; an admin's own page.html listed earlier wins.
     paths = list(hub.template_paths) if "template_paths" in hub else []
     if TEMPLATES not in paths:
@@ -99,13 +99,24 @@ def configure_hub(c: Any) -> None:
 
 
 _DEPRECATED = "JupyterHub.extra_handlers is deprecated"
+_FAILED_STOP = "Failed to stop user: %s"
 
 
-class OwnHandlersOnly(logging.Filter):
-    """Drops JupyterHub's deprecation warning about ``extra_handlers`` while gpuhub's
-    handlers are the only ones there; an admin's own handlers still get the warning."""
+class QuietHubNoise(logging.Filter):
+    """Two lines of JupyterHub's log that tell an admin nothing, left out:
+
+    * its deprecation warning about ``extra_handlers`` while gpuhub's handlers are the only
+      ones there (an admin's own handlers still get it);
+    * "Failed to stop user: ''" at shutdown: a server whose stop was already under way (an
+      admin's, idle reclaim's, the REST API's) is stopped a second time by the hub's cleanup,
+      and JupyterHub's ``User.stop`` then fails to forget it twice (a ``KeyError`` of the
+      server's name). It is stopped; only the second forgetting failed.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _FAILED_STOP and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            return not isinstance(args[0], KeyError)
         if not record.getMessage().startswith(_DEPRECATED):
             return True
         try:
@@ -117,10 +128,10 @@ class OwnHandlersOnly(logging.Filter):
         return not all(handler in HANDLERS for handler in handlers)
 
 
-def _quiet_own_deprecation() -> None:
+def _quiet_hub_noise() -> None:
     log = logging.getLogger("JupyterHub")
-    if not any(isinstance(f, OwnHandlersOnly) for f in log.filters):
-        log.addFilter(OwnHandlersOnly())
+    if not any(isinstance(f, QuietHubNoise) for f in log.filters):
+        log.addFilter(QuietHubNoise())
 
 
 def _start_monitor_with_the_hub() -> None:
