@@ -9,8 +9,7 @@ any order; each keeps a screenshot of the screen it fixed under test-artifacts/.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.demo import DEMO_ADMIN, log_in, start_demo_hub
 from tests.support.hub.process import Hub, spawn, stop, wait_ready
+from tests.support.wait import until
 
 pytestmark = pytest.mark.browser
 
@@ -49,14 +49,6 @@ def started(hub: Hub, user: str, gpus: int, server: str = "") -> None:
     answer = spawn(hub, user, {"gpus": gpus}, server=server)
     assert answer.status_code in (201, 202), answer.text
     wait_ready(hub, user, server)
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
-        time.sleep(0.3)
-    return found
 
 
 def test_the_form_after_a_refusal_keeps_what_was_typed_and_the_real_holdings(
@@ -121,6 +113,10 @@ def test_fleet_stop_needs_a_reason_said_next_to_the_field_and_the_user_reads_it(
 
     until("bob's row on the fleet page", fleet_shows_bob)
     assert "(required)" in admin.locator("label[for=gpuhub-stop-reason]").inner_text()
+    # GPU-hours say their unit; a group's is its members' exact sum, rounded once.
+    assert re.search(
+        r"students\s+1\s+\d+\.\d\d GPU-h", admin.locator("#gpuhub-groups").inner_text()
+    )
     types = admin.locator("#gpuhub-types")
     assert re.search(r"Simulated GPU\s+1\s+3\s+4", types.inner_text()), types.inner_text()
 
