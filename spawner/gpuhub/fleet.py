@@ -145,7 +145,13 @@ def _row(track: TrackCopy, now: float) -> Row:
     return Row(
         since_text=f"{ago(now - h.since)} ago" if h.since else "—",
         idle_text=ago(idle_for),
-        memory_text=f"{used / (1 << 30):.1f} GiB" if used is not None else "—",
+        # As the lab's cards say it, per GPU; a holding of several says the sum is theirs.
+        memory_text=(
+            "—"
+            if used is None
+            else f"{used / (1 << 30):.1f} GiB"
+            + (f" on {len(memory)} GPUs" if len(memory) > 1 else "")
+        ),
         # As the lab's sidebar says it (Math.round), and what it is: the last sample.
         util_text=f"{round(utilization * 100)} % now" if utilization is not None else "",
         left_text=ago(left) if left is not None else "",
@@ -370,11 +376,7 @@ def may_see_all(handler: BaseHandler) -> bool:
 
 
 def _monitor(handler: BaseHandler) -> GPUMonitor | None:
-    if gpu_monitor.current() is None and handler.current_user is not None:
-        user = handler.find_user(handler.current_user.name)
-        if user is not None:
-            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
-    return gpu_monitor.current()
+    return gpu_monitor.for_handler(handler)
 
 
 class FleetHandler(BaseHandler):

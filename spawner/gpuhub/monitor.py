@@ -410,6 +410,16 @@ def current() -> GPUMonitor | None:
     return _MONITOR
 
 
+def for_handler(handler: Any) -> GPUMonitor | None:
+    """The monitor, for a hub request handler: a gpuhub spawner starts it, so the current
+    user's is made if none has been yet (a hub just started, nobody spawned)."""
+    if _MONITOR is None and handler.current_user is not None:
+        user = handler.find_user(handler.current_user.name)
+        if user is not None:
+            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+    return _MONITOR
+
+
 async def _start(spawner: Any) -> None:
     global _MONITOR
     ledger = await spawner.gpu_ledger()

@@ -26,14 +26,6 @@ from tornado import web
 from . import monitor as gpu_monitor
 
 
-def _monitor(handler: BaseHandler) -> gpu_monitor.GPUMonitor | None:
-    if gpu_monitor.current() is None and handler.current_user is not None:
-        user = handler.find_user(handler.current_user.name)
-        if user is not None:
-            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
-    return gpu_monitor.current()
-
-
 class DismissHandler(APIHandler):
     """``POST /hub/api/gpuhub/notices/<user>/dismiss``: close one notice for good."""
 
@@ -45,7 +37,7 @@ class DismissHandler(APIHandler):
         key = body.get("key") if isinstance(body, dict) else None
         if not isinstance(key, str):
             raise web.HTTPError(400, 'Send a JSON object with the notice\'s "key".')
-        monitor = _monitor(self)
+        monitor = gpu_monitor.for_handler(self)
         if monitor is None or not monitor.store.dismiss(name, key):
             raise web.HTTPError(404, f"{name} has no notice {key!r}.")
         self.set_status(204)
@@ -60,7 +52,7 @@ class OwnNoticesHandler(BaseHandler):
         from .hub_api import notice_text
 
         name = self.current_user.name
-        monitor = _monitor(self)
+        monitor = gpu_monitor.for_handler(self)
         found = monitor.store.notices_for(name, shown=True) if monitor is not None else []
         notices: list[dict[str, Any]] = [{**notice_text(n), "reason": n.reason} for n in found]
         self.set_header("Content-Type", "application/json")
