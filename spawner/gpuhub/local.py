@@ -38,6 +38,7 @@ from .allocator import (
 from .devices import visible_devices
 from .form import GPUCapacity
 from .ledger import Ledger, QuotaExceeded
+from .monitor import holdings_changed
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
 from .simulated import MACHINERY_ENV
@@ -282,10 +283,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         await self.ensure_launch_options()
         try:
             await self._wait_in_line()
-            return await super().start()
+            started = await super().start()
         except BaseException:
             self._book.release(self._owner)
             raise
+        holdings_changed()  # the fleet page shows the new holder now, not a tick later
+        return started
 
     async def _wait_in_line(self) -> None:
         """Wait for GPUs if the spawn was accepted while too few were free."""
@@ -415,6 +418,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self._gpuhub_stopping = False
             if await self.poll() is not None:
                 await self._settle_gpus(descendants, uid)
+                holdings_changed()
 
     def _server_gone(self) -> None:
         """The server process has ended: its GPUs wait, held, for the look for survivors."""

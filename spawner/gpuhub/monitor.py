@@ -119,10 +119,13 @@ class GPUMonitor:
         except Exception as exc:  # a broken source must not stop accounting
             log.warning("gpuhub: cannot read GPU utilization: %s", exc)
             samples = {}
-        # A server stopped while the sample was taken is gone: it must not come back as a row.
-        still = {holding_key(h) for h in self.ledger.holdings()}
-        holdings = [h for h in holdings if holding_key(h) in still]
+        # What changed while the sample was taken counts as of now: a server stopped meanwhile
+        # must not come back as a row, one started meanwhile must not go (no samples yet).
+        current = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        holdings = [h for h in holdings if holding_key(h) in current]
         self._account(holdings, now)
+        sampled = {holding_key(h) for h in holdings}
+        holdings += [h for key, h in current.items() if key not in sampled]
         live: dict[HoldingKey, Track] = {}
         for holding in holdings:
             key = holding_key(holding)
@@ -408,6 +411,27 @@ _MONITOR: GPUMonitor | None = None
 def current() -> GPUMonitor | None:
     """This hub process's monitor, once a gpuhub spawner has started it."""
     return _MONITOR
+
+
+def holdings_changed() -> None:
+    """A server started or stopped: the fleet page's holders, Held and Free follow at once
+    (rebuilt in the background), not at the next tick, which may be 30 s away. Utilization
+    and GPU-seconds still come with the tick."""
+    monitor = _MONITOR
+    if monitor is None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    async def refresh() -> None:
+        await monitor._refresh_now()
+        monitor._changed()
+
+    task = asyncio.ensure_future(refresh())
+    monitor._tasks.add(task)
+    task.add_done_callback(monitor._tasks.discard)
 
 
 def for_handler(handler: Any) -> GPUMonitor | None:
