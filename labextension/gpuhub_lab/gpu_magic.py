@@ -2,7 +2,9 @@
 
 It asks the kernel's own Jupyter server for ``/gpuhub/api/metrics`` (the same sampler as the
 sidebar, with notebook paths for the GPU memory); when that server cannot be reached (a plain
-IPython, a server without gpuhub) it reads NVML directly with the same reading code.
+IPython, a server without gpuhub) it reads NVML (or the simulated GPUs) in this kernel with
+the same reading code. In a job (``GPUHUB_JOB_ID``) it shows the job's own GPUs, and the job's
+kernel as "this job".
 
 ``%gpu --watch [SECONDS]`` keeps the table live in an ipywidgets output for that long.
 
@@ -20,13 +22,33 @@ GIB = 2**30
 
 
 def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
-    """Metrics from this kernel's Jupyter server, else from NVML in this process."""
+    """Metrics from this kernel's Jupyter server, else from NVML in this process; in a job,
+    of the job's GPUs only."""
     try:
-        return _from_server(timeout)
+        data = _from_server(timeout)
     except Exception as exc:  # no server, no gpuhub there, refused...: fall back
         data = _from_nvml()
-        data["note"] = f"Read NVML directly ({exc}); notebook names are not known here."
-        return data
+        what = "the simulated GPUs" if data.get("source") == "simulated" else "NVML"
+        data["note"] = (
+            f"Read {what} in this kernel, as its Jupyter server did not answer ({exc}); "
+            "notebook names are not known here."
+        )
+    job = os.environ.get("GPUHUB_JOB_ID")
+    return _for_job(data, job) if job else data
+
+
+def _for_job(data: dict[str, Any], job: str) -> dict[str, Any]:
+    """A job's view: the GPUs the job was given (its own ``CUDA_VISIBLE_DEVICES``, a part of
+    its server's), not every GPU of the server."""
+    from .metrics.assigned import assignment
+
+    assigned = assignment()
+    devices = set(assigned["devices"]) if assigned else set()
+    gpus = [g for g in data.get("gpus") or [] if g.get("index") in devices]
+    out = {**data, "job": job, "assigned": assigned, "gpus": gpus}
+    if not assigned:
+        out.update(available=False, reason="This job runs on CPU only; it was given no GPU.")
+    return out
 
 
 def _from_server(timeout: float) -> dict[str, Any]:
@@ -50,6 +72,10 @@ def _from_nvml() -> dict[str, Any]:
     from .metrics.simulated import module_name
 
     module = os.environ.get("GPUHUB_NVML_MODULE") or module_name() or "pynvml"
+    if module == module_name():
+        from gpuhub.simulated import TRACKER
+
+        TRACKER.count_self = True  # this kernel is a GPU user, unlike a server reading
     source = NVMLSource(module, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     try:
         gpus, reason = source.read()
@@ -84,9 +110,9 @@ def _num(value: float | None, unit: str) -> str:
     return "n/a" if value is None else f"{value:g}{unit}"
 
 
-def _owner(process: dict[str, Any], own: set[int]) -> str:
+def _owner(process: dict[str, Any], own: set[int], job: str | None = None) -> str:
     if process["pid"] in own:
-        return "this notebook"
+        return "this job" if job else "this notebook"
     if process.get("path"):
         return str(process["path"])
     if process.get("kernel_id"):
@@ -108,7 +134,7 @@ class GPUReport:
         assigned = self.data.get("assigned")
         if not assigned:
             return None
-        text = f"{describe(assigned)} to this server."
+        text = f"{describe(assigned)} to this {'job' if self.data.get('job') else 'server'}."
         if not self.data.get("available"):
             reason = self.data.get("reason") or "they cannot be read here."
             return f"{text} No live figures: {reason}"
@@ -118,6 +144,9 @@ class GPUReport:
                 "memory their resident memory."
             )
         return text
+
+    def _owner(self, process: dict[str, Any]) -> str:
+        return _owner(process, self.own, self.data.get("job"))
 
     def _label(self, gpu: dict[str, Any]) -> str:
         kind = "MIG slice of GPU" if gpu.get("mig") else "GPU"
@@ -139,7 +168,7 @@ class GPUReport:
                 f"{_num(gpu['temperature'], ' °C')}  {_num(gpu['power'], ' W')}"
             )
             for p in gpu["processes"]:
-                lines.append(f"    {_gib(p['memory_used']):>10}  {_owner(p, self.own)}")
+                lines.append(f"    {_gib(p['memory_used']):>10}  {self._owner(p)}")
         if self.data.get("note"):
             lines.append(self.data["note"])
         return "\n".join(lines)
@@ -164,7 +193,7 @@ class GPUReport:
             share = 100 * used / total if used is not None and total else 0
             util = gpu["utilization"]
             procs = "".join(
-                f"<li>{esc(_gib(p['memory_used']))}: {esc(_owner(p, self.own))}</li>"
+                f"<li>{esc(_gib(p['memory_used']))}: {esc(self._owner(p))}</li>"
                 for p in gpu["processes"]
             )
             rows.append(

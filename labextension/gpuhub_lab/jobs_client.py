@@ -1,7 +1,8 @@
 """The kernel's way to its own Jupyter server's jobs API (used by the magics).
 
 A kernel that jupyter_server started has ``JPY_PARENT_PID`` (the server's pid, set by
-jupyter_client) and inherits the server's ``JUPYTER_RUNTIME_DIR``; the server writes
+jupyter_client; a job's kernel gets ``GPUHUB_SERVER_PID`` from the local jobs backend, as its
+parent is the job's runner) and inherits the server's ``JUPYTER_RUNTIME_DIR``; the server writes
 ``jpserver-<pid>.json`` there with its URL (base_url included), token and root. Under
 JupyterHub that token is empty and the server accepts its own ``JUPYTERHUB_API_TOKEN``
 (the ``server`` role has ``access:servers!server``). ``GPUHUB_SERVER_URL`` (with
@@ -46,7 +47,7 @@ def find_server(environ: dict[str, str] | None = None) -> ServerInfo:
         return ServerInfo(
             url, env.get("GPUHUB_SERVER_TOKEN") or hub_token, env.get("GPUHUB_SERVER_ROOT")
         )
-    pid = env.get("JPY_PARENT_PID", "")
+    pid = env.get("GPUHUB_SERVER_PID") or env.get("JPY_PARENT_PID", "")
     if not pid.isdigit():
         raise JobsClientError(
             "This kernel was not started by a Jupyter server, so it has no jobs API to talk to; "
@@ -96,8 +97,13 @@ class JobsClient:
                 payload = response.read()
         except error.HTTPError as exc:
             message = f"The Jupyter server answered {exc.code} {exc.reason}."
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                message = json.loads(exc.read())["message"] or message
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                answer = json.loads(exc.read())
+                message = answer["message"] or message
+                # Everything wrong at once, each its own sentence, as the dialog shows them.
+                said = [e["message"] for e in answer.get("errors") or [] if e.get("message")]
+                if len(said) > 1:
+                    message = " ".join(said)
             raise JobsClientError(message, exc.code) from None
         except (error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)

@@ -195,33 +195,47 @@ class JobTable:
             for j in self.jobs
         ]
 
+    @staticmethod
+    def _failure(job: dict[str, Any]) -> str:
+        """Why a failed job failed, for the line under its row ("" for any other job)."""
+        if job.get("status") != "failed":
+            return ""
+        return str(job.get("error") or "The job failed; %job logs shows why.")
+
     def __repr__(self) -> str:
         if not self.jobs:
             return "No jobs yet. Submit this notebook with %submit, or a cell with %%train."
-        rows = [self.COLUMNS, *self._rows()]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self.COLUMNS))]
-        return "\n".join(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-            for row in rows
-        )
+        rows = self._rows()
+        widths = [max(len(r[i]) for r in [self.COLUMNS, *rows]) for i in range(len(self.COLUMNS))]
+
+        def line(row: tuple[str, ...]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+        lines = [line(self.COLUMNS)]
+        for job, row in zip(self.jobs, rows, strict=True):
+            lines.append(line(row))
+            if failure := self._failure(job):  # on its row's next line, not apart
+                lines.append(f"  ↳ {failure}")
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         if not self.jobs:
             return f"<p>{html.escape(repr(self))}</p>"
         head = "".join(f"<th style='text-align:left'>{c}</th>" for c in self.COLUMNS)
-        body = "".join(
-            "<tr>"
-            + "".join(f"<td style='text-align:left'>{html.escape(cell)}</td>" for cell in row)
-            + "</tr>"
-            for row in self._rows()
-        )
-        errors = "".join(
-            f"<tr><td></td><td colspan='6' style='text-align:left;color:var(--jp-error-color1,#c00)'>"
-            f"{html.escape(str(j['error']))}</td></tr>"
-            for j in self.jobs
-            if j.get("error") and j.get("status") == "failed"
-        )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}{errors}</tbody></table>"
+        body = []
+        for job, row in zip(self.jobs, self._rows(), strict=True):
+            body.append(
+                "<tr>"
+                + "".join(f"<td style='text-align:left'>{html.escape(cell)}</td>" for cell in row)
+                + "</tr>"
+            )
+            if failure := self._failure(job):
+                body.append(
+                    f"<tr class='gpuhub-jobs-failure'><td></td><td colspan='{len(row) - 1}' "
+                    "style='text-align:left;color:var(--jp-error-color1,#c00)'>"
+                    f"↳ {html.escape(failure)}</td></tr>"
+                )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 class _Progress:

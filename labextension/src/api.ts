@@ -8,24 +8,49 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { ServerGone } from './hub/stopped';
+
 /** Root of gpuhub's REST API, relative to the server's base URL. */
 export const API_ROOT = 'gpuhub/api';
+
+/** One thing wrong with a request: the field it names and its sentence. */
+export interface IProblem {
+  field: string | null;
+  message: string;
+}
 
 /**
  * An error answer from the server: its one-sentence `message` and the
  * `field` it names ("gpus", "parameters", ...; docs/architecture.md, REST),
- * so a form can show it in place. `status` is 0 when the server did not
+ * so a form can show it in place, and `errors`, everything wrong with the
+ * request (the first is `message`). `status` is 0 when the server did not
  * answer at all.
  */
 export class GpuhubAPIError extends Error {
   constructor(
     message: string,
     readonly status: number,
-    readonly field: string | null = null
+    readonly field: string | null = null,
+    errors: IProblem[] = []
   ) {
     super(message);
     this.name = 'GpuhubAPIError';
+    this.errors = errors.length ? errors : [{ field, message }];
   }
+
+  readonly errors: IProblem[];
+}
+
+function problems(data: any): IProblem[] {
+  if (!data || !Array.isArray(data.errors)) {
+    return [];
+  }
+  return data.errors
+    .filter((e: any) => e && typeof e.message === 'string')
+    .map((e: any) => ({
+      field: typeof e.field === 'string' ? e.field : null,
+      message: e.message
+    }));
 }
 
 let settings: ServerConnection.ISettings | null = null;
@@ -71,6 +96,7 @@ export async function requestAPI<T>(
     }
   }
   if (!response.ok) {
+    ServerGone.instance.report(response.status); // the hub: this server is not running
     const message =
       (data && (data.message || data.reason)) ||
       (response.status === 404
@@ -79,7 +105,8 @@ export async function requestAPI<T>(
     throw new GpuhubAPIError(
       String(message),
       response.status,
-      data && typeof data.field === 'string' ? data.field : null
+      data && typeof data.field === 'string' ? data.field : null,
+      problems(data)
     );
   }
   return data as T;

@@ -8,10 +8,15 @@
 import { JupyterFrontEndPlugin } from '@jupyterlab/application';
 
 import { gpuPlugin } from './gpu/plugin';
+import { connectionLostPlugin } from './hub/plugin';
 import { jobsPlugin } from './jobs/plugin';
 
 export { requestAPI, GpuhubAPIError } from './api';
 
-const plugins: JupyterFrontEndPlugin<any>[] = [gpuPlugin, jobsPlugin];
+const plugins: JupyterFrontEndPlugin<any>[] = [
+  gpuPlugin,
+  jobsPlugin,
+  connectionLostPlugin
+];
 
 export default plugins;

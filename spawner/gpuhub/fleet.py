@@ -148,8 +148,15 @@ def _row(track: TrackCopy, now: float) -> Row:
     return Row(
         since_text=f"{ago(now - h.since)} ago" if h.since else "—",
         idle_text=ago(idle_for),
-        memory_text=f"{used / (1 << 30):.1f} GiB" if used is not None else "—",
-        util_text=f"{int(utilization * 100)} %" if utilization is not None else "",
+        # As the lab's cards say it, per GPU; a holding of several says the sum is theirs.
+        memory_text=(
+            "—"
+            if used is None
+            else f"{used / (1 << 30):.1f} GiB"
+            + (f" on {len(memory)} GPUs" if len(memory) > 1 else "")
+        ),
+        # As the lab's sidebar says it (Math.round), and what it is: the last sample.
+        util_text=f"{round(utilization * 100)} % now" if utilization is not None else "",
         left_text=ago(left) if left is not None else "",
         user=h.user,
         kind=h.kind,
@@ -310,6 +317,19 @@ class FleetCache:
             raise web.HTTPError(500, "The fleet page could not be built; see the hub's log.")
         return self.built
 
+    async def up_to_date(self) -> Built:
+        """A build of what the monitor has now, waited for: after an admin's stop or cancel
+        (an action, not a page view), so that the page they come back to shows its effect on
+        every figure (rows, held and free per type and group) at once."""
+        for _ in range(3):  # a build that fails is logged; do not wait on it for ever
+            if self.built is not None and self.built.version >= self.monitor.version:
+                break
+            if self._task is None or self._task.done():
+                self.refresh()
+            assert self._task is not None
+            await asyncio.shield(self._task)
+        return await self.current()
+
     def page(self, built: Built, viewer: str, see_all: bool) -> tuple[FleetView, dict[str, str]]:
         """Pick ``viewer``'s rows (all for fleet admins), less those stopped since the build."""
         removed = self.monitor.removed
@@ -361,11 +381,7 @@ def may_see_all(handler: BaseHandler) -> bool:
 
 
 def _monitor(handler: BaseHandler) -> GPUMonitor | None:
-    if gpu_monitor.current() is None and handler.current_user is not None:
-        user = handler.find_user(handler.current_user.name)
-        if user is not None:
-            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
-    return gpu_monitor.current()
+    return gpu_monitor.for_handler(handler)
 
 
 class Outcomes:
@@ -406,63 +422,120 @@ class FleetHandler(BaseHandler):
 
     @web.authenticated
     async def get(self) -> None:
-        monitor = _monitor(self)
-        if monitor is None:
-            raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
-        cache = fleet_cache(monitor, self)
-        view, fragments = cache.page(
-            await cache.current(), self.current_user.name, may_see_all(self)
-        )
-        html = await self.render_template(
-            "gpuhub_fleet.html",
-            view=view,
-            **{k: Markup(v) for k, v in fragments.items()},  # rendered and escaped already
+        await render_fleet(
+            self,
             # Only what the hub itself recorded for this viewer: never text from the URL.
             done=OUTCOMES.take(self.get_argument("done", ""), self.current_user.name),
         )
-        self.finish(html)
+
+
+async def render_fleet(handler: BaseHandler, status: int = 200, **say: str) -> None:
+    """The fleet page for ``handler``'s user; ``say`` holds what the page reports (``done``:
+    the hub's own sentence on an action) or refuses (``error``, ``error_field``, ``reason``,
+    ``target``)."""
+    monitor = _monitor(handler)
+    if monitor is None:
+        raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
+    cache = fleet_cache(monitor, handler)
+    view, fragments = cache.page(
+        await cache.current(), handler.current_user.name, may_see_all(handler)
+    )
+    words = {k: "" for k in ("done", "error", "error_field", "reason", "target")}
+    html = await handler.render_template(
+        "gpuhub_fleet.html",
+        view=view,
+        **{k: Markup(v) for k, v in fragments.items()},  # rendered and escaped already
+        **{**words, **say},
+    )
+    handler.set_status(status)
+    handler.finish(html)
+
+
+class Refused(Exception):
+    """A fleet action refused: the page says ``message`` (next to ``field`` when it names
+    one of the page's fields) with HTTP ``status``."""
+
+    def __init__(self, status: int, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field
 
 
 class _ActionHandler(BaseHandler):
-    """The fleet page's actions: every refusal is one sentence the admin reads."""
+    """The fleet page's actions: a refusal keeps the admin on the fleet page, its sentence
+    next to the field it is about (the reason) or above the table, with a 4xx status."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("POST",)
+
+    async def act(self) -> None:
+        raise NotImplementedError
+
+    @web.authenticated
+    async def post(self) -> None:
+        try:
+            await self.act()
+        except Refused as refused:
+            await render_fleet(
+                self,
+                refused.status,
+                error=refused.message,
+                error_field=refused.field,
+                reason=self.get_body_argument("reason", "")[:MAX_REASON],
+                target=self.get_body_argument("target", ""),
+            )
 
     def render_template(self, name: str, sync: bool = False, **ns: Any) -> Any:
         if name == "404.html":  # JupyterHub's 404 page shows no message; ours is the point
             name = "error.html"
         return super().render_template(name, sync=sync, **ns)
 
+    def _given_target(self) -> tuple[str, str, str]:
+        """The row's button sends "user/name" (neither may contain a slash in JupyterHub)."""
+        name, slash, item = self.get_body_argument("target", "").partition("/")
+        return name, slash, item
+
+    def _given_reason(self, own: bool, what: str) -> str:
+        """The reason given, or the refusal when another user's holding is stopped without."""
+        reason = " ".join(self.get_body_argument("reason", "").split())[:MAX_REASON]
+        if not own and not reason:
+            raise Refused(
+                400,
+                f"Give a reason in the Reason field to {what}: they read it on their next "
+                "visit to the hub.",
+                "reason",
+            )
+        return reason
+
+    async def _done(self, monitor: GPUMonitor, said: str) -> None:
+        """Back to the page, once it shows the action's effect; the page says ``said`` to
+        this admin alone (the link carries a token, never the text)."""
+        await fleet_cache(monitor, self).up_to_date()
+        done = OUTCOMES.record(self.current_user.name, said)
+        self.redirect(f"{self.hub.base_url}gpuhub/fleet?done={done}", status=303)
+
 
 class FleetStopHandler(_ActionHandler):
     """``POST /hub/gpuhub/fleet/stop`` (form: target "user/server", reason): stop a server."""
 
-    SUPPORTED_METHODS: tuple[str, ...] = ("POST",)
-
-    @web.authenticated
-    async def post(self) -> None:
+    async def act(self) -> None:
         monitor = _monitor(self)
         if monitor is None:
-            raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
-        # The row's button sends "user/server" (neither may contain a slash in JupyterHub).
-        name, _, server = self.get_body_argument("target", "").partition("/")
-        reason = " ".join(self.get_body_argument("reason", "").split())[:MAX_REASON]
+            raise Refused(503, "gpuhub's GPU monitor is not running on this hub yet.")
+        name, _, server = self._given_target()
         own = name == self.current_user.name
         if not own and not may_see_all(self):
-            raise web.HTTPError(403, "Only GPU fleet admins may stop other users' servers.")
-        if not own and not reason:
-            raise web.HTTPError(400, "Give a reason: the user reads it on their next visit.")
+            raise Refused(403, "Only GPU fleet admins may stop other users' servers.")
+        label = f"server {server!r}" if server else "server"
+        reason = self._given_reason(own, f"stop {name}'s {label}")
         user = self.find_user(name)
         if user is None or server not in user.spawners or not user.spawners[server].active:
-            raise web.HTTPError(404, f"{name} has no running server {server!r}.")
+            raise Refused(404, f"{name} has no running server {server!r}.")
         why = reason or "you stopped it from the fleet page"
         stopped = await monitor.stop_server(user, server, why, by=self.current_user.name)
         if not stopped:
-            raise web.HTTPError(409, "That server is starting or stopping already; try again.")
+            raise Refused(409, "That server is starting or stopping already; try again.")
         whose = "your" if own else f"{name}'s"
         told = "" if own else "; they will read why on their next visit"
-        done = OUTCOMES.record(
-            self.current_user.name, f"Stopped {whose} server {server or 'default'!r}{told}."
-        )
-        self.redirect(f"{self.hub.base_url}gpuhub/fleet?done={done}", status=303)
+        await self._done(monitor, f"Stopped {whose} server {server or 'default'!r}{told}.")
 
 
 class FleetCancelHandler(_ActionHandler):
@@ -470,35 +543,29 @@ class FleetCancelHandler(_ActionHandler):
     (:meth:`gpuhub.monitor.GPUMonitor.cancel_job`). The same rights and checks as stopping a
     server: the user's own job, or anyone's for fleet admins, with a reason."""
 
-    SUPPORTED_METHODS: tuple[str, ...] = ("POST",)
-
-    @web.authenticated
-    async def post(self) -> None:
+    async def act(self) -> None:
         from .cancel import CancelRefused
 
         monitor = _monitor(self)
         if monitor is None:
-            raise web.HTTPError(503, "gpuhub's GPU monitor is not running on this hub yet.")
-        name, slash, job = self.get_body_argument("target", "").partition("/")
+            raise Refused(503, "gpuhub's GPU monitor is not running on this hub yet.")
+        name, slash, job = self._given_target()
         if not name or not slash or "/" in job:  # a workstation's job hold may be named ""
-            raise web.HTTPError(400, "target must name a job as user/job.")
-        reason = " ".join(self.get_body_argument("reason", "").split())[:MAX_REASON]
+            raise Refused(400, "target must name a job as user/job.")
         own = name == self.current_user.name
         if not own and not may_see_all(self):
-            raise web.HTTPError(403, "Only GPU fleet admins may cancel other users' jobs.")
-        if not own and not reason:
-            raise web.HTTPError(400, "Give a reason: the user reads it on their next visit.")
+            raise Refused(403, "Only GPU fleet admins may cancel other users' jobs.")
+        reason = self._given_reason(own, f"cancel {name}'s job {job!r}")
         why = reason or "you cancelled it from the fleet page"
         track = monitor.tracks.get((name, "job", job))
         what = track.holding.label if track is not None else f"job {job!r}"
         try:
             await monitor.cancel_job(name, job, why, by=self.current_user.name)
         except CancelRefused as exc:
-            raise web.HTTPError(exc.status, exc.message) from None
+            raise Refused(exc.status, exc.message) from None
         whose = "your" if own else f"{name}'s"
         told = "" if own else "; they will read why on their next visit"
-        done = OUTCOMES.record(self.current_user.name, f"Cancelled {whose} {what}{told}.")
-        self.redirect(f"{self.hub.base_url}gpuhub/fleet?done={done}", status=303)
+        await self._done(monitor, f"Cancelled {whose} {what}{told}.")
 
 
 HANDLERS: list[tuple[str, Any]] = [

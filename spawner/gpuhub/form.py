@@ -69,6 +69,16 @@ class QuotaView:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A refused submit, for the form rendered right after it: what the user typed and, per
+    field, what was wrong (``(field, sentence)``; field "" for none of the form's)."""
+
+    options: Mapping[str, Any]
+    problems: tuple[tuple[str, str], ...]
+    when: float  # monotonic
+
+
+@dataclass(frozen=True)
 class Preset:
     slug: str
     display_name: str
@@ -107,6 +117,9 @@ def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[
     }
     if isinstance(image, str) and image in policy.images:
         values["image"] = image
+    elif image == CUSTOM_IMAGE:  # a refused submit, as typed: "Custom image…" chosen
+        values["image"] = CUSTOM_IMAGE
+        values["custom_image"] = options.get("custom_image") or ""
     elif isinstance(image, str) and image:
         values["image"] = CUSTOM_IMAGE
         values["custom_image"] = image
@@ -133,8 +146,10 @@ def render_form(
     capacity: Mapping[str, GPUCapacity] | None = None,
     capacity_note: str = "",
     quota: QuotaView | None = None,
+    problems: Iterable[tuple[str, str]] = (),
 ) -> str:
-    """HTML for JupyterHub's spawn page (goes inside its ``<form>``)."""
+    """HTML for JupyterHub's spawn page (goes inside its ``<form>``); ``problems`` are a
+    refused submit's sentences, shown under the fields they name."""
     choices = policy.choices_for(groups)
     capacity = capacity or {}
     gpu_types: list[dict[str, Any]] = []
@@ -173,7 +188,20 @@ def render_form(
         presets=list(presets),
         capacity_note=capacity_note,
         quota=quota,
+        errors=_errors_by_field(problems),
     )
+
+
+def _errors_by_field(problems: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The form's fields' sentences ("custom_image" is where an image reference is typed);
+    a problem naming none of them goes with the GPUs' (quota, free GPUs) or is left to the
+    page's own message."""
+    errors: dict[str, str] = {}
+    for field, message in problems:
+        name = field if field in (*FIELDS, "custom_image") else ""
+        if name:
+            errors[name] = f"{errors[name]} {message}" if name in errors else message
+    return errors
 
 
 def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
@@ -197,7 +225,9 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
         custom = first("custom_image")
         if not custom:
             raise OptionsError(
-                "image", "Enter a custom image reference, or choose an offered image."
+                "custom_image",
+                "Custom image reference is empty; type one (registry/name:tag), or choose an "
+                "offered image.",
             )
         options["image"] = custom
     gpus = options.get("gpus")

@@ -48,7 +48,9 @@ rendered by gpuhub's ``page.html``, which extends JupyterHub's). Enable in ``jup
     configure_hub(c)
 
 ``JupyterHub.extra_handlers`` is marked deprecated in favour of services, but a service
-cannot share the hub's lock and caches, which is the point here.
+cannot share the hub's lock and caches, which is the point here. Its warning is meant for an
+admin who adds handlers; when gpuhub's are the only ones, the hub's log leaves it out
+(:class:`QuietHubNoise`), so that a clean start shows only what an admin needs.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from . import monitor as gpu_monitor
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
 from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpu_type_names, gpus_held, named
+from .notice_api import HANDLERS as NOTICE_HANDLERS
 from .policy import PolicyConfigError
 from .usage import HUB_SHUTDOWN
 
@@ -94,6 +97,7 @@ def configure_hub(c: Any) -> None:
     handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
     handlers += [(path, handler) for path, handler in HANDLERS if (path, handler) not in handlers]
     hub.extra_handlers = handlers
+    _quiet_hub_noise()
     # Searched before JupyterHub's own templates; an admin's own page.html listed earlier wins.
     paths = list(hub.template_paths) if "template_paths" in hub else []
     if TEMPLATES not in paths:
@@ -103,6 +107,42 @@ def configure_hub(c: Any) -> None:
     template_vars["gpuhub_notices"] = notices_for
     hub.template_vars = template_vars
     _start_monitor_with_the_hub()
+
+
+_DEPRECATED = "JupyterHub.extra_handlers is deprecated"
+_FAILED_STOP = "Failed to stop user: %s"
+
+
+class QuietHubNoise(logging.Filter):
+    """Two lines of JupyterHub's log that tell an admin nothing, left out:
+
+    * its deprecation warning about ``extra_handlers`` while gpuhub's handlers are the only
+      ones there (an admin's own handlers still get it);
+    * "Failed to stop user: ''" at shutdown: a server whose stop was already under way (an
+      admin's, idle reclaim's, the REST API's) is stopped a second time by the hub's cleanup,
+      and JupyterHub's ``User.stop`` then fails to forget it twice (a ``KeyError`` of the
+      server's name). It is stopped; only the second forgetting failed.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _FAILED_STOP and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            return not isinstance(args[0], KeyError)
+        if not record.getMessage().startswith(_DEPRECATED):
+            return True
+        try:
+            from jupyterhub.app import JupyterHub
+
+            handlers = JupyterHub.instance().extra_handlers if JupyterHub.initialized() else []
+        except Exception:
+            return True
+        return not all(handler in HANDLERS for handler in handlers)
+
+
+def _quiet_hub_noise() -> None:
+    log = logging.getLogger("JupyterHub")
+    if not any(isinstance(f, QuietHubNoise) for f in log.filters):
+        log.addFilter(QuietHubNoise())
 
 
 def _start_monitor_with_the_hub() -> None:
@@ -153,7 +193,8 @@ def notices_for(user: Any) -> list[dict[str, str]]:
     if monitor is None:
         return []
     warnings = [warning_text(h, deadline) for h, deadline in monitor.warnings_for(user.name)]
-    return warnings + [notice_text(n) for n in monitor.store.notices_for(user.name)]
+    shown = monitor.store.notices_for(user.name, shown=True)
+    return warnings + [notice_text(n) for n in shown]
 
 
 def _at(when: float) -> str:
@@ -168,7 +209,9 @@ def _left_behind(server: str) -> str:
 
 
 def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
-    """A job hold about to be ended for idleness, as hub pages show it."""
+    """A job hold about to be ended for idleness, as hub pages show it. It has no ``key``:
+    it goes by itself when the processes use their GPUs, are kept or are ended, so there is
+    nothing to close."""
     pids = ", ".join(str(pid) for pid, _ in holding.processes)
     gpus = f"{holding.gpus} GPU{'s' if holding.gpus != 1 else ''}"
     minutes = max(0, round((deadline - time.time()) / 60))
@@ -179,6 +222,7 @@ def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
         f'<you>/keep with {{"kind": "job", "server": {json.dumps(holding.name)}}}).'
     )
     return {
+        "key": "",
         "server": holding.name,
         "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
         "by": "idle",
@@ -221,6 +265,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
         text = f"{what} Your files are safe; start the server again when you need it."
     return {
+        "key": notice.public_key,
         "server": notice.server,
         "when": when.isoformat(timespec="seconds"),
         "by": notice.by,
@@ -492,7 +537,15 @@ class NoticesHandler(ReclaimHandler):
                         {**warning_text(h, deadline), "jobs": [], "reason": "idle"}
                         for h, deadline in warned
                     ]
-                    + [{**notice_text(n), "jobs": list(n.jobs), "reason": n.reason} for n in found]
+                    + [
+                        {
+                            **notice_text(n),
+                            "jobs": list(n.jobs),
+                            "reason": n.reason,
+                            "dismissed": n.dismissed,
+                        }
+                        for n in found
+                    ]
                 }
             )
         )
@@ -529,6 +582,7 @@ class KeepHandler(ReclaimHandler):
 
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *FLEET_HANDLERS,
+    *NOTICE_HANDLERS,
     (r"/api/gpuhub/reclaim/([^/]+)", ReclaimHandler),
     (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
     (r"/api/gpuhub/notices/([^/]+)", NoticesHandler),

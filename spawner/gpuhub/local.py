@@ -40,8 +40,10 @@ from .launches import LAUNCH_ENV, SERVER_ID_ENV, Launch, Process, command_line, 
 from .launches import launch_key as derive_launch_key
 from .launches import sign as sign_launch
 from .ledger import Ledger, QuotaExceeded
+from .monitor import holdings_changed
 from .options import LaunchOptions
 from .queue import GPUQueue, Ticket
+from .simulated import MACHINERY_ENV
 from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .usage import HUB_SHUTDOWN
 from .utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
@@ -255,6 +257,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             owner, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
         )
         QUEUE.join(self._gpuhub_ticket)
+        # Where it joined: the spawn page's progress moves from there to the head.
+        self._gpuhub_joined_at = QUEUE.position(self._gpuhub_ticket)
         start: int = int(self.start_timeout)  # type: ignore[has-type]
         base: int = self.__dict__.setdefault("_gpuhub_start_timeout", start)
         self.start_timeout = int(base + self.gpu_queue_timeout)
@@ -295,6 +299,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         if self.simulated_gpus:
             # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
             env["GPUHUB_SIMULATED_GPUS"] = str(self.simulated_gpus)
+            # The server itself does no GPU work: its kernels and jobs are the GPUs' users.
+            env[MACHINERY_ENV] = "1"
         return env
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -304,10 +310,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         await self.ensure_launch_options()
         try:
             await self._wait_in_line()
-            return await super().start()
+            started = await super().start()
         except BaseException:
             self._book.release(self._owner)
             raise
+        holdings_changed()  # the fleet page shows the new holder now, not a tick later
+        return started
 
     async def _wait_in_line(self) -> None:
         """Wait for GPUs if the spawn was accepted while too few were free."""
@@ -318,10 +326,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         try:
             await asyncio.wait_for(asyncio.shield(ticket.granted), self.gpu_queue_timeout)
         except TimeoutError:
-            minutes = self.gpu_queue_timeout / 60
-            waited = (
-                f"{minutes:g} minutes" if minutes >= 1 else f"{self.gpu_queue_timeout:g} seconds"
-            )
+            waited = words.duration(self.gpu_queue_timeout)
             message = (
                 f"Waited {waited} in line for {words.gpus(ticket.gpus, ticket.type_name)} and "
                 "none came free; try again later or ask for fewer GPUs."
@@ -334,16 +339,40 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             if "_gpuhub_start_timeout" in self.__dict__:
                 self.start_timeout = self.__dict__.pop("_gpuhub_start_timeout")
 
+    _gpuhub_joined_at = 1
+
     async def progress(self) -> Any:
-        """Where a waiting spawn stands, in words, then which GPUs it got."""
+        """Where a waiting spawn stands, in words, then which GPUs it got.
+
+        While in line, the bar moves with the place (from where the spawn joined to the head
+        of the line: 10 % to 40 %), and the message says how long gpuhub waits; the event's
+        ``gpuhub_line`` (place, deadline) is for the spawn page's "Leave the line" button
+        (``templates/hub/spawn_pending.html``)."""
         last = ""
         while (ticket := self._gpuhub_ticket) is not None and not ticket.granted.done():
             message = self._line_message(ticket)
             if message != last:
                 last = message
-                yield {"progress": 10, "message": message}
+                yield {
+                    "progress": self._line_progress(ticket),
+                    "message": message,
+                    # For the spawn page's "Leave the line" and its clock (spawn_pending.html).
+                    "gpuhub_line": {
+                        "place": QUEUE.position(ticket),
+                        "deadline": round(self._line_deadline(ticket)),
+                    },
+                }
             await asyncio.sleep(0.5)
         yield {"progress": 50, "message": self.starting_message()}
+
+    def _line_progress(self, ticket: Ticket) -> int:
+        """10 % on joining at the back, 40 % at the head of the line (50 %: GPUs given)."""
+        joined = max(self._gpuhub_joined_at, 1)
+        place = QUEUE.position(ticket) or 1
+        return round(10 + 30 * (joined - place + 1) / joined)
+
+    def _line_deadline(self, ticket: Ticket) -> float:
+        return ticket.since + self.gpu_queue_timeout
 
     def _line_message(self, ticket: Ticket) -> str:
         position = QUEUE.position(ticket)
@@ -355,10 +384,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         first = (
             "; the line is first come, first served" if position > 1 and free >= ticket.gpus else ""
         )
+        deadline = time.strftime("%H:%M UTC", time.gmtime(self._line_deadline(ticket)))
         return (
-            f"Waiting for {ticket.gpus} {ticket.type_name}: you are {words.ordinal(position)} in line; "
-            f"{busy} of {len(ticket.candidates)} are held (servers and jobs of {users} "
-            f"user{'s' if users != 1 else ''}){first}"
+            f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
+            f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
+            f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. gpuhub "
+            f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
         )
 
     async def poll(self) -> int | None:
@@ -424,6 +455,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self._gpuhub_stopping = False
             if await self.poll() is not None:
                 await self._settle_gpus(descendants, uid)
+                holdings_changed()
 
     def _server_gone(self) -> None:
         """The server process has ended: its GPUs wait, held, for the look for survivors."""

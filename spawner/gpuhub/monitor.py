@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
+from . import words
 from .ledger import Holding, Ledger, gpu_type_names, named
 from .reclaim import Action, IdleClocks, ReclaimRule
 from .usage import Notice, UsageStore
@@ -120,7 +121,13 @@ class GPUMonitor:
         except Exception as exc:  # a broken source must not stop accounting
             log.warning("gpuhub: cannot read GPU utilization: %s", exc)
             samples = {}
+        # What changed while the sample was taken counts as of now: a server stopped meanwhile
+        # must not come back as a row, one started meanwhile must not go (no samples yet).
+        current = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        holdings = [h for h in holdings if holding_key(h) in current]
         self._account(holdings, now)
+        sampled = {holding_key(h) for h in holdings}
+        holdings += [h for key, h in current.items() if key not in sampled]
         live: dict[HoldingKey, Track] = {}
         for holding in holdings:
             key = holding_key(holding)
@@ -137,6 +144,18 @@ class GPUMonitor:
         self._drop_read_notices()
         self.last_tick = now
         self._changed()
+
+    async def _refresh_now(self) -> None:
+        """After a stop or cancel: what is free, and who holds what, as of now rather than as
+        of the last tick (held and free must not lag the rows by a tick); utilization and
+        GPU-seconds wait for the tick, which samples them."""
+        await self._refresh_capacity()
+        live = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        for key in [k for k in self.tracks if k not in live]:
+            del self.tracks[key]
+        for key, holding in live.items():  # e.g. the job hold a stopped server's job left
+            if key not in self.tracks:
+                self.tracks[key] = Track(holding)
 
     def _changed(self, removed: HoldingKey | None = None) -> None:
         self.version += 1
@@ -328,8 +347,8 @@ class GPUMonitor:
         reason = (
             f"{'its' if holding.kind == 'server' else 'their'} "
             f"{_gpus(holding.gpus, holding.gpu_type)} stayed below "
-            f"{rule.utilization_below:.0%} utilization for {_duration(rule.after)} and nobody "
-            f"kept them during the {_duration(rule.warn)} warning"
+            f"{rule.utilization_below:.0%} utilization for {words.duration(rule.after)} and "
+            f"nobody kept them during the {words.duration(rule.warn)} warning"
         )
         if holding.kind == "job":
             from .cancel import CancelRefused
@@ -368,6 +387,7 @@ class GPUMonitor:
         finally:
             self._stopping.discard(key)
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        await self._refresh_now()
         self._changed(removed=(user.name, "server", server))
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
@@ -405,6 +425,7 @@ class GPUMonitor:
         # the job is gone, but it would count until it expires.
         self.ledger.release_job_grant(user, name)
         self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
+        await self._refresh_now()
         self._changed(removed=(user, "job", name))
         self.store.notify(
             user,
@@ -427,21 +448,42 @@ def _gpus(count: int, gpu_type: str) -> str:
     return f"{count} {name}{'s' if count != 1 else ''}"
 
 
-def _duration(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 3600 == 0:
-        hours = int(seconds // 3600)
-        return f"{hours} hour{'s' if hours != 1 else ''}"
-    if seconds >= 60 and seconds % 60 == 0:
-        minutes = int(seconds // 60)
-        return f"{minutes} minute{'s' if minutes != 1 else ''}"
-    return f"{seconds:g} seconds"
-
-
 _MONITOR: GPUMonitor | None = None
 
 
 def current() -> GPUMonitor | None:
     """This hub process's monitor, once a gpuhub spawner has started it."""
+    return _MONITOR
+
+
+def holdings_changed() -> None:
+    """A server started or stopped: the fleet page's holders, Held and Free follow at once
+    (rebuilt in the background), not at the next tick, which may be 30 s away. Utilization
+    and GPU-seconds still come with the tick."""
+    monitor = _MONITOR
+    if monitor is None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    async def refresh() -> None:
+        await monitor._refresh_now()
+        monitor._changed()
+
+    task = asyncio.ensure_future(refresh())
+    monitor._tasks.add(task)
+    task.add_done_callback(monitor._tasks.discard)
+
+
+def for_handler(handler: Any) -> GPUMonitor | None:
+    """The monitor, for a hub request handler: a gpuhub spawner starts it, so the current
+    user's is made if none has been yet (a hub just started, nobody spawned)."""
+    if _MONITOR is None and handler.current_user is not None:
+        user = handler.find_user(handler.current_user.name)
+        if user is not None:
+            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
     return _MONITOR
 
 

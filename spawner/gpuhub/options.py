@@ -4,6 +4,12 @@ The spawn form, JupyterHub's REST API, the jobs API and the magics all hand thei
 values to :func:`parse_launch_options`. It returns a :class:`LaunchOptions` whose values are
 in range and allowed for the user's groups, or raises :class:`OptionsError` with one
 sentence naming the field. Nothing else escapes it (see the hypothesis tests).
+
+Every field is checked, so one refusal carries all that is wrong (``OptionsError.problems``:
+the form and the jobs dialog show each next to its field); its ``message`` is the first, in
+the order of the form. Each sentence names the field as the form labels it, says what is
+expected and what was given, and names images and GPU types by their display names (their
+keys, which REST callers send, in parentheses).
 """
 
 from __future__ import annotations
@@ -35,12 +41,44 @@ MAX_JSON_INT = 2**63 - 1
 
 
 class OptionsError(ValueError):
-    """A launch option was refused. ``field`` names it; ``str(error)`` is for the user."""
+    """A launch option was refused. ``field`` names it; ``str(error)`` is for the user.
 
-    def __init__(self, field: str, message: str) -> None:
+    ``problems`` lists every ``(field, message)`` refused in the same request, this one
+    first; a single problem unless the request had several."""
+
+    def __init__(self, field: str, message: str, problems: Iterable[tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.field = field
         self.message = message
+        self.problems: tuple[tuple[str, str], ...] = tuple(problems) or ((field, message),)
+
+    @classmethod
+    def of(cls, errors: list[OptionsError]) -> OptionsError:
+        """One refusal for several: the first's field and sentence, all of them listed."""
+        if len(errors) == 1:
+            return errors[0]
+        first = errors[0]
+        problems = [p for e in errors for p in e.problems]
+        return cls(first.field, first.message, problems)
+
+
+class Problems:
+    """Collects refusals field by field, so that one request is told everything at once."""
+
+    def __init__(self) -> None:
+        self.errors: list[OptionsError] = []
+
+    def check(self, parse: Any, *args: Any, **kwargs: Any) -> Any:
+        """``parse(*args)``, or None when it refused (the refusal is kept)."""
+        try:
+            return parse(*args, **kwargs)
+        except OptionsError as exc:
+            self.errors.append(exc)
+            return None
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise OptionsError.of(self.errors)
 
 
 def check_json_value(value: object, field: str) -> None:
@@ -148,12 +186,15 @@ def parse_launch_options(
     for key, item in raw.items():
         check_json_value(key, "user_options")
         check_json_value(item, str(key)[:40])
+    problems = Problems()
     unknown = sorted(str(k)[:40] for k in raw if k not in FIELDS and k not in set(ignore))
-    if unknown:
-        raise OptionsError(
-            unknown[0],
-            f"Unknown option {_short(unknown[0])}; the options are "
-            f"{', '.join(_short(f) for f in FIELDS)}.",
+    for key in unknown:
+        problems.errors.append(
+            OptionsError(
+                key,
+                f"Unknown option {_short(key)}; the options are "
+                f"{', '.join(_short(f) for f in FIELDS)}.",
+            )
         )
     values: dict[str, Any] = {k: v for k, v in raw.items() if k in FIELDS and v not in (None, "")}
     limits = policy.limits_for(groups)
@@ -163,11 +204,14 @@ def parse_launch_options(
         preset = (presets or {})[profile]
         values = {**{k: v for k, v in preset.items() if k in FIELDS}, **values}
 
-    image_key, image = _image(values.get("image"), policy, limits)
-    cpu = _cpu(values.get("cpu", policy.cpu.default), policy)
-    memory = _memory(values.get("memory", policy.memory.default), policy)
-    gpus = _gpus(values.get("gpus", 0))
-    gpu_type = _gpu_type(values.get("gpu_type"), gpus, policy, limits, subject)
+    # In the form's order, each on its own: everything wrong is said at once.
+    image_key, image = problems.check(_image, values.get("image"), policy, limits) or (None, None)
+    cpu = problems.check(_cpu, values.get("cpu", policy.cpu.default), policy)
+    memory = problems.check(_memory, values.get("memory", policy.memory.default), policy)
+    gpus = problems.check(_gpus, values.get("gpus", 0))
+    gpu_type = problems.check(_gpu_type, values.get("gpu_type"), gpus or 0, policy, limits, subject)
+    problems.raise_any()
+    assert cpu is not None and memory is not None and gpus is not None
     _together(image_key, image, gpu_type, gpus, policy, limits)
     return LaunchOptions(
         image=image,
@@ -227,12 +271,29 @@ def _image(value: Any, policy: Policy, limits: UserLimits) -> tuple[str | None, 
         and _IMAGE_REF.fullmatch(value)
     ):
         return None, value
-    offered = ", ".join(i.key for i in allowed) or "none"
-    custom = " or a custom image this hub allows" if custom_ok else ""
+    if not allowed and not custom_ok:
+        raise OptionsError(
+            "image",
+            f"This hub offers no choice of image, so leave the image out "
+            f"(you gave {_short(value)}).",
+        )
+    custom = ", or a custom image reference your admin allows" if custom_ok else ""
+    offered = _choices([(i.display_name, i.key) for i in allowed])
     raise OptionsError(
         "image",
-        f"Image {_short(value)} is not allowed; choose one of the offered images ({offered}){custom}.",
+        f"Image {_short(value)} is not offered to you; choose {offered}{custom}."
+        if allowed
+        else f"Image {_short(value)} is not a custom image reference your admin allows.",
     )
+
+
+def _choices(named: list[tuple[str, str]]) -> str:
+    """ "Simulated GPU ("gpu")", "A ("a") or B ("b")": what to choose, as the form shows it,
+    with the key a REST caller sends."""
+    shown = [name if name == key else f"{name} ({_short(key)})" for name, key in named]
+    if len(shown) <= 1:
+        return "".join(shown)
+    return f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
 def _together(
@@ -249,7 +310,7 @@ def _together(
     what = policy.images[image_key].display_name if image_key else image
     raise OptionsError(
         "image",
-        f"None of your groups allows image {_short(what)} together with "
+        f"None of your groups allows the image {_short(what)} together with "
         f"{words.gpus(gpus, gpu_type.display_name if gpu_type else '')}; "
         "choose another image or fewer GPUs.",
     )
@@ -275,8 +336,11 @@ def _memory(value: Any, policy: Policy) -> int:
     try:
         size = parse_memory(value)
     except QuantityError:
+        guess = _memory_guess(value)
         raise OptionsError(
-            "memory", f"{hint}, written like 16G or 512Mi (you gave {_short(value)})."
+            "memory",
+            f"{hint}, written like 16G or 512Mi: a number and a unit, with no space and no "
+            f"B (you gave {_short(value)}{f'; did you mean {guess}?' if guess else ''}).",
         ) from None
     if not low <= size <= high:
         guess = ""
@@ -290,18 +354,44 @@ def _memory(value: Any, policy: Policy) -> int:
     return size
 
 
+_SPELLED = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT])(i?)[bB]?\s*", re.ASCII)
+
+
+def _memory_guess(value: Any) -> str | None:
+    """ "16G" for "16 GB", "512Mi" for "512 MiB": the quantity a person meant, if it is one."""
+    if not isinstance(value, str):
+        return None
+    found = _SPELLED.fullmatch(value)
+    if not found:
+        return None
+    number, unit, binary = found.groups()
+    unit = "k" if unit in "kK" and not binary else unit.upper()
+    guess = f"{number}{unit}{binary}"
+    try:
+        parse_memory(guess)
+    except QuantityError:
+        return None
+    return guess
+
+
 def _gpus(value: Any) -> int:
     """A JSON whole number, exactly: "2" is text, not a GPU count (the form converts its
     own fields in :func:`gpuhub.form.options_from_formdata` before they get here)."""
     count = whole_number(value)
     if count is None:
+        if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+            raise OptionsError(
+                "gpus",
+                f"The number of GPUs must be a number such as {value.strip()}, not text: you "
+                f"gave {_short(value)} in quotes; send it without them.",
+            )
         raise OptionsError(
             "gpus",
-            f"The number of GPUs must be a whole number such as 0, 1 or 2 "
-            f"(you gave {_short(value)}).",
+            f"The number of GPUs must be a whole number such as 0, 1 or 2; you gave "
+            f"{'the text ' if isinstance(value, str) else ''}{_short(value)}.",
         )
     if count < 0:
-        raise OptionsError("gpus", "The number of GPUs must not be negative.")
+        raise OptionsError("gpus", f"The number of GPUs must be 0 or more; you gave {count}.")
     return count
 
 
@@ -310,10 +400,15 @@ def _gpu_type(
 ) -> GPUType | None:
     allowed = policy.allowed_gpu_types(limits)
     if value is not None and (not isinstance(value, str) or value not in policy.gpu_types):
-        offered = ", ".join(_short(t.key) for t in allowed) or "none"
+        if not policy.gpu_types:
+            raise OptionsError(
+                "gpu_type",
+                f"This hub has no GPUs, so leave the GPU type out (you gave {_short(value)}).",
+            )
+        offered = _choices([(t.display_name, t.key) for t in allowed or policy.gpu_types.values()])
         raise OptionsError(
             "gpu_type",
-            f"GPU type {_short(value)} is not one of this hub's (yours: {offered}).",
+            f"GPU type {_short(value)} is not one of this hub's; choose {offered}.",
         )
     if gpus == 0:
         return None
@@ -325,8 +420,8 @@ def _gpu_type(
     if not limits.allows_gpu_type(gpu_type.key):
         raise OptionsError(
             "gpu_type",
-            f"GPU type {_short(gpu_type.key)} is not allowed for your groups "
-            f"(yours: {', '.join(_short(t.key) for t in allowed)}).",
+            f"Your groups may not use the GPU type {gpu_type.display_name}; choose "
+            f"{_choices([(t.display_name, t.key) for t in allowed])}.",
         )
     most = policy.max_gpus_for(limits, gpu_type)
     if gpus > most:

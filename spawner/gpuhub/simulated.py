@@ -3,24 +3,52 @@
 ``LocalGPUSpawner.gpu_devices = "simulated:N"`` hands out indices of N GPUs that do not
 exist; a simulated GPU's processes are those whose ``CUDA_VISIBLE_DEVICES`` lists its index,
 among processes started under a server with simulated GPUs (``GPUHUB_SIMULATED_GPUS`` in
-their environment). Its utilization is their CPU activity (100 % = one busy core) and its
-memory their resident memory. The lab's NVML stand-in
-(:mod:`gpuhub_lab.metrics.simulated`) and the hub's utilization source
-(:class:`gpuhub.utilization.SimulatedUtilization`) both read them from here.
+their environment), less Jupyter's own machinery (the server and a job's runner, marked with
+``GPUHUB_SIMULATED_MACHINERY``), which on a real GPU creates no CUDA context. Its utilization
+is their CPU activity over the last second (100 % = one busy core), as NVML reports a real
+GPU's over its last sample period, and its memory their resident memory.
+
+The one rule for every screen: the lab's NVML stand-in (:mod:`gpuhub_lab.metrics.simulated`,
+the sidebar and ``%gpu``, in a server or in a job) and the hub's utilization source
+(:class:`gpuhub.utilization.SimulatedUtilization`, the fleet page and reclaim) both read
+them from here, so they show the same figures for the same GPU.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 import psutil
 
 from .devices import visible_devices
+from .jobs.run_notebook import MACHINERY_ENV
 
 #: Set by LocalGPUSpawner: how many simulated GPUs the machine has (their indices 0..N-1).
 ENV = "GPUHUB_SIMULATED_GPUS"
+#: Seconds of CPU activity one utilization figure covers (NVML: 1/6 s to 1 s).
+WINDOW = 1.0
+
+__all__ = [
+    "ENV",
+    "MACHINERY_ENV",
+    "TRACKER",
+    "WINDOW",
+    "Tracker",
+    "Usage",
+    "uses_simulated_gpus",
+    "visible_indices",
+]
+
+
+def uses_simulated_gpus(environ: dict[str, str]) -> frozenset[int]:
+    """The simulated GPUs a process with this (initial) environment uses: none unless it was
+    started under a server with simulated GPUs, and none for Jupyter's machinery itself."""
+    if ENV not in environ or environ.get(MACHINERY_ENV) == "1":
+        return frozenset()
+    return visible_indices(environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def visible_indices(value: str | None) -> frozenset[int]:
@@ -45,40 +73,38 @@ class Tracker:
     their environment read.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window: float = WINDOW) -> None:
+        self.window = window
+        # The process reading is left out (a Jupyter server, the hub), unless it is a GPU user
+        # itself: a kernel reading for ``%gpu`` sets this.
+        self.count_self = False
         self._known: dict[tuple[int, float], tuple[psutil.Process, frozenset[int]]] = {}
         self._lock = threading.Lock()
         self._usage = Usage()
+        self._measured = 0.0  # monotonic time of the last measurement
 
     def refresh(self) -> Usage:
-        me = os.getpid()
-        uid = os.getuid()
-        seen: set[tuple[int, float]] = set()
-        usage = Usage()
+        """Measure now. Utilization covers the last ``window`` seconds however long ago the
+        previous call was (the hub asks every 30 s, the lab every second), so both read the
+        same figure for the same moment: when the last measurement is older, or a process
+        is new, this one starts a new one and waits ``window`` seconds (callers run it in a
+        thread); when it is less than half a window old, its figures are the answer, as
+        NVML's are between its samples."""
         with self._lock:
-            for proc in psutil.process_iter(["pid", "uids", "create_time"]):
-                info = proc.info
-                uids = info.get("uids")
-                if info["pid"] == me or uids is None or uids.real != uid:
-                    continue  # others' environments are unreadable anyway
-                key = (info["pid"], info["create_time"] or 0.0)
-                seen.add(key)
-                entry = self._known.get(key)
-                if entry is None:
+            age = time.monotonic() - self._measured
+            if age < self.window / 2:
+                return self._usage
+            users, new = self._users()
+            if new or age > 2 * self.window:
+                for proc, _ in users:
                     try:
-                        environ = proc.environ()
-                        devices = (
-                            visible_indices(environ.get("CUDA_VISIBLE_DEVICES"))
-                            if ENV in environ
-                            else frozenset()
-                        )
-                        proc.cpu_percent(None)  # starts the measurement; first answer is 0
+                        proc.cpu_percent(None)
                     except (psutil.Error, OSError):
-                        devices = frozenset()
-                    entry = self._known[key] = (proc, devices)
-                proc, devices = entry
-                if not devices:
-                    continue
+                        continue
+                time.sleep(self.window)
+                users, _ = self._users()
+            usage = Usage()
+            for proc, devices in users:
                 try:
                     cpu = proc.cpu_percent(None)
                     rss = proc.memory_info().rss
@@ -87,10 +113,44 @@ class Tracker:
                 for index in devices:
                     usage.utilization[index] = usage.utilization.get(index, 0.0) + cpu
                     usage.processes.setdefault(index, []).append((proc.pid, rss))
-            for key in set(self._known) - seen:
-                del self._known[key]
+            self._measured = time.monotonic()
             self._usage = usage
         return usage
+
+    def expire(self) -> None:
+        """Forget the last measurement: the next :meth:`refresh` measures a new window."""
+        with self._lock:
+            self._measured = 0.0
+
+    def _users(self) -> tuple[list[tuple[psutil.Process, frozenset[int]]], bool]:
+        """This user's processes that use simulated GPUs, with theirs; and whether one of
+        them is new (its CPU measurement starts now)."""
+        me = -1 if self.count_self else os.getpid()
+        uid = os.getuid()
+        seen: set[tuple[int, float]] = set()
+        found = []
+        new = False
+        for proc in psutil.process_iter(["pid", "uids", "create_time"]):
+            info = proc.info
+            uids = info.get("uids")
+            if info["pid"] == me or uids is None or uids.real != uid:
+                continue  # others' environments are unreadable anyway
+            key = (info["pid"], info["create_time"] or 0.0)
+            seen.add(key)
+            entry = self._known.get(key)
+            if entry is None:
+                try:
+                    devices = uses_simulated_gpus(proc.environ())
+                    proc.cpu_percent(None)  # starts the measurement; first answer is 0
+                except (psutil.Error, OSError):
+                    devices = frozenset()
+                entry = self._known[key] = (proc, devices)
+                new = new or bool(devices)
+            if entry[1]:
+                found.append(entry)
+        for key in set(self._known) - seen:
+            del self._known[key]
+        return found, new
 
     @property
     def usage(self) -> Usage:

@@ -12,6 +12,7 @@ import html
 import inspect
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from traitlets import Dict, Float, Type, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from . import words
-from .form import GPUCapacity, Preset, QuotaView, options_from_formdata, render_form
+from .form import GPUCapacity, Preset, QuotaView, Refusal, options_from_formdata, render_form
 from .jobs.policy_env import policy_env
 from .ledger import GPUQuota, Ledger
 from .monitor import ensure_started
@@ -77,6 +78,38 @@ def _quiet_refusals(log: Any) -> QuietRefusals:
     return quiet
 
 
+# How long a refused submit is remembered for the form JupyterHub renders right after it.
+REFUSAL_SECONDS = 5.0
+
+
+def _remember_refusal(spawner: Any, options: object, problems: tuple[tuple[str, str], ...]) -> None:
+    """Keep what a refused form submit said and asked for, for the form JupyterHub renders
+    next: it renders it with the *default* server's spawner (``user.spawner``) whichever
+    server was refused, so the refused one is found among the user's spawners."""
+    typed = dict(options) if isinstance(options, Mapping) else {}
+    spawner._gpuhub_refused = Refusal(typed, problems, time.monotonic())
+
+
+def _refused_server(spawner: Any) -> tuple[Any, Refusal | None]:
+    """The user's spawner refused a moment ago (this one or a named sibling) and what it
+    was told, taken once; else ``spawner`` itself and None."""
+    user = getattr(spawner, "user", None)
+    candidates = [spawner, *getattr(user, "spawners", {}).values()] if user else [spawner]
+    now = time.monotonic()
+    recent = [
+        s
+        for s in candidates
+        if (r := getattr(s, "_gpuhub_refused", None)) is not None and now - r.when < REFUSAL_SECONDS
+    ]
+    if not recent:
+        return spawner, None
+    chosen = max(recent, key=lambda s: s._gpuhub_refused.when)
+    refused = chosen._gpuhub_refused
+    for s in recent:
+        s._gpuhub_refused = None
+    return chosen, refused
+
+
 def log_name(spawner: Any) -> str:
     """``user`` or ``user:server``: how JupyterHub names a spawner in its log lines (as its
     private ``Spawner._log_name`` does), from public attributes only."""
@@ -103,6 +136,7 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         )
     except OptionsError as exc:
         _log_refusal(spawner, exc.message)
+        _remember_refusal(spawner, user_options, exc.problems)
         raise refusal(exc.message) from None
     try:
         await check_named_server_limit(spawner)
@@ -111,6 +145,8 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         message = getattr(exc, "jupyterhub_message", None)
         if message:
             _log_refusal(spawner, message)
+            field = "gpus" if exc.status_code in (403, 409) else ""
+            _remember_refusal(spawner, user_options, ((field, message),))
         raise
     spawner.launch_options = options
     spawner.apply_launch_options(options)
@@ -420,15 +456,19 @@ class GPUSpawnerMixin(Configurable):
 
 
 async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
-    capacity, note = await spawner.gpu_capacity()
+    # After a refused submit: that server's form, with what the user typed and what they
+    # hold now, each sentence next to its field.
+    target, refused = _refused_server(spawner)
+    capacity, note = await target.gpu_capacity()
     return render_form(
-        spawner.gpu_policy,
-        spawner.user_groups(),
-        spawner.user_options,  # the last options, kept by JupyterHub
-        presets=await spawner.profile_presets(),
+        target.gpu_policy,
+        target.user_groups(),
+        refused.options if refused else target.user_options,  # else the last ones JupyterHub kept
+        presets=await target.profile_presets(),
         capacity=capacity,
         capacity_note=note,
-        quota=await spawner.quota_view(),
+        quota=await target.quota_view(),
+        problems=refused.problems if refused else (),
     )
 
 
@@ -441,8 +481,11 @@ def _ready_event(spawner: GPUSpawnerMixin, event: dict[str, Any]) -> dict[str, A
     return event
 
 
-def _options_from_form(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
+def _options_from_form(formdata: Mapping[str, list[str]], spawner: Any = None) -> dict[str, Any]:
     try:
         return options_from_formdata(formdata)
     except OptionsError as exc:
+        if spawner is not None:
+            typed = {k: v[0] for k, v in formdata.items() if v and isinstance(v[0], str)}
+            _remember_refusal(spawner, typed, exc.problems)
         raise refusal(exc.message) from None

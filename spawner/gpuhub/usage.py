@@ -14,6 +14,7 @@ file is kept aside under a new name and what can be read of it is kept. It holds
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -50,11 +51,20 @@ class Notice:
     by: str = "idle"  # "idle" (the reclaim rule), the admin who stopped it, or HUB_SHUTDOWN
     kind: str = "server"  # or "job"
     jobs: tuple[str, ...] = ()  # the job ids a job notice is about
+    # The user closed it: hub pages and the lab show it no more; the local jobs backend still
+    # reads it (a cancelled job's record says by whom and why).
+    dismissed: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
         """Where the store keeps it among the user's notices: (kind, name)."""
         return (self.kind, self.server)
+
+    @property
+    def public_key(self) -> str:
+        """The key as the notices API names it: ``<kind>/<name>`` (a kind holds no slash, so
+        any name reads back whole)."""
+        return f"{self.kind}/{self.server}"
 
 
 def cancel_notice_for_job(
@@ -139,6 +149,19 @@ class UsageStore:
         self._dirty = True
         self.save()
 
+    def dismiss(self, user: str, key: str) -> bool:
+        """The user closed the notice whose :attr:`Notice.public_key` is ``key``; False when
+        there is none. Saved at once: it stays closed across hub restarts."""
+        kind, _, name = key.partition("/")
+        notice = self.notices.get(user, {}).get((kind, name))
+        if notice is None:
+            return False
+        if not notice.dismissed:
+            self.notices[user][(kind, name)] = dataclasses.replace(notice, dismissed=True)
+            self._dirty = True
+            self.save()
+        return True
+
     def clear_notice(self, user: str, server: str, kind: str = "server") -> None:
         if self.notices.get(user, {}).pop((kind, server), None) is not None:
             if not self.notices[user]:
@@ -147,7 +170,10 @@ class UsageStore:
             self.save()
 
     # -- reading --------------------------------------------------------------------------
-    def notices_for(self, user: str, now: float | None = None) -> list[Notice]:
+    def notices_for(
+        self, user: str, now: float | None = None, *, shown: bool = False
+    ) -> list[Notice]:
+        """The user's notices still kept; ``shown``: only those not dismissed (pages)."""
         now = time.time() if now is None else now
         found = self.notices.get(user, {}).values()
         return sorted(
@@ -155,6 +181,7 @@ class UsageStore:
                 n
                 for n in found
                 if now - n.when < (NOTICE_SECONDS if n.kind == "server" else JOB_NOTICE_SECONDS)
+                and not (shown and n.dismissed)
             ),
             key=lambda n: n.when,
         )

@@ -44,3 +44,12 @@ def ordinal(n: int) -> str:
     """ "1st", "2nd", "3rd", "11th", "22nd": a place in a line."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def duration(seconds: float) -> str:
+    """ "2 hours", "30 minutes", "45 seconds": a setting's length, in its roundest unit."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return plural(int(seconds // 3600), "hour")
+    if seconds >= 60 and seconds % 60 == 0:
+        return plural(int(seconds // 60), "minute")
+    return f"{seconds:g} seconds"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import runpy
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import pytest
 import requests
 from traitlets.config import Config
 
-from tests.support.hub.process import ROOT, _env, free_port
+from tests.support.hub.demo import DEMO_ADMIN, start_demo_hub
+from tests.support.hub.process import ROOT, _env, free_port, spawn, stop, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -116,6 +119,10 @@ def test_demo_without_a_driver_offers_four_simulated_gpus(
     banner = capsys.readouterr().out
     assert "alice" in banner and "bob or carol" in banner
     assert "4 simulated GPUs" in banner
+    # The fleet page can be tried from the README: the demo says who its admin is.
+    (role,) = config.JupyterHub.load_roles
+    assert role["users"] == [DEMO_ADMIN] and "custom:gpuhub:fleet" in role["scopes"]
+    assert f"{DEMO_ADMIN} is the demo's GPU fleet admin" in banner and "/hub/gpuhub/fleet" in banner
 
 
 def test_demo_with_a_driver_hands_out_the_real_gpus(
@@ -131,3 +138,76 @@ def test_demo_with_a_driver_hands_out_the_real_gpus(
         "simulated:2"
     )
     assert _load_demo_config(monkeypatch, "0,1").LocalGPUSpawner.gpu_devices == [0, 1]
+
+
+# What an admin need not read at start and stop (issue 22): npm's engine warnings, JupyterHub's
+# deprecation of extra_handlers (gpuhub's own handlers), a failed stop with an empty reason,
+# "nvml" for simulated GPUs, jupyter_events' schema warning.
+NOISE = (
+    "EBADENGINE",
+    "extra_handlers is deprecated",
+    "Failed to stop user",
+    "GPU metrics from nvml",
+    "JupyterEventsVersionWarning",
+    "Traceback",
+)
+
+
+def test_demo_starts_and_stops_with_a_clean_log(tmp_path: Path) -> None:
+    """The demo's hub, a server started and stopped, another one running at shutdown: the
+    hub's warnings are only those an admin needs (plain HTTP, said by JupyterHub itself)."""
+    hub = start_demo_hub(tmp_path)
+    stopping: threading.Thread | None = None
+    try:
+        assert "gpu-fleet-admin" in hub.user_model(DEMO_ADMIN)["roles"]
+        for _ in range(2):
+            answer = spawn(hub, "alice", {"gpus": 2})
+            assert answer.status_code in (201, 202), answer.text
+            wait_ready(hub, "alice")
+            stop(hub, "alice")
+        answer = spawn(hub, "bob", {"gpus": 1})
+        assert answer.status_code in (201, 202), answer.text
+        wait_ready(hub, "bob")
+        # Shut down while bob's server is stopping: the hub's cleanup stops it a second time.
+        def stop_bob() -> None:
+            with contextlib.suppress(requests.ConnectionError):  # the hub goes meanwhile
+                hub.api("DELETE", "/users/bob/server")
+
+        stopping = threading.Thread(target=stop_bob)
+        stopping.start()
+        time.sleep(0.2)
+    finally:
+        hub.stop()
+        if stopping is not None:
+            stopping.join(30)
+    log = hub.log()
+    assert "GPU metrics from simulated GPUs" in log
+    for noise in NOISE:
+        assert noise not in log, f"{noise!r} in the demo's log:\n{log[-4000:]}"
+    # Until the shutdown; after it, a request still in flight (the DELETE above) may fail
+    # with the hub, which is the request's own business.
+    running = log.partition("initiating shutdown")[0]
+    hub_warnings = [
+        line
+        for line in running.splitlines()
+        if re.match(r"\[[WE] \S+ \S+ JupyterHub ", line)
+        # What JupyterHub rightly says on a loaded machine, or of the demo's plain HTTP.
+        and not any(said in line for said in ("without SSL", "is slow to"))
+    ]
+    assert hub_warnings == [], hub_warnings
+
+
+def test_the_hubs_log_keeps_real_failures_to_stop() -> None:
+    """Only the double stop's KeyError is left out; any other failure to stop is logged."""
+    import logging
+
+    from gpuhub.hub_api import QuietHubNoise
+
+    def record(error: Exception) -> logging.LogRecord:
+        return logging.LogRecord(
+            "JupyterHub", logging.ERROR, "app.py", 1, "Failed to stop user: %s", (error,), None
+        )
+
+    quiet = QuietHubNoise()
+    assert not quiet.filter(record(KeyError("")))
+    assert quiet.filter(record(RuntimeError("the process would not die")))

@@ -267,3 +267,34 @@ def test_kernel_config_loads_the_magics(
     assert configured["magics"] == by_hand["magics"]
     assert {"gpu", "submit", "jobs", "job"} <= set(configured["magics"]["line"])
     assert "train" in configured["magics"]["cell"]
+
+
+def test_wheel_loads_the_magics_in_every_kernel(wheel_env: Path, tmp_path: Path) -> None:
+    """`pip install gpuhub` (the demo's editable install, the images) puts the kernel config in
+    <env>/etc/ipython, so every kernel of that environment has the magics, even when the
+    user's own profile sets its own list of extensions."""
+    installed = wheel_env / "etc" / "ipython" / "ipython_kernel_config.py"
+    shipped = ROOT / "jupyter_config" / "ipython" / "ipython_kernel_config.py"
+    assert installed.read_text() == shipped.read_text()
+    spec_dir = tmp_path / "kernels" / "gpuhub-test"
+    spec_dir.mkdir(parents=True)
+    argv = [
+        str(wheel_env / "bin" / "python"),
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+    ]
+    (spec_dir / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "gpuhub test", "language": "python"})
+    )
+    specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
+    profile = tmp_path / "user-ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text(
+        "c = get_config()\nc.InteractiveShellApp.extensions = ['autoreload']\n"
+    )
+    (loaded,) = run_in_kernel(specs, isolated(wheel_env, tmp_path), PROBE)
+    assert "gpuhub_lab" in loaded["loaded"]
+    assert any(name.endswith("autoreload") for name in loaded["loaded"])  # the user's own
+    assert {"gpu", "submit", "jobs", "job"} <= set(loaded["magics"]["line"])

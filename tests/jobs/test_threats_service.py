@@ -108,9 +108,11 @@ def test_threat_lone_surrogate_in_notebook_content_is_400(service, token, notebo
     body = {"notebook": "train.ipynb", "notebook_content": notebook_text[:-2] + '"\ud800"}'}
     response = call(service, "POST", "jobs", token, data=encode(body))
     assert response.status_code == 400, response.text
+    said = "The notebook's content contains text that is not valid Unicode (a lone surrogate)."
     assert response.json() == {
-        "message": "The notebook's content contains text that is not valid Unicode (a lone surrogate).",
+        "message": said,
         "field": "notebook_content",
+        "errors": [{"field": "notebook_content", "message": said}],
     }
 
 
@@ -183,10 +185,11 @@ def test_threat_oversized_body_is_413_before_authentication_and_unread(service):
     status, _, rest = answer.partition(b"\r\n")
     assert status.startswith(b"HTTP/1.1 413 "), answer[:200]
     message = json.loads(rest.partition(b"\r\n\r\n")[2])
+    said = "The request body is over the 320 KiB this API takes (the notebook limit plus 64 KiB)."
     assert message == {
-        "message": "The request body is over the 320 KiB this API takes "
-        "(the notebook limit plus 64 KiB).",
+        "message": said,
         "field": "body",
+        "errors": [{"field": "body", "message": said}],
     }
     assert requests.get(service.url + "health", timeout=10).ok
 

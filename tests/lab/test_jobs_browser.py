@@ -18,6 +18,7 @@ import pytest
 
 from gpuhub.jobs.policy_env import policy_env
 from tests.support.browser.chromium import artifact, chromium
+from tests.support.browser.lab import jobs_panel
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.support.policies import DESIGN_CONFIG
@@ -104,15 +105,6 @@ def open_palette(page: Any) -> Any:
         if palette.is_visible():
             return palette
     raise AssertionError("the command palette did not stay open")
-
-
-def jobs_panel(page: Any) -> Any:
-    """Open the Jobs sidebar panel (its tab in the left bar) and return it."""
-    panel = page.locator("#gpuhub-jobs-panel")
-    if not panel.is_visible():
-        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-jobs-panel"]').click()
-    panel.wait_for(state="visible")
-    return panel
 
 
 def test_submit_follow_and_open_result(browser: Any, lab: JupyterServer) -> None:

@@ -28,6 +28,10 @@ def server(tmp_path_factory) -> Iterator[JupyterServer]:
     )
     write_notebook(root / "exp" / "broken.ipynb", "raise RuntimeError('out of memory <oops>')")
     write_notebook(root / "exp" / "long.ipynb", "import time\ntime.sleep(300)")
+    # A job that uses the magics itself: every kernel loads them, a job's too, and they
+    # reach this server from the job.
+    write_notebook(root / "exp" / "magics.ipynb", "%jobs", "%gpu")
+    write_notebook(root / "exp" / "bad-magic.ipynb", "x = 1", "%job frobnicate x")
     with jupyter_server(root, tmp, env={"CUDA_VISIBLE_DEVICES": "3"}) as server:
         yield server
 
@@ -96,6 +100,38 @@ def test_failed_job_shows_the_failing_cell(kernel):
     assert "failed" in out.stdout
     assert "RuntimeError: out of memory <oops>." in out.stderr
     assert "Failing cell:\nraise RuntimeError" in out.stderr
+    # %jobs says why on the failed job's own row (the next line), not apart from it.
+    ident = job_id(out)
+    table = run(kernel, "%jobs")
+    lines = "".join(table.plain).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith(ident))
+    assert lines[row + 1].strip().startswith("↳ The notebook failed in cell 2: RuntimeError")
+    html = "".join(table.html)
+    assert re.search(
+        rf"<td[^>]*>{re.escape(ident)}</td>.*?</tr><tr class='gpuhub-jobs-failure'>"
+        r"<td></td><td[^>]*>↳ The notebook failed in cell 2",
+        html,
+    ), html
+
+
+def test_a_job_uses_the_magics_and_reports_a_magics_error(server, kernel):
+    """In a job's kernel the magics are loaded and reach this server (%jobs lists the job
+    itself); a magic's error (a UsageError, which papermill reports only as
+    "CellExecutionError") comes back as what the kernel said."""
+    out = run(kernel, "%submit exp/magics.ipynb --wait --gpus 0")
+    assert "succeeded" in out.stdout, out
+    ident = job_id(out)
+    executed = read_outputs(server.root / "exp" / "gpuhub-runs" / ident / f"{ident}.ipynb")
+    assert ident in executed and "running" in executed, executed
+    failed = run(kernel, "%submit exp/bad-magic.ipynb --wait --gpus 0")
+    assert "failed" in failed.stdout
+    assert "The notebook failed in cell 3: UsageError: Use %job logs ID" in failed.stderr
+    job = server.api("GET", f"gpuhub/api/jobs/{job_id(failed)}").json()
+    cell = job["failed_cell"]
+    assert cell["ename"] == "UsageError" and cell["source"] == "%job frobnicate x"
+    assert cell["error_lines"].endswith(
+        "Use %job logs ID, %job cancel ID, %job status ID or %job wait ID."
+    )
 
 
 def test_train_cell_runs_from_the_notebooks_folder(server, kernel):

@@ -137,3 +137,57 @@ def test_gpu_magic_without_a_driver_says_assigned_not_restart(
     assert "No live figures: No NVIDIA driver" in text
     assert "again" not in text and "No GPU" not in text
     assert "No GPU" not in report._repr_html_()
+
+
+MACHINERY = (
+    "import os, subprocess, sys, time\n"
+    "os.environ.pop('GPUHUB_SIMULATED_MACHINERY')\n"  # as the server and a job's runner do
+    "child = subprocess.Popen([sys.executable, '-c', {busy!r}])\n"
+    "end = time.time() + 60\n"
+    "while time.time() < end: pass\n"
+)
+
+
+def test_jupyter_machinery_is_not_a_simulated_gpu_user(simulated_env: None) -> None:
+    """A Jupyter server and a job's runner carry GPUHUB_SIMULATED_MACHINERY=1: busy as they
+    may be, they are not a GPU's users; the kernel they start is (one rule for the sidebar,
+    %gpu and the hub)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "GPUHUB_SIMULATED_MACHINERY": "1"}
+    runner = subprocess.Popen([sys.executable, "-c", MACHINERY.format(busy=BUSY)], env=env)
+    try:
+        import psutil
+
+        deadline = time.monotonic() + 30
+        while not (children := psutil.Process(runner.pid).children()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        from gpuhub.simulated import Tracker
+
+        usage = Tracker().refresh()
+        pids = [pid for pid, _ in usage.processes.get(0, [])]
+        assert children[0].pid in pids and runner.pid not in pids
+    finally:
+        for child in psutil.Process(runner.pid).children(recursive=True):
+            child.kill()
+        runner.kill()
+        runner.wait()
+
+
+def test_the_hub_and_the_lab_read_the_same_figures(simulated_env: None, busy_on_gpu0: int):
+    """The fleet page (the hub's source, every 30 s) and the sidebar (the lab's sampler, every
+    second) both measure the last second: the same busy GPU reads busy on both."""
+    import asyncio
+
+    from gpuhub.ledger import Holding
+    from gpuhub.utilization import SimulatedUtilization, holding_key
+
+    holding = Holding("alice", "server", "", 1, "Simulated GPU", devices=(0,))
+    simulated.TRACKER.expire()  # as after a hub tick 30 s ago
+    (hub,) = asyncio.run(SimulatedUtilization().sample([holding]))[holding_key(holding)]
+    source = NVMLSource(simulated.__name__, visible="0")
+    try:
+        (lab,), _ = source.read()
+    finally:
+        source.close()
+    assert hub.utilization >= 0.2 and lab["utilization"] >= 20, (hub, lab)
+    assert abs(hub.memory_used - lab["memory_used"]) < 8 * 2**20, (hub, lab)

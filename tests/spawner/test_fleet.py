@@ -4,6 +4,7 @@ phone-sized). GPUs are the stand-ins of tests/support/hub/standin_gpus.py."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -89,8 +90,8 @@ def test_admins_and_fleet_scope_see_everyone_users_only_themselves(hub: Hub) -> 
     own = fleet(hub, hub.login("bob"))
     assert holders(own) == {("bob", "")}
     assert "gpuhub-types" not in own and "carol" not in own
-    # GPU-hours accrue per user (a few seconds' worth is 0.0 h, but the row is there).
-    assert '<td>bob</td><td class="text-end">0.0</td>' in own
+    # GPU-hours accrue per user (a few seconds' worth, but the row is there, with its unit).
+    assert re.search(r'<td>bob</td><td class="text-end">0\.0\d GPU-h</td>', own), own
 
 
 def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> None:
@@ -110,6 +111,10 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
     stop: dict[str, Any] = {"target": "bob/", "_xsrf": xsrf}
     no_reason = root.post(f"{hub.url}/hub/gpuhub/fleet/stop", data=stop, timeout=30)
     assert no_reason.status_code == 400 and "Give a reason" in said(no_reason)
+    # Still the fleet page, the sentence next to the reason field, which says it is required.
+    assert 'id="gpuhub-holders"' in no_reason.text and "(required)" in no_reason.text
+    assert re.search(r'id="gpuhub-stop-reason"[^>]*aria-invalid="true"', no_reason.text)
+    assert "Give a reason in the Reason field to stop bob&#39;s server" in no_reason.text
     done = root.post(
         f"{hub.url}/hub/gpuhub/fleet/stop",
         data={**stop, "reason": REASON},
@@ -121,7 +126,10 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
     home = bob.get(f"{hub.url}/hub/home", timeout=30).text
     assert "Your server was stopped on" in home and "by root: &lt;script&gt;alert(1)" in home
     assert "<script>alert(1)" not in home and "Your files are safe" in home
-    assert holders(fleet(hub, root)) == {("carol", "")}
+    admin = fleet(hub, root)
+    assert holders(admin) == {("carol", "")}
+    # Held and free say so on the very page the admin comes back to, not a tick later.
+    assert '<td>NVIDIA GPU</td><td class="text-end">2</td><td class="text-end">2</td>' in admin
 
 
 def job_rows(html: str) -> set[tuple[str, str]]:

@@ -133,3 +133,57 @@ def test_a_snapshot_does_not_change_when_the_monitor_moves_on() -> None:
         assert len(monitor.tracks[("ann", "server", "")].history) == 3
 
     asyncio.run(scenario())
+
+
+def test_a_groups_gpu_hours_are_its_members_exact_sum_rounded_with_the_unit() -> None:
+    """Members with 0.14 GPU-hours each: the group says 0.28 GPU-h (the sum of the exact
+    figures, rounded once), not 0.3 beside two rows of 0.1, and every figure says its unit."""
+
+    async def scenario() -> None:
+        monitor, _ = make_monitor()
+        now = time.time()
+        for user in ("ann", "bob"):
+            monitor.store.add(user, "A100", 0.14 * 3600, now)
+        await monitor.tick(now)
+        cache = FleetCache(monitor, env(), "/hub/", lambda: {u: ["students"] for u in USERS})
+        view, parts = cache.page(await cache.current(), "root", see_all=True)
+        (group,) = view.groups
+        assert group[0] == "students" and abs(group[2] - 0.28) < 1e-9
+        for user in ("ann", "bob"):
+            assert f'<td>{user}</td><td class="text-end">0.14 GPU-h</td>' in parts["hours_html"]
+        html = env().from_string(
+            '{% from "gpuhub_fleet_hours.html" import gpu_hours %}{{ gpu_hours(value) }}'
+        )
+        assert await html.render_async(value=group[2]) == "0.28 GPU-h"
+
+    asyncio.run(scenario())
+
+
+def test_after_a_stop_the_page_waits_for_a_build_with_held_and_free_as_of_now() -> None:
+    """An admin's stop rebuilds the page from what the ledger and the book say now (held and
+    free by type, the rows), so the page they come back to is not a tick behind."""
+
+    async def scenario() -> None:
+        monitor, _ = make_monitor()
+        free = {"value": 1}
+
+        async def capacity() -> tuple[dict[str, GPUCapacity], str]:
+            return {"a100": GPUCapacity(free=free["value"], total=4, largest_free=None)}, ""
+
+        monitor.spawner.gpu_capacity = capacity
+        await monitor.tick(time.time())
+        cache = FleetCache(monitor, env(), "/hub/", lambda: {})
+        before = await cache.current()
+        assert before.view.types == [("A100", 3, 1, 4)]
+        book = monitor.ledger.source
+        book.release(server_owner("bob", ""))  # as stop_server's user.stop leaves the book
+        free["value"] = 2
+        monitor.tracks.pop(("bob", "server", ""))
+        await monitor._refresh_now()
+        monitor._changed(removed=("bob", "server", ""))
+        after = await cache.up_to_date()
+        assert after.version == monitor.version
+        assert after.view.types == [("A100", 2, 2, 4)]
+        assert "bob" not in {r.user for r in after.view.rows}
+
+    asyncio.run(scenario())

@@ -1,6 +1,7 @@
 """The spawn form's HTML: escaping, ranges, pre-filling and reading it back."""
 
 import html.parser
+import re
 
 import pytest
 
@@ -143,8 +144,32 @@ def test_formdata_without_gpus_drops_the_always_posted_type():
 
 
 def test_custom_image_selected_but_empty_is_refused():
-    with pytest.raises(OptionsError, match="custom image"):
+    with pytest.raises(OptionsError, match="Custom image reference is empty") as refused:
         options_from_formdata({"image": [CUSTOM_IMAGE], "custom_image": [""]})
+    assert refused.value.field == "custom_image"
+
+
+def test_a_refused_submit_is_shown_as_typed_with_each_sentence_by_its_field():
+    """The form rendered after a refusal keeps what the user typed (not the defaults) and
+    puts each sentence under its field, which is marked invalid."""
+    html = render_form(
+        design_policy(),
+        ["staff"],
+        {"cpu": "99", "memory": "16 GB", "gpus": 2, "gpu_type": "a100"},
+        problems=[
+            ("cpu", "CPU must be between 0.5 and 32 cores (you gave 99)."),
+            ("memory", 'Memory must be ... (you gave "16 GB"; did you mean 16G?).'),
+        ],
+    )
+    assert 'value="99"' in html and 'value="16 GB"' in html and 'value="2"' in html
+    assert re.search(
+        r'class="form-control is-invalid" aria-invalid="true"[^>]*id="gpuhub-cpu"', html
+    )
+    assert (
+        'id="gpuhub-memory-error" role="alert">Memory must be ... (you gave &#34;16 GB&#34;' in html
+    )
+    assert 'id="gpuhub-gpus-error"' not in html
+    assert "pattern=" not in html  # the hub says what is wrong, not the browser
 
 
 def test_form_tells_the_quota_and_caps_what_it_offers():

@@ -140,7 +140,7 @@ async def test_refusal_is_http_400_with_the_sentence():
     with pytest.raises(web.HTTPError) as info:
         await apply_gpuhub_options(spawner, {"gpus": 1, "gpu_type": "a100"})
     assert info.value.status_code == 400
-    assert 'GPU type "a100" is not allowed' in info.value.log_message % info.value.args
+    assert "may not use the GPU type NVIDIA A100" in info.value.log_message % info.value.args
     assert spawner.launch_options is None
 
 

@@ -71,20 +71,26 @@ def test_gpus_zero_ignores_a_valid_type_but_not_an_unknown_one():
         ({"cpu": True}, ["staff"], "cpu", "cores"),
         ({"memory": "1T"}, ["staff"], "memory", "between 1G and 256G"),
         ({"memory": "16"}, ["staff"], "memory", "did you mean 16G"),
-        ({"memory": "16 GB"}, ["staff"], "memory", "16G or 512Mi"),
-        ({"gpus": -1}, ["staff"], "gpus", "negative"),
+        ({"memory": "16 GB"}, ["staff"], "memory", '(you gave "16 GB"; did you mean 16G?)'),
+        ({"memory": "512 MiB"}, ["staff"], "memory", "did you mean 512Mi?"),
+        ({"gpus": -1}, ["staff"], "gpus", "must be 0 or more; you gave -1"),
         ({"gpus": 1.5}, ["staff"], "gpus", "whole number"),
-        ({"gpus": "two"}, ["staff"], "gpus", "whole number"),
+        (
+            {"gpus": "two"},
+            ["staff"],
+            "gpus",
+            'whole number such as 0, 1 or 2; you gave the text "two"',
+        ),
         ({"gpus": 9, "gpu_type": "a100"}, ["staff"], "gpus", "at most 8"),
         ({"gpus": 2}, ["students"], "gpus", "at most 1"),
-        ({"gpus": 1, "gpu_type": "a100"}, ["students"], "gpu_type", "not allowed for your groups"),
+        ({"gpus": 1, "gpu_type": "a100"}, ["students"], "gpu_type", "may not use the GPU type"),
         (
             {"gpus": 1, "gpu_type": "h100"},
             ["staff"],
             "gpu_type",
             'GPU type "h100" is not one of this hub\'s',
         ),
-        ({"image": "x:1; rm -rf /"}, ["staff"], "image", "not allowed"),
+        ({"image": "x:1; rm -rf /"}, ["staff"], "image", "not offered to you; choose"),
         ({"image": ["pytorch"]}, ["staff"], "image", "offered image"),
         ({"profile": "nope"}, ["staff"], "profile", "offered profiles"),
         ({"gpu": 1}, ["staff"], "gpu", 'Unknown option "gpu"'),
@@ -102,7 +108,7 @@ def test_each_refusal_is_one_sentence_naming_the_field(raw, groups, field, words
 @pytest.mark.parametrize(
     ("raw", "field", "words"),
     [
-        ({"gpus": "2"}, "gpus", "whole number"),  # JSON text is not a GPU count
+        ({"gpus": "2"}, "gpus", "must be a number such as 2, not text"),  # JSON text is no count
         ({"gpus": "\u00b2"}, "gpus", "whole number"),  # "²".isdigit() is true
         ({"gpus": 10**30}, "gpus", "too large"),
         ({"cpu": 1e308}, "cpu", "between"),
@@ -205,3 +211,28 @@ def test_any_input_validates_in_range_or_raises_options_error(raw, groups):
     )
     # The canonical form validates to the same thing (what the form pre-fills is valid).
     assert parse_launch_options(options.as_user_options(), POLICY, groups) == options
+
+
+def test_every_problem_at_once_in_the_forms_order():
+    """A request with three fields wrong hears all three (the form and the jobs dialog show
+    each by its field); its one sentence is the first, in the form's order."""
+    with pytest.raises(OptionsError) as info:
+        parse({"gpus": "1", "memory": "16 GB", "cpu": 99}, groups=["staff"])
+    assert [field for field, _ in info.value.problems] == ["cpu", "memory", "gpus"]
+    assert (info.value.field, info.value.message) == info.value.problems[0]
+
+
+def test_words_a_person_uses():
+    """Display names, not keys alone; no "(none)" lists; what to do instead."""
+    no_images = Policy.from_config(gpu_types={"gpu": {"display_name": "Simulated GPU"}})
+    with pytest.raises(OptionsError) as info:
+        parse_launch_options({"image": "pytorch"}, no_images)
+    assert str(info.value) == (
+        'This hub offers no choice of image, so leave the image out (you gave "pytorch").'
+    )
+    with pytest.raises(OptionsError) as info:
+        parse_launch_options({"gpus": 1, "gpu_type": "a100"}, no_images)
+    assert str(info.value) == (
+        'GPU type "a100" is not one of this hub\'s; choose Simulated GPU ("gpu").'
+    )
+    assert "(none)" not in str(info.value)

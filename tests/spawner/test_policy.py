@@ -95,7 +95,7 @@ def test_group_limits_are_not_mixed_across_groups():
     assert refused.value.field == "gpus"
     # The image of one group with the GPUs of another: refused, naming the image.
     both = ["cpu-only", "one-big"]
-    with pytest.raises(OptionsError, match="None of your groups allows image") as refused:
+    with pytest.raises(OptionsError, match="None of your groups allows the image") as refused:
         parse_launch_options({"image": "cpu", "gpu_type": "a100", "gpus": 1}, policy, both)
     assert refused.value.field == "image"
     assert parse_launch_options({"image": "cpu"}, policy, both).gpus == 0
@@ -111,7 +111,7 @@ def test_custom_images_obey_image_limits():
     policy = Policy.from_config(**MIXED)
     pytorch_ref = policy.images["pytorch"].image
     # A group that lists images gets no custom images unless it says so ...
-    with pytest.raises(OptionsError, match="not allowed"):
+    with pytest.raises(OptionsError, match="not offered to you"):
         parse_launch_options({"image": "registry.example.org/me/x:1"}, policy, ["cpu-only"])
     assert (
         parse_launch_options({"image": "registry.example.org/me/x:1"}, policy, ["custom"]).image

@@ -80,7 +80,7 @@ def test_spawns_wait_in_line_and_start_when_the_gpu_comes_back(hub: Hub) -> None
     bob = Progress(hub, "bob")
     wait_until(
         "bob is told he is first",
-        lambda: bob.said("Waiting for 1 RTX A6000: you are 1st in line; 1 of 1 are held"),
+        lambda: bob.said("Waiting for 1 RTX A6000 GPU: you are 1st in line; 1 of 1 are held"),
     )
     assert spawn(hub, "carol", {"gpus": 1, "gpu_type": "a6000"}).status_code == 202
     carol = Progress(hub, "carol")

@@ -115,3 +115,19 @@ def test_a_cancelled_jobs_notice_is_kept_a_day(tmp_path) -> None:
     again._dirty = True
     again.save(now + 86_400 + 1)  # a day later the job's notice is gone for good
     assert [n.kind for n in UsageStore(path).notices_for("ann", now)] == ["server"]
+
+
+def test_a_dismissed_notice_stays_dismissed_across_restarts(tmp_path) -> None:
+    """Closed by its user, a notice is shown no more (hub pages, the lab), after a restart
+    too; the jobs backend still reads it (a cancelled job says by whom and why)."""
+    path = tmp_path / "usage.json"
+    now = time.time()
+    store = UsageStore(path)
+    store.notify("ann", Notice("", now, "node 3 down", 1, "A100", "root"))
+    store.notify("ann", Notice("train", now, "node 3 down", 1, "A100", "root", "job", ("t-1",)))
+    assert store.dismiss("ann", "job/train") and not store.dismiss("ann", "nope")
+    again = UsageStore(path)
+    assert [n.kind for n in again.notices_for("ann", shown=True)] == ["server"]
+    assert [n.dismissed for n in again.notices_for("ann")] == [False, True]
+    assert again.dismiss("ann", "")
+    assert UsageStore(path).notices_for("ann", shown=True) == []

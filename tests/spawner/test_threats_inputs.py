@@ -111,10 +111,11 @@ def test_threat_oversized_body_is_413_before_authentication_and_unread(server):
         while chunk := sock.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:300]
+    said = "The request body is over the 128 KiB this API takes (a job's parameters plus 64 KiB)."
     assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {
-        "message": "The request body is over the 128 KiB this API takes "
-        "(a job's parameters plus 64 KiB).",
+        "message": said,
         "field": "body",
+        "errors": [{"field": "body", "message": said}],
     }
     assert server.api("GET", "gpuhub/api/jobs").status_code == 200
 
@@ -181,10 +182,16 @@ def spawn(hub: Hub, body: Any) -> Any:
 
 @pytest.mark.e2e
 def test_threat_gpu_count_as_json_text_is_refused(hub):
-    for gpus in ("2", "\u00b2", " 1", 1.0, True):
+    for gpus, said in (
+        ("2", 'must be a number such as 2, not text: you gave "2" in quotes'),
+        ("\u00b2", 'must be a whole number such as 0, 1 or 2; you gave the text "\u00b2"'),
+        (" 1", 'must be a number such as 1, not text: you gave " 1" in quotes'),
+        (1.0, "must be a whole number such as 0, 1 or 2; you gave 1.0"),
+        (True, "must be a whole number such as 0, 1 or 2; you gave true"),
+    ):
         response = spawn(hub, {"gpus": gpus})
         assert response.status_code == 400, (gpus, response.text)
-        assert "The number of GPUs must be a whole number" in response.json()["message"]
+        assert f"The number of GPUs {said}" in response.json()["message"]
     assert not hub.user_model("mallory")["servers"]
 
 

@@ -135,8 +135,9 @@ def setup_metrics(server_app: Any) -> MetricsService:
     web_app.settings["gpuhub_metrics"] = service
     route = url_path_join(web_app.settings["base_url"], "gpuhub", "api", "metrics")
     web_app.add_handlers(".*$", [(route, MetricsHandler)])
+    source = "simulated GPUs" if sampler.simulated else sampler.source
     server_app.log.info(
-        "gpuhub: GPU metrics from %s every %ss at %s", sampler.source, sampler.interval, route
+        "gpuhub: GPU metrics from %s every %ss at %s", source, sampler.interval, route
     )
     return service
 

@@ -15,6 +15,7 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { h } from '../dom';
+import { ServerGone, startAgainUrl } from '../hub/stopped';
 import { assignedText, basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
 import { HoldingsSection } from './holdings';
@@ -336,6 +337,7 @@ export class GpuPanel extends Widget {
       this._holdings.node
     );
     this._model.changed.connect(this._onChanged, this);
+    ServerGone.instance.changed.connect(this._onChanged, this);
     this._render();
   }
 
@@ -401,6 +403,10 @@ export class GpuPanel extends Widget {
   private _render(): void {
     const model = this._model;
     const metrics = model.metrics;
+    if (ServerGone.instance.gone) {
+      this._showStopped();
+      return;
+    }
     this._banner.hidden = model.error === null;
     if (model.error !== null) {
       this._banner.textContent = `Cannot reach gpuhub's metrics service: ${model.error}. Retrying…`;
@@ -451,6 +457,55 @@ export class GpuPanel extends Widget {
         this._cards.delete(uuid);
       }
     }
+  }
+
+  /**
+   * This server was stopped under the user: say so, why (the hub's notice) and
+   * offer to start it again; the GPUs and holdings shown before are no longer
+   * true, so they go.
+   */
+  private _showStopped(): void {
+    this._banner.hidden = true;
+    this._cardsNode.hidden = true;
+    this._idleClock.style.display = 'none';
+    this._holdings.setActive(false);
+    this._holdings.node.hidden = true;
+    this._status.textContent = '';
+    this._empty.hidden = false;
+    if (this._emptyKey === 'stopped') {
+      return;
+    }
+    this._emptyKey = 'stopped';
+    const notice = ServerGone.instance.notice;
+    const start = h(
+      'button',
+      {
+        type: 'button',
+        className: 'jp-mod-styled jp-mod-accept gpuhub-Button'
+      },
+      'Start it again'
+    );
+    start.addEventListener('click', () => {
+      window.location.href = startAgainUrl();
+    });
+    const icon = h('div', { className: 'gpuhub-GpuPanel-emptyIcon' });
+    gpuIcon.element({ container: icon, width: '48px', height: '48px' });
+    this._empty.replaceChildren(
+      icon,
+      h(
+        'h3',
+        { className: 'gpuhub-GpuPanel-emptyTitle' },
+        notice ? 'This server was stopped' : 'This server is not running'
+      ),
+      h(
+        'p',
+        { className: 'gpuhub-GpuPanel-emptyReason gpuhub-GpuPanel-stopped' },
+        notice
+          ? notice.text
+          : 'It stopped, so it holds no GPU now. Your files are safe; start it again to go on working.'
+      ),
+      start
+    );
   }
 
   /**

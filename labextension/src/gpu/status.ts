@@ -4,6 +4,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
+import { ServerGone } from '../hub/stopped';
 import { assignedText, gib } from './format';
 import { GpuMetricsModel } from './model';
 
@@ -18,12 +19,20 @@ export class GpuStatus extends Widget {
     this.node.setAttribute('type', 'button');
     this.node.addEventListener('click', () => this._open());
     _model.changed.connect(this._update, this);
+    ServerGone.instance.changed.connect(this._update, this);
     this._update();
   }
 
   private _update(): void {
     const metrics = this._model.metrics;
     const node = this.node;
+    if (ServerGone.instance.gone) {
+      // Its last figures are no longer true: the server, and its GPUs, are gone.
+      node.textContent = 'Server stopped · no GPU';
+      node.title =
+        ServerGone.instance.notice?.text ?? 'This server is not running.';
+      return;
+    }
     if (metrics === null) {
       node.textContent = 'GPU …';
       node.title = this._model.error ?? 'Loading GPU metrics';

@@ -535,7 +535,7 @@ class JobItem {
       cell.execution_count !== null
         ? `Failing cell (In [${cell.execution_count}]):`
         : `Failing cell (cell ${cell.index + 1}):`;
-    this._failure.replaceChildren(
+    const parts: HTMLElement[] = [
       h('div', { className: 'gpuhub-Job-failureHead' }, where),
       h(
         'pre',
@@ -546,7 +546,22 @@ class JobItem {
         },
         cell.source
       )
+    ];
+    // The error's last lines (where it was raised, and what), as the kernel printed them.
+    const lines = cell.error_lines || `${cell.ename}: ${cell.evalue}`;
+    parts.push(
+      h('div', { className: 'gpuhub-Job-failureHead' }, 'Error:'),
+      h(
+        'pre',
+        {
+          className: 'gpuhub-Job-cell gpuhub-Job-errorLines',
+          'aria-label': 'The last lines of the error',
+          tabindex: 0
+        },
+        lines
+      )
     );
+    this._failure.replaceChildren(...parts);
   }
 
   private async _confirmCancel(): Promise<void> {

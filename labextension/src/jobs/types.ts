@@ -35,6 +35,8 @@ export interface IFailedCell {
   source: string;
   ename: string;
   evalue: string;
+  /** The error's last lines as the kernel printed them (traceback or stderr). */
+  error_lines?: string;
 }
 
 export interface IJob {

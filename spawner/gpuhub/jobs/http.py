@@ -2,7 +2,9 @@
 
 The user's Jupyter server (``/gpuhub/api/jobs``) and the ``gpuhub`` hub service speak the
 same shapes (docs/architecture.md): JSON bodies, and refusals as ``{"message": one sentence,
-"field": what was wrong}`` with a 4xx status. Mixed into a tornado ``RequestHandler``.
+"field": what was wrong, "errors": [{"field", "message"}, ...]}`` with a 4xx status, where
+``errors`` lists everything wrong with the request (the first is ``message``), for a form to
+show each next to its field. Mixed into a tornado ``RequestHandler``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ class JobsJSONMixin(_Handler):
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(data))
 
-    def refuse(self, status: int, field: str, message: str) -> None:
+    def refuse(
+        self,
+        status: int,
+        field: str,
+        message: str,
+        problems: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         caller = self.refusal_caller()
         log.info(
             "%s %s%s refused (%s %s): %s",
@@ -55,7 +63,8 @@ class JobsJSONMixin(_Handler):
         )
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message, "field": field}))
+        errors = [{"field": f, "message": m} for f, m in problems or ((field, message),)]
+        self.finish(json.dumps({"message": message, "field": field, "errors": errors}))
 
     # -- the body, streamed and capped before authentication ------------------------------
     # Subclasses are decorated with ``tornado.web.stream_request_body``: prepare() then runs
@@ -137,6 +146,6 @@ class JobsJSONMixin(_Handler):
         try:
             await action()
         except JobError as exc:
-            self.refuse(exc.status, exc.field, exc.message)
+            self.refuse(exc.status, exc.field, exc.message, exc.problems)
         except OptionsError as exc:
-            self.refuse(400, exc.field, exc.message)
+            self.refuse(400, exc.field, exc.message, exc.problems)

@@ -230,6 +230,10 @@ class LocalBackend(JobBackend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids[: request.resources.gpus])
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # index N is the GPU NVML and the sidebar call N
         env["GPUHUB_JOB_ID"] = job_id
+        # The runner is machinery (simulated GPUs do not count it), its kernel is the job; and
+        # the magics in the job's kernel reach this server by its pid (gpuhub_lab.jobs_client).
+        env[run_notebook.MACHINERY_ENV] = "1"
+        env["GPUHUB_SERVER_PID"] = str(os.getpid())
         env["GPUHUB_GPUS"] = str(request.resources.gpus)
         # Nothing caps a local job's CPU or memory (nor the server's: LocalGPUSpawner only
         # advertises them), but libraries size their thread pools from these, and

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from ..options import (
     LaunchOptions,
     OptionsError,
+    Problems,
     check_json_value,
     parse_launch_options,
     whole_number,
@@ -67,8 +68,14 @@ class JobError(OptionsError):
     errors reports these too.
     """
 
-    def __init__(self, field: str, message: str, status: int = 400) -> None:
-        super().__init__(field, message)
+    def __init__(
+        self,
+        field: str,
+        message: str,
+        status: int = 400,
+        problems: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(field, message, problems)
         self.status = status
 
 
@@ -186,8 +193,9 @@ class JobRequest:
     ) -> JobRequest:
         """Validate a REST body. Raises :class:`JobError` (or its parent ``OptionsError``).
 
-        Checks run in the order a person would fix them: kind, notebook, name, workers,
-        parameters, then resources. Nothing here touches anything but the filesystem's
+        The kind and the notebook are checked first (the rest depends on them); then every
+        other field, in the dialog's order (workers, resources, parameters, name), and one
+        refusal lists all that is wrong (``problems``), the first as its ``message``. Nothing here touches anything but the filesystem's
         metadata, so a refused request has created nothing. ``notebook``: an already
         resolved notebook (the hub service has the user's notebook as content, not on
         disk; see :func:`gpuhub.service.notebook.shipped_notebook`), then ``root_dir`` is
@@ -200,15 +208,18 @@ class JobRequest:
             if root_dir is None:
                 raise TypeError("JobRequest.parse needs root_dir or notebook")
             notebook = resolve_notebook(raw.get("notebook"), root_dir, max_bytes=max_notebook_bytes)
-        name = parse_name(raw.get("name"), default_from=notebook.stem)
-        workers = parse_workers(raw.get("workers"), kind, max_workers)
-        parameters = parse_parameters(raw.get("parameters"))
-        try:
-            resources = parse_launch_options(raw, policy, groups, ignore=JOB_FIELDS, subject="job")
-        except JobError:
-            raise
-        except OptionsError as exc:
-            raise JobError(exc.field, exc.message) from None
+        # Each field on its own, in the dialog's order: one refusal tells everything wrong.
+        problems = Problems()
+        workers = problems.check(parse_workers, raw.get("workers"), kind, max_workers)
+        resources = problems.check(
+            parse_launch_options, raw, policy, groups, ignore=JOB_FIELDS, subject="job"
+        )
+        parameters = problems.check(parse_parameters, raw.get("parameters"))
+        name = problems.check(parse_name, raw.get("name"), default_from=notebook.stem)
+        if problems.errors:
+            first = OptionsError.of(problems.errors)
+            status = first.status if isinstance(first, JobError) else 400
+            raise JobError(first.field, first.message, status, first.problems)
         return cls(
             notebook=notebook,
             kind=kind,
@@ -377,6 +388,8 @@ class FailedCell:
     source: str  # truncated to a readable length
     ename: str
     evalue: str
+    # The error's last lines as the kernel printed them (traceback or stderr), without colours.
+    error_lines: str = ""
 
 
 @dataclass

@@ -96,7 +96,13 @@ class HubServiceBackend(RemoteBackend):
                 error.args = (message,)
             return error
         if 400 <= response.code < 500 and message:
-            return JobError(field or "request", message, response.code)
+            errors = detail.get("errors") if isinstance(detail, dict) else None
+            problems = [
+                (str(e.get("field") or "request"), str(e["message"]))
+                for e in errors or []
+                if isinstance(e, dict) and isinstance(e.get("message"), str)
+            ]
+            return JobError(field or "request", message, response.code, problems)
         log.error("gpuhub jobs service answered %s: %s", response.code, response.body[:500])
         if response.code in _RETRY_CODES:
             return JobError("service", UNREACHABLE, 503)

@@ -56,8 +56,15 @@ OUTPUT_BEGIN = "==== gpuhub: executed notebook (gzip, base64) begins ===="
 OUTPUT_END = "==== gpuhub: executed notebook ends ===="
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours in IPython tracebacks
 MAX_SOURCE = 2000  # characters of the failing cell's source kept in the result
+ERROR_LINES = 8  # the error's last lines kept in the result: where it was raised, and what
+# A last line such as "UsageError: Line magic function `%jobs` not found.": what the kernel said.
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)):\s*(.*)$")
 
 INJECTED = "injected-parameters"  # papermill's tag on the cell it adds
+# "1" in the environment of a process that does no GPU work itself (a Jupyter server, this
+# runner): simulated GPUs do not count it (gpuhub.simulated). Each takes it out of its own
+# environment at start, so what it starts (the job's kernel) counts again.
+MACHINERY_ENV = "GPUHUB_SIMULATED_MACHINERY"
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -81,6 +88,53 @@ def _failed_where(output: str, cell_index: int) -> str:
     except Exception:
         return f"cell {cell_index + 1}"
     return f"cell {user_cell_number(cells, cell_index)}"
+
+
+def _last_lines(text: str) -> str:
+    """The last ``ERROR_LINES`` non-blank lines of ``text``, without colours."""
+    lines = [line.rstrip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
+    return "\n".join(lines[-ERROR_LINES:])[-MAX_SOURCE:]
+
+
+def _stderr_of(output: str, exec_count: int | None, source: str) -> str:
+    """What the failing cell wrote to stderr, from papermill's output copy (a magic's
+    ``UsageError`` is shown there, not as an error output)."""
+    try:
+        import nbformat
+
+        cells = nbformat.read(output, as_version=4).cells
+    except Exception:
+        return ""
+    for cell in cells:
+        if cell.get("cell_type") != "code" or cell.get("source") != source:
+            continue
+        if exec_count is not None and cell.get("execution_count") != exec_count:
+            continue
+        return "".join(
+            str(o.get("text", ""))
+            for o in cell.get("outputs", [])
+            if o.get("output_type") == "stream" and o.get("name") == "stderr"
+        )
+    return ""
+
+
+def describe_failure(exc: Any, output: str) -> tuple[str, str, str]:
+    """``(ename, evalue, error_lines)`` of papermill's ``PapermillExecutionError``.
+
+    An exception raised in a cell comes with its traceback. A cell the kernel refused without
+    one (a magic's ``UsageError``: papermill then says only "CellExecutionError") is read from
+    what the cell wrote to stderr, whose last ``Name: message`` line names the error.
+    """
+    if exc.traceback:
+        return exc.ename, str(exc.evalue), _last_lines("\n".join(exc.traceback))
+    lines = _last_lines(_stderr_of(output, exc.exec_count, exc.source))
+    for line in reversed(lines.splitlines()):
+        found = _ERROR_LINE.match(line.strip())
+        if found:
+            return found.group(1), found.group(2), lines
+    if lines:
+        return "Error", lines.splitlines()[-1].strip(), lines
+    return exc.ename, str(exc.evalue), lines
 
 
 def _first_line(text: object) -> str:
@@ -172,9 +226,10 @@ def execute(
         )
     except PapermillExecutionError as exc:
         where = _failed_where(output, exc.cell_index)
-        error = f"The notebook failed in {where}: {exc.ename}: {_first_line(exc.evalue)}"
-        error = error.rstrip(": ") + "."
-        log.error("%s\n%s", error, _ANSI.sub("", "\n".join(exc.traceback)))
+        ename, evalue, lines = describe_failure(exc, output)
+        error = f"The notebook failed in {where}: {ename}: {_first_line(evalue)}"
+        error = error.rstrip(": ") + ("" if error.rstrip().endswith(".") else ".")
+        log.error("%s\n%s", error, _ANSI.sub("", "\n".join(exc.traceback)) or lines)
         return 1, {
             "status": "failed",
             "error": error,
@@ -182,8 +237,9 @@ def execute(
                 "index": exc.cell_index,
                 "execution_count": exc.exec_count,
                 "source": exc.source[:MAX_SOURCE],
-                "ename": exc.ename,
-                "evalue": str(exc.evalue)[:MAX_SOURCE],
+                "ename": ename,
+                "evalue": evalue[:MAX_SOURCE],
+                "error_lines": lines,
             },
         }
     except Exception as exc:  # kernel died, notebook unreadable, ...: still one sentence
@@ -240,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     """One argument: a local job's spec file. None: a pod's (or a pipeline step's, whose
     boot code has read its arguments into the environment) ``GPUHUB_*`` variables."""
     argv = sys.argv[1:] if argv is None else argv
+    os.environ.pop(MACHINERY_ENV, None)  # the kernel papermill starts does the GPU work
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S"
     )

@@ -90,14 +90,14 @@ class Hub:
         assert response.status_code in (202, 204), response.text
         self.wait_for_server(name, ready=False)
 
-    def login(self, name: str) -> requests.Session:
+    def login(self, name: str, password: str = PASSWORD) -> requests.Session:
         session = requests.Session()
         page = session.get(f"{self.url}/hub/login", timeout=30)
         page.raise_for_status()
         xsrf = session.cookies.get("_xsrf", path="/hub/")
         response = session.post(
             f"{self.url}/hub/login",
-            data={"username": name, "password": PASSWORD, "_xsrf": xsrf},
+            data={"username": name, "password": password, "_xsrf": xsrf},
             allow_redirects=False,
             timeout=30,
         )

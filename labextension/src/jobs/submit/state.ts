@@ -4,7 +4,7 @@
  * shown next to the field they name, the quota line, and the choices the
  * next dialog starts from.
  */
-import { GpuhubAPIError, requestAPI } from '../../api';
+import { GpuhubAPIError, IProblem, requestAPI } from '../../api';
 import { IHoldings, summary } from '../../gpu/holdings';
 import { parseParameterValue } from '../params';
 import { ISubmitBody, JobKind } from '../types';
@@ -201,17 +201,36 @@ export class FormState {
       .catch(() => undefined); // the quota is checked on submit anyway
   }
 
-  /** The server's sentence under the field it names, else at the top; focus goes there. */
+  /**
+   * Everything the server refused, each sentence under the field it names
+   * (those naming no field shown here at the top); the first in the
+   * dialog's order is scrolled into view and focused.
+   */
   showError(error: unknown): void {
     const f = this._fields;
-    const message =
-      error instanceof Error
-        ? error.message
-        : `The job could not be submitted: ${String(error)}`;
-    const field = error instanceof GpuhubAPIError ? error.field : null;
-    const target = field ? f.errors.get(field as FieldName) : undefined;
-    if (target && !target.parentElement?.closest('[hidden]')) {
-      target.textContent = message;
+    const problems: IProblem[] =
+      error instanceof GpuhubAPIError
+        ? error.errors
+        : [
+            {
+              field: null,
+              message:
+                error instanceof Error
+                  ? error.message
+                  : `The job could not be submitted: ${String(error)}`
+            }
+          ];
+    const shown: HTMLElement[] = [];
+    const general: string[] = [];
+    for (const { field, message } of problems) {
+      const target = field ? f.errors.get(field as FieldName) : undefined;
+      if (!target || target.parentElement?.closest('[hidden]')) {
+        general.push(message);
+        continue;
+      }
+      target.textContent = target.hidden
+        ? message
+        : `${target.textContent} ${message}`;
       target.hidden = false;
       const control = f.controls.get(field as FieldName);
       if (control) {
@@ -220,15 +239,23 @@ export class FormState {
           'aria-describedby',
           `${control.id}-help ${target.id}`
         );
-        control.focus();
-      } else {
-        target.scrollIntoView({ block: 'nearest' });
       }
-      return;
+      shown.push(control ?? target);
     }
-    f.general.textContent = message;
-    f.general.hidden = false;
-    f.general.scrollIntoView({ block: 'nearest' });
+    if (general.length) {
+      f.general.textContent = general.join(' ');
+      f.general.hidden = false;
+      shown.push(f.general);
+    }
+    const first = shown.sort((a, b) =>
+      a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1
+    )[0];
+    if (first) {
+      first.scrollIntoView({ block: 'center' });
+      if (first !== f.general) {
+        first.focus({ preventScroll: true });
+      }
+    }
   }
 
   /** The field was edited: its error, if any, goes. */
