@@ -56,7 +56,15 @@ def hosts_file(me: PodName, pods: Iterable[PodName], services: Iterable[dict[str
     pods = list(pods)
     own = [me.hostname, me.name] if me.hostname != me.name else [me.name]
     if me.subdomain:
-        own = [f"{me.hostname}.{me.subdomain}.{me.namespace}.{DOMAIN}", *own]
+        # The kubelet writes the full name only; cluster DNS answers the shorter ones through
+        # the search path. Without DNS here, a pod must find its own short names too (a
+        # TrainJob's node 0 is its own PET_MASTER_ADDR, "<job>-node-0-0.<job>").
+        own = [
+            f"{me.hostname}.{me.subdomain}.{me.namespace}.{DOMAIN}",
+            f"{me.hostname}.{me.subdomain}.{me.namespace}",
+            f"{me.hostname}.{me.subdomain}",
+            *own,
+        ]
     lines = [
         "# Kubernetes-managed hosts file (the gpuhub process node; no cluster DNS here).",
         "127.0.0.1\tlocalhost",
