@@ -2,8 +2,9 @@
 PyTorchJobs and TFJobs carry Kueue's queue-name label and are created suspended; gpuhub
 shows them ``queued`` with Kueue's reason and their place in line (Kueue's visibility API)
 until Kueue admits them, then as before. Against the test cluster's real Kueue 0.19
-(tests/support/cluster.py), which gpuhub reads in ``kueue.x-k8s.io/v1beta1``; admitted jobs
-run on kwok's fake A100 nodes until ``kube.finish_job`` ends them.
+(tests/support/cluster.py), which gpuhub reads in ``kueue.x-k8s.io/v1beta2`` (v1beta1 where
+only that is served); admitted jobs run on kwok's fake A100 nodes until ``kube.finish_job``
+ends them.
 """
 
 from __future__ import annotations
@@ -239,6 +240,37 @@ async def test_position_unknown_without_the_visibility_api(kube, kube_faults, fa
     assert names.a100_flavor in queued.message
     assert queued.queue_position is None
     assert queued.to_json()["queue_position"] is None
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+async def test_kueue_is_read_in_v1beta2_or_else_v1beta1(
+    kube, kube_faults, faulty_backend, root, version
+):
+    """The cluster's Kueue 0.19 serves both versions: gpuhub reads v1beta2 (Workloads and the
+    visibility API's line). Where the cluster serves only v1beta1 (the proxy answers 404 for
+    v1beta2, as an older Kueue does), it reads v1beta1 and shows the same."""
+    names = await asyncio.to_thread(queues, kube, 4)
+    if version == "v1beta1":
+        for group in (m.KUEUE_GROUP, m.KUEUE_VISIBILITY_GROUP):
+            kube_faults.fail_requests(404, path=f"/apis/{group}/v1beta2", count=None)
+    holder = await submit(faulty_backend, root)
+    waiting = await submit(faulty_backend, root)
+    await wait_for(faulty_backend, "alice", holder.id, lambda r: r.status == "running")
+    queued = await wait_for(
+        faulty_backend,
+        "alice",
+        waiting.id,
+        lambda r: r.status == "queued" and r.queue_position == 1 and "4 more" in (r.message or ""),
+    )
+    assert names.a100_flavor in (queued.message or "")
+    other = "v1beta1" if version == "v1beta2" else "v1beta2"
+    for group in (m.KUEUE_GROUP, m.KUEUE_VISIBILITY_GROUP):
+        # Discovery asks for the preferred version first; the objects are read in one only.
+        reads = [
+            p for p in kube_faults.paths if p.startswith(f"/apis/{group}/") and "/namespaces/" in p
+        ]
+        assert reads and all(p.startswith(f"/apis/{group}/{version}/") for p in reads), reads
+        assert not [p for p in reads if f"/{other}/" in p]
 
 
 async def test_pytorchjob_waits_in_line_too(kube, backend, root):

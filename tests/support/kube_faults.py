@@ -88,6 +88,7 @@ class FaultProxy:
         self._credentials = {"Authorization": f"Bearer {token}"} if token else {}
         self.rules: list[Rule] = []
         self.requests = 0
+        self.paths: list[str] = []  # every request path, in order (which API versions are used)
         self.compacted_below = 0  # watches from an older resourceVersion get 410
         self.frozen: str | None = None  # watches whose path has this hold their events back
         self._thawed = asyncio.Event()
@@ -239,6 +240,7 @@ class FaultProxy:
     # -- forwarding ----------------------------------------------------------------------
     async def _apply_rules(self, method: str, path: str, is_watch: bool) -> web.Response | None:
         self.requests += 1
+        self.paths.append(path)
         for rule in list(self.rules):
             if not rule.matches(method, path, is_watch):
                 continue

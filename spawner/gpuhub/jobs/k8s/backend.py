@@ -33,6 +33,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ...capacity import pod_holding
 from ...gpu_resources import is_gpu_resource
+from ...kueue import KueueAPI, positions
 from ...ledger import Holding, gpus_held, quota_sentence
 from ..backend import JobBackend, QuotaGate
 from ..model import (
@@ -143,8 +144,7 @@ class KubernetesBackend(JobBackend):
         self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
         self._locks: dict[str, asyncio.Lock] = {}
         self._discovered: tuple[float, frozenset[str]] | None = None
-        self._kueue_served: tuple[float, bool] | None = None
-        self._no_visibility: dict[str, float] = {}  # queue -> when the API last said no
+        self.kueue = KueueAPI(api)
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
 
@@ -177,26 +177,9 @@ class KubernetesBackend(JobBackend):
         return served
 
     async def kueue_served(self) -> bool:
-        """Whether the cluster serves Kueue's Workload API (``kueue.x-k8s.io/v1beta1``)."""
-        now = time.monotonic()
-        if self._kueue_served and now - self._kueue_served[0] < DISCOVERY_TTL:
-            return self._kueue_served[1]
-        try:
-            doc = await _json(
-                self.api.call_api(
-                    f"/apis/{m.KUEUE_GROUP}/{m.KUEUE_VERSION}",
-                    "GET",
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                )
-            )
-            served = "workloads" in {r.get("name") for r in doc.get("resources") or []}
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            served = False
-        self._kueue_served = (now, served)
-        return served
+        """Whether the cluster serves Kueue's Workload API (``kueue.x-k8s.io``, v1beta2 or
+        v1beta1: :class:`gpuhub.kueue.KueueAPI`)."""
+        return await self.kueue.version() is not None
 
     async def queue_problem(self) -> str | None:
         """Why jobs cannot run here when they are to wait in Kueue's queue and the cluster
@@ -206,7 +189,7 @@ class KubernetesBackend(JobBackend):
             return None
         return (
             f'Jobs on this cluster wait in Kueue\'s queue "{queue}", but the cluster does not '
-            "run Kueue (it serves no kueue.x-k8s.io/v1beta1 Workloads), so they would never "
+            "run Kueue (it serves no kueue.x-k8s.io Workloads), so they would never "
             "start; ask your admin to install Kueue or to unset jobs.kueue.queueName."
         )
 
@@ -609,10 +592,10 @@ class KubernetesBackend(JobBackend):
         if not waiting:
             return Queued({}, {})
         workloads = await self._kueue_workloads(set(waiting))
-        positions: dict[str, int] = {}
+        places: dict[str, int] = {}
         for queue in sorted(set(waiting.values())):
-            positions.update(await self._queue_positions(queue))
-        return Queued(workloads, positions)
+            places.update(await self._queue_positions(queue))
+        return Queued(workloads, places)
 
     async def _kueue_workloads(self, uids: set[str]) -> dict[str, Obj]:
         """Job uid -> its Workload: Kueue labels a job's Workload with the job's uid
@@ -621,23 +604,7 @@ class KubernetesBackend(JobBackend):
         found: dict[str, Obj] = {}
 
         async def listed(selector: str | None) -> list[Obj]:
-            try:
-                answer = await _json(
-                    self.custom.list_namespaced_custom_object(
-                        m.KUEUE_GROUP,
-                        m.KUEUE_VERSION,
-                        self.namespace,
-                        "workloads",
-                        **({"label_selector": selector} if selector else {}),
-                        _preload_content=False,
-                    )
-                )
-            except ApiException as exc:
-                if exc.status not in (403, 404):
-                    raise
-                log.warning("gpuhub: cannot read Kueue's Workloads: HTTP %s", exc.status)
-                return []
-            return list(answer.get("items") or [])
+            return await self.kueue.workloads(self.namespace, selector)
 
         def match(items: list[Obj]) -> None:
             for item in items:
@@ -656,38 +623,9 @@ class KubernetesBackend(JobBackend):
         return found
 
     async def _queue_positions(self, queue: str) -> dict[str, int]:
-        """Job uid -> place in line (1 = next) from Kueue's visibility API
-        (``visibility.kueue.x-k8s.io/v1beta1``, ``PendingWorkloadsSummary``,
-        ``positionInLocalQueue`` from 0); empty when the API is not served or not allowed
-        (404, 403), then not asked again for a minute."""
-        now = time.monotonic()
-        if now - self._no_visibility.get(queue, -DISCOVERY_TTL) < DISCOVERY_TTL:
-            return {}
-        path = (
-            f"/apis/{m.KUEUE_VISIBILITY_GROUP}/{m.KUEUE_VERSION}/namespaces/{self.namespace}"
-            f"/localqueues/{queue}/pendingworkloads"
-        )
-        try:
-            summary = await _json(
-                self.api.call_api(
-                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
-                )
-            )
-        except ApiException as exc:
-            if exc.status not in (403, 404, 503):
-                raise
-            self._no_visibility[queue] = now
-            log.info("gpuhub: Kueue's visibility API answered %s for %s", exc.status, queue)
-            return {}
-        positions: dict[str, int] = {}
-        for item in summary.get("items") or []:
-            place = item.get("positionInLocalQueue")
-            if not isinstance(place, int) or isinstance(place, bool) or place < 0:
-                continue
-            for ref in (item.get("metadata") or {}).get("ownerReferences") or []:
-                if ref.get("uid"):
-                    positions[str(ref["uid"])] = place + 1
-        return positions
+        """Job uid -> place in line (1 = next) from Kueue's visibility API (v1beta2, else
+        v1beta1: :meth:`gpuhub.kueue.KueueAPI.line`); empty when it cannot be read."""
+        return positions(await self.kueue.line(self.namespace, queue))
 
     def _gpu_summary(self, obj: Obj) -> str:
         res = _resources(obj)

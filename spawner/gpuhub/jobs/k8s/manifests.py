@@ -19,6 +19,7 @@ from typing import Any
 
 from kubespawner.slugs import is_valid_label, safe_slug
 
+from ... import kueue
 from ...gpu_pod import container_resources, gpu_env, placement, shm_volume
 from ...quantity import format_memory
 from ..model import JobError, JobRequest, Kind
@@ -43,11 +44,11 @@ KUBEFLOW_VERSION = "v1"
 
 # Kueue (https://kueue.sigs.k8s.io/docs/concepts/): a job labelled with a LocalQueue's name
 # and created suspended waits there until its ClusterQueue has quota, then Kueue unsuspends it.
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
-KUEUE_VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
-LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
-LABEL_KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"  # on the Workload: the uid of its job
+# Its names and versions live in gpuhub.kueue.
+KUEUE_GROUP = kueue.GROUP
+KUEUE_VISIBILITY_GROUP = kueue.VISIBILITY_GROUP
+LABEL_QUEUE_NAME = kueue.LABEL_QUEUE_NAME
+LABEL_KUEUE_JOB_UID = kueue.LABEL_JOB_UID  # on the Workload: the uid of its job
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,27 @@ async def request_body(call: Any) -> bytes:
         return data
     finally:
         response.release()
+
+
+async def served_resources(
+    api: Any, group: str, version: str, missing: tuple[int, ...] = (404,)
+) -> set[str] | None:
+    """The resource names that discovery (``/apis/<group>/<version>``) lists, through the
+    ``kubernetes_asyncio`` ``ApiClient`` ``api``; None where that group version is not
+    served (an answer whose HTTP status is in ``missing``; others raise)."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        doc = await request_json(
+            api.call_api(
+                f"/apis/{group}/{version}",
+                "GET",
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+        )
+    except ApiException as exc:
+        if exc.status not in missing:
+            raise
+        return None
+    return {str(r.get("name")) for r in doc.get("resources") or []}
