@@ -36,9 +36,10 @@ from gpuhub.jobs.model import (
     MAX_PARAMETERS_BYTES,
     JobError,
     JobRequest,
+    Runtimes,
     parse_kind,
 )
-from gpuhub.jobs.remote import HubServiceBackend
+from gpuhub.jobs.remote import HubServiceBackend, Offer
 from gpuhub.policy import Policy, PolicyConfigError
 from gpuhub.quantity import format_cpu, format_memory
 
@@ -66,8 +67,9 @@ class JobsContext:
             )
         self.router: JobRouter = config.router(root_dir, self.local_gpu_ids)
 
-    def parse_request(self, body: dict[str, Any]) -> JobRequest:
-        """A submit body as a validated request, under this server's policy and limits."""
+    def parse_request(self, body: dict[str, Any], offer: Offer | None = None) -> JobRequest:
+        """A submit body as a validated request, under this server's policy and limits, and
+        on a cluster, its offer (the kinds and TrainJob runtimes the admin offers)."""
         return JobRequest.parse(
             body,
             policy=self.policy,
@@ -75,7 +77,16 @@ class JobsContext:
             root_dir=self.root_dir,
             max_notebook_bytes=self.config.max_notebook_size,
             max_workers=self.config.max_workers,
+            kinds=offer.offered if offer is not None else None,
+            runtimes=offer.runtimes if offer is not None else Runtimes(),
         )
+
+    async def offer(self) -> Offer | None:
+        """The cluster's offer through the hub service (Kubernetes mode), else None."""
+        remote = next(iter(self.router.backends.values()), None)
+        if isinstance(remote, HubServiceBackend):
+            return await remote.offer()
+        return None
 
     @property
     def has_policy(self) -> bool:
@@ -146,7 +157,8 @@ class JobsHandler(JobsHandlerBase):
     async def post(self) -> None:
         body = self.json_object()
         router = self.jobs.router
-        kind = parse_kind(body.get("kind"))
+        offer = await self.jobs.offer()
+        kind = parse_kind(body.get("kind"), offer.offered if offer is not None else None)
         backend = router.backend_for(kind)
         defaults = self.jobs.config.request_defaults(
             self.jobs.policy, backend, self.jobs.local_gpu_ids
@@ -154,7 +166,7 @@ class JobsHandler(JobsHandlerBase):
         for key, value in defaults.items():
             if body.get(key) in (None, ""):
                 body[key] = value
-        request = self.jobs.parse_request(body)
+        request = self.jobs.parse_request(body, offer)
         record = await router.submit(request, self.owner)
         self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
         self.reply(
@@ -167,14 +179,18 @@ class JobOptionsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self) -> None:
         options = job_options(self.jobs)
-        remote = self.jobs.router.backends.get("job")
-        if isinstance(remote, HubServiceBackend):
-            # In Kubernetes mode the cluster decides which kinds run (training operator, KFP).
+        if self.jobs.config.kubernetes_mode:
+            # On a cluster the admin offers the kinds and runtimes, and the cluster decides
+            # which of them run (Training Operator, Trainer, KFP).
             try:
-                options["kinds"] = await remote.kinds_available()
+                offer = await self.jobs.offer()
             except JobError as exc:
                 for kind in options["kinds"]:
                     kind.update(available=False, reason=exc.message)
+            else:
+                if offer is not None:
+                    options["kinds"] = [dict(k) for k in offer.kinds]
+                    options.update(offer.runtimes.to_json())
         self.reply(options)
 
 
@@ -267,6 +283,8 @@ def job_options(context: JobsContext) -> dict[str, Any]:
         "reason": context.policy_error,
         "kubernetes": context.config.kubernetes_mode,
         "max_workers": context.config.max_workers,
+        # TrainJob runtimes (ClusterTrainingRuntimes) the cluster offers: none off a cluster.
+        **Runtimes().to_json(),
         "max_name_length": MAX_NAME,  # the dialog's default-name placeholder is cut there
         "local": None
         if context.config.kubernetes_mode

@@ -48,14 +48,28 @@ def _job_options(func: Any) -> Any:
     for decorator in reversed(
         [
             argument(
-                "--kind", "-k", default=None, help="job (default), pytorchjob, tfjob or pipeline"
+                "--kind",
+                "-k",
+                default=None,
+                help="job (default), pytorchjob, tfjob, trainjob or pipeline: those offered here",
             ),
             argument("--gpus", "-g", default=None, help="GPUs (per worker)"),
             argument("--gpu-type", "-t", dest="gpu_type", default=None, help="GPU type key"),
             argument("--image", "-i", default=None, help="image key or custom image"),
             argument("--cpu", "-c", default=None, help="CPU cores, such as 4 or 500m"),
             argument("--memory", "-m", default=None, help="memory, such as 16G"),
-            argument("--workers", "-w", default=None, help="workers of a pytorchjob/tfjob"),
+            argument(
+                "--workers",
+                "-w",
+                default=None,
+                help="workers of a pytorchjob/tfjob (trainjob nodes)",
+            ),
+            argument(
+                "--runtime",
+                "-r",
+                default=None,
+                help="a trainjob's training runtime, one the admin offers (default: theirs)",
+            ),
             argument("--name", "-n", default=None, help="job name (DNS-1123)"),
             argument(
                 "-p",
@@ -98,7 +112,17 @@ def parse_parameters(items: list[str]) -> dict[str, Any]:
 
 def request_body(args: Any, notebook: str) -> dict[str, Any]:
     body: dict[str, Any] = {"notebook": notebook}
-    for field in ("kind", "gpus", "gpu_type", "image", "cpu", "memory", "workers", "name"):
+    for field in (
+        "kind",
+        "gpus",
+        "gpu_type",
+        "image",
+        "cpu",
+        "memory",
+        "workers",
+        "runtime",
+        "name",
+    ):
         value = getattr(args, field)
         if value is not None:
             body[field] = value

@@ -10,8 +10,8 @@ the jobs service (which acts for users, not for admins):
   cancel does), and the hold is released once they are gone. The local job ids come from
   those processes' ``GPUHUB_JOB_ID``, so the user's server can mark their records cancelled
   with the admin's reason (:func:`gpuhub.usage.cancel_notice_for_job`).
-* **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the Job, PyTorchJob
-  or TFJob of that user with that ``gpuhub.io/job-id`` (selected by owner as well as id, the
+* **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the Job, PyTorchJob,
+  TFJob or TrainJob of that user with that ``gpuhub.io/job-id`` (selected by owner as well as id, the
   exact owner checked in its annotation, and, where the ledger knows it, only the object of
   that kind and uid, deleted with the uid as a precondition), in foreground (the object
   stays until its pods are gone), with the Kubernetes client it already uses for its pod
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -109,10 +110,10 @@ async def cancel_local(book: GPUAllocator, holding: Holding) -> list[str]:
 
 
 # -- Kubernetes ---------------------------------------------------------------------------------
-_KINDS = (  # (gpuhub's kind, label, group, version, plural); None group: batch/v1 Job
-    ("job", "Job", None, "v1", "jobs"),
-    ("pytorchjob", "PyTorchJob", "kubeflow.org", "v1", "pytorchjobs"),
-    ("tfjob", "TFJob", "kubeflow.org", "v1", "tfjobs"),
+# (gpuhub's kind, Kubernetes kind, group, version, plural); None group: batch/v1 Job
+_KINDS = tuple(
+    (kind, r.kind, None if r.group == "batch" else r.group, r.version, r.plural)
+    for kind, r in m.RESOURCES.items()
 )
 
 
@@ -159,6 +160,10 @@ async def cancel_kube(
     }
     deleted = []
     wanted = holding.workload.kind if holding.workload is not None else None
+    if wanted == "jobset":
+        # A TrainJob's node pods whose JobSet's owner the ledger has not read yet
+        # (gpuhub.capacity.TrainJobOwners): the TrainJob by its labels and exact owner.
+        wanted, holding = "trainjob", dataclasses.replace(holding, workload=None)
     for ours, kind, group, version, plural in _KINDS:
         if wanted is not None and ours != wanted:
             continue
@@ -182,7 +187,7 @@ async def cancel_kube(
                 )
         except ApiException as exc:
             if exc.status == 404 and group is not None:
-                continue  # the training operator is not installed
+                continue  # the training operator (or Trainer) is not installed
             raise CancelRefused(
                 502 if exc.status >= 500 else 409,
                 f"Kubernetes refused to list {kind}s in {namespace}: {exc.reason}.",
@@ -209,7 +214,16 @@ async def cancel_kube(
                 else:
                     await request_json(
                         custom.patch_namespaced_custom_object(
-                            group, version, namespace, plural, name, note, _preload_content=False
+                            group,
+                            version,
+                            namespace,
+                            plural,
+                            name,
+                            note,
+                            # The client's default for custom objects is a JSON Patch (a list);
+                            # the note is a merge patch (400 Bad Request otherwise).
+                            _content_type="application/merge-patch+json",
+                            _preload_content=False,
                         )
                     )
                     await request_json(
@@ -235,7 +249,7 @@ async def cancel_kube(
     if not deleted:
         raise CancelRefused(
             409,
-            f"Job {holding.name!r} is no Job, PyTorchJob or TFJob that gpuhub made (a "
+            f"Job {holding.name!r} is no Job, PyTorchJob, TFJob or TrainJob that gpuhub made (a "
             "pipeline run is cancelled in Kubeflow Pipelines).",
         )
     return [holding.name]

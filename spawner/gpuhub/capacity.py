@@ -17,6 +17,7 @@ import contextlib
 import gc
 import json
 import logging
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -145,8 +146,13 @@ USERNAME_ANNOTATION = "gpuhub.io/username"
 # The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds. A new kind
 # whose pods a controller of its own owns is added here; one whose pods belong to an object in
 # between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
-# uid, or its grant counts whole until it lapses.
+# uid, or its grant counts whole until it lapses: a TrainJob's pods carry their JobSet's uid
+# (JobSet's label), and the JobSet's controller is the TrainJob (:class:`TrainJobOwners`).
 CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# A TrainJob pod's workload until the hub has read its JobSet's owner: it matches no grant.
+JOBSET = "jobset"
 # Kubeflow Pipelines labels every pod of a run with the run's id.
 KFP_RUN_LABEL = "pipeline/runid"
 
@@ -159,6 +165,9 @@ def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
     if labels.get(KIND_LABEL) == "pipeline":
         run = labels.get(KFP_RUN_LABEL)
         return Workload("pipeline", str(run)) if run else None
+    if labels.get(KIND_LABEL) == "trainjob":
+        jobset = labels.get(JOBSET_UID_LABEL)
+        return Workload(JOBSET, str(jobset)) if jobset else None
     for ref in meta.get("ownerReferences") or []:
         kind = CONTROLLER_KINDS.get(ref.get("kind", ""))
         if ref.get("controller") and kind and ref.get("uid"):
@@ -287,6 +296,81 @@ class Fit:
     max_memory: int
 
 
+class TrainJobOwners:
+    """JobSet uid -> the uid of the TrainJob that controls it, read once per JobSet.
+
+    Kubeflow Trainer makes a JobSet per TrainJob and JobSet makes the pods; a pod says its
+    JobSet (name and uid, JobSet's labels, which users cannot write: they create no pods), and
+    the JobSet's controlling ownerReference says its TrainJob. One GET per JobSet (the hub's
+    ``jobsets`` get permission), in the background; until it answers the pods count as their
+    own holding and the TrainJob's grant counts too (the safe direction). A JobSet that
+    cannot be read is asked again after a minute.
+    """
+
+    RETRY = 60.0
+
+    def __init__(self, api: Any, on_change: Any) -> None:
+        self.api = api  # a kubernetes_asyncio CoreV1Api (its api_client makes the call)
+        self.on_change = on_change
+        self.owners: dict[str, str] = {}
+        self._asked: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def note(self, pod_meta: Mapping[str, Any]) -> None:
+        """Look up the TrainJob of a TrainJob pod's JobSet, if not known or being asked."""
+        labels = pod_meta.get("labels") or {}
+        uid, name = labels.get(JOBSET_UID_LABEL), labels.get(JOBSET_NAME_LABEL)
+        if labels.get(KIND_LABEL) != "trainjob" or not uid or not name or uid in self.owners:
+            return
+        now = time.monotonic()
+        if now - self._asked.get(uid, -self.RETRY) < self.RETRY:
+            return
+        self._asked[uid] = now
+        namespace = str(pod_meta.get("namespace") or "")
+        task = asyncio.create_task(self._ask(namespace, str(name), str(uid)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self, namespace: str, name: str, uid: str) -> None:
+        from kubernetes_asyncio.client import ApiException
+
+        from .jobs.k8s.rawapi import request_json
+
+        path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}"
+        try:
+            jobset = await request_json(
+                self.api.api_client.call_api(
+                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            log.warning("gpuhub: cannot read JobSet %s/%s: HTTP %s", namespace, name, exc.status)
+            return
+        except Exception as exc:  # network errors: asked again after RETRY
+            log.warning("gpuhub: cannot read JobSet %s/%s: %s", namespace, name, exc)
+            return
+        meta = jobset.get("metadata") or {}
+        if meta.get("uid") != uid:
+            return  # another JobSet of that name since: its own pods will ask
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("kind") == "TrainJob" and ref.get("uid"):
+                self.owners[uid] = str(ref["uid"])
+                self.on_change()
+                return
+
+    def workload(self, holding: Holding) -> Holding:
+        """``holding`` as its TrainJob's, where its JobSet's owner is known."""
+        workload = holding.workload
+        if workload is None or workload.kind != JOBSET or workload.uid not in self.owners:
+            return holding
+        return replace(holding, workload=Workload("trainjob", self.owners[workload.uid]))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 class CapacityUnavailable(RuntimeError):
     """The cluster cannot be read now; the message says why, for the form."""
 
@@ -309,6 +393,7 @@ class ClusterCapacity:
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
         self._answered = asyncio.Event()  # the first list succeeded or failed
+        self.trainjobs = TrainJobOwners(api, self._bump)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -323,6 +408,7 @@ class ClusterCapacity:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self.trainjobs.stop()
 
     @property
     def available(self) -> bool:
@@ -419,6 +505,7 @@ class ClusterCapacity:
                 holding = pod_holding(item)
                 if holding is not None:
                     holders.setdefault(holding.user, {})[key] = holding
+                    self.trainjobs.note(item_meta)
             token = meta.get("continue")
             if not token:
                 break
@@ -451,7 +538,10 @@ class ClusterCapacity:
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
             deleted = event.get("type") == "DELETED"
-            self._hold(key, None if deleted else pod_holding(obj))
+            holding = None if deleted else pod_holding(obj)
+            if holding is not None:
+                self.trainjobs.note(meta)
+            self._hold(key, holding)
             before = self.pods.pop(key, None)
             after = None if deleted else pod_info(obj)
             if before == after and before is not None:
@@ -478,9 +568,10 @@ class ClusterCapacity:
         """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST): one
         holding per server and one per job (its replicas' pods together)."""
         self._require()
+        owned = self.trainjobs.workload
         if user is not None:
-            return _per_workload(self.holders.get(user, {}).values())
-        return _per_workload(h for pods in self.holders.values() for h in pods.values())
+            return _per_workload(owned(h) for h in self.holders.get(user, {}).values())
+        return _per_workload(owned(h) for pods in self.holders.values() for h in pods.values())
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}

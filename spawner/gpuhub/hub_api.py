@@ -70,6 +70,7 @@ from tornado import web
 from . import monitor as gpu_monitor
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
+from .jobs.model import KINDS
 from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpu_type_names, gpus_held, named
 from .notice_api import HANDLERS as NOTICE_HANDLERS
 from .policy import PolicyConfigError
@@ -80,7 +81,7 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
 # How long a job's grant counts while its pods are not in the watch yet: a pipeline step's
 # pod appears after Kubeflow's driver pods, which can take minutes on a busy cluster.
 GRANT_SECONDS = 600.0
-_KINDS = {"job", "pytorchjob", "tfjob", "pipeline"}
+_KINDS = set(KINDS)  # the job kinds a grant may be for
 
 
 def configure_hub(c: Any) -> None:

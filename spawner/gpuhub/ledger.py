@@ -76,8 +76,8 @@ def _count(value: Any) -> bool:
 @dataclass(frozen=True)
 class Workload:
     """The cluster object a job's pods belong to, as the hub matches it to its grant: gpuhub's
-    kind (``job``, ``pytorchjob``, ``tfjob``, ``pipeline``) and the object's uid (a
-    pipeline's KFP run id). Never its name: names are chosen by users."""
+    kind (``job``, ``pytorchjob``, ``tfjob``, ``trainjob``, ``pipeline``) and the object's uid
+    (a pipeline's KFP run id). Never its name: names are chosen by users."""
 
     kind: str
     uid: str

@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpe
 from traitlets.config import Config
 
 from gpuhub.policy import Policy
+from gpuhub.service.config import ServiceConfig
 from tests.support.helm import (
     CHART,
     EXAMPLES,
@@ -114,8 +115,18 @@ def test_service_yaml_contract(chart: Path) -> None:
         "max_notebook_bytes",
         "max_output_bytes",
         "kueue",
+        "kinds",
+        "trainer",
     }
     assert config["namespace"] == NAMESPACE
+    # Every kind is offered by default, TrainJobs through Trainer's standard torch runtime,
+    # their pods under the chart's token-less account.
+    assert config["kinds"] == ["job", "pytorchjob", "tfjob", "trainjob", "pipeline"]
+    assert config["trainer"] == {
+        "runtimes": ["torch-distributed"],
+        "service_account": "gpuhub-jobs",
+    }
+    ServiceConfig.from_dict(config)  # the service takes what the chart writes
     assert set(config["policy"]) == {
         "images",
         "custom_image_pattern",
@@ -253,14 +264,18 @@ def test_real_hub_gives_user_servers_access_to_the_service(chart: Path, tmp_path
         assert service.json()["groups"] == ["staff"]
 
 
+CAPACITY = f"{NAMESPACE}-gpuhub-gpuhub-capacity"
+RUNTIMES = f"{NAMESPACE}-gpuhub-gpuhub-training-runtimes"
+
+
 def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     objects = render(chart)
-    cluster_role = by_kind(objects, "ClusterRole")
+    cluster_role = by_kind(objects, "ClusterRole", CAPACITY)
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     ]
-    binding = by_kind(objects, "ClusterRoleBinding")
+    binding = by_kind(objects, "ClusterRoleBinding", CAPACITY)
     subjects = {(s["name"], s["namespace"]) for s in binding["subjects"]}
     # Only the hub reads cluster-wide; the jobs service stays in the user namespace.
     assert subjects == {("hub", NAMESPACE)}
@@ -276,6 +291,7 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         ("batch", "jobs"): crud,
         ("kubeflow.org", "pytorchjobs"): crud,
         ("kubeflow.org", "tfjobs"): crud,
+        ("trainer.kubeflow.org", "trainjobs"): crud,
         ("", "pods"): ["get", "list", "watch"],
         ("", "pods/log"): ["get"],
         ("", "events"): ["list"],
@@ -287,6 +303,23 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     assert role_binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "gpuhub-service", "namespace": NAMESPACE}
     ]
+    # TrainJobs: the service reads the offered ClusterTrainingRuntimes (cluster-scoped), no more.
+    assert by_kind(objects, "ClusterRole", RUNTIMES)["rules"] == [
+        {
+            "apiGroups": ["trainer.kubeflow.org"],
+            "resources": ["clustertrainingruntimes"],
+            "verbs": ["get"],
+        }
+    ]
+    assert by_kind(objects, "ClusterRoleBinding", RUNTIMES)["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpuhub-service", "namespace": NAMESPACE}
+    ]
+    no_trainjobs = render(chart, values={"jobs": {"kinds": ["job", "pytorchjob"]}})
+    assert not [o for o in no_trainjobs if o["metadata"]["name"] == RUNTIMES]
+    # A TrainJob's pods run as an account with no token (Trainer cannot turn it off per pod).
+    assert (
+        by_kind(objects, "ServiceAccount", "gpuhub-jobs")["automountServiceAccountToken"] is False
+    )
     # The hub cancels GPU jobs from the fleet page (gpuhub.cancel): find, annotate, delete.
     hub_cancel = by_kind(objects, "Role", f"{NAMESPACE}-gpuhub-gpuhub-hub-cancel")
     find_note_delete = sorted(["list", "patch", "delete"])
@@ -299,6 +332,9 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         ("batch", "jobs"): find_note_delete,
         ("kubeflow.org", "pytorchjobs"): find_note_delete,
         ("kubeflow.org", "tfjobs"): find_note_delete,
+        ("trainer.kubeflow.org", "trainjobs"): find_note_delete,
+        # The ledger follows a TrainJob's pods to it through their JobSet (gpuhub.capacity).
+        ("jobset.x-k8s.io", "jobsets"): ["get"],
     }
     hub_binding = by_kind(objects, "RoleBinding", f"{NAMESPACE}-gpuhub-gpuhub-hub-cancel")
     assert hub_binding["subjects"] == [
@@ -307,8 +343,9 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     # The capacity view watches active pods in every namespace (gpuhub.capacity), so the
     # default grants it; an admin may turn it off and lose the form's figures.
     pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
-    assert pods in by_kind(objects, "ClusterRole")["rules"]
-    narrow = by_kind(render(chart, values={"rbac": {"readPodsClusterWide": False}}), "ClusterRole")
+    assert pods in by_kind(objects, "ClusterRole", CAPACITY)["rules"]
+    narrow_objects = render(chart, values={"rbac": {"readPodsClusterWide": False}})
+    narrow = by_kind(narrow_objects, "ClusterRole", CAPACITY)
     assert pods not in narrow["rules"]
 
 
@@ -413,7 +450,7 @@ def test_z2jh_name_overrides_are_followed(chart: Path) -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["JUPYTERHUB_API_URL"]["value"] == "http://lab-hub:8081/hub/api"
     assert env["JUPYTERHUB_API_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "lab-hub"
-    subjects = {s["name"] for s in by_kind(objects, "ClusterRoleBinding")["subjects"]}
+    subjects = {s["name"] for s in by_kind(objects, "ClusterRoleBinding", CAPACITY)["subjects"]}
     assert "lab-hub" in subjects
 
 

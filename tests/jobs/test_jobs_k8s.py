@@ -737,8 +737,44 @@ async def test_missing_training_operator_is_said_plainly(kube_faults, faulty_bac
         "This cluster cannot run a PyTorchJob: the Kubeflow training operator is not installed "
         "(no kubeflow.org/v1 PyTorchJob or TFJob resource); submit a training job (kind job) instead."
     )
-    assert await faulty_backend.served_custom_kinds() == frozenset()
+    # Kubeflow Trainer (trainer.kubeflow.org) is still there: TrainJobs run.
+    assert await faulty_backend.served_custom_kinds() == frozenset({"trainjob"})
     assert await faulty_backend.list("alice") == []  # listing does not trip over the missing group
+
+
+async def test_missing_trainer_or_runtime_is_said_plainly(kube_faults, faulty_backend, root):
+    from gpuhub.jobs.model import JobRequest, Runtimes
+
+    def trainjob(runtime: str) -> Any:
+        return JobRequest.parse(
+            {"notebook": "train.ipynb", "kind": "trainjob", "workers": 2},
+            policy=cluster_policy(),
+            groups=["staff"],
+            root_dir=root,
+            runtimes=Runtimes((runtime,), runtime),
+        )
+
+    # An offered runtime the cluster lacks: refused, naming it.
+    with pytest.raises(JobError) as caught:
+        await faulty_backend.check(trainjob("deepspeed-distributed"), "alice")
+    assert (caught.value.field, caught.value.status) == ("runtime", 422)
+    assert caught.value.message == (
+        'The training runtime "deepspeed-distributed" is offered here but this cluster has no '
+        "ClusterTrainingRuntime of that name; ask your admin to install it or to stop offering it."
+    )
+    await faulty_backend.check(trainjob("torch-distributed"), "alice")  # the cluster has it
+    # A cluster without Trainer (no trainer.kubeflow.org/v1alpha1): refused, saying so.
+    kube_faults.fail_requests(404, path="/apis/trainer.kubeflow.org/", count=None)
+    faulty_backend._discovered = None  # discovery is cached a minute
+    with pytest.raises(JobError) as caught:
+        await faulty_backend.check(trainjob("torch-distributed"), "alice")
+    assert caught.value.status == 422
+    assert caught.value.message == (
+        "This cluster cannot run a TrainJob: Kubeflow Trainer is not installed (no "
+        "trainer.kubeflow.org/v1alpha1 TrainJob resource); ask your admin."
+    )
+    assert "trainjob" not in await faulty_backend.served_custom_kinds()
+    assert await faulty_backend.list("alice") == []
 
 
 async def test_image_pull_failure_is_said_in_words(kube, backend, root):

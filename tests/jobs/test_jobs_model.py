@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpuhub.jobs import JobError, JobRecord, JobRequest
 from gpuhub.jobs.backend import JobRouter, RemoteBackend
-from gpuhub.jobs.model import JOB_FIELDS, MAX_NAME, default_name
+from gpuhub.jobs.model import JOB_FIELDS, MAX_NAME, Runtimes, default_name
 from gpuhub.jobs.policy_env import GROUPS_ENV, POLICY_ENV, policy_env, read_policy_env
 from gpuhub.options import FIELDS, OptionsError
 from gpuhub.policy import Policy
@@ -63,6 +63,65 @@ def test_a_good_request_is_canonical(root):
     assert request.resources.gpu_type is not None and request.resources.gpu_type.key == "a100"
     assert request.gpu_summary() == "2 x NVIDIA A100 80GB"
     assert request.parameters == {"epochs": 3, "lr": 0.1, "tags": ["a"]}
+
+
+OFFERED = ("job", "trainjob")
+RUNTIMES = Runtimes(("torch-distributed", "deepspeed"), "torch-distributed")
+
+
+def test_a_trainjob_takes_nodes_and_an_offered_runtime(root):
+    request = parse(
+        {"notebook": "train.ipynb", "kind": "trainjob", "workers": 3, "gpus": 2},
+        root,
+        kinds=OFFERED,
+        runtimes=RUNTIMES,
+    )
+    # numNodes = workers; the default runtime where none is named.
+    assert (request.kind, request.workers, request.total_gpus) == ("trainjob", 3, 6)
+    assert request.runtime == "torch-distributed"
+    chosen = parse(
+        {"notebook": "train.ipynb", "kind": "trainjob", "runtime": "deepspeed"},
+        root,
+        kinds=OFFERED,
+        runtimes=RUNTIMES,
+    )
+    assert chosen.runtime == "deepspeed"
+    assert parse(RemoteBackend.request_body(chosen), root, runtimes=RUNTIMES) == chosen
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        (
+            {"kind": "tfjob"},
+            "kind",
+            'Job kind "tfjob" is not offered here; the kinds offered are "job" (training job), '
+            '"trainjob" (TrainJob).',
+        ),
+        (
+            {"kind": "trainjob", "runtime": "mpi"},
+            "runtime",
+            'Runtime "mpi" is not offered here; the runtimes offered are "torch-distributed", '
+            '"deepspeed".',
+        ),
+        (
+            {"kind": "job", "runtime": "deepspeed"},
+            "runtime",
+            'A runtime applies only to a TrainJob; a training job takes none (you gave "deepspeed").',
+        ),
+    ],
+)
+def test_only_offered_kinds_and_runtimes_pass(root, body, field, message):
+    with pytest.raises(JobError) as caught:
+        parse({"notebook": "train.ipynb", **body}, root, kinds=OFFERED, runtimes=RUNTIMES)
+    assert (caught.value.field, caught.value.status, caught.value.message) == (field, 400, message)
+
+
+def test_a_trainjob_without_an_offered_runtime_is_refused(root):
+    with pytest.raises(JobError) as caught:
+        parse({"notebook": "train.ipynb", "kind": "trainjob"}, root, kinds=OFFERED)
+    assert caught.value.field == "runtime"
+    assert "No training runtime is offered for TrainJobs here" in caught.value.message
 
 
 def test_absolute_path_inside_the_root_is_accepted(root):
@@ -137,9 +196,19 @@ BAD = [
         400,
         "over the limit",
     ),
-    ({"notebook": "train.ipynb", "kind": "spark"}, "kind", 400, 'not one of "job", "pytorchjob"'),
-    ({"notebook": "train.ipynb", "kind": 3}, "kind", 400, "not one of"),
-    ({"notebook": "train.ipynb", "workers": 2}, "workers", 400, "only to a PyTorchJob or a TFJob"),
+    (
+        {"notebook": "train.ipynb", "kind": "spark"},
+        "kind",
+        400,
+        'not one gpuhub knows; the kinds offered are "job" (training job)',
+    ),
+    ({"notebook": "train.ipynb", "kind": 3}, "kind", 400, "not one gpuhub knows"),
+    (
+        {"notebook": "train.ipynb", "workers": 2},
+        "workers",
+        400,
+        "only to a PyTorchJob, a TFJob or a TrainJob",
+    ),
     ({"notebook": "train.ipynb", "kind": "tfjob", "workers": 0}, "workers", 400, "between 1"),
     ({"notebook": "train.ipynb", "kind": "tfjob", "workers": 65}, "workers", 400, "between 1"),
     ({"notebook": "train.ipynb", "kind": "tfjob", "workers": 1.5}, "workers", 400, "whole"),

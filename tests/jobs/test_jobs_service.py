@@ -153,7 +153,11 @@ def test_bad_requests_are_one_sentence_and_make_nothing(jobs, tokens, notebook_t
         ),
         (json.dumps({"notebook": "train.ipynb"}), 400, "notebook_content is missing"),
         (json.dumps(body("{}")), 400, "is not a valid notebook file"),
-        (json.dumps(body(notebook_text, kind="cronjob")), 400, 'is not one of "job"'),
+        (
+            json.dumps(body(notebook_text, kind="cronjob")),
+            400,
+            'is not one gpuhub knows; the kinds offered are "job"',
+        ),
         (json.dumps(body(notebook_text, name="Bad_Name")), 400, "lower-case letters"),
         (json.dumps(body(notebook_text, parameters=[1])), 400, "Parameters must be a mapping"),
         (json.dumps(body(notebook_text, gpus=1, gpu_type="h100")), 400, 'GPU type "h100"'),

@@ -306,3 +306,63 @@ def test_pipeline_steps_service_account_has_no_token(tmp_path):
     assert bound == []
     config = yaml.safe_load(by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["service.yaml"])
     assert config["kfp"]["service_account"] == "gpuhub-pipeline-steps"
+
+
+# -- TrainJobs (Kubeflow Trainer v2): the pods Trainer and JobSet make are fenced too ---------------
+def test_threat_trainjob_nodes_run_unprivileged_without_credentials(root, kube):
+    """gpuhub's runtime patch gives a TrainJob's node pods the restricted security context,
+    gpuhub's labels (the replicas' NetworkPolicy and the ledger select by them) and the chart's
+    token-less ServiceAccount; the namespace enforces the restricted Pod Security Standard, so
+    a pod that broke it would never be made."""
+    from gpuhub.jobs.model import JobRequest, Runtimes
+    from tests.support.policies import cluster_policy
+
+    restricted(kube)
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "gpuhub-jobs"},
+            "automountServiceAccountToken": False,
+        }
+    )
+    request = JobRequest.parse(
+        {"notebook": "train.ipynb", "kind": "trainjob", "workers": 2, "gpus": 1,
+         "gpu_type": "a100"},
+        policy=cluster_policy(),
+        groups=["staff"],
+        root_dir=root,
+        runtimes=Runtimes(("torch-distributed",), "torch-distributed"),
+    )  # fmt: skip
+    settings = m.KubeJobSettings(
+        namespace=kube.namespace, job_image="img:1", job_service_account="gpuhub-jobs"
+    )
+    job_id = "train-x7k2p"
+    workload = m.workload(request, "mallory", job_id, settings, key="k", created="now")
+    assert workload["kind"] == "TrainJob"
+    kube.create(workload)
+
+    def two_pods() -> list[dict[str, Any]] | None:
+        pods = kube.list("Pod", labels={m.LABEL_JOB_ID: job_id})
+        return pods if len(pods) == 2 else None
+
+    for pod in kube.wait_for(two_pods, timeout=60):
+        labels = pod["metadata"]["labels"]
+        assert labels[m.LABEL_MANAGED_BY] == m.MANAGED_BY
+        assert labels[m.LABEL_USER] == m.user_label("mallory")
+        spec = pod["spec"]
+        assert spec["serviceAccountName"] == "gpuhub-jobs"
+        # No token volume: the account mounts none.
+        assert not [v for v in spec.get("volumes") or [] if v["name"].startswith("kube-api")]
+        assert spec["securityContext"] == {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        (container,) = spec["containers"]
+        assert container["securityContext"] == {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"

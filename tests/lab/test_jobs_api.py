@@ -97,7 +97,7 @@ def test_options_offer_this_machines_gpus(standalone):
         ({"notebook": "exp/train.ipynb", "name": "Not_DNS"}, 400, "name", "lower-case"),
         ({"notebook": "exp/train.ipynb", "parameters": [1]}, 400, "parameters", "mapping"),
         ({"notebook": "exp/train.ipynb", "gpus": 3}, 400, "gpus", "at most 2"),
-        ({"notebook": "exp/train.ipynb", "kind": "spark"}, 400, "kind", "not one of"),
+        ({"notebook": "exp/train.ipynb", "kind": "spark"}, 400, "kind", "not one gpuhub knows"),
         ({"notebook": "exp/train.ipynb", "kind": "pytorchjob"}, 400, "kind", "not connected"),
         ("not an object", 400, "body", "JSON object"),
     ],

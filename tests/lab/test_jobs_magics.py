@@ -203,3 +203,17 @@ def test_help_shows_the_usage_once() -> None:
     for name, magic in (("%submit", JobMagics.submit), ("%train", JobMagics.train)):
         doc = magic.__doc__ or ""
         assert doc.count(f"{name} [") == 1, doc
+
+
+def test_submit_takes_a_trainjob_runtime() -> None:
+    """``%submit --kind trainjob --runtime NAME``: the runtime goes to the server as typed,
+    which accepts only one the admin offers (tests/jobs/test_jobs_trainjob.py)."""
+    from gpuhub_lab.jobs_magics import JobMagics, parse_args, request_body
+
+    args = parse_args(
+        JobMagics.submit, "--kind trainjob -w 2 -g 1 --runtime torch-distributed x.ipynb"
+    )
+    body = request_body(args, "x.ipynb")
+    assert body["kind"] == "trainjob" and body["runtime"] == "torch-distributed"
+    assert body["workers"] == 2
+    assert "runtime" not in request_body(parse_args(JobMagics.submit, "x.ipynb"), "x.ipynb")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,7 +242,7 @@ def test_an_admin_cancels_a_cluster_job_from_the_fleet_page(hub: Hub, cluster: K
 
     refused = cancel("carol/pipe-4d5e6f", "stuck")
     assert refused.status_code == 409, refused.text[-2000:]
-    assert "is no Job, PyTorchJob or TFJob that gpuhub made" in html_text(refused)
+    assert "is no Job, PyTorchJob, TFJob or TrainJob that gpuhub made" in html_text(refused)
     done = cancel(f"carol/{job_id}", "the A100s are <b>reserved</b> for the workshop")
     assert done.status_code == 303, done.text[-2000:]
     wait_for("the Job to go", lambda: cluster.get("Job", job_id) is None, hub)
@@ -251,6 +252,61 @@ def test_an_admin_cancels_a_cluster_job_from_the_fleet_page(hub: Hub, cluster: K
     assert f"Your job &#39;{job_id}&#39; was cancelled on" in home, home[-3000:]
     assert "by root: the A100s are &lt;b&gt;reserved&lt;/b&gt; for the workshop" in home
     cluster.delete("Pod", "pipe-4d5e6f-step")
+
+
+def test_an_admin_cancels_a_trainjob_from_the_fleet_page(
+    hub: Hub, cluster: Kube, tmp_path: Path
+) -> None:
+    """A TrainJob's two nodes (kwok's A100s) are one job row; cancel deletes the TrainJob, and
+    its JobSet and pods go with it. The hub finds the TrainJob through the pods' JobSet
+    (the chart's ``jobsets`` get), so it deletes exactly that object."""
+    from gpuhub.jobs.k8s import manifests as m
+    from gpuhub.jobs.model import JobRequest, Runtimes
+    from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
+    from tests.support.policies import cluster_policy
+
+    write_notebook(tmp_path / "train.ipynb", NOTEBOOK_OK)
+    request = JobRequest.parse(
+        {"notebook": "train.ipynb", "kind": "trainjob", "workers": 2, "gpus": 1,
+         "gpu_type": "a100"},
+        policy=cluster_policy(),
+        groups=["staff"],
+        root_dir=tmp_path,
+        runtimes=Runtimes(("torch-distributed",), "torch-distributed"),
+    )  # fmt: skip
+    settings = m.KubeJobSettings(namespace=cluster.namespace, job_image="img:1")
+    job_id = "ddp-7h8j9k"
+    cluster.create(m.workload(request, "carol", job_id, settings, key="k", created="now"))
+    root = hub.login("root")
+
+    def rows() -> list[str]:
+        html = root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+        return re.findall(r'data-user="carol" data-kind="job" data-name="([^"]*)"', html)
+
+    wait_for("one row for both nodes", lambda: len(job_pods(cluster, job_id)) == 2, hub)
+    wait_for("the TrainJob's row", lambda: rows().count(job_id) == 1, hub)
+    xsrf = root.cookies.get("_xsrf", path="/hub/")
+    done = root.post(
+        f"{hub.url}/hub/gpuhub/fleet/cancel",
+        data={"target": f"carol/{job_id}", "reason": "maintenance", "_xsrf": xsrf},
+        timeout=60,
+        allow_redirects=False,
+    )
+    said = re.findall(
+        r"(?:Kubernetes refused|is no Job|has no job|being cancelled)[^<]*", done.text
+    )
+    assert done.status_code == 303, said or done.text[-2000:]
+    jobset = "jobset.x-k8s.io/v1alpha2"
+    wait_for(
+        "the TrainJob, its JobSet and pods to go",
+        lambda: (
+            cluster.get("TrainJob", job_id, api_version="trainer.kubeflow.org/v1alpha1") is None
+            and cluster.get("JobSet", job_id, api_version=jobset) is None
+            and not job_pods(cluster, job_id)
+        ),
+        hub,
+    )
+    assert job_id not in rows()
 
 
 def html_text(answer: requests.Response) -> str:

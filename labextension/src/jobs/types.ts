@@ -3,7 +3,7 @@
  * `gpuhub.jobs.model.JobRecord.to_json`).
  */
 
-export type JobKind = 'job' | 'pytorchjob' | 'tfjob' | 'pipeline';
+export type JobKind = 'job' | 'pytorchjob' | 'tfjob' | 'trainjob' | 'pipeline';
 /**
  * A job's status. `queued`: accepted, and held by the cluster's queue
  * (Kueue) until GPUs are free; then `pending` while its pods start.
@@ -98,6 +98,9 @@ export interface IJobOptions {
   reason: string | null;
   kubernetes: boolean;
   max_workers: number;
+  /** A TrainJob's training runtimes the admin offers, and the default one. */
+  runtimes?: string[];
+  default_runtime?: string | null;
   /** Longest job name the server takes; its default name is cut there. */
   max_name_length: number;
   local: { gpus: number; gpu_type: string | null } | null;
@@ -121,6 +124,8 @@ export interface ISubmitBody {
   gpu_type?: string;
   gpus?: number | string;
   workers?: number | string;
+  /** A TrainJob's training runtime (ClusterTrainingRuntime). */
+  runtime?: string;
   parameters: Record<string, unknown>;
   name?: string;
 }

@@ -157,6 +157,8 @@ class RemoteBackend(JobBackend):
             "parameters": dict(request.parameters),
             **request.resources.as_user_options(),
         }
+        if request.runtime:
+            body["runtime"] = request.runtime
         return body
 
 

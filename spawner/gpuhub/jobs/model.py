@@ -4,7 +4,7 @@ One request shape for every entry point (sidebar, magics, REST): :meth:`JobReque
 turns the raw JSON body into a validated request or raises :class:`JobError` with one
 sentence naming the field. Resources (image, cpu, memory, gpu_type, gpus) go through
 :func:`gpuhub.options.parse_launch_options`, the same path as the spawn form; this module
-only adds what is particular to jobs (notebook, kind, name, workers, parameters).
+only adds what is particular to jobs (notebook, kind, name, workers, runtime, parameters).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -30,13 +30,16 @@ from ..options import (
 from ..policy import Policy
 from ..quantity import format_cpu, format_memory
 
-Kind = Literal["job", "pytorchjob", "tfjob", "pipeline"]
-KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "pipeline")
-DISTRIBUTED_KINDS = frozenset({"pytorchjob", "tfjob"})
+Kind = Literal["job", "pytorchjob", "tfjob", "trainjob", "pipeline"]
+KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "trainjob", "pipeline")
+# Kinds whose notebook runs on several pods at once: PyTorchJob/TFJob replicas (Training
+# Operator v1), a TrainJob's nodes (Kubeflow Trainer v2).
+DISTRIBUTED_KINDS = frozenset({"pytorchjob", "tfjob", "trainjob"})
 KIND_NAMES = {
     "job": "training job",
     "pytorchjob": "PyTorchJob",
     "tfjob": "TFJob",
+    "trainjob": "TrainJob",
     "pipeline": "pipeline step",
 }
 
@@ -47,7 +50,7 @@ STATUSES: tuple[Status, ...] = ("queued", "pending", "running", "succeeded", "fa
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 # Keys of the REST body besides the launch options that parse_launch_options checks.
-JOB_FIELDS = ("notebook", "kind", "workers", "parameters", "name")
+JOB_FIELDS = ("notebook", "kind", "workers", "runtime", "parameters", "name")
 
 MAX_WORKERS = 64
 MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024
@@ -144,6 +147,18 @@ def _short(value: object) -> str:
 
 # -- the request ------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Runtimes:
+    """The Kubeflow Trainer runtimes (ClusterTrainingRuntime names) the admin offers for
+    TrainJobs, and the one a TrainJob gets when it names none."""
+
+    offered: tuple[str, ...] = ()
+    default: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runtimes": list(self.offered), "default_runtime": self.default}
+
+
+@dataclass(frozen=True)
 class NotebookRef:
     """A notebook inside the server root: ``path`` for the API, ``os_path`` on disk."""
 
@@ -169,8 +184,9 @@ class JobRequest:
     kind: Kind
     name: str  # DNS-1123 label
     resources: LaunchOptions  # per worker for distributed kinds
-    workers: int  # 1 unless kind is pytorchjob/tfjob
+    workers: int  # 1 unless kind is pytorchjob/tfjob/trainjob (a TrainJob's numNodes)
     parameters: Mapping[str, Any]  # papermill parameters, JSON-serialisable
+    runtime: str | None = None  # a TrainJob's ClusterTrainingRuntime; None for other kinds
 
     @property
     def total_gpus(self) -> int:
@@ -190,6 +206,8 @@ class JobRequest:
         max_notebook_bytes: int = MAX_NOTEBOOK_BYTES,
         max_workers: int = MAX_WORKERS,
         notebook: NotebookRef | None = None,
+        kinds: Collection[str] | None = None,
+        runtimes: Runtimes = Runtimes(),
     ) -> JobRequest:
         """Validate a REST body. Raises :class:`JobError` (or its parent ``OptionsError``).
 
@@ -199,11 +217,12 @@ class JobRequest:
         metadata, so a refused request has created nothing. ``notebook``: an already
         resolved notebook (the hub service has the user's notebook as content, not on
         disk; see :func:`gpuhub.service.notebook.shipped_notebook`), then ``root_dir`` is
-        not used.
+        not used. ``kinds``: the kinds offered here (all of :data:`KINDS` if None), a
+        refusal names them; ``runtimes``: the TrainJob runtimes offered and the default.
         """
         if not isinstance(raw, Mapping):
             raise JobError("body", "The request body must be a JSON object.")
-        kind = parse_kind(raw.get("kind", "job"))
+        kind = parse_kind(raw.get("kind", "job"), kinds)
         if notebook is None:
             if root_dir is None:
                 raise TypeError("JobRequest.parse needs root_dir or notebook")
@@ -211,6 +230,7 @@ class JobRequest:
         # Each field on its own, in the dialog's order: one refusal tells everything wrong.
         problems = Problems()
         workers = problems.check(parse_workers, raw.get("workers"), kind, max_workers)
+        runtime = problems.check(parse_runtime, raw.get("runtime"), kind, runtimes)
         resources = problems.check(
             parse_launch_options, raw, policy, groups, ignore=JOB_FIELDS, subject="job"
         )
@@ -227,15 +247,61 @@ class JobRequest:
             resources=resources,
             workers=workers,
             parameters=parameters,
+            runtime=runtime,
         )
 
 
-def parse_kind(value: Any) -> Kind:
-    if value in (None, ""):
+def kinds_sentence(kinds: Iterable[str]) -> str:
+    """The kinds offered, as a refusal names them: ``"job" (training job), "trainjob"
+    (TrainJob)``."""
+    return ", ".join(f"{_short(k)} ({KIND_NAMES[k]})" for k in kinds if k in KIND_NAMES)
+
+
+def parse_kind(value: Any, offered: Collection[str] | None = None) -> Kind:
+    """A job kind among those offered here (the admin's choice on a cluster; every kind
+    when ``offered`` is None)."""
+    kinds = [k for k in KINDS if offered is None or k in offered]
+    if value in (None, "") and "job" in kinds:
         return "job"
-    if not isinstance(value, str) or value not in KINDS:
+    if not isinstance(value, str) or value not in kinds:
+        if not kinds:
+            raise JobError("kind", "No job kind is offered here; ask your admin.")
+        offered_text = f"the kinds offered are {kinds_sentence(kinds)}"
+        if value in (None, ""):
+            raise JobError("kind", f"Choose a job kind: {offered_text}.")
+        shown = _short(value)
+        known = isinstance(value, str) and value in KINDS
         raise JobError(
-            "kind", f"Job kind {_short(value)} is not one of {', '.join(_short(k) for k in KINDS)}."
+            "kind",
+            f"Job kind {shown} is {'not offered here' if known else 'not one gpuhub knows'}; "
+            f"{offered_text}.",
+        )
+    return value
+
+
+def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:
+    """A TrainJob's runtime: one the admin offers, else the default. Other kinds take none."""
+    if kind != "trainjob":
+        if value not in (None, ""):
+            raise JobError(
+                "runtime",
+                f"A runtime applies only to a TrainJob; a {KIND_NAMES[kind]} takes none "
+                f"(you gave {_short(value)}).",
+            )
+        return None
+    offered = ", ".join(_short(r) for r in runtimes.offered)
+    if value in (None, ""):
+        if runtimes.default is None:
+            raise JobError(
+                "runtime",
+                "No training runtime is offered for TrainJobs here; ask your admin to offer one.",
+            )
+        return runtimes.default
+    if not isinstance(value, str) or value not in runtimes.offered:
+        raise JobError(
+            "runtime",
+            f"Runtime {_short(value)} is not offered here; the runtimes offered are "
+            f"{offered or 'none'}.",
         )
     return value
 
@@ -316,7 +382,8 @@ def parse_workers(value: Any, kind: Kind, max_workers: int = MAX_WORKERS) -> int
         if value != 1:
             raise JobError(
                 "workers",
-                f"Workers apply only to a PyTorchJob or a TFJob; a {KIND_NAMES[kind]} runs once.",
+                "Workers apply only to a PyTorchJob, a TFJob or a TrainJob; a "
+                f"{KIND_NAMES[kind]} runs once.",
             )
         return 1
     if not 1 <= value <= max_workers:
@@ -428,6 +495,7 @@ class JobRecord:
     # While queued: 1 for the next job to be admitted, 2 behind it, ...; None when the queue
     # does not say (or the job is not queued).
     queue_position: int | None = None
+    runtime: str | None = None  # a TrainJob's ClusterTrainingRuntime
 
     @property
     def is_final(self) -> bool:
@@ -456,6 +524,7 @@ class JobRecord:
             workers=request.workers,
             gpu=request.gpu_summary(),
             parameters=dict(request.parameters),
+            runtime=request.runtime,
             **extra,
         )
 

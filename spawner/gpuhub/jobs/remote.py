@@ -22,6 +22,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
@@ -29,7 +30,7 @@ from urllib.parse import quote
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
 from .backend import QuotaGate, RemoteBackend
-from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id
+from .model import JobError, JobNotFound, JobRecord, JobRequest, Runtimes, check_job_id
 from .paths import output_path
 from .run_notebook import write_json
 
@@ -37,6 +38,19 @@ log = logging.getLogger(__name__)
 
 _RETRY_CODES = frozenset({599, 502, 503, 504})
 UNREACHABLE = "The gpuhub jobs service cannot be reached right now; try again in a moment."
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The kinds a cluster offers (``[{"kind", "label", "available", "reason"}]``) and its
+    TrainJob runtimes."""
+
+    kinds: list[dict[str, Any]]
+    runtimes: Runtimes
+
+    @property
+    def offered(self) -> list[str]:
+        return [str(k.get("kind")) for k in self.kinds]
 
 
 class HubServiceBackend(RemoteBackend):
@@ -48,7 +62,7 @@ class HubServiceBackend(RemoteBackend):
         super().__init__(*args, **kwargs)
         self._fetched: set[str] = set()
         self._not_notebooks: set[str] = set()  # fetched outputs that were no notebook
-        self._kinds: tuple[float, builtins.list[dict[str, Any]]] | None = None
+        self._offer: tuple[float, Offer] | None = None
 
     # -- HTTP -----------------------------------------------------------------------------
     async def _fetch(
@@ -160,14 +174,23 @@ class HubServiceBackend(RemoteBackend):
         check_job_id(job_id)
         return await self._local(await self._json("DELETE", f"jobs/{job_id}", job_id=job_id))
 
-    async def kinds_available(self) -> builtins.list[dict[str, Any]]:
-        """``[{"kind", "label", "available", "reason"}]`` as the service sees the cluster,
-        kept for a minute (the submit dialog asks each time it opens)."""
+    async def offer(self) -> Offer:
+        """What the cluster offers, as the service says (``GET jobs/kinds``), kept for a
+        minute (the submit dialog asks each time it opens): the kinds the admin offers, each
+        with ``available`` and, when not, the sentence why; the TrainJob runtimes."""
         now = time.monotonic()
-        if self._kinds is None or now - self._kinds[0] > 60:
+        if self._offer is None or now - self._offer[0] > 60:
             answer = await self._json("GET", "jobs/kinds")
-            self._kinds = (now, list(answer.get("kinds") or []))
-        return [dict(k) for k in self._kinds[1]]
+            runtimes = Runtimes(
+                tuple(str(r) for r in answer.get("runtimes") or []),
+                answer.get("default_runtime") or None,
+            )
+            self._offer = (now, Offer(list(answer.get("kinds") or []), runtimes))
+        return self._offer[1]
+
+    async def kinds_available(self) -> builtins.list[dict[str, Any]]:
+        """``[{"kind", "label", "available", "reason"}]``: the kinds offered (:meth:`offer`)."""
+        return [dict(k) for k in (await self.offer()).kinds]
 
     async def pipeline_yaml(self, job_id: str) -> str:
         """The compiled pipeline of a submitted pipeline step."""

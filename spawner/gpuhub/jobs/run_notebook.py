@@ -25,6 +25,9 @@ One runner for every place a job runs, reporting the way that place can be read 
   ``GPUHUB_PRINT_OUTPUT`` "1": also print the executed notebook to stdout between markers,
                           because without a shared home volume the pod's log is the only way
                           back (read by :func:`gpuhub.jobs.k8s.status.parse_pod_log`).
+  ``GPUHUB_SECONDARY_OUTPUT`` (a TrainJob, whose nodes share one pod template): on a node
+                          whose rank (``PET_NODE_RANK``, else ``JOB_COMPLETION_INDEX``) is not
+                          0, the executed notebook goes here instead and is not printed.
 
   It always prints one result line, ``gpuhub-result: {json}`` with ``status``, ``error`` and
   ``failed_cell``, and exits 0 on success, 1 when the notebook failed.
@@ -275,8 +278,17 @@ def print_output(path: str) -> None:
     out.flush()
 
 
+def node_rank(environ: dict[str, str]) -> str:
+    """This pod's node rank in a TrainJob ("0" where nothing says otherwise)."""
+    return environ.get("PET_NODE_RANK") or environ.get("JOB_COMPLETION_INDEX") or "0"
+
+
 def run_pod(environ: dict[str, str]) -> int:
     source, output = environ["GPUHUB_INPUT"], environ["GPUHUB_OUTPUT"]
+    secondary = environ.get("GPUHUB_SECONDARY_OUTPUT")
+    if secondary and node_rank(environ) != "0":
+        environ = {**environ, "GPUHUB_PRINT_OUTPUT": "0"}
+        output = secondary
     parameters: dict[str, Any] = {}
     if environ.get("GPUHUB_PARAMETERS") and os.path.exists(environ["GPUHUB_PARAMETERS"]):
         with open(environ["GPUHUB_PARAMETERS"]) as f:

@@ -33,7 +33,7 @@ from tornado import web
 from ..jobs.backend import JobBackend, JobRouter
 from ..jobs.http import JobsJSONMixin
 from ..jobs.k8s.backend import KubernetesBackend
-from ..jobs.model import KIND_NAMES, KINDS, JobError, JobRecord, JobRequest, parse_kind
+from ..jobs.model import KIND_NAMES, JobError, JobRecord, JobRequest, parse_kind
 from ..jobs.pipeline import NOT_CONFIGURED, KFPBackend
 from .config import ServiceConfig
 from .notebook import shipped_notebook
@@ -54,7 +54,7 @@ class Jobs:
         self.config = config
         self.kube = kube
         self.kfp = kfp
-        self.router = JobRouter({"job": kube, "pytorchjob": kube, "tfjob": kube, "pipeline": kfp})
+        self.router = JobRouter({**{k: kube for k in kube.kinds}, "pipeline": kfp})
 
     @property
     def max_body_bytes(self) -> int:
@@ -65,15 +65,19 @@ class Jobs:
         return self.kfp if kind == "pipeline" else self.kube
 
     async def kinds(self) -> list[dict[str, Any]]:
+        """The kinds the admin offers (``kinds``), each with whether it runs here and, when
+        not, the sentence why."""
         served = await self.kube.served_custom_kinds()
         queue_problem = await self.kube.queue_problem()
         out = []
-        for kind in KINDS:
+        for kind in self.config.kinds:
             reason = None
             if kind != "pipeline" and queue_problem is not None:
                 reason = queue_problem
             elif kind in ("pytorchjob", "tfjob") and kind not in served:
                 reason = f"This cluster does not run {KIND_NAMES[kind]}s (no Kubeflow training operator)."
+            elif kind == "trainjob" and kind not in served:
+                reason = "This cluster does not run TrainJobs (no Kubeflow Trainer)."
             if kind == "pipeline" and not self.config.kfp.configured:
                 reason = NOT_CONFIGURED
             out.append(
@@ -169,7 +173,7 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
     def parse(self, body: dict[str, Any]) -> tuple[JobRequest, bytes | None]:
         """The one validation path: the user API's checks with the hub's own policy."""
         config = self.jobs.config
-        kind = parse_kind(body.get("kind"))
+        kind = parse_kind(body.get("kind"), config.kinds)
         content = body.pop("notebook_content", None)
         shared = config.jobs.home_volume.shared
         limit = config.jobs.max_notebook_bytes
@@ -189,6 +193,8 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
             root_dir=None,
             notebook=notebook,
             max_notebook_bytes=limit,
+            kinds=config.kinds,
+            runtimes=config.runtimes,
         )
         return request, data
 
@@ -240,7 +246,7 @@ class JobsListHandler(JobsHandler):
 class KindsHandler(JobsHandler):
     async def get(self) -> None:
         async def action() -> None:
-            self.reply({"kinds": await self.jobs.kinds()})
+            self.reply({"kinds": await self.jobs.kinds(), **self.jobs.config.runtimes.to_json()})
 
         await self.answering(action)
 

@@ -12,6 +12,9 @@
     max_notebook_bytes: 1048576
     max_output_bytes: 67108864             # most bytes inflated from a job's log (its notebook)
     kueue: {queue_name: ""}                # Kueue LocalQueue jobs wait in; "": no queueing
+    kinds: [job, pytorchjob, tfjob, trainjob, pipeline]   # the kinds offered (all by default)
+    trainer: {runtimes: [torch-distributed], default_runtime: torch-distributed,
+              service_account: ""}         # TrainJob runtimes offered; what its pods run as
 
 Every problem is reported as one :class:`ServiceConfigError` naming the key, at start-up.
 """
@@ -20,13 +23,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..jobs.k8s.manifests import HomeVolume, KubeJobSettings
+from ..jobs.model import KINDS, Runtimes
 from ..jobs.pipeline import KFPSettings
 from ..jobs.policy_env import POLICY_KEYS
 from ..ledger import GPUQuota
@@ -46,6 +50,10 @@ class ServiceConfig:
     quota: GPUQuota
     jobs: KubeJobSettings
     kfp: KFPSettings
+    kinds: tuple[str, ...] = KINDS  # offered, in gpuhub's order
+    runtimes: Runtimes = field(
+        default_factory=lambda: Runtimes(("torch-distributed",), "torch-distributed")
+    )
 
     @property
     def namespace(self) -> str:
@@ -66,7 +74,7 @@ class ServiceConfig:
         if not isinstance(data, Mapping):
             raise ServiceConfigError("the configuration must be a mapping of keys to values")
         known = {"namespace", "policy", "gpu_quota", "job_image", "home_volume", "kfp"}
-        known |= {"max_notebook_bytes", "max_output_bytes", "kueue"}
+        known |= {"max_notebook_bytes", "max_output_bytes", "kueue", "kinds", "trainer"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ServiceConfigError(f"unknown key {unknown[0]!r}; the keys are {sorted(known)}")
@@ -116,6 +124,15 @@ class ServiceConfig:
                 "kueue.queue_name must name a LocalQueue (lower-case letters, digits, '-' and "
                 "'.', at most 63 characters)"
             )
+        kinds = _kinds(data.get("kinds", list(KINDS)))
+        trainer = _mapping(data, "trainer")
+        extra_trainer = sorted(set(trainer) - {"runtimes", "default_runtime", "service_account"})
+        if extra_trainer:
+            raise ServiceConfigError(f"trainer.{extra_trainer[0]} is not a trainer setting")
+        runtimes = _runtimes(trainer, "trainjob" in kinds)
+        account = _text(trainer, "service_account", "", "trainer.")
+        if account and not _DNS_SUBDOMAIN.fullmatch(account):
+            raise ServiceConfigError("trainer.service_account must name a ServiceAccount")
         job_image = _text(data, "job_image", "")
         if not job_image:
             raise ServiceConfigError("job_image must name the image jobs run in by default")
@@ -135,6 +152,7 @@ class ServiceConfig:
                 max_notebook_bytes=max_bytes,
                 max_output_bytes=max_output,
                 kueue_queue=queue_name,
+                job_service_account=account,
             ),
             kfp=KFPSettings(
                 endpoint=_text(kfp, "endpoint", "", "kfp."),
@@ -142,6 +160,8 @@ class ServiceConfig:
                 namespace=_text(kfp, "namespace", "kubeflow", "kfp."),
                 service_account=_text(kfp, "service_account", "", "kfp."),
             ),
+            kinds=kinds,
+            runtimes=runtimes,
         )
 
 
@@ -159,3 +179,39 @@ def _text(data: Mapping[str, Any], key: str, default: str, prefix: str = "") -> 
     if not isinstance(value, str):
         raise ServiceConfigError(f"{prefix}{key} must be a string")
     return value or default
+
+
+def _kinds(value: Any) -> tuple[str, ...]:
+    """The kinds the admin offers: some of gpuhub's, at least one, in gpuhub's order."""
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(k, str) and k in KINDS for k in value)
+    ):
+        raise ServiceConfigError(
+            f"kinds must list the job kinds offered, one or more of {list(KINDS)}; got {value!r}"
+        )
+    return tuple(k for k in KINDS if k in value)
+
+
+def _runtimes(trainer: Mapping[str, Any], offered: bool) -> Runtimes:
+    """The ClusterTrainingRuntimes offered for TrainJobs, and the default (the first if
+    unset). A cluster that offers TrainJobs offers at least one runtime."""
+    names = trainer.get("runtimes", ["torch-distributed"])
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and _DNS_SUBDOMAIN.fullmatch(n) for n in names
+    ):
+        raise ServiceConfigError(
+            f"trainer.runtimes must list ClusterTrainingRuntime names; got {names!r}"
+        )
+    if offered and not names:
+        raise ServiceConfigError(
+            "trainer.runtimes is empty while kinds offers trainjob; name a "
+            "ClusterTrainingRuntime (such as torch-distributed) or stop offering trainjob"
+        )
+    default = trainer.get("default_runtime") or (names[0] if names else None)
+    if default is not None and default not in names:
+        raise ServiceConfigError(
+            f"trainer.default_runtime {default!r} is not one of trainer.runtimes {names!r}"
+        )
+    return Runtimes(tuple(dict.fromkeys(names)), default)

@@ -15,6 +15,7 @@ export const CUSTOM_IMAGE = '__custom__';
 export type FieldName =
   | 'kind'
   | 'workers'
+  | 'runtime'
   | 'image'
   | 'cpu'
   | 'memory'
@@ -41,7 +42,10 @@ export function maxGpus(
 }
 
 /** The training kinds, offered under "Run as" in this order. */
-const TRAINING_KINDS: JobKind[] = ['job', 'pytorchjob', 'tfjob'];
+const TRAINING_KINDS: JobKind[] = ['job', 'pytorchjob', 'tfjob', 'trainjob'];
+
+/** The distributed kinds: their notebook runs on several workers (nodes). */
+export const DISTRIBUTED_KINDS: JobKind[] = ['pytorchjob', 'tfjob', 'trainjob'];
 
 export namespace SubmitFields {
   export interface IOptions {
@@ -123,6 +127,8 @@ export class SubmitFields {
   mode!: HTMLSelectElement;
   workers!: HTMLInputElement;
   workersRow!: HTMLElement;
+  runtime!: HTMLSelectElement;
+  runtimeRow!: HTMLElement;
   image: HTMLSelectElement | null = null;
   customImage: HTMLInputElement | null = null;
   customRow: HTMLElement | null = null;
@@ -194,7 +200,8 @@ export class SubmitFields {
     // behind a short "why" that keyboard and screen reader users can open.
     const unavailable: string[] = [];
     const reasons: string[] = [];
-    for (const kind of TRAINING_KINDS) {
+    // Only the kinds the admin offers are listed (the server's `kinds`).
+    for (const kind of TRAINING_KINDS.filter(k => kinds.has(k))) {
       const info = kinds.get(kind);
       const available = info?.available ?? false;
       // One node or several: the server's name for a distributed kind follows.
@@ -241,9 +248,39 @@ export class SubmitFields {
       this.workers,
       `Each worker gets the CPU, memory and GPUs below; up to ${this._opts.options.max_workers} workers.`
     );
+    const runtimeId = uid('gpuhub-runtime');
+    this.runtime = h('select', {
+      id: runtimeId,
+      'aria-describedby': `${runtimeId}-help`
+    });
+    const runtimes = this._opts.options.runtimes ?? [];
+    for (const name of runtimes) {
+      this.runtime.append(h('option', { value: name }, name));
+    }
+    const preferred = this._opts.options.default_runtime;
+    if (preferred && runtimes.includes(preferred)) {
+      this.runtime.value = preferred;
+    }
+    this.runtime.addEventListener('change', () =>
+      this._events.edited('runtime')
+    );
+    this.runtimeRow = this._row(
+      'runtime',
+      'Runtime',
+      this.runtime,
+      runtimes.length
+        ? 'The Kubeflow training runtime the TrainJob runs through, as your admin offers them.'
+        : 'No training runtime is offered here; ask your admin.'
+    );
     const modeRow = this._row('kind', 'Run as', this.mode, why);
     training.node.append(
-      h('div', { className: 'gpuhub-JobForm-nested' }, modeRow, this.workersRow)
+      h(
+        'div',
+        { className: 'gpuhub-JobForm-nested' },
+        modeRow,
+        this.workersRow,
+        this.runtimeRow
+      )
     );
 
     const pipelineInfo = kinds.get('pipeline');

@@ -8,7 +8,13 @@ import { GpuhubAPIError, IProblem, requestAPI } from '../../api';
 import { IHoldings, summary } from '../../gpu/holdings';
 import { parseParameterValue } from '../params';
 import { ISubmitBody, JobKind } from '../types';
-import { CUSTOM_IMAGE, FieldName, maxGpus, SubmitFields } from './fields';
+import {
+  CUSTOM_IMAGE,
+  DISTRIBUTED_KINDS,
+  FieldName,
+  maxGpus,
+  SubmitFields
+} from './fields';
 
 /** What was submitted last in this page session: the next dialog starts there. */
 let lastChoices: ISubmitBody | null = null;
@@ -73,9 +79,12 @@ export class FormState {
     if (f.gpuType && Number(gpus) > 0) {
       body.gpu_type = f.gpuType.value;
     }
-    if (kind === 'pytorchjob' || kind === 'tfjob') {
+    if (DISTRIBUTED_KINDS.includes(kind)) {
       const workers = f.workers.value.trim();
       body.workers = /^\d+$/.test(workers) ? Number(workers) : workers;
+    }
+    if (kind === 'trainjob' && f.runtime.value) {
+      body.runtime = f.runtime.value;
     }
     const name = f.name.value.trim();
     if (name) {
@@ -155,7 +164,8 @@ export class FormState {
     const f = this._fields;
     const kind = this.kind();
     f.mode.disabled = f.pipeline.checked;
-    f.workersRow.hidden = !(kind === 'pytorchjob' || kind === 'tfjob');
+    f.workersRow.hidden = !DISTRIBUTED_KINDS.includes(kind);
+    f.runtimeRow.hidden = kind !== 'trainjob';
     if (f.customRow) {
       f.customRow.hidden = f.image?.value !== CUSTOM_IMAGE;
     }
@@ -174,7 +184,7 @@ export class FormState {
           ? 'This server has no GPU, so jobs here run on CPU.'
           : 'Your limits allow no GPU, so the job runs on CPU.';
     } else {
-      help = `0 for a CPU-only job; up to ${max} for you${kind === 'pytorchjob' || kind === 'tfjob' ? ' per worker' : ''}.`;
+      help = `0 for a CPU-only job; up to ${max} for you${DISTRIBUTED_KINDS.includes(kind) ? ' per worker' : ''}.`;
       if (gpus > max) {
         help += ` ${gpus} is more than that; the server will refuse it.`;
       }

@@ -1,5 +1,6 @@
 """The Kubernetes backend: kind ``job`` as a batch/v1 Job, ``pytorchjob``/``tfjob`` as Kubeflow
-Training Operator v1 objects, created with the hub service's own credentials.
+Training Operator v1 objects, ``trainjob`` as a Kubeflow Trainer v2 TrainJob, created with the
+hub service's own credentials.
 
 State lives in the cluster, not in the service: a job is its workload object (labels
 ``gpuhub.io/user`` and ``gpuhub.io/job-id``, annotations with the exact owner and the
@@ -49,6 +50,7 @@ from ..model import (
 from . import manifests as m
 from .rawapi import request_body as _body
 from .rawapi import request_json as _json
+from .rawapi import served_resources
 from .status import (
     LOST_OUTPUT,
     Obj,
@@ -60,6 +62,7 @@ from .status import (
     queue_of,
     queue_phase,
     refusal_text,
+    train_job_phase,
     training_phase,
 )
 
@@ -68,6 +71,8 @@ log = logging.getLogger(__name__)
 SERVER_SELECTOR = "component=singleuser-server"  # KubeSpawner's label on user server pods
 DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 MAX_LOG_BYTES = 1024 * 1024
+# The Job controller's label (and annotation) of an Indexed Job's pod: a TrainJob's node rank.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 _FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a few KB each)
 _TOMBSTONE_SECONDS = 24 * 3600
 
@@ -81,6 +86,10 @@ def _pod_gpus(pod: Obj) -> int:
 
 
 def _workload_gpus(obj: Obj) -> int:
+    if obj["kind"] == "TrainJob":
+        trainer = (obj.get("spec") or {}).get("trainer") or {}
+        container = {"resources": trainer.get("resourcesPerNode") or {}}
+        return _pod_gpus({"spec": {"containers": [container]}}) * int(trainer.get("numNodes") or 1)
     if obj["kind"] == "Job":
         parallelism = int(obj.get("spec", {}).get("parallelism") or 1)
         return _pod_gpus(obj["spec"]["template"]) * parallelism
@@ -95,6 +104,8 @@ def _replicas(obj: Obj) -> int:
     """How many pods the workload runs at once: 1 for a Job, all replicas for the others."""
     if obj["kind"] == "Job":
         return 1
+    if obj["kind"] == "TrainJob":
+        return int(((obj.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
     kind = obj["metadata"].get("labels", {}).get(m.LABEL_KIND, "job")
     return sum(
         int(r.get("replicas") or 1) for r in obj["spec"][m.CUSTOM_KINDS[kind].specs_key].values()
@@ -103,7 +114,15 @@ def _replicas(obj: Obj) -> int:
 
 def _resources(obj: Obj) -> dict[str, Any]:
     """image, cpu, memory, gpu type resource and count of the (primary) container."""
-    if obj["kind"] == "Job":
+    if obj["kind"] == "TrainJob":
+        trainer = obj["spec"].get("trainer") or {}
+        container = {
+            "image": trainer.get("image"),
+            "resources": trainer.get("resourcesPerNode") or {},
+            "env": trainer.get("env") or [],
+        }
+        template: Obj = {"spec": {"containers": [container]}}
+    elif obj["kind"] == "Job":
         template = obj["spec"]["template"]
     else:
         custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
@@ -121,10 +140,11 @@ def _resources(obj: Obj) -> dict[str, Any]:
 
 
 class KubernetesBackend(JobBackend):
-    """Jobs, PyTorchJobs and TFJobs in one namespace, for many users (the hub service)."""
+    """Jobs, PyTorchJobs, TFJobs and TrainJobs in one namespace, for many users (the hub
+    service)."""
 
     name = "kubernetes"
-    kinds = frozenset({"job", "pytorchjob", "tfjob"})
+    kinds = frozenset(m.RESOURCES)
 
     def __init__(
         self,
@@ -144,6 +164,7 @@ class KubernetesBackend(JobBackend):
         self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
         self._locks: dict[str, asyncio.Lock] = {}
         self._discovered: tuple[float, frozenset[str]] | None = None
+        self._runtimes_seen: dict[str, float] = {}  # runtime -> when it was last found
         self.kueue = KueueAPI(api)
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
@@ -154,27 +175,24 @@ class KubernetesBackend(JobBackend):
 
     # -- discovery ------------------------------------------------------------------------
     async def served_custom_kinds(self) -> frozenset[str]:
-        """Which of pytorchjob/tfjob the cluster serves (``/apis/kubeflow.org/v1``), cached."""
+        """Which of pytorchjob/tfjob (``/apis/kubeflow.org/v1``) and trainjob
+        (``/apis/trainer.kubeflow.org/v1alpha1``) the cluster serves, cached."""
         now = time.monotonic()
         if self._discovered and now - self._discovered[0] < DISCOVERY_TTL:
             return self._discovered[1]
-        try:
-            doc = await _json(
-                self.api.call_api(
-                    f"/apis/{m.KUBEFLOW_GROUP}/{m.KUBEFLOW_VERSION}",
-                    "GET",
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                )
-            )
-            plurals = {r.get("name") for r in doc.get("resources") or []}
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            plurals = set()
-        served = frozenset(k for k, c in m.CUSTOM_KINDS.items() if c.plural in plurals)
-        self._discovered = (now, served)
-        return served
+        served: set[str] = set()
+        groups = {(r.group, r.version) for k, r in m.RESOURCES.items() if k != "job"}
+        for group, version in sorted(groups):
+            plurals = await served_resources(self.api, group, version)
+            if plurals is None:
+                continue
+            served |= {
+                kind
+                for kind, r in m.RESOURCES.items()
+                if (r.group, r.version) == (group, version) and r.plural in plurals
+            }
+        self._discovered = (now, frozenset(served))
+        return self._discovered[1]
 
     async def kueue_served(self) -> bool:
         """Whether the cluster serves Kueue's Workload API (``kueue.x-k8s.io``, v1beta2 or
@@ -197,8 +215,10 @@ class KubernetesBackend(JobBackend):
         problem = await self.queue_problem()
         if problem is not None:
             raise JobError("kind", problem, 422)
-        if request.kind in m.CUSTOM_KINDS:
-            served = await self.served_custom_kinds()
+        if request.kind == "trainjob":
+            await self._check_trainjob(request)
+        elif request.kind in m.CUSTOM_KINDS:
+            served = await self.served_custom_kinds() & set(m.CUSTOM_KINDS)
             if request.kind not in served:
                 if served:
                     other = ", ".join(sorted(KIND_NAMES[k] for k in served))
@@ -213,6 +233,44 @@ class KubernetesBackend(JobBackend):
                         "TFJob resource); submit a training job (kind job) instead."
                     )
                 raise JobError("kind", message, 422)
+
+    async def _check_trainjob(self, request: JobRequest) -> None:
+        """A TrainJob needs Kubeflow Trainer and the ClusterTrainingRuntime it names."""
+        if "trainjob" not in await self.served_custom_kinds():
+            raise JobError(
+                "kind",
+                "This cluster cannot run a TrainJob: Kubeflow Trainer is not installed (no "
+                "trainer.kubeflow.org/v1alpha1 TrainJob resource); ask your admin.",
+                422,
+            )
+        runtime = request.runtime or ""
+        now = time.monotonic()
+        if now - self._runtimes_seen.get(runtime, -DISCOVERY_TTL) < DISCOVERY_TTL:
+            return
+        try:
+            await _json(
+                self.custom.get_cluster_custom_object(
+                    m.TRAINER_GROUP,
+                    m.TRAINER_VERSION,
+                    "clustertrainingruntimes",
+                    runtime,
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise JobError(
+                    "runtime",
+                    f'The training runtime "{runtime}" is offered here but this cluster has no '
+                    "ClusterTrainingRuntime of that name; ask your admin to install it or to "
+                    "stop offering it.",
+                    422,
+                ) from None
+            if exc.status != 403:
+                raise
+            log.warning("gpuhub: may not read ClusterTrainingRuntime %s (403)", runtime)
+            return
+        self._runtimes_seen[runtime] = now
 
     # -- quota (the service alone; with the hub's ledger, see gpuhub.service.quota) -------
     async def holdings(self, owner: str) -> list[Holding]:
@@ -387,13 +445,13 @@ class KubernetesBackend(JobBackend):
             return await _json(
                 self.batch.create_namespaced_job(self.namespace, workload, _preload_content=False)
             )
-        custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == workload["kind"])
+        res = m.RESOURCES[m.KIND_OF[workload["kind"]]]
         return await _json(
             self.custom.create_namespaced_custom_object(
-                m.KUBEFLOW_GROUP,
-                m.KUBEFLOW_VERSION,
+                res.group,
+                res.version,
                 self.namespace,
-                custom.plural,
+                res.plural,
                 workload,
                 _preload_content=False,
             )
@@ -437,7 +495,7 @@ class KubernetesBackend(JobBackend):
 
     # -- reading ----------------------------------------------------------------------------
     async def _read_workload(self, job_id: str, kind: str | None = None) -> Obj:
-        kinds = [kind] if kind else ["job", *m.CUSTOM_KINDS]
+        kinds = [kind] if kind else list(m.RESOURCES)
         last: ApiException | None = None
         for k in kinds:
             try:
@@ -447,13 +505,13 @@ class KubernetesBackend(JobBackend):
                             job_id, self.namespace, _preload_content=False
                         )
                     )
-                custom = m.CUSTOM_KINDS[k]
+                res = m.RESOURCES[k]
                 return await _json(
                     self.custom.get_namespaced_custom_object(
-                        m.KUBEFLOW_GROUP,
-                        m.KUBEFLOW_VERSION,
+                        res.group,
+                        res.version,
                         self.namespace,
-                        custom.plural,
+                        res.plural,
                         job_id,
                         _preload_content=False,
                     )
@@ -470,21 +528,22 @@ class KubernetesBackend(JobBackend):
         return [o for o in await self._list_workloads(selector) if self._owned(o, owner)]
 
     async def _list_workloads(self, selector: str) -> list[Obj]:
-        """Jobs and every served Kubeflow kind in the namespace matching ``selector``."""
+        """Jobs and every served Kubeflow kind (Training Operator, Trainer) in the namespace
+        matching ``selector``."""
         jobs = await _json(
             self.batch.list_namespaced_job(
                 self.namespace, label_selector=selector, _preload_content=False
             )
         )
         items = [{"kind": "Job", "apiVersion": "batch/v1", **o} for o in jobs.get("items") or []]
-        for kind in await self.served_custom_kinds():
-            custom = m.CUSTOM_KINDS[kind]
+        for kind in sorted(await self.served_custom_kinds()):
+            res = m.RESOURCES[kind]
             listed = await _json(
                 self.custom.list_namespaced_custom_object(
-                    m.KUBEFLOW_GROUP,
-                    m.KUBEFLOW_VERSION,
+                    res.group,
+                    res.version,
                     self.namespace,
-                    custom.plural,
+                    res.plural,
                     label_selector=selector,
                     _preload_content=False,
                 )
@@ -529,6 +588,8 @@ class KubernetesBackend(JobBackend):
         gpu = self._gpu_summary(obj)
         if obj["kind"] == "Job":
             return job_phase(obj, pods, gpu, refused)
+        if obj["kind"] == "TrainJob":
+            return train_job_phase(obj, pods, gpu, refused)
         return training_phase(obj, pods, gpu, obj["kind"], refused)
 
     async def _refused(self, obj: Obj, pods: list[Obj]) -> str | None:
@@ -537,8 +598,13 @@ class KubernetesBackend(JobBackend):
         when pods are missing, so a healthy job costs no extra request."""
         if len(pods) >= _replicas(obj) or self._phase(obj, pods).status != "pending":
             return None
-        reason = "FailedCreate" if obj["kind"] == "Job" else "FailedCreatePod"
-        selector = f"involvedObject.uid={obj['metadata']['uid']},reason={reason}"
+        if obj["kind"] == "TrainJob":
+            # Its pods are made by the Job of its runtime's "node" step (JobSet names it).
+            name = f"{obj['metadata']['name']}-{m.TRAINER_NODE}-0"
+            selector = f"involvedObject.kind=Job,involvedObject.name={name},reason=FailedCreate"
+        else:
+            reason = "FailedCreate" if obj["kind"] == "Job" else "FailedCreatePod"
+            selector = f"involvedObject.uid={obj['metadata']['uid']},reason={reason}"
         try:
             events = await _json(
                 self.core.list_namespaced_event(
@@ -670,6 +736,7 @@ class KubernetesBackend(JobBackend):
             workers=workers,
             gpu=f"{workers} workers, {summary} each" if workers > 1 else summary,
             parameters=saved.get("parameters") or {},
+            runtime=saved.get("runtime") or None,
             message=phase.message,
             error=phase.error,
             queue_position=queued.positions.get(uid) if phase.status == "queued" else None,
@@ -739,7 +806,15 @@ class KubernetesBackend(JobBackend):
             for p in pods
             if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == obj["metadata"]["name"]
         ]
-        if obj["kind"] != "Job":
+        if obj["kind"] == "TrainJob":
+            # Node 0: the Job controller's completion index (Trainer's PET_NODE_RANK).
+            mine = [
+                p
+                for p in mine
+                if (p["metadata"].get("labels") or {}).get(COMPLETION_INDEX) == "0"
+                or (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX) == "0"
+            ]
+        elif obj["kind"] != "Job":
             masters = [
                 p
                 for p in mine
@@ -891,13 +966,13 @@ class KubernetesBackend(JobBackend):
                 )
             )
             return
-        custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
+        res = m.RESOURCES[m.KIND_OF[obj["kind"]]]
         await _json(
             self.custom.delete_namespaced_custom_object(
-                m.KUBEFLOW_GROUP,
-                m.KUBEFLOW_VERSION,
+                res.group,
+                res.version,
                 self.namespace,
-                custom.plural,
+                res.plural,
                 name,
                 body=body,
                 _preload_content=False,

@@ -1,5 +1,6 @@
-"""Kubernetes objects for a job: a batch/v1 Job or a Kubeflow PyTorchJob / TFJob, plus the
-ConfigMap that carries the runner, the parameters and (without a shared home) the notebook.
+"""Kubernetes objects for a job: a batch/v1 Job, a Kubeflow PyTorchJob / TFJob (Training
+Operator v1) or a TrainJob (Kubeflow Trainer v2), plus the ConfigMap that carries the runner,
+the parameters and (without a shared home) the notebook.
 
 Pure functions from a validated :class:`~gpuhub.jobs.model.JobRequest` to plain dicts, so the
 manifests are checked against the official schemas in tests without a cluster. The pod of
@@ -41,6 +42,13 @@ _CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
 
 KUBEFLOW_GROUP = "kubeflow.org"
 KUBEFLOW_VERSION = "v1"
+# Kubeflow Trainer v2: a TrainJob runs a ClusterTrainingRuntime's JobSet; its nodes are the
+# pods of the runtime's "node" replicated job (one Job, numNodes pods, Indexed).
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_VERSION = "v1alpha1"
+TRAINER_NODE = "node"  # the replicated job and container Trainer's torch runtimes train in
+# Who patches the runtime for a TrainJob (spec.runtimePatches[].manager).
+PATCH_MANAGER = "gpuhub.io/jobs-service"
 
 # Kueue (https://kueue.sigs.k8s.io/docs/concepts/): a job labelled with a LocalQueue's name
 # and created suspended waits there until its ClusterQueue has quota, then Kueue unsuspends it.
@@ -68,6 +76,31 @@ CUSTOM_KINDS: dict[str, CustomKind] = {
     ),
     "tfjob": CustomKind("TFJob", "tfjobs", "tfReplicaSpecs", "Chief", "tensorflow"),
 }
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where the API serves the object of one gpuhub kind (``group`` "batch" for Jobs)."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+# The object of each gpuhub kind that runs on Kubernetes itself (pipelines run in KFP): the one
+# home of these names for the jobs service, the hub's ledger and the fleet page's cancel.
+RESOURCES: dict[str, Resource] = {
+    "job": Resource("Job", "batch", "v1", "jobs"),
+    "pytorchjob": Resource("PyTorchJob", KUBEFLOW_GROUP, KUBEFLOW_VERSION, "pytorchjobs"),
+    "tfjob": Resource("TFJob", KUBEFLOW_GROUP, KUBEFLOW_VERSION, "tfjobs"),
+    "trainjob": Resource("TrainJob", TRAINER_GROUP, TRAINER_VERSION, "trainjobs"),
+}
+KIND_OF = {r.kind: kind for kind, r in RESOURCES.items()}  # Kubernetes kind -> gpuhub's
 
 
 @dataclass(frozen=True)
@@ -100,6 +133,10 @@ class KubeJobSettings:
     # Kueue's LocalQueue in ``namespace`` that jobs wait in (``jobs.kueue.queueName``); "":
     # jobs are not queued (no label, not suspended).
     kueue_queue: str = ""
+    # The ServiceAccount a TrainJob's pods run as (the chart's, which mounts no token):
+    # Trainer's runtime patches cannot turn automountServiceAccountToken off per pod. "": the
+    # runtime's own (the namespace's default account).
+    job_service_account: str = ""
 
     @property
     def shipped_notebook_limit(self) -> int:
@@ -131,8 +168,13 @@ def make_job_id(name: str, owner: str, key: str, kind: Kind) -> str:
     digest = hashlib.sha256(f"{owner}\0{kind}\0{key}".encode()).digest()
     suffix = base64.b32encode(digest).decode().lower()[:ID_DIGEST]
     tail = ID_DIGEST + 1
-    room = 63 - len("-worker-63") - tail if kind in CUSTOM_KINDS else 63 - tail
+    # A TrainJob's node pods are named <id>-node-0-<index>, a DNS label as well.
+    distributed = kind in CUSTOM_KINDS or kind == "trainjob"
+    room = 63 - len("-worker-63") - tail if distributed else 63 - tail
     stem = name[:room].rstrip("-") or "job"
+    if kind == "trainjob" and not stem[0].isalpha():
+        # Trainer wants an RFC 1035 label (a letter first): "2024-run" -> "t-2024-run".
+        stem = f"t-{stem}"[:room].rstrip("-")
     return f"{stem}-{suffix}"
 
 
@@ -209,17 +251,22 @@ def owner_reference(workload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pod_spec(
-    request: JobRequest,
-    owner: str,
-    job_id: str,
-    settings: KubeJobSettings,
-    *,
-    container_name: str,
-    primary: bool,
-) -> dict[str, Any]:
-    """The pod of one replica. Only the primary one (the Job's pod, the master/chief) writes
-    the executed notebook; the others run the same code and keep their output to themselves."""
+@dataclass(frozen=True)
+class _Runner:
+    """What runs the notebook in a job's pod: its volumes, mounts, environment and folder."""
+
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    env: dict[str, str]
+    cwd: str
+
+
+def _runner(
+    request: JobRequest, owner: str, job_id: str, settings: KubeJobSettings, *, primary: bool
+) -> _Runner:
+    """The runner of one pod. Only the primary one (the Job's pod, the master/chief, a
+    TrainJob's node 0) writes the executed notebook; the others run the same code and keep
+    their output to themselves."""
     options = request.resources
     home = settings.home_volume
     notebook = PurePosixPath(request.notebook.path)
@@ -262,6 +309,22 @@ def _pod_spec(
         "PYTHONUNBUFFERED": "1",
         **gpu_env(options),
     }
+    return _Runner(volumes, mounts, env, cwd)
+
+
+def _pod_spec(
+    request: JobRequest,
+    owner: str,
+    job_id: str,
+    settings: KubeJobSettings,
+    *,
+    container_name: str,
+    primary: bool,
+) -> dict[str, Any]:
+    """The pod of one replica of a Job, PyTorchJob or TFJob."""
+    options = request.resources
+    runner = _runner(request, owner, job_id, settings, primary=primary)
+    volumes, mounts, env, cwd = runner.volumes, runner.mounts, runner.env, runner.cwd
     selector, tolerations = placement(options)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -307,6 +370,9 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
+DISTRIBUTED = frozenset({*CUSTOM_KINDS, "trainjob"})
+
+
 def replica_network_policy(
     request: JobRequest, owner: str, job_id: str, settings: KubeJobSettings
 ) -> dict[str, Any] | None:
@@ -317,7 +383,7 @@ def replica_network_policy(
     between pods of this job. None for single-pod jobs. Owned by the workload (set by the
     backend once it exists), so it goes when the job goes.
     """
-    if request.kind not in CUSTOM_KINDS or request.workers < 2:
+    if request.kind not in DISTRIBUTED or request.workers < 2:
         return None
     # The owner as well as the id: pods of another user's job never match it.
     same_job = {
@@ -357,6 +423,7 @@ def record_annotation(request: JobRequest, created: str, shared: bool, job_id: s
             "parameters": dict(request.parameters),
             "output": output_path(request.notebook.path, job_id) if shared else None,
             "profile": request.resources.profile,
+            **({"runtime": request.runtime} if request.runtime else {}),
         },
         sort_keys=True,
     )
@@ -371,7 +438,7 @@ def workload(
     key: str,
     created: str,
 ) -> dict[str, Any]:
-    """The Job, PyTorchJob or TFJob for ``request``."""
+    """The Job, PyTorchJob, TFJob or TrainJob for ``request``."""
     meta_labels = labels(owner, job_id, request.kind)
     # The queue label is the workload's only, as Kueue reads it; pods carry gpuhub's labels.
     queued = {LABEL_QUEUE_NAME: settings.kueue_queue} if settings.kueue_queue else {}
@@ -387,6 +454,8 @@ def workload(
             ),
         },
     }
+    if request.kind == "trainjob":
+        return train_job(request, owner, job_id, settings, metadata, queued=bool(queued))
     if request.kind == "job":
         return {
             "apiVersion": "batch/v1",
@@ -452,4 +521,106 @@ def workload(
         "kind": custom.kind,
         "metadata": metadata,
         "spec": spec,
+    }
+
+
+# The node rank Trainer's torch runtime gives each node (PET_NODE_RANK, from the Job's
+# completion index); the runner writes the executed notebook on node 0 only.
+SECONDARY_OUTPUT_ENV = "GPUHUB_SECONDARY_OUTPUT"
+
+
+def train_job(
+    request: JobRequest,
+    owner: str,
+    job_id: str,
+    settings: KubeJobSettings,
+    metadata: dict[str, Any],
+    *,
+    queued: bool,
+) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 TrainJob: ``numNodes`` = the workers, ``resourcesPerNode`` = the
+    GPUs, CPU and memory asked, through the ClusterTrainingRuntime the request names.
+
+    What the Trainer API has no field for goes in a runtime patch of the "node" pods
+    (``spec.runtimePatches``): gpuhub's labels and owner (the hub's ledger, the fences and
+    cancel select the pods by them), the runner's volumes, the GPU type's placement and the
+    restricted security context. Every node runs the notebook; node 0 is the primary.
+    """
+    assert request.runtime, "a TrainJob names its runtime (JobRequest.parse sets it)"
+    options = request.resources
+    runner = _runner(request, owner, job_id, settings, primary=True)
+    env = dict(runner.env)
+    # The other nodes keep their copy of the executed notebook to themselves.
+    env[SECONDARY_OUTPUT_ENV] = f"{WORK_DIR}/{PurePosixPath(request.notebook.path).name}"
+    selector, tolerations = placement(options)
+    pod_meta = {
+        "labels": labels(owner, job_id, request.kind),
+        # The exact owner (the label is a slug): the hub's ledger reads it.
+        "annotations": {ANNOTATION_USERNAME: owner},
+    }
+    pod_patch: dict[str, Any] = {
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "volumes": runner.volumes,
+        "containers": [
+            {
+                "name": TRAINER_NODE,
+                "volumeMounts": runner.mounts,
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+            }
+        ],
+    }
+    if settings.job_service_account:
+        pod_patch["serviceAccountName"] = settings.job_service_account
+    if selector:
+        pod_patch["nodeSelector"] = selector
+    if tolerations:
+        pod_patch["tolerations"] = tolerations
+    trainer: dict[str, Any] = {
+        "image": options.image or settings.job_image,
+        "command": ["python", f"{RUN_DIR}/run.py"],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "numNodes": request.workers,
+        "resourcesPerNode": container_resources(options),
+    }
+    if options.gpus:
+        # torchrun's processes per node: one per GPU.
+        trainer["numProcPerNode"] = options.gpus
+    return {
+        "apiVersion": RESOURCES["trainjob"].api_version,
+        "kind": "TrainJob",
+        "metadata": metadata,
+        "spec": {
+            "runtimeRef": {
+                "name": request.runtime,
+                "apiGroup": TRAINER_GROUP,
+                "kind": "ClusterTrainingRuntime",
+            },
+            # Through Kueue: created suspended; Kueue resumes it once admitted.
+            **({"suspend": True} if queued else {}),
+            "trainer": trainer,
+            "runtimePatches": [
+                {
+                    "manager": PATCH_MANAGER,
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": TRAINER_NODE,
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    "metadata": pod_meta,
+                                                    "spec": pod_patch,
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
     }

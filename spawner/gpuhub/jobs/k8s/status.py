@@ -263,9 +263,10 @@ def refusal_text(event_message: str) -> str:
 
 
 def suspended(obj: Obj) -> bool:
-    """A Job's ``spec.suspend``, a Kubeflow job's ``spec.runPolicy.suspend``."""
+    """A Job's or TrainJob's ``spec.suspend``, a Training Operator job's
+    ``spec.runPolicy.suspend``."""
     spec = obj.get("spec") or {}
-    if obj.get("kind") == "Job":
+    if obj.get("kind") in ("Job", "TrainJob"):
         return bool(spec.get("suspend"))
     return bool((spec.get("runPolicy") or {}).get("suspend"))
 
@@ -387,6 +388,57 @@ def training_phase(
     )
 
 
+def train_job_phase(obj: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:
+    """A TrainJob's status (Kubeflow Trainer v2): its ``Complete``/``Failed`` conditions
+    (taken from its JobSet), its nodes' pods meanwhile, and Trainer's progress
+    (``status.trainerStatus``) where the runtime reports it; ``refused``: why Kubernetes
+    refused to create a node's pod."""
+    status = obj.get("status") or {}
+    started = _started(pods)
+    if obj["metadata"].get("deletionTimestamp"):
+        return Phase("cancelled", "Cancelled; stopping its pods.", started=started)
+    complete = _condition(obj, "Complete")
+    if complete:
+        return Phase("succeeded", started=started, finished=complete.get("lastTransitionTime"))
+    failed = _condition(obj, "Failed")
+    if failed:
+        message = _failure(failed, pods, "the TrainJob failed")
+        return Phase(
+            "failed",
+            error=f"The TrainJob failed: {message}.",
+            started=started,
+            finished=failed.get("lastTransitionTime"),
+        )
+    if suspended(obj):
+        return Phase("pending", "Suspended; it starts when it is resumed.")
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    if running:
+        return Phase("running", _trainer_progress(status) or "Running.", started=started)
+    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    if ended and len(ended) == len(pods):
+        return Phase("running", FINISHING, started=started)
+    if refused and not pods:
+        return Phase("pending", f"Kubernetes refused to create the TrainJob's pods: {refused}")
+    waiting = pod_waiting(pods, gpu)
+    if waiting:
+        return Phase("pending", waiting)
+    return Phase("pending", "Waiting for Kubeflow Trainer to start its nodes.")
+
+
+def _trainer_progress(status: Obj) -> str | None:
+    """Trainer's own progress, in words: "Running: 40% done, about 3 minutes left."."""
+    trainer = status.get("trainerStatus") or {}
+    percent = trainer.get("progressPercentage")
+    if not isinstance(percent, int) or isinstance(percent, bool):
+        return None
+    text = f"Running: {percent}% done"
+    left = trainer.get("estimatedRemainingSeconds")
+    if isinstance(left, int) and not isinstance(left, bool) and left >= 0:
+        minutes = max(1, round(left / 60))
+        text += f", about {minutes} minute{'s' if minutes != 1 else ''} left"
+    return text + "."
+
+
 def _failure(condition: Obj, pods: list[Obj], default: str) -> str:
     """Why a job failed, without the final stop. The controllers' own message names the rule
     that ended the job ("reached the specified backoff limit"); which pod failed, and how,
@@ -413,6 +465,9 @@ def _pod_failure(pods: list[Obj]) -> str | None:
     role = labels.get("training.kubeflow.org/replica-type")
     index = labels.get("training.kubeflow.org/replica-index")
     who = f"{role} {index}" if role and index is not None else "its pod"
+    node = labels.get("batch.kubernetes.io/job-completion-index")
+    if labels.get("jobset.sigs.k8s.io/replicatedjob-name") and node is not None:
+        who = f"node {node}"  # a TrainJob's
     reason = ended.get("reason")
     why = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
     return f"{who} exited with code {ended['exitCode']}{why}"
@@ -421,8 +476,11 @@ def _pod_failure(pods: list[Obj]) -> str | None:
 def _started(pods: list[Obj]) -> str | None:
     """When the first of ``pods``' containers started (running, or ended since)."""
     times = [
-        ((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") or {})
-        .get("startedAt")
+        (
+            (cs.get("state") or {}).get("running")
+            or (cs.get("state") or {}).get("terminated")
+            or {}
+        ).get("startedAt")
         for p in pods
         for cs in (p.get("status") or {}).get("containerStatuses") or []
     ]
