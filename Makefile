@@ -10,7 +10,7 @@ GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
 .PHONY: install demo test lint typecheck pytest pytest-fast benchmarks clean wheel images \
-	cluster cluster-down cluster-status
+	cluster cluster-down cluster-status test-cluster
 
 install: $(VENV)/.installed
 
@@ -48,10 +48,18 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-pytest: install
-	$(BIN)/python -m pytest
+# The Kubernetes-facing tests run on the cluster GPUHUB_TEST_KUBECONFIG names, else on the
+# local one (make cluster; started here, or reused when it runs, and left running).
+TEST_KUBECONFIG = $(or $(GPUHUB_TEST_KUBECONFIG),$(CURDIR)/.cluster/kubeconfig)
 
-# The tests that start no real hub, Jupyter server, service or browser (tests/support/e2e.py).
+test-cluster: install
+	@if [ -z "$(GPUHUB_TEST_KUBECONFIG)" ]; then $(BIN)/python -m tests.cluster up; fi
+
+pytest: install test-cluster
+	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest
+
+# The tests that start no real hub, Jupyter server, service, browser or cluster
+# (tests/support/e2e.py).
 pytest-fast: install
 	$(BIN)/python -m pytest -m "not e2e"
 

@@ -15,6 +15,8 @@ from gpuhub.form import GPUCapacity
 from gpuhub.policy import Policy
 from tests.support.cluster import A100_PRODUCT, GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
 
+pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler and kwok
+
 TOLERATE_GPU = [GPU_TOLERATION, KWOK_TOLERATION]
 A100_CONFIG = {
     "display_name": "NVIDIA A100 80GB",

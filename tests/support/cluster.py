@@ -47,6 +47,7 @@ from tests.cluster.nodes import (
     node_object,
     schedulable,
 )
+from tests.support import e2e
 
 T = TypeVar("T")
 
@@ -420,6 +421,7 @@ def new_namespace(api: KubeAPI, hint: str) -> str:
 
 @contextlib.contextmanager
 def kube_for(config: tuple[Path, KubeAPI, bool], hint: str) -> Iterator[Kube]:
+    e2e.require("the Kubernetes test cluster")
     path, api, local = config
     kube = Kube(path, api, new_namespace(api, hint), local)
     try:
@@ -448,6 +450,7 @@ def module_kube(
 async def kube_api(kube_cluster_config: tuple[Path, KubeAPI, bool]) -> AsyncIterator[Any]:
     from kubernetes_asyncio import config
 
+    e2e.require("the Kubernetes test cluster")
     client = await config.new_client_from_config(config_file=str(kube_cluster_config[0]))
     try:
         yield client

@@ -219,17 +219,24 @@ async def main(args: argparse.Namespace) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
 
-        async def watch() -> None:
-            async for kind, pod in kube.watch_pods(f"spec.nodeName={args.name}"):
+        async def watch_pods() -> None:
+            async for kind, pod in kube.watch("/api/v1/pods", f"spec.nodeName={args.name}"):
                 try:
                     await agent.handle(kind, pod)
                 except Exception:
                     log.exception("handling %s of a pod", kind)
 
+        async def watch_services() -> None:
+            async for kind, service in kube.watch("/api/v1/services"):
+                agent.service_event(kind, service)
+
         tasks = [
-            asyncio.create_task(watch()),
+            asyncio.create_task(watch_pods()),
+            asyncio.create_task(watch_services()),
             asyncio.create_task(keep_lease(kube, args.name, node)),
         ]
+        for task in tasks:  # none of them may end; if one does, say why and stop the node
+            task.add_done_callback(lambda t: t.cancelled() or _died(t, stop))
         log.info(
             "node %s ready: %d simulated GPUs, kubelet API on 127.0.0.1:%d",
             args.name,
@@ -242,6 +249,11 @@ async def main(args: argparse.Namespace) -> None:
         await agent.shutdown()
         with contextlib.suppress(Exception):
             await runner.cleanup()
+
+
+def _died(task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    log.error("the node agent's %s ended", task.get_coro().__qualname__, exc_info=task.exception())
+    stop.set()
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -77,30 +77,32 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    async def watch_pods(self, field_selector: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """LIST then WATCH the pods matching ``field_selector``, for ever: a dropped watch
-        resumes from its last resourceVersion, a ``410 Gone`` lists again. A LIST yields
-        ``("SYNC", pod)`` for each pod, then ``("SYNCED", {})``."""
+    async def watch(
+        self, path: str, field_selector: str = ""
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """LIST then WATCH the objects at ``path`` (e.g. ``/api/v1/pods``) matching
+        ``field_selector``, for ever: a dropped watch resumes from its last resourceVersion,
+        a ``410 Gone`` lists again. A LIST yields ``("SYNC", obj)`` for each object, then
+        ``("SYNCED", {})``."""
         version = ""
+        selector = {"fieldSelector": field_selector} if field_selector else {}
         while True:
             try:
                 if not version:
-                    listing = await self.request(
-                        "GET", "/api/v1/pods", params={"fieldSelector": field_selector}
-                    )
+                    listing = await self.request("GET", path, params=selector)
                     for pod in listing["items"]:
                         yield "SYNC", pod
                     yield "SYNCED", {}
                     version = listing["metadata"]["resourceVersion"]
                 params = {
-                    "fieldSelector": field_selector,
+                    **selector,
                     "watch": "1",
                     "resourceVersion": version,
                     "allowWatchBookmarks": "true",
                     "timeoutSeconds": "300",
                 }
                 async with self.session.get(
-                    self.server + "/api/v1/pods",
+                    self.server + path,
                     params=params,
                     timeout=aiohttp.ClientTimeout(total=None, sock_read=400),
                 ) as response:
@@ -120,5 +122,5 @@ class Kube:
                         if kind != "BOOKMARK":
                             yield kind, obj
             except (aiohttp.ClientError, TimeoutError, ApiError) as error:
-                log.warning("pod watch interrupted (%s); resuming", error)
+                log.warning("watch of %s interrupted (%s); resuming", path, error)
                 await asyncio.sleep(1)

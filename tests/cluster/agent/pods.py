@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .hosts import hosts_file, pod_name, write_in_place
 from .kube import ApiError, Kube
 from .logs import ContainerLog, timestamp
 from .volumes import VolumeNotReady, Volumes, VolumeUnsupported, can_mount, mount_script
@@ -160,6 +161,7 @@ class ProcessNode:
         # (pod uid, "configmaps"|"secrets", name) -> data, read once when the pod starts
         self._refs: dict[tuple[str, str, str], dict[str, str]] = {}
         self._deletions: set[asyncio.Task[None]] = set()
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
         self.path = os.pathsep.join(
             [
                 os.path.dirname(sys.executable),
@@ -202,6 +204,23 @@ class ProcessNode:
                 return
             self._admit(pod)
 
+    def service_event(self, kind: str, service: dict[str, Any]) -> None:
+        """A Service changed: the pods' hosts files follow (see :mod:`.hosts`)."""
+        if kind == "SYNCED":
+            return
+        key = (service["metadata"]["namespace"], service["metadata"]["name"])
+        if kind == "DELETED":
+            self.services.pop(key, None)
+        else:
+            self.services[key] = service
+        self.refresh_hosts()
+
+    def refresh_hosts(self) -> None:
+        names = [pod_name(run.pod, run.ip) for run in self.runs.values()]
+        services = list(self.services.values())
+        for run, name in zip(list(self.runs.values()), names, strict=True):
+            write_in_place(run.folder / "hosts", hosts_file(name, names, services))
+
     def _admit(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         need = gpu_request(pod)
@@ -211,6 +230,7 @@ class ProcessNode:
         run = PodRun(pod, self._allocate_ip(), gpus, folder)
         self.runs[meta["uid"]] = run
         self.by_key[run.key] = meta["uid"]
+        self.refresh_hosts()
         if len(gpus) < need:
             run.phase, run.reason = "Failed", "UnexpectedAdmissionError"
             run.message = (
@@ -243,6 +263,7 @@ class ProcessNode:
         for key in [k for k in self._refs if k[0] == run.uid]:
             del self._refs[key]
         shutil.rmtree(run.folder, ignore_errors=True)
+        self.refresh_hosts()
 
     def container_log(
         self, namespace: str, pod: str, container: str, previous: bool = False
@@ -599,33 +620,29 @@ class ProcessNode:
         mounts = spec.get("volumeMounts") or []
         workdir = spec.get("workingDir")
         cwd = str(run.folder / "home")
-        if mounts or workdir:
-            if mounts and not can_mount():
-                raise VolumeUnsupported(
-                    "the process node mounts volumes in a private mount namespace, which needs "
-                    "root; run the cluster as root"
-                )
-            script = run.folder / f"{container.name}.sh"
-            script.write_text(mount_script(spec, run.volumes, workdir))
-            prefix = ["unshare", "--mount", "--propagation", "private"] if mounts else []
-            argv = [*prefix, "sh", str(script), *argv]
-        else:
-            resolved = shutil.which(argv[0], path=env["PATH"])
-            if resolved is None:
-                argv_note = argv[0]
-                container.state = {
-                    "terminated": {
-                        "exitCode": 127,
-                        "reason": "StartError",
-                        "message": f'exec: "{argv_note}": executable file not found in $PATH',
-                        "startedAt": timestamp()[:19] + "Z",
-                        "finishedAt": timestamp()[:19] + "Z",
-                    }
+        if mounts and not can_mount():
+            raise VolumeUnsupported(
+                "the process node mounts volumes in a private mount namespace, which needs "
+                "root; run the cluster as root"
+            )
+        if "/" not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None:
+            now = timestamp()[:19] + "Z"
+            container.state = {
+                "terminated": {
+                    "exitCode": 127,
+                    "reason": "StartError",
+                    "message": f'exec: "{argv[0]}": executable file not found in $PATH',
+                    "startedAt": now,
+                    "finishedAt": now,
                 }
-                log_file.close()
-                await self._report(run)
-                return 127
-            argv[0] = resolved
+            }
+            log_file.close()
+            await self._report(run)
+            return 127
+        if can_mount():
+            script = run.folder / f"{container.name}.sh"
+            script.write_text(mount_script(spec, run.volumes, workdir, run.folder / "hosts"))
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", str(script), *argv]
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,

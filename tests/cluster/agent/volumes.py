@@ -179,10 +179,13 @@ class Volumes:
         return out
 
 
-def mount_script(container: dict[str, Any], volumes: dict[str, Path], workdir: str | None) -> str:
-    """The shell lines that, inside a private mount namespace, bind each volume at its
-    ``mountPath`` and enter the working directory, before the container's command runs."""
-    lines = ["set -e"]
+def mount_script(
+    container: dict[str, Any], volumes: dict[str, Path], workdir: str | None, hosts: Path
+) -> str:
+    """The shell lines that, inside a private mount namespace, bind the pod's hosts file at
+    ``/etc/hosts`` and each volume at its ``mountPath``, and enter the working directory,
+    before the container's command runs."""
+    lines = ["set -e", f"mount --bind {shlex.quote(str(hosts))} /etc/hosts"]
     for mount in container.get("volumeMounts") or []:
         source = volumes.get(mount["name"])
         if source is None:
