@@ -78,6 +78,7 @@ def test_chart_declares_z2jh_dependency() -> None:
 
 
 @pytest.mark.parametrize("example", [None, *EXAMPLES], ids=lambda p: p.name if p else "default")
+@pytest.mark.e2e
 def test_renders_valid_kubernetes_objects(
     chart: Path, example: Path | None, module_kube: Kube
 ) -> None:
@@ -319,6 +320,7 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     assert pods not in narrow["rules"]
 
 
+@pytest.mark.e2e
 def test_rbac_and_netpol_follow_a_separate_user_namespace(chart: Path, module_kube: Kube) -> None:
     objects = render(chart, values={"jobs": {"namespace": "jupyter-users"}})
     validate_all(module_kube, objects)
@@ -370,6 +372,7 @@ def test_network_paths_between_user_servers_and_the_service(chart: Path) -> None
     )
 
 
+@pytest.mark.e2e
 def test_optional_quota_and_priority_class(chart: Path, module_kube: Kube) -> None:
     assert not any(o["kind"] in ("ResourceQuota", "PriorityClass") for o in render(chart))
     objects = render(
@@ -527,6 +530,7 @@ async def test_hub_extra_config_sets_jobs_url_and_gpu_priority(
     ]
 
 
+@pytest.mark.e2e
 def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
     chart: Path, kube: Kube
 ) -> None:
@@ -714,6 +718,7 @@ def test_gpu_quota_is_set_once_for_the_hub_and_the_jobs_service(
     assert hub["gpu_quota"] == {"default": None, "groups": {}}
 
 
+@pytest.mark.e2e
 def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(
     chart: Path, module_kube: Kube
 ) -> None:

@@ -49,6 +49,7 @@ def dashboard(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return json.loads(config_map["data"]["gpuhub-gpus.json"])
 
 
+@pytest.mark.e2e
 def test_dashboard_config_map_renders_and_can_be_turned_off(chart: Path, module_kube: Kube) -> None:
     objects = render(chart)
     validate_all(module_kube, objects)

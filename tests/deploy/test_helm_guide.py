@@ -138,6 +138,7 @@ def test_guide_has_commands_and_values() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(GUIDE_CONTENT.files))
+@pytest.mark.e2e
 def test_guide_yaml(name: str, chart: Path, files: Path, module_kube: Kube) -> None:
     if is_manifest_file(name):
         validate_all(module_kube, documents(name))
@@ -446,6 +447,7 @@ class GuideWalk:
         assert shown.count("(server dry run)") == len(documents(name)), shown
 
 
+@pytest.mark.e2e
 async def test_every_guide_command(
     chart: Path,
     files: Path,
@@ -509,6 +511,7 @@ def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
     return found[0] if found else {}
 
 
+@pytest.mark.e2e
 def test_guide_kueue_setup_admits_gpu_jobs(chart: Path, tmp_path: Path, kube: Kube) -> None:
     """The guide's Kueue section for real: its ResourceFlavors and ClusterQueue applied with
     kubectl, the chart's LocalQueue from its values; Kueue marks both active, admits a GPU job

@@ -200,6 +200,7 @@ def cidrs(rule: dict[str, Any]) -> list[str]:
     return [peer["ipBlock"]["cidr"] for peer in rule.get("to", []) if "ipBlock" in peer]
 
 
+@pytest.mark.e2e
 def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(module_kube, tmp_path, root):
     policy = rendered_policy(module_kube, tmp_path)
     assert policy["metadata"]["namespace"] == "jhub"
@@ -221,6 +222,7 @@ def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(module_kube
     assert not any(set(cidrs(rule)) & {*PRIVATE, METADATA} for rule in policy["spec"]["egress"][1:])
 
 
+@pytest.mark.e2e
 def test_admin_opens_what_they_list_and_nothing_else(module_kube, tmp_path):
     store = {"to": [{"ipBlock": {"cidr": "10.3.0.5/32"}}], "ports": [{"port": 9000}]}
     values = {
@@ -236,6 +238,7 @@ def test_admin_opens_what_they_list_and_nothing_else(module_kube, tmp_path):
     assert "ports" in dns and extra == store
 
 
+@pytest.mark.e2e
 def test_pipeline_steps_service_account_has_no_token(module_kube, tmp_path):
     from tests.support.helm import by_kind
 
