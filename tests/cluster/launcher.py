@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,8 @@ DEFAULT_ROOT = REPO / ".cluster"
 SERVICE_CIDR = "10.96.0.0/16"  # virtual: no kube-proxy, nothing ever dials it
 POD_CIDR_KWOK = "127.64.0.0/12"  # fake pods get loopback addresses nothing listens on
 STATE = "state.json"
+# Machine-wide, not per root: the ports every cluster picks from are the machine's.
+START_LOCK = Path(tempfile.gettempdir()) / "gpuhub-cluster-start.lock"
 
 
 class ClusterError(RuntimeError):
@@ -174,13 +180,27 @@ class Launcher:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "logs").mkdir(exist_ok=True)
         try:
-            self._up(binaries)
+            with self._starting_alone():
+                self._up(binaries)
         except BaseException:
             down(self.root, quiet=True)
             raise
         finally:
             self.ports.release_all()
         return self._ready_line(seconds=time.monotonic() - started)
+
+    @contextlib.contextmanager
+    def _starting_alone(self) -> Iterator[None]:
+        """One cluster starts at a time on this machine. A port picked free is held until its
+        component starts, but between its release and the component's listen (seconds on a
+        busy machine) another starting cluster could pick it too."""
+        with open(START_LOCK, "a+b") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.say("waiting for another cluster on this machine to finish starting ...")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def _ready_line(self, *, reused: bool = False, seconds: float = 0.0) -> str:
         state = self.cluster.state() or {}

@@ -582,12 +582,15 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
     with pytest.raises(KubeError) as refused:
         kube.create(pod)
     assert refused.value.status == 403 and "exceeded quota: gpuhub-gpus" in str(refused.value)
-    # RBAC: capacity reads cluster-wide, cancel and jobs only in the user namespace.
+    # RBAC: the hub's capacity reads cluster-wide (shared nodes); the jobs service and the
+    # hub's cancel act only in the user namespace.
     ns = kube.namespace
     hub, service = (f"system:serviceaccount:{ns}:{sa}" for sa in ("hub", "gpuhub-service"))
-    for who in (hub, service):
-        assert can_i(kube, "watch", "nodes", None, who)
-        assert can_i(kube, "watch", "pods", None, who)  # every namespace: shared nodes
+    assert can_i(kube, "watch", "nodes", None, hub)
+    assert can_i(kube, "watch", "pods", None, hub)  # every namespace: shared nodes
+    assert not can_i(kube, "watch", "nodes", None, service)
+    assert not can_i(kube, "watch", "pods", None, service)
+    assert can_i(kube, "watch", "pods", ns, service)
     assert can_i(kube, "delete", "pytorchjobs.kubeflow.org", ns, hub)
     assert not can_i(kube, "delete", "jobs.batch", "default", hub)
     assert can_i(kube, "create", "jobs.batch", ns, service)
