@@ -25,7 +25,7 @@ from typing import Any
 
 from .form import GPUCapacity
 from .gpu_resources import is_gpu_resource
-from .ledger import Holding, Ledger, Workload
+from .ledger import Holding, Ledger, Workload, holding_match, per_workload
 from .policy import GPUType
 from .quantity import QuantityError, parse_cpu, parse_memory
 
@@ -33,9 +33,11 @@ log = logging.getLogger("gpuhub.capacity")
 
 # Terminal pods hold nothing; the apiserver filters them out of the watch for us.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-LIST_PAGE = (
-    5000  # objects per LIST page (client-go's reflector pages by 500; bigger is fewer trips)
-)
+# Objects per LIST page (client-go's reflector pages by 500). A real apiserver's pod is about
+# 3.5 KB of JSON (managed fields, the kubelet's status): a page of 5,000 is 17 MB, and parsing
+# one left ~130 MB more of the hub's memory in use than pages of 1,000, which sync as fast
+# (docs/benchmarks.md).
+LIST_PAGE = 1000
 
 
 def _parse(body: bytes) -> Any:
@@ -148,6 +150,8 @@ USERNAME_ANNOTATION = "gpuhub.io/username"
 # between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
 # uid, or its grant counts whole until it lapses: a TrainJob's pods carry their JobSet's uid
 # (JobSet's label), and the JobSet's controller is the TrainJob (:class:`TrainJobOwners`).
+SEEN_SECONDS = 3600.0  # longer than any grant lives (hub_api.GRANT_SECONDS)
+SEEN_KEPT = 10_000
 CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -224,26 +228,6 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
             workload=pod_workload(meta),
         )
     return None
-
-
-def _per_workload(pods: Iterable[Holding]) -> list[Holding]:
-    """Pod holdings with the replicas of one job (same user, id and object) added up."""
-    out: dict[tuple[Any, ...], Holding] = {}
-    for h in pods:
-        key = (h.user, h.kind, h.name, h.workload) if h.kind == "job" else ("pod", id(h))
-        first = out.get(key)
-        out[key] = h if first is None else _together(first, h)
-    return list(out.values())
-
-
-def _together(first: Holding, other: Holding) -> Holding:
-    starts = [t for t in (first.since, other.since) if t is not None]
-    return replace(
-        first,
-        gpus=first.gpus + other.gpus,
-        pods=first.pods + other.pods,
-        since=min(starts) if starts else None,
-    )
 
 
 def _epoch(stamp: Any) -> float | None:
@@ -386,6 +370,9 @@ class ClusterCapacity:
         self.pods: dict[tuple[str, str], PodInfo] = {}
         # The ledger's source: GPU-holding pods of users' servers and jobs, per user.
         self.holders: dict[str, dict[tuple[str, str], Holding]] = {}
+        # Grant match -> (the most GPUs its pods held at once, when last seen): a job that ran
+        # and ended between two looks at the ledger still settles its grant (seen_most).
+        self._seen: dict[tuple[str, ...], tuple[int, float]] = {}
         self.synced = {"nodes": False, "pods": False}
         self.error: str | None = None
         self.generation = 0  # bumped on every change that can move a figure
@@ -535,6 +522,11 @@ class ClusterCapacity:
                 info = node_info(obj)
                 info.used = old.used if old else self._used_on(name)
                 self.nodes[name] = info
+                if info == old:
+                    # A heartbeat: each kubelet posts its node's status every few minutes,
+                    # so thousands of nodes send several a second. Nothing the figures read
+                    # changed; the snapshot stays (recomputing it is O(nodes)).
+                    return version
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
             deleted = event.get("type") == "DELETED"
@@ -544,8 +536,11 @@ class ClusterCapacity:
             self._hold(key, holding)
             before = self.pods.pop(key, None)
             after = None if deleted else pod_info(obj)
-            if before == after and before is not None:
-                self.pods[key] = before
+            if before == after:
+                # Nothing the figures read changed: a status update, or a pod without GPUs
+                # (most of a cluster's pods and events). Holdings are read directly.
+                if before is not None:
+                    self.pods[key] = before
                 return version
             if before is not None:
                 self._count(before, -1)
@@ -563,6 +558,29 @@ class ClusterCapacity:
                     del self.holders[user]
         if holding is not None:
             self.holders.setdefault(holding.user, {})[key] = holding
+            self._remember(holding)
+
+    def _remember(self, holding: Holding) -> None:
+        owned = self.trainjobs.workload  # a TrainJob's node pods are its own, once known
+        match = holding_match(owned(holding))
+        if match is None:
+            return
+        now = time.time()
+        together = sum(
+            h.gpus
+            for h in self.holders.get(holding.user, {}).values()
+            if holding_match(owned(h)) == match
+        )
+        most = self._seen.get(match, (0, now))[0]
+        self._seen[match] = (max(most, together), now)
+        if len(self._seen) > SEEN_KEPT:  # forget what no grant can still be waiting for
+            cutoff = now - SEEN_SECONDS
+            self._seen = {m: v for m, v in self._seen.items() if v[1] >= cutoff}
+
+    def seen_most(self, match: tuple[str, ...]) -> int:
+        """The most GPUs the pods of the workload ``match`` (:func:`gpuhub.ledger.holding_match`)
+        held at once in the last hour, running or ended since."""
+        return self._seen.get(match, (0, 0.0))[0]
 
     def holdings(self, user: str | None = None) -> list[Holding]:
         """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST): one
@@ -570,8 +588,8 @@ class ClusterCapacity:
         self._require()
         owned = self.trainjobs.workload
         if user is not None:
-            return _per_workload(owned(h) for h in self.holders.get(user, {}).values())
-        return _per_workload(owned(h) for pods in self.holders.values() for h in pods.values())
+            return per_workload(owned(h) for h in self.holders.get(user, {}).values())
+        return per_workload(owned(h) for pods in self.holders.values() for h in pods.values())
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}
