@@ -306,7 +306,11 @@ def failed_job_shows_the_failing_cell(page: Any) -> None:
     failure = item.locator(".gpuhub-Job-failure")
     assert failure.is_visible()
     assert "Failing cell (In [2])" in failure.inner_text()
-    assert failure.locator("pre").inner_text() == "raise ValueError('the data has no rows')"
+    source = failure.get_by_label("Source of the failing cell")
+    assert source.inner_text() == "raise ValueError('the data has no rows')"
+    # Below the source, the error's last lines (since 53f33f3).
+    lines = failure.get_by_label("The last lines of the error").inner_text()
+    assert "ValueError: the data has no rows" in lines
     assert item.locator(".gpuhub-Job-badge").inner_text() == "Failed"
     # The executed notebook (up to the failure) can still be opened.
     assert item.get_by_role("button", name="Open result").is_visible()
@@ -451,6 +455,31 @@ def test_distributed_and_pipeline_kinds_on_a_cluster(
 ) -> None:
     with notebook_page(browser, cluster_lab, "train.ipynb", "jobs-cluster") as page:
         distributed_and_pipeline_kinds(page, cluster_lab)
+
+
+def test_a_trainjob_needs_a_runtime_the_admin_offers(
+    browser: Any, cluster_lab: JupyterServer
+) -> None:
+    """Run as "Distributed: TrainJob" shows Workers and Runtime; this server's hub service
+    offers no training runtime, so the Runtime row says so and the refusal lands there."""
+    with notebook_page(browser, cluster_lab, "train.ipynb", "jobs-trainjob") as page:
+        page.locator('.jp-NotebookPanel-toolbar [data-command="gpuhub:run-on-cluster"]').click()
+        dialog = page.locator(".gpuhub-JobDialog")
+        form = dialog.locator(".gpuhub-JobForm")
+        form.wait_for()
+        runtime = form.get_by_label("Runtime")
+        assert runtime.is_hidden()
+        form.get_by_label("Run as").select_option("trainjob")
+        assert runtime.is_visible() and form.get_by_label("Workers").is_visible()
+        assert "No training runtime is offered here" in form.inner_text()
+        before = len(forwarded(cluster_lab))
+        dialog.get_by_role("button", name="Submit job").click()
+        error = form.locator(f"#{runtime.get_attribute('id')}-error")
+        error.wait_for(state="visible")
+        assert "No training runtime is offered for TrainJobs here" in error.inner_text()
+        assert len(forwarded(cluster_lab)) == before  # refused before reaching the cluster
+        dialog.locator(".jp-Dialog-button.jp-mod-reject").click()
+        dialog.wait_for(state="detached")
 
 
 def distributed_and_pipeline_kinds(page: Any, lab: JupyterServer) -> None:
