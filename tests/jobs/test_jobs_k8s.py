@@ -743,16 +743,11 @@ async def test_missing_training_operator_is_said_plainly(kube_faults, faulty_bac
 
 
 async def test_missing_trainer_or_runtime_is_said_plainly(kube_faults, faulty_backend, root):
-    from gpuhub.jobs.model import JobRequest, Runtimes
+    from gpuhub.jobs.model import Runtimes
 
     def trainjob(runtime: str) -> Any:
-        return JobRequest.parse(
-            {"notebook": "train.ipynb", "kind": "trainjob", "workers": 2},
-            policy=cluster_policy(),
-            groups=["staff"],
-            root_dir=root,
-            runtimes=Runtimes((runtime,), runtime),
-        )
+        offered = Runtimes((runtime,), runtime)
+        return make_request(root, kind="trainjob", workers=2, runtimes=offered)
 
     # An offered runtime the cluster lacks: refused, naming it.
     with pytest.raises(JobError) as caught:

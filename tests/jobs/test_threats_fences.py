@@ -318,9 +318,6 @@ def test_threat_trainjob_nodes_run_unprivileged_without_credentials(root, kube):
     gpuhub's labels (the replicas' NetworkPolicy and the ledger select by them) and the chart's
     token-less ServiceAccount; the namespace enforces the restricted Pod Security Standard, so
     a pod that broke it would never be made."""
-    from gpuhub.jobs.model import JobRequest, Runtimes
-    from tests.support.policies import cluster_policy
-
     restricted(kube)
     kube.create(
         {
@@ -330,14 +327,7 @@ def test_threat_trainjob_nodes_run_unprivileged_without_credentials(root, kube):
             "automountServiceAccountToken": False,
         }
     )
-    request = JobRequest.parse(
-        {"notebook": "train.ipynb", "kind": "trainjob", "workers": 2, "gpus": 1,
-         "gpu_type": "a100"},
-        policy=cluster_policy(),
-        groups=["staff"],
-        root_dir=root,
-        runtimes=Runtimes(("torch-distributed",), "torch-distributed"),
-    )  # fmt: skip
+    request = cluster_request(root, kind="trainjob", workers=2, gpus=1, gpu_type="a100")
     settings = m.KubeJobSettings(
         namespace=kube.namespace, job_image="img:1", job_service_account="gpuhub-jobs"
     )

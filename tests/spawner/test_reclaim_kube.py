@@ -261,19 +261,10 @@ def test_an_admin_cancels_a_trainjob_from_the_fleet_page(
     its JobSet and pods go with it. The hub finds the TrainJob through the pods' JobSet
     (the chart's ``jobsets`` get), so it deletes exactly that object."""
     from gpuhub.jobs.k8s import manifests as m
-    from gpuhub.jobs.model import JobRequest, Runtimes
-    from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
-    from tests.support.policies import cluster_policy
+    from tests.support.jobs_service import NOTEBOOK_OK, cluster_request, write_notebook
 
     write_notebook(tmp_path / "train.ipynb", NOTEBOOK_OK)
-    request = JobRequest.parse(
-        {"notebook": "train.ipynb", "kind": "trainjob", "workers": 2, "gpus": 1,
-         "gpu_type": "a100"},
-        policy=cluster_policy(),
-        groups=["staff"],
-        root_dir=tmp_path,
-        runtimes=Runtimes(("torch-distributed",), "torch-distributed"),
-    )  # fmt: skip
+    request = cluster_request(tmp_path, kind="trainjob", workers=2, gpus=1, gpu_type="a100")
     settings = m.KubeJobSettings(namespace=cluster.namespace, job_image="img:1")
     job_id = "ddp-7h8j9k"
     cluster.create(m.workload(request, "carol", job_id, settings, key="k", created="now"))
@@ -306,7 +297,8 @@ def test_an_admin_cancels_a_trainjob_from_the_fleet_page(
         ),
         hub,
     )
-    assert job_id not in rows()
+    # The row goes at the monitor's next look once the pods' deletions reach its watch.
+    wait_for("the row to go", lambda: job_id not in rows(), hub)
 
 
 def html_text(answer: requests.Response) -> str:

@@ -22,7 +22,7 @@ import kubernetes_validate
 import nbformat
 
 from gpuhub.jobs.k8s import manifests as m
-from gpuhub.jobs.model import JobRequest
+from gpuhub.jobs.model import JobRequest, Runtimes
 from gpuhub.policy import Policy
 from tests.support import e2e
 from tests.support.cluster import Kube
@@ -55,17 +55,23 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     return path
 
 
+# The Kubeflow Trainer runtime the test cluster has (tests/cluster/addons.py), offered to
+# the requests made here so that a TrainJob request parses.
+RUNTIMES = Runtimes(("torch-distributed",), "torch-distributed")
+
+
 def make_request(
     root: Path,
     notebook: str = "train.ipynb",
     groups=("staff",),
     *,
     policy: Policy | None = None,
+    runtimes: Runtimes = RUNTIMES,
     **body: Any,
 ):
     raw = {"notebook": notebook, **body}
     return JobRequest.parse(
-        raw, policy=policy or design_policy(), groups=list(groups), root_dir=root
+        raw, policy=policy or design_policy(), groups=list(groups), root_dir=root, runtimes=runtimes
     )
 
 
