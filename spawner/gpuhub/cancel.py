@@ -213,7 +213,7 @@ async def cancel_kube(
                     )
                 else:
                     await request_json(
-                        custom.patch_namespaced_custom_object(
+                        custom.patch_namespaced_custom_object(  # type: ignore[call-arg]
                             group,
                             version,
                             namespace,
@@ -221,7 +221,8 @@ async def cancel_kube(
                             name,
                             note,
                             # The client's default for custom objects is a JSON Patch (a list);
-                            # the note is a merge patch (400 Bad Request otherwise).
+                            # the note is a merge patch (400 Bad Request otherwise). Taken at
+                            # run time, missing from the method's typed signature.
                             _content_type="application/merge-patch+json",
                             _preload_content=False,
                         )
