@@ -487,8 +487,24 @@ def for_handler(handler: Any) -> GPUMonitor | None:
     return _MONITOR
 
 
+def check_settings(spawner: Any) -> str | None:
+    """The admin's GPU settings, checked once when the hub starts: a mistake is one error
+    line naming the setting (the form refuses to render until it is fixed). Returns it."""
+    from .policy import PolicyConfigError
+
+    try:
+        spawner.gpu_policy  # noqa: B018 - validates the policy for this spawner's platform
+        spawner.gpu_quota_limit()
+        spawner.gpu_idle_reclaim_rule()
+    except PolicyConfigError as exc:
+        log.error("gpuhub: the GPU settings in jupyterhub_config.py are invalid: %s", exc)
+        return str(exc)
+    return None
+
+
 async def _start(spawner: Any) -> None:
     global _MONITOR
+    check_settings(spawner)
     ledger = await spawner.gpu_ledger()
     if _MONITOR is not None:
         return
