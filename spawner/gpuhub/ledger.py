@@ -142,6 +142,30 @@ class Holding:
         return f"{shown} ({human_memory(self.memory)})" if self.memory else shown
 
     @property
+    def gpus_text(self) -> str:
+        """What it holds, one figure per fact: "2 x NVIDIA A100", "8 GB of GPU 3 (T4), 0.5 GPU",
+        "2 shares of A10, 0.5 GPU"."""
+        name = self.gpu_type or "GPU"
+        if self.share is None:
+            return f"{self.gpus} \u00d7 {name}"  # as the fleet page always wrote it
+        amount = words.gpu_amount(self.share)
+        if self.memory:
+            where = words.device_list(self.devices, name) if self.devices else f"one {name}"
+            return f"{human_memory(self.memory)} of {where}, {amount}"
+        return f"{words.plural(self.gpus, 'share')} of {name}, {amount}"
+
+    @property
+    def held_words(self) -> str:
+        """What it holds, after "its": "2 NVIDIA A100 GPUs", "8 GB share of T4",
+        "2 time-sliced shares of A10"."""
+        name = self.gpu_type or "GPU"
+        if self.share is None:
+            return words.gpus(self.gpus, name)
+        if self.memory:
+            return f"{human_memory(self.memory)} share of {name}"
+        return f"{words.plural(self.gpus, 'time-sliced share')} of {name}"
+
+    @property
     def label(self) -> str:
         if self.what:
             return self.what

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from fractions import Fraction
 from typing import Any
 
 from . import words
@@ -78,7 +79,10 @@ class GPUMonitor:
         self.store = store
         self.interval = interval
         self.tracks: dict[HoldingKey, Track] = {}
-        self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
+        # gpu type display name -> (free, total) GPUs; a shared type's free is a fraction
+        self.capacity: dict[str, tuple[float, float]] = {}
+        # a type shared by memory's display name -> (bytes free, bytes in all)
+        self.memory: dict[str, tuple[int, int]] = {}
         self.type_names: dict[str, str] = {}  # ledger.gpu_type_names of the spawner's types
         self._told_capacity = False
         self.last_tick: float | None = None
@@ -190,18 +194,22 @@ class GPUMonitor:
         return named(holding, self.type_names)
 
     def _account(self, holdings: Sequence[Holding], now: float) -> None:
-        """GPU-seconds since the last tick, each device of a user counted once."""
+        """GPU-seconds since the last tick, a share as its fraction of a GPU, and each device
+        of a user counted at most once (as :func:`gpuhub.ledger.gpus_held` counts it)."""
         if self.last_tick is None:
             return
         elapsed = min(now - self.last_tick, 3 * self.interval)  # a stalled hub adds no hours
-        seen: set[tuple[str, int]] = set()
+        seen: dict[tuple[str, int], Fraction] = {}
         for holding in holdings:
-            count = holding.gpus
+            count = holding.amount
             if holding.devices:
-                fresh = {(holding.user, d) for d in holding.devices} - seen
-                seen |= fresh
-                count = len(fresh)
-            self.store.add(holding.user, holding.gpu_type, count * elapsed, now)
+                each, count = holding.amount / len(holding.devices), Fraction(0)
+                for device in holding.devices:
+                    key = (holding.user, device)
+                    taken = min(each, 1 - seen.get(key, Fraction(0)))
+                    seen[key] = seen.get(key, Fraction(0)) + taken
+                    count += taken
+            self.store.add(holding.user, holding.gpu_type, float(count) * elapsed, now)
 
     def _remember(self, track: Track, now: float) -> None:
         if not track.samples:
@@ -237,9 +245,14 @@ class GPUMonitor:
         if not capacity:
             return
         self.capacity = {
-            types[key].display_name: (c.free, c.total)
+            types[key].display_name: gpus_free(types[key], c)
             for key, c in capacity.items()
             if key in types
+        }
+        self.memory = {
+            types[key].display_name: (c.memory_free, c.memory_total)
+            for key, c in capacity.items()
+            if key in types and c.memory_free is not None and c.memory_total is not None
         }
 
     # -- reclaim --------------------------------------------------------------------------
@@ -346,7 +359,7 @@ class GPUMonitor:
         rule = self.rule
         reason = (
             f"{'its' if holding.kind == 'server' else 'their'} "
-            f"{_gpus(holding.gpus, holding.gpu_type)} stayed below "
+            f"{_held(holding)} stayed below "
             f"{rule.utilization_below:.0%} utilization for {words.duration(rule.after)} and "
             f"nobody kept them during the {words.duration(rule.warn)} warning"
         )
@@ -446,6 +459,29 @@ class GPUMonitor:
 def _gpus(count: int, gpu_type: str) -> str:
     name = f"{gpu_type} GPU" if gpu_type and "GPU" not in gpu_type else (gpu_type or "GPU")
     return f"{count} {name}{'s' if count != 1 else ''}"
+
+
+def _held(holding: Holding) -> str:
+    """ "2 A100 GPUs", "8 GB share of T4": what a holding holds, after "its"."""
+    if holding.share is None:
+        return _gpus(holding.gpus, holding.gpu_type)
+    return holding.held_words
+
+
+def gpus_free(gpu_type: Any, capacity: Any) -> tuple[float, float]:
+    """(free, total) GPUs of a type for the metrics and the fleet page: a shared type's
+    free memory (or replicas) as the fraction of its GPUs it is."""
+    sharing = getattr(gpu_type, "sharing", None)
+    if sharing is None:
+        return capacity.free, capacity.total
+    if sharing.memory is not None:
+        devices = capacity.devices
+        if devices is None and capacity.memory_total is not None:
+            devices = capacity.memory_total / sharing.memory
+        if capacity.memory_free is None or devices is None:
+            return 0.0, float(devices or 0)
+        return min(capacity.memory_free / sharing.memory, float(devices)), float(devices)
+    return capacity.free / sharing.replicas, capacity.total / sharing.replicas
 
 
 _MONITOR: GPUMonitor | None = None
