@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install demo test lint typecheck pytest pytest-fast benchmarks clean wheel images \
+.PHONY: install demo demo-k8s test lint typecheck pytest pytest-fast benchmarks clean wheel images \
 	cluster cluster-down cluster-status test-cluster
 
 install: $(VENV)/.installed
@@ -25,6 +25,12 @@ $(VENV)/.installed: pyproject.toml package.json package-lock.json
 demo: install
 	@mkdir -p .demo
 	cd .demo && $(BIN)/jupyterhub -f $(CURDIR)/jupyter_config/jupyterhub_config.py
+
+# The Kubernetes demo on the local cluster (docs/cluster.md): GPUSpawner and the jobs service
+# under the Helm chart's RBAC, Kueue's queue, servers and jobs on the process node's 4
+# simulated GPUs. Same users, password and GPUHUB_DEMO_PORT as `make demo`.
+demo-k8s: install
+	$(BIN)/python -m tests.cluster.demo
 
 # A real Kubernetes on loopback (docs/cluster.md): etcd, kube-apiserver, controller-manager,
 # scheduler, kwok's fake GPU nodes, the process node local-0, Kueue, JobSet, Trainer and the

@@ -25,14 +25,15 @@ import contextlib
 import gc
 import json
 import logging
+import time
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .form import GPUCapacity
 from .gpu_resources import is_gpu_resource
-from .ledger import Holding, Ledger, Workload, add_shares
+from .ledger import Holding, Ledger, Workload, holding_match, per_workload
 from .policy import GPUType
 from .quantity import QuantityError, parse_cpu, parse_memory, parse_quantity
 from .sharing import GPU_COUNT_LABEL, MIB, REPLICAS_LABEL, Sharing, share_from_env
@@ -183,6 +184,8 @@ USERNAME_ANNOTATION = "gpuhub.io/username"
 # whose pods a controller of its own owns is added here; one whose pods belong to an object in
 # between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
 # uid, or its grant counts whole until it lapses.
+SEEN_SECONDS = 3600.0  # longer than any grant lives (hub_api.GRANT_SECONDS)
+SEEN_KEPT = 10_000
 CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
 # Kubeflow Pipelines labels every pod of a run with the run's id.
 KFP_RUN_LABEL = "pipeline/runid"
@@ -271,28 +274,6 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
     return None
 
 
-def _per_workload(pods: Iterable[Holding]) -> list[Holding]:
-    """Pod holdings with the replicas of one job (same user, id and object) added up."""
-    out: dict[tuple[Any, ...], Holding] = {}
-    for h in pods:
-        key = (h.user, h.kind, h.name, h.workload) if h.kind == "job" else ("pod", id(h))
-        first = out.get(key)
-        out[key] = h if first is None else _together(first, h)
-    return list(out.values())
-
-
-def _together(first: Holding, other: Holding) -> Holding:
-    starts = [t for t in (first.since, other.since) if t is not None]
-    return replace(
-        first,
-        gpus=first.gpus + other.gpus,
-        pods=first.pods + other.pods,
-        since=min(starts) if starts else None,
-        share=add_shares(first, other),
-        memory=first.memory + other.memory,
-    )
-
-
 def _epoch(stamp: Any) -> float | None:
     if not isinstance(stamp, str):
         return None
@@ -358,6 +339,9 @@ class ClusterCapacity:
         self.pods: dict[tuple[str, str], PodInfo] = {}
         # The ledger's source: GPU-holding pods of users' servers and jobs, per user.
         self.holders: dict[str, dict[tuple[str, str], Holding]] = {}
+        # Grant match -> (the most GPUs its pods held at once, when last seen): a job that ran
+        # and ended between two looks at the ledger still settles its grant (seen_most).
+        self._seen: dict[tuple[str, ...], tuple[int, float]] = {}
         self.synced = {"nodes": False, "pods": False}
         self.error: str | None = None
         self.generation = 0  # bumped on every change that can move a figure
@@ -529,14 +513,34 @@ class ClusterCapacity:
                     del self.holders[user]
         if holding is not None:
             self.holders.setdefault(holding.user, {})[key] = holding
+            self._remember(holding)
+
+    def _remember(self, holding: Holding) -> None:
+        match = holding_match(holding)
+        if match is None:
+            return
+        now = time.time()
+        together = sum(
+            h.gpus for h in self.holders.get(holding.user, {}).values() if holding_match(h) == match
+        )
+        most = self._seen.get(match, (0, now))[0]
+        self._seen[match] = (max(most, together), now)
+        if len(self._seen) > SEEN_KEPT:  # forget what no grant can still be waiting for
+            cutoff = now - SEEN_SECONDS
+            self._seen = {m: v for m, v in self._seen.items() if v[1] >= cutoff}
+
+    def seen_most(self, match: tuple[str, ...]) -> int:
+        """The most GPUs the pods of the workload ``match`` (:func:`gpuhub.ledger.holding_match`)
+        held at once in the last hour, running or ended since."""
+        return self._seen.get(match, (0, 0.0))[0]
 
     def holdings(self, user: str | None = None) -> list[Holding]:
         """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST): one
         holding per server and one per job (its replicas' pods together)."""
         self._require()
         if user is not None:
-            return _per_workload(self.holders.get(user, {}).values())
-        return _per_workload(h for pods in self.holders.values() for h in pods.values())
+            return per_workload(self.holders.get(user, {}).values())
+        return per_workload(h for pods in self.holders.values() for h in pods.values())
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from . import words
 from .policy import PolicyConfigError
@@ -288,6 +288,15 @@ class HoldingsSource(Protocol):
     def holdings(self, user: str | None = None) -> list[Holding]: ...
 
 
+@runtime_checkable
+class SeenSource(Protocol):
+    """A source that remembers the most GPUs it ever saw a workload hold at once
+    (:meth:`gpuhub.capacity.ClusterCapacity.seen_most`): a job that ran and ended between two
+    looks at the ledger settled its grant, though its pods are gone now."""
+
+    def seen_most(self, match: tuple[str, ...]) -> int: ...
+
+
 @dataclass
 class Grant:
     """GPUs promised to a workload that its holdings source does not show yet: a server whose
@@ -327,8 +336,8 @@ class Grant:
         return ("job", self.workload, self.uid) if self.uid else None
 
 
-def _match(holding: Holding) -> tuple[str, ...] | None:
-    """The grant a holding of the source settles, if any."""
+def holding_match(holding: Holding) -> tuple[str, ...] | None:
+    """The grant a holding of the source settles, if any (:attr:`Grant.match`)."""
     if holding.kind == "server":
         return ("server", holding.user, holding.name)
     if holding.workload is not None:
@@ -355,12 +364,15 @@ class Ledger:
         now = time.time()
         seen: dict[tuple[str, ...], int] = {}
         for holding in held:
-            match = _match(holding)
+            match = holding_match(holding)
             if match is not None:
                 seen[match] = seen.get(match, 0) + holding.gpus
         for key, grant in list(self._grants.items()):
             match = grant.match
-            missing = grant.gpus - (seen.get(match, 0) if match is not None else 0)
+            shown = seen.get(match, 0) if match is not None else 0
+            if match is not None and isinstance(self.source, SeenSource):
+                shown = max(shown, self.source.seen_most(match))
+            missing = grant.gpus - shown
             if grant.expires < now or missing <= 0:
                 del self._grants[key]  # all of it visible in the source now (or given up on)
             elif user is None or grant.user == user:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,82 +27,102 @@ from tests.cluster.launcher import DEFAULT_ROOT, ClusterError, Launcher
 from tests.cluster.nodes import DEFAULT_NODES_FILE
 
 REPO = Path(__file__).resolve().parents[2]
-NAMESPACE = os.environ.get("GPUHUB_DEMO_NAMESPACE", "gpuhub-demo")
+NAMESPACE = "gpuhub-demo"
 QUEUE = "gpus"
-CLUSTER_QUEUE = "gpuhub-demo"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 PROCESS_NODE = {"gpuhub.io/node-agent": "process"}
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 TOKEN_SECONDS = 7 * 86400
 
 
-def chart_objects(folder: Path) -> list[dict[str, Any]]:
-    """The chart's RBAC and LocalQueue for the demo's namespace and queue."""
+def chart_objects(namespace: str) -> list[dict[str, Any]]:
+    """The chart's RBAC and LocalQueue for the demo's namespace and queue (its ClusterQueue
+    is named after the namespace)."""
     from tests.support.helm import make_chart, render
 
-    folder.mkdir(parents=True, exist_ok=True)
     values = {
         "jupyterhub": {"rbac": {"create": True}},
-        "jobs": {"kueue": {"queueName": QUEUE, "createLocalQueue": True,
-                           "clusterQueue": CLUSTER_QUEUE}},
+        "jobs": {
+            "kueue": {"queueName": QUEUE, "createLocalQueue": True, "clusterQueue": namespace}
+        },
     }
-    objects = render(make_chart(folder), values=values, namespace=NAMESPACE, tmp=folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        objects = render(make_chart(folder), values=values, namespace=namespace, tmp=folder)
     return [o for o in objects if o["kind"] in (*RBAC_KINDS, "LocalQueue")]
 
 
-def queues() -> list[dict[str, Any]]:
-    """Kueue's flavor and ClusterQueue for the process node's simulated GPUs."""
+def queues(namespace: str) -> list[dict[str, Any]]:
+    """Kueue's flavor and a ClusterQueue (named after the namespace) for the process node's
+    simulated GPUs."""
     return [
-        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "process-node"},
-         "spec": {"nodeLabels": PROCESS_NODE}},
+        {
+            "apiVersion": KUEUE,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "process-node"},
+            "spec": {"nodeLabels": PROCESS_NODE},
+        },
         {
             "apiVersion": KUEUE,
             "kind": "ClusterQueue",
-            "metadata": {"name": CLUSTER_QUEUE},
+            "metadata": {"name": namespace},
             "spec": {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}
-                },
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                 "queueingStrategy": "StrictFIFO",
-                "resourceGroups": [{
-                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [{"name": "process-node", "resources": [
-                        {"name": "cpu", "nominalQuota": 16},
-                        {"name": "memory", "nominalQuota": "64Gi"},
-                        {"name": "nvidia.com/gpu", "nominalQuota": 4},
-                    ]}],
-                }],
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "process-node",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 16},
+                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": 4},
+                                ],
+                            }
+                        ],
+                    }
+                ],
             },
         },
     ]
 
 
-def prepare(api: KubeAPI, folder: Path) -> dict[str, str]:
+def prepare(api: KubeAPI, folder: Path, namespace: str = NAMESPACE) -> dict[str, str]:
     """Make the demo's namespace, RBAC and queues; returns the hub's environment."""
-    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    api.apply_all(queues())
-    objects = chart_objects(folder / "chart")
+    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    api.apply_all(queues(namespace))
+    objects = chart_objects(namespace)
     for obj in objects:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
-            obj["metadata"].setdefault("namespace", NAMESPACE)
+            obj["metadata"].setdefault("namespace", namespace)
     api.apply_all(objects)
-    env = {"GPUHUB_DEMO_NAMESPACE": NAMESPACE, "GPUHUB_DEMO_QUEUE": QUEUE}
-    for account, variable in (("hub", "KUBECONFIG"),
-                              ("gpuhub-service", "GPUHUB_DEMO_SERVICE_KUBECONFIG")):
+    env = {"GPUHUB_DEMO_NAMESPACE": namespace, "GPUHUB_DEMO_QUEUE": QUEUE}
+    for account, variable in (
+        ("hub", "KUBECONFIG"),
+        ("gpuhub-service", "GPUHUB_DEMO_SERVICE_KUBECONFIG"),
+    ):
         path = folder / f"{account}-kubeconfig"
-        token = api.token(NAMESPACE, account, TOKEN_SECONDS)
-        path.write_text(kubeconfig(api.server, api.ca, token=token, user=account,
-                                   namespace=NAMESPACE))
+        token = api.token(namespace, account, TOKEN_SECONDS)
+        path.write_text(
+            kubeconfig(api.server, api.ca, token=token, user=account, namespace=namespace)
+        )
         path.chmod(0o600)
         env[variable] = str(path)
     return env
 
 
+def hub_command(config: Path = REPO / "jupyter_config" / "jupyterhub_config_k8s.py") -> list[str]:
+    return [str(Path(sys.executable).with_name("jupyterhub")), "-f", str(config)]
+
+
 def main() -> int:
     folder = REPO / ".demo-k8s"
     folder.mkdir(exist_ok=True)
-    launcher = Launcher(Path(os.environ.get("GPUHUB_CLUSTER_ROOT", DEFAULT_ROOT)),
-                        DEFAULT_NODES_FILE, gpus=4)
+    launcher = Launcher(
+        Path(os.environ.get("GPUHUB_CLUSTER_ROOT", DEFAULT_ROOT)), DEFAULT_NODES_FILE, gpus=4
+    )
     try:
         print(launcher.up(), flush=True)
     except ClusterError as error:
@@ -109,9 +130,17 @@ def main() -> int:
         return 1
     env = prepare(launcher.cluster.api(), folder)
     os.chdir(folder)
-    config = REPO / "jupyter_config" / "jupyterhub_config_k8s.py"
-    jupyterhub = str(Path(sys.executable).with_name("jupyterhub"))
-    os.execve(jupyterhub, [jupyterhub, "-f", str(config)], {**os.environ, **env})
+    command = hub_command()
+    # JupyterHub finds configurable-http-proxy (npm) and jupyterhub-singleuser (this venv) on
+    # PATH, as `make demo-k8s` sets it.
+    path = os.pathsep.join(
+        [
+            str(REPO / "node_modules" / ".bin"),
+            str(Path(sys.executable).parent),
+            os.environ.get("PATH", ""),
+        ]
+    )
+    os.execve(command[0], command, {**os.environ, **env, "PATH": path})
 
 
 if __name__ == "__main__":

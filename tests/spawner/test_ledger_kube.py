@@ -279,3 +279,39 @@ def test_a_fleet_cancel_deletes_the_owners_job_only(
     cluster.wait_for(lambda: cluster.get("Job", job_id) is None, timeout=60)
     assert cluster.get("Job", "decoy-carol") is not None
     assert cluster.get("Job", "decoy-slug") is not None
+
+
+def test_a_job_that_ran_and_ended_unseen_frees_its_grant(
+    kube: Kube, notebook_text: str, tmp_path: Any
+) -> None:
+    """A job that runs and ends between two looks at the ledger settled its grant: once it
+    succeeded, its GPUs are free for the next submit (before, the grant counted on until it
+    expired, since the ledger compared grants only with the pods there now). A hub of its
+    own, whose monitor looks every 30 s (JupyterHub's default for gpuhub), so nothing looks
+    while the job runs."""
+    kube.require_local("the process node, where a job really runs and ends")
+    with jobs_on_cluster(
+        kube,
+        tmp_path,
+        users={"erin": []},
+        service_config={
+            "policy": {**CLUSTER_POLICY, "default_limits": {"max_gpus": 16}},
+            "gpu_quota": {"default": 2, "groups": {}},
+        },
+        ledger=True,
+        hub_extra="c.GPUSpawner.gpu_monitor_interval = 30\n",
+    ) as jobs:
+        service = jobs.url
+        erin = jobs.token("erin")  # quota 2
+        first = submit(service, erin, notebook_text, gpus=2, gpu_type="local", name="quick")
+        assert first.status_code == 201, first.text
+
+        def ended() -> bool:
+            job = jobs.call("GET", f"jobs/{first.json()['id']}", erin).json()
+            assert job["status"] not in ("failed", "cancelled"), job
+            return bool(job["status"] == "succeeded")
+
+        kube.wait_for(ended, timeout=120, interval=0.5)
+        again = submit(service, erin, notebook_text, gpus=2, gpu_type="local", name="again")
+        assert again.status_code == 201, again.text
+        cancel(service, erin, again.json()["id"])

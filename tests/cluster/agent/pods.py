@@ -5,7 +5,9 @@ its ``env`` and ``envFrom`` (values, ConfigMap and Secret keys, the downward API
 volumes at their ``mountPath`` (:mod:`.volumes`), and its GPUs: a pod that asks for
 ``nvidia.com/gpu`` gets that many of the node's simulated devices, by index, in
 ``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES``; a pod that asks for none gets
-``NVIDIA_VISIBLE_DEVICES=void`` and an empty ``CUDA_VISIBLE_DEVICES``. Each pod has its own
+``NVIDIA_VISIBLE_DEVICES=void`` and an empty ``CUDA_VISIBLE_DEVICES``. Every pod is told the
+GPUs are simulated (``GPUHUB_SIMULATED_GPUS``, what gpuhub's lab reads on a workstation with
+simulated GPUs). Each pod has its own
 loopback address as its pod IP; because every pod shares this machine's network, a program
 that binds ``0.0.0.0`` would take the port from every other pod, so ``0.0.0.0`` in the
 container's args and env values means the pod IP (a documented test-only rule, like
@@ -153,6 +155,7 @@ class ProcessNode:
         self.folder = folder
         self.apiserver_port = apiserver_port
         self.free_gpus = set(range(gpus))
+        self.total_gpus = gpus
         self.runs: dict[str, PodRun] = {}  # uid -> run
         self.by_key: dict[tuple[str, str], str] = {}
         network = ipaddress.ip_network(ip_range)
@@ -505,6 +508,9 @@ class ProcessNode:
             env[item["name"]] = value.replace("0.0.0.0", run.ip)
         devices = ",".join(str(g) for g in run.gpus)
         env["NVIDIA_VISIBLE_DEVICES"] = devices or "void"
+        # This node's GPUs are simulated: gpuhub's lab then charts them as it does a
+        # workstation's simulated GPUs (their processes' CPU and memory), saying "simulated".
+        env["GPUHUB_SIMULATED_GPUS"] = str(self.total_gpus)
         if "CUDA_VISIBLE_DEVICES" not in {i["name"] for i in spec.get("env") or []}:
             env["CUDA_VISIBLE_DEVICES"] = devices
         return env

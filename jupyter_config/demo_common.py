@@ -1,0 +1,64 @@
+"""What both demos share (`make demo`: jupyterhub_config.py; `make demo-k8s`:
+jupyterhub_config_k8s.py): where the hub listens, who logs in, who is the fleet admin, and
+the limits of each group. Imported by both config files (they put this folder on sys.path).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from gpuhub.hub_api import configure_hub
+
+# The demo's GPU fleet admin: the fleet page (GPUs in the hub's menu) shows her everyone's
+# GPUs, and she may stop their servers and cancel their jobs with a reason. By gpuhub's own
+# scope rather than JupyterHub's admin role, which the shared password never grants
+# (SharedPasswordAuthenticator asks admins for a separate admin password).
+DEMO_ADMIN = "alice"
+GROUP_LIMITS = {"staff": {"max_gpus": 4}, "students": {"max_gpus": 1}}
+DEFAULT_LIMITS = {"max_gpus": 1}
+# At most this many GPUs per user at once, across named servers and their jobs.
+GPU_QUOTA = {"default": 1, "groups": {"staff": 4}}
+
+
+def configure_demo(c: Any) -> str:
+    """Set what both demos share on ``c``; returns the banner's lines about logging in."""
+    # JupyterHub 5's own event schemas give their version as a number, which jupyter_events
+    # warns about at every start; nothing a demo user can act on.
+    warnings.filterwarnings("ignore", message="The `version` property of an event schema")
+    c.JupyterHub.ip = os.environ.get("GPUHUB_DEMO_IP", "127.0.0.1")
+    c.JupyterHub.port = int(os.environ.get("GPUHUB_DEMO_PORT", "8000"))
+    c.JupyterHub.hub_ip = "127.0.0.1"
+    # The hub's own port and the proxy's API follow the public one (8081 and 8001 for 8000,
+    # as JupyterHub's defaults), so a demo moved off a taken port does not collide on those.
+    c.JupyterHub.hub_port = c.JupyterHub.port + 81
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{c.JupyterHub.port + 1}"
+
+    c.JupyterHub.authenticator_class = "shared-password"
+    password = os.environ.get("GPUHUB_DEMO_PASSWORD", "gpuhub-demo")
+    c.SharedPasswordAuthenticator.user_password = password
+    c.Authenticator.allow_all = True
+    c.JupyterHub.load_roles = [
+        {
+            "name": "gpu-fleet-admin",
+            "users": [DEMO_ADMIN],
+            "scopes": ["self", "custom:gpuhub:fleet"],
+        }
+    ]
+    c.JupyterHub.load_groups = {
+        "staff": {"users": ["alice"]},
+        "students": {"users": ["bob", "carol"]},
+    }
+    c.Spawner.default_url = "/lab"
+    c.JupyterHub.allow_named_servers = True
+    # The hub's GPU ledger endpoints: the lab's GPU sidebar shows what each user holds.
+    configure_hub(c)
+    url = f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}"
+    return (
+        f"  open {url}/ and log in as alice (staff, up to 4 GPUs),\n"
+        f"  bob or carol (students, 1 GPU each) with password '{password}'.\n"
+        f"  {DEMO_ADMIN} is the demo's GPU fleet admin: GPUs in the hub's menu"
+        f" ({url}/hub/gpuhub/fleet)\n"
+        "  shows everyone's GPUs, and stops a server or cancels a job with a reason.\n"
+    )
