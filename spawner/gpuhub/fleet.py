@@ -31,8 +31,8 @@ from tornado import web
 
 from . import monitor as gpu_monitor
 from .ledger import Holding
-from .quantity import human_memory
 from .monitor import HISTORY_SECONDS, GPUMonitor
+from .quantity import human_memory
 from .reclaim import ReclaimRule
 from .sparkline import SPARK_HEIGHT, SPARK_WIDTH, sparkline
 from .usage import gpu_hours

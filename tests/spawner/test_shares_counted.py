@@ -29,8 +29,7 @@ DEVICE = 16 * GB
 class Busy(UtilizationSource):
     async def sample(self, holdings: Sequence[Holding]) -> dict[Any, list[GPUSample]]:
         return {
-            holding_key(h): [GPUSample(str(d), 0.9, 1 << 30) for d in h.devices]
-            for h in holdings
+            holding_key(h): [GPUSample(str(d), 0.9, 1 << 30) for d in h.devices] for h in holdings
         }
 
 

@@ -192,7 +192,7 @@ def test_a_quota_may_be_a_fraction_of_a_gpu() -> None:
     assert quota.limit_for([]) == Fraction(1, 2)
     assert quota.limit_for(["ta"]) == Fraction(3, 10)  # as written, not the float near it
     assert quota.limit_for(["staff", "ta"]) == 2
-    with pytest.raises(PolicyConfigError, match="gpu_quota.default must be a GPU count"):
+    with pytest.raises(PolicyConfigError, match=r"gpu_quota\.default must be a GPU count"):
         GPUQuota.from_config({"default": -0.5})
 
 
