@@ -29,7 +29,9 @@ never for a token that only identifies the user, as OAuth gives every service th
 to.
 
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
-  "name", "label", "gpus", "gpu_type", "devices", "since", "processes"}]}``; also for
+  "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices", "since",
+  "processes"}]}`` (a share of a GPU: ``share`` what it counts as, ``gpu_memory`` its bytes,
+  ``text`` "8 GB of GPU 3 (T4), 0.5 GPU" as the fleet page says it); also for
   ``custom:gpuhub:grants`` (the jobs service);
 * ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job"|"warning",
   "server", "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped
@@ -499,6 +501,7 @@ class HoldingsHandler(GpuhubAPIHandler):
                             # A share of a GPU: what it counts as, and its memory (bytes).
                             "share": None if h.share is None else words.as_number(h.share),
                             "gpu_memory": h.memory or None,
+                            "text": h.gpus_text,
                             "gpu_type": h.gpu_type,
                             "devices": list(h.devices),
                             "since": h.since,

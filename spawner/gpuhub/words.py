@@ -7,6 +7,7 @@ in "GPU" ("NVIDIA GPU", "Simulated GPU") are not followed by a second "GPU".
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from fractions import Fraction
 
 _ENDS_IN_GPU = re.compile(r"(?:^|\s)GPUs?$", re.IGNORECASE)
@@ -34,7 +35,7 @@ def gpus(count: int, name: str = "") -> str:
     return f"{count} {gpu_noun(name, count)}"
 
 
-def device_list(devices: list[int] | tuple[int, ...], name: str = "") -> str:
+def device_list(devices: Sequence[int | str], name: str = "") -> str:
     """ "GPUs 0, 1 (RTX A6000)": which GPUs, by index, and of what type."""
     noun = "GPU" if len(devices) == 1 else "GPUs"
     kind = f" ({name})" if name else ""
