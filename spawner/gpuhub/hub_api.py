@@ -79,7 +79,7 @@ from .fleet import HANDLERS as FLEET_HANDLERS
 from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpu_type_names, gpus_held, named
 from .notice_api import HANDLERS as NOTICE_HANDLERS
 from .policy import PolicyConfigError
-from .usage import HUB_SHUTDOWN
+from .usage import HUB_SHUTDOWN, SHARE_OVERUSE
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
@@ -199,6 +199,7 @@ def notices_for(user: Any) -> list[dict[str, str]]:
     if monitor is None:
         return []
     warnings = [warning_text(h, deadline) for h, deadline in monitor.warnings_for(user.name)]
+    warnings += [share_warning(*w) for w in monitor.share_warnings(user.name)]
     shown = monitor.store.notices_for(user.name, shown=True)
     return warnings + [notice_text(n) for n in shown]
 
@@ -238,6 +239,20 @@ def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
     }
 
 
+def share_warning(holding: Holding, deadline: float, text: str) -> dict[str, str]:
+    """A server over its share of a GPU, to be stopped at ``deadline`` (gpuhub.overshare);
+    like a job hold's warning it goes by itself, so it has no ``key``."""
+    return {
+        "key": "",
+        "server": holding.name,
+        "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "by": SHARE_OVERUSE,
+        "kind": "warning",
+        "jobs": "",
+        "text": text,
+    }
+
+
 def notice_text(notice: Any) -> dict[str, str]:
     """A notice as hub pages and ``GET /hub/api/gpuhub/notices/<user>`` show it."""
     when = datetime.fromtimestamp(notice.when, UTC)
@@ -265,7 +280,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             f"{at}; it did not start and held no GPU. Start it again to join the line."
         )
     else:
-        if notice.by == "idle":
+        if notice.by in ("idle", SHARE_OVERUSE):
             what = f"Your {server} was stopped {at} because {notice.reason}."
         else:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
@@ -566,12 +581,17 @@ class NoticesHandler(ReclaimHandler):
         monitor = self._monitor()
         found = monitor.store.notices_for(name) if monitor is not None else []
         warned = monitor.warnings_for(name) if monitor is not None else []
+        shares = monitor.share_warnings(name) if monitor is not None else []
         self.finish(
             json.dumps(
                 {
                     "notices": [
                         {**warning_text(h, deadline), "jobs": [], "reason": "idle"}
                         for h, deadline in warned
+                    ]
+                    + [
+                        {**share_warning(h, deadline, text), "jobs": [], "reason": SHARE_OVERUSE}
+                        for h, deadline, text in shares
                     ]
                     + [
                         {

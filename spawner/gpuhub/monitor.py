@@ -28,8 +28,9 @@ from typing import Any
 
 from . import words
 from .ledger import Holding, Ledger, gpu_type_names, named
+from .overshare import ShareWatch
 from .reclaim import Action, IdleClocks, ReclaimRule
-from .usage import Notice, UsageStore
+from .usage import SHARE_OVERUSE, Notice, UsageStore
 from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
 
 log = logging.getLogger("gpuhub.monitor")
@@ -96,6 +97,9 @@ class GPUMonitor:
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[HoldingKey] = set()
         self._tasks: set[asyncio.Future[Any]] = set()
+        # Shares of a GPU over their memory (workstation without the CUDA MPS daemon).
+        grace = float(getattr(spawner, "gpu_share_grace", 0) or 0)
+        self.shares = ShareWatch(grace) if grace > 0 else None
 
     # -- the loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,6 +147,8 @@ class GPUMonitor:
             self._remember(track, now)
             live[key] = track
         self.tracks = live
+        if self.shares is not None:
+            self._watch_shares(now)
         if self.clocks is not None:
             await self._reclaim(now)
         self._drop_read_notices()
@@ -320,6 +326,49 @@ class GPUMonitor:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         self.clocks.forget_except(launches)
+
+    def _watch_shares(self, now: float) -> None:
+        """Warn a server whose share of a GPU is over its memory; stop it once it has been
+        over for the grace period (gpuhub.overshare)."""
+        assert self.shares is not None
+        warned, stop = self.shares.observe(
+            ((key, t.holding, t.samples) for key, t in self.tracks.items()), now
+        )
+        for key in warned:
+            holding = self.tracks[key].holding
+            log.warning(
+                "gpuhub: %s's %s is over its share: %s",
+                holding.user,
+                holding.label,
+                self.shares.warning(holding, key),
+            )
+        users = self._users() if stop else {}
+        for key in stop:
+            holding = self.tracks[key].holding
+            user = users.get(holding.user)
+            if user is None:
+                continue
+            reason = self.shares.reason(holding, key)
+            task = asyncio.ensure_future(
+                self.stop_server(user, holding.name, reason, by=SHARE_OVERUSE)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def share_warnings(self, user: str) -> list[tuple[Holding, float, str]]:
+        """``user``'s servers over their share of a GPU now: (holding, when it is stopped,
+        the warning)."""
+        if self.shares is None:
+            return []
+        return [
+            (
+                self.tracks[key].holding,
+                self.shares.deadline(key),
+                self.shares.warning(self.tracks[key].holding, key),
+            )
+            for key in self.shares.over
+            if key[0] == user and key in self.tracks
+        ]
 
     def clock_of(self, user: str, name: str, kind: str = "server") -> tuple[Track, Any] | None:
         """The track and idle clock of ``user``'s server (or job hold) ``name`` (None: no

@@ -257,6 +257,13 @@ class GPUSpawnerMixin(Configurable):
         :class:`gpuhub.utilization.UtilizationSource`: NVML on this machine for
         LocalGPUSpawner, the cluster's Prometheus (dcgm-exporter) for GPUSpawner.""",
     )
+    gpu_share_grace = Float(
+        120.0,
+        config=True,
+        help="""Workstation, GPU types shared by memory without the CUDA MPS daemon: seconds a
+        server may use more GPU memory than its share (warned at once) before it is stopped,
+        saying why. 0 turns the check off.""",
+    )
     gpu_monitor_interval = Float(
         30.0,
         config=True,
