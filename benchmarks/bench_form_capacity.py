@@ -1,16 +1,20 @@
-"""Spawn form with live GPU capacity at cluster scale, and 50 concurrent spawns (kubesim).
+"""Spawn form with live GPU capacity at cluster scale, and 50 concurrent spawns, on a real
+Kubernetes (kube-apiserver 1.36 with kwok nodes and the process node, see
+:mod:`benchmarks.kube_cluster`).
 
 ``python -m benchmarks form_capacity [--renders N] [--spawns N] [--sizes 10,100,1000]``
 
-1. Form render. For clusters of 10, 100 and 1,000 eight-GPU nodes carrying 20 pods per node
-   (up to 20,000 pods, a third of them holding GPUs), a real JupyterHub with GPUSpawner on
-   kubesim serves ``GET /hub/spawn`` to a logged-in user; we time it end to end (p50, p95),
-   check the figures in the page against the cluster's true free/total, and time gpuhub's
-   own share in-process: reading the capacity snapshot when nothing changed, recomputing it
-   after a change, and the first full list of the cluster.
-2. 50 concurrent spawns through the REST API on a 100-node cluster: time until all 50 pods
-   are Running and all 50 servers are ready, and the hub's event-loop lag meanwhile
-   (measured inside the hub by a 10 ms ticker installed from its config).
+1. Form render. The cluster grows to 10, 100 and 1,000 eight-GPU kwok nodes carrying 20
+   Running pods per node (up to 20,000 pods, a third of them holding GPUs, bound by name and
+   run by kwok). At each size a real JupyterHub with GPUSpawner serves ``GET /hub/spawn`` to a
+   logged-in user; we time it end to end (p50, p95, p99), check the figures in the page
+   against the cluster's true free/total, and time gpuhub's own share in-process: reading the
+   capacity snapshot when nothing changed, recomputing it after a change, and the first full
+   list of the cluster.
+2. 50 concurrent spawns through the REST API onto the process node (50 simulated GPUs), whose
+   pods really run: time until all 50 pods are Running and all 50 servers are ready, and the
+   hub's event-loop lag meanwhile (measured inside the hub by a 10 ms ticker installed from
+   its config).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -30,21 +35,23 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import percentile, write_section
-from tests.kubesim import KubeSimThread
+from benchmarks.kube_cluster import (
+    NAMESPACE,
+    BenchCluster,
+    Request,
+    capacity_of,
+    gpu_node,
+    load_pod,
+    rss_line,
+)
+from tests.cluster.kubeapi import wait_for
+from tests.support.hub.kube import GPU_TYPES
 from tests.support.hub.process import Hub, spawn_json, start_hub
 
-PRODUCT = "NVIDIA-A100-SXM4-80GB"
-TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 BUDGET_MS = 20.0
-GPU_TYPES = {
-    "a100": {
-        "display_name": "NVIDIA A100 80GB",
-        "resource_name": "nvidia.com/gpu",
-        "node_selector": {"nvidia.com/gpu.product": PRODUCT},
-        "tolerations": [TOLERATION],
-        "max_gpus": 8,
-    },
-}
+PODS_PER_NODE = 20
+# GPU_TYPES are the tests' (tests/support/hub/kube.py): a100 on the kwok nodes, local on the
+# process node, and a MIG type that no node of this cluster serves.
 # The hub measures its own event-loop lag: a 10 ms ticker, stats written once a second.
 LAG_MONITOR = """
 import asyncio as _asyncio, json as _json, time as _time
@@ -68,44 +75,26 @@ _asyncio.get_running_loop().create_task(_gpuhub_bench_lag())
 """
 
 
-def nodes(count: int) -> list[dict[str, Any]]:
+def load(first: int, last: int) -> list[Request]:
+    """The pods of nodes ``first`` to ``last - 1``: node *n* has *n* mod 9 holding a GPU."""
     return [
-        {
-            "name": f"gpu-{n:04d}",
-            "labels": {"nvidia.com/gpu.product": PRODUCT},
-            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-            "allocatable": {"cpu": "96", "memory": "1Ti", "pods": 250, "nvidia.com/gpu": 8},
-        }
-        for n in range(count)
+        load_pod(n, f"load-{n}-{p}", p < n % 9)
+        for n in range(first, last)
+        for p in range(PODS_PER_NODE)
     ]
 
 
-def fill(sim: KubeSimThread, node_count: int, pods_per_node: int) -> tuple[int, int, int]:
-    """Bound, Running pods straight into the store: node n has n % 9 of them holding a GPU."""
-
-    def place() -> tuple[int, int, int]:
-        free, largest = 0, 0
-        for n in range(node_count):
-            gpu_pods = n % 9
-            for p in range(pods_per_node):
-                gpu = p < gpu_pods
-                requests = {"cpu": "1", "memory": "2Gi", **({"nvidia.com/gpu": 1} if gpu else {})}
-                sim.sim.add_running_pod("default", f"load-{n}-{p}", f"gpu-{n:04d}", requests)
-            free += 8 - gpu_pods
-            largest = max(largest, 8 - gpu_pods)
-        return free, node_count * 8, largest
-
-    return sim.call(place, timeout=600)
-
-
 def hub_config(extra: str = "") -> str:
+    """GPUSpawner on the benchmark cluster (``KUBECONFIG``), spawning into its namespace."""
     return textwrap.dedent(
         f"""
         c.JupyterHub.spawner_class = "gpuhub.GPUSpawner"
         c.JupyterHub.cleanup_servers = True
-        c.GPUSpawner.namespace = "default"
+        c.GPUSpawner.namespace = {NAMESPACE!r}
         c.GPUSpawner.gpu_types = {GPU_TYPES!r}
         c.GPUSpawner.default_limits = {{"max_gpus": 8}}
+        c.GPUSpawner.cpu_range = {{"min": 0.1, "max": 8, "default": 0.25}}
+        c.GPUSpawner.memory_range = {{"min": "256M", "max": "64G", "default": "1G"}}
         c.GPUSpawner.capacity_wait = 30
         c.GPUSpawner.start_timeout = 300
         c.GPUSpawner.http_timeout = 120
@@ -123,52 +112,64 @@ def _p95(values: list[float]) -> str:
     return f"{percentile(values, 95) * 1000:.1f} ms"
 
 
-# -- 1. form render --------------------------------------------------------------------------
-def bench_form(node_count: int, renders: int, workdir: Path) -> dict[str, Any]:
-    import os
+def _p99(values: list[float]) -> str:
+    return f"{percentile(values, 99) * 1000:.1f} ms"
 
-    pods_per_node = 20
-    workdir.mkdir(parents=True, exist_ok=True)
-    sim = KubeSimThread(nodes(node_count), kubeconfig=workdir / "kubeconfig")
-    os.environ["KUBECONFIG"] = str(workdir / "kubeconfig")
+
+def page_time(session: Any, url: str) -> float:
+    """Seconds for one GET of ``url`` (a control: JupyterHub's home page has no form)."""
+    start = time.perf_counter()
+    session.get(url, timeout=30).raise_for_status()
+    return time.perf_counter() - start
+
+
+# -- 1. form render --------------------------------------------------------------------------
+def bench_form(
+    cluster: BenchCluster, grown: int, node_count: int, renders: int, workdir: Path
+) -> dict[str, Any]:
+    """Grow the cluster from ``grown`` to ``node_count`` loaded nodes, then time the form."""
+    start = time.perf_counter()
+    made = cluster.add_nodes([gpu_node(n) for n in range(grown, node_count)])
+    pods = cluster.send(load(grown, grown + made))
+    assert made == node_count - grown and pods == made * PODS_PER_NODE, cluster.watch.exceeded
+    # More than node_count: the process node too.
+    wait_for("every node Ready", lambda: cluster.ready_nodes() > node_count, timeout=600)
+    wait_for("kwok runs every pod", cluster.all_running, timeout=600, interval=2)
+    fill_s = time.perf_counter() - start
+    free, total, largest = capacity_of(node_count, node_count * PODS_PER_NODE, PODS_PER_NODE)
+    in_process = asyncio.run(_in_process(cluster.kubeconfig))
+    hub = start_hub(workdir / "hub", hub_config())
     try:
-        t0 = time.perf_counter()
-        free, total, largest = fill(sim, node_count, pods_per_node)
-        fill_s = time.perf_counter() - t0
-        in_process = asyncio.run(_in_process(sim))
-        hub = start_hub(workdir / "hub", hub_config())
-        try:
-            session = hub.login("ada")
-            first = session.get(f"{hub.url}/hub/spawn", timeout=120)  # starts the shared watch
-            times = []
-            page = first.text
-            for _ in range(renders):
-                start = time.perf_counter()
-                response = session.get(f"{hub.url}/hub/spawn", timeout=30)
-                times.append(time.perf_counter() - start)
-                page = response.text
-            expected = f"{free} of {total} free now; at most {largest} together on one node"
-            correct = expected in page
-            if not correct:
-                found = re.search(r"\d+ of \d+ free now[^<]*", page)
-                print(f"figures wrong: expected {expected!r}, page says {found and found[0]!r}")
-        finally:
-            hub.stop()
+        session = hub.login("ada")
+        first = session.get(f"{hub.url}/hub/spawn", timeout=120)  # starts the shared watch
+        page = first.text
+        times, home = [], []
+        for _ in range(renders):
+            start = time.perf_counter()
+            page = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+            times.append(time.perf_counter() - start)
+            home.append(page_time(session, f"{hub.url}/hub/home"))
+        expected = f"{free} of {total} free now; at most {largest} together on one node"
+        correct = expected in page
+        if not correct:
+            found = re.search(r"\d[\d,]* of \d[\d,]* free now[^<]*", page)
+            print(f"figures wrong: expected {expected!r}, page says {found and found[0]!r}")
     finally:
-        sim.stop()
+        hub.stop()
     return {
         "nodes": node_count,
-        "pods": node_count * pods_per_node,
+        "pods": node_count * PODS_PER_NODE,
         "free": free,
         "total": total,
         "renders": times,
+        "home": home,
         "correct": correct,
         "fill_s": fill_s,
         **in_process,
     }
 
 
-async def _in_process(sim: KubeSimThread) -> dict[str, Any]:
+async def _in_process(kubeconfig: Path) -> dict[str, Any]:
     """gpuhub's own share: first sync, snapshot read, snapshot recompute after a change."""
     from kubernetes_asyncio import client, config
 
@@ -178,7 +179,7 @@ async def _in_process(sim: KubeSimThread) -> dict[str, Any]:
 
     policy = Policy.from_config(gpu_types=GPU_TYPES, default_limits={"max_gpus": 8})
     types = list(policy.gpu_types.values())
-    api_client = await config.new_client_from_config(config_file=str(sim.kubeconfig))
+    api_client = await config.new_client_from_config(config_file=str(kubeconfig))
     cache = ClusterCapacity(client.CoreV1Api(api_client))
     try:
         start = time.perf_counter()
@@ -237,15 +238,19 @@ def profile_shares(path: Path) -> dict[str, float]:
     return shares
 
 
-def bench_spawns(count: int, workdir: Path, profile: bool = False) -> dict[str, Any]:
-    import os
+def server_pods(cluster: BenchCluster) -> list[dict[str, Any]]:
+    path = cluster.pod_path()
+    selector = {"labelSelector": "component=singleuser-server"}
+    return list(cluster.api.request("GET", path, params=selector)["items"])
 
+
+def bench_spawns(
+    cluster: BenchCluster, count: int, workdir: Path, profile: bool = False
+) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
-    sim = KubeSimThread(nodes(100), kubeconfig=workdir / "kubeconfig")
-    os.environ["KUBECONFIG"] = str(workdir / "kubeconfig")
     # A small HTTP server stands in for jupyterhub-singleuser (50 JupyterLabs do not fit on
-    # this machine); it binds the pod IP like the real one, and the hub waits for it the same way.
-    sim.run_locally(lambda pod, container: True)
+    # this machine); on the process node it binds the pod IP like the real one (0.0.0.0 there
+    # means the pod's address), and the hub waits for it the same way.
     server = json.dumps([sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "8888"])
     extra = f"c.GPUSpawner.cmd = {server}\n" + LAG_MONITOR + (PROFILER if profile else "")
     hub = start_hub(workdir / "hub", hub_config(extra))
@@ -260,7 +265,7 @@ def bench_spawns(count: int, workdir: Path, profile: bool = False) -> dict[str, 
 
         def spawn(user: str) -> None:
             response = spawn_json(
-                hub, user, {"gpu_type": "a100", "gpus": 1, "cpu": 1, "memory": "2G"}
+                hub, user, {"gpu_type": "local", "gpus": 1, "cpu": 0.25, "memory": "1G"}
             )
             assert response.status_code in (201, 202), response.text
 
@@ -269,8 +274,7 @@ def bench_spawns(count: int, workdir: Path, profile: bool = False) -> dict[str, 
             thread.start()
         ready_at = None
         while True:
-            pods = sim.list("Pod", "default")
-            for pod in pods:
+            for pod in server_pods(cluster):
                 name = pod["metadata"]["name"]
                 if pod["status"].get("phase") == "Running" and name not in running_at:
                     running_at[name] = time.perf_counter() - start
@@ -293,7 +297,8 @@ def bench_spawns(count: int, workdir: Path, profile: bool = False) -> dict[str, 
             hub.api("DELETE", f"/users/{user}/server")
     finally:
         hub.stop()
-        sim.stop()
+    # The next run starts on a free process node.
+    wait_for("the spawned servers' pods gone", lambda: not server_pods(cluster), timeout=300)
     return {
         "count": count,
         "all_running_s": max(running_at.values()) if len(running_at) >= count else None,
@@ -323,41 +328,55 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     rows, over = [], False
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in (int(s) for s in args.sizes.split(",") if s):
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        BenchCluster(bare=False, gpus=args.spawns) as cluster,
+    ):
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)  # the hubs' GPUSpawner
+        grown = 0
+        for size in sizes:
             print(f"form render, {size} GPU nodes ...", flush=True)
-            result = bench_form(size, args.renders, Path(tmp) / f"form{size}")
+            result = bench_form(cluster, grown, size, args.renders, Path(tmp) / f"form{size}")
+            grown = size
             rows.append(result)
             print(
-                f"  p50 {_ms(result['renders'])} p95 {_p95(result['renders'])} correct={result['correct']}",
+                f"  p50 {_ms(result['renders'])} p99 {_p99(result['renders'])} "
+                f"correct={result['correct']}",
                 flush=True,
             )
             over |= percentile(result["renders"], 50) * 1000 > BUDGET_MS or not result["correct"]
         print(f"{args.spawns} concurrent spawns ...", flush=True)
-        spawns = bench_spawns(args.spawns, Path(tmp) / "spawns")
+        spawns = bench_spawns(cluster, args.spawns, Path(tmp) / "spawns")
         print("again, profiled ...", flush=True)
-        shares = bench_spawns(args.spawns, Path(tmp) / "profiled", profile=True)["shares"]
+        shares = bench_spawns(cluster, args.spawns, Path(tmp) / "profiled", profile=True)["shares"]
+        memory = rss_line(cluster.watch, cluster.watch.peak_mb)
     lines = [
         "## Spawn form with live capacity, and concurrent spawns (budget: form p50 < 20 ms at any size)",
         "",
         f"`python -m benchmarks form_capacity --renders {args.renders} --spawns {args.spawns}` on "
         f"{platform.machine()}, Python {platform.python_version()}, 2 CPUs shared with the other "
-        "work on this machine (figures are noisy). Cluster: kubesim, eight-GPU A100 nodes with 20 "
-        "Running pods each; on node *n*, *n* mod 9 of them hold one GPU each.",
+        "work on this machine (figures are noisy). Cluster: a real one (`tests/cluster`: "
+        "kube-apiserver 1.36, controllers, scheduler, Kueue and the Kubeflow operators), grown "
+        "to each size with eight-GPU A100 kwok nodes carrying 20 Running pods each (bound by "
+        "name, run by kwok); on node *n*, *n* mod 9 of them hold one GPU each. Peak memory of "
+        f"the cluster's processes: {memory}.",
         "",
         "`GET /hub/spawn` is timed end to end through configurable-http-proxy and JupyterHub for "
-        "a logged-in user (JupyterHub's own page work included). The gpuhub columns are timed "
+        "a logged-in user (JupyterHub's own page work included); `GET /hub/home`, a page without "
+        "the form, interleaved with it, shows what JupyterHub, the proxy and this busy machine "
+        "cost by themselves. The gpuhub columns are timed "
         "in-process: reading the capacity snapshot when nothing changed since the last render, "
         "recomputing it after a change (what a render pays at most once per watch event), and "
         "rendering the form.",
         "",
-        "| GPU nodes | pods | figures right | GET /hub/spawn p50 | p95 | snapshot (unchanged) p50 | snapshot after a change p50 | form render p50 | first list + watch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| GPU nodes | pods | figures right | GET /hub/spawn p50 | p95 | p99 | GET /hub/home p50 | snapshot (unchanged) p50 | snapshot after a change p50 | form render p50 | first list + watch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['nodes']:,} | {r['pods']:,} | {'yes' if r['correct'] else 'NO'} ({r['free']:,} of {r['total']:,} free) | "
-            f"{_ms(r['renders'])} | {_p95(r['renders'])} | {percentile(r['cached'], 50) * 1e6:.1f} µs | "
+            f"{_ms(r['renders'])} | {_p95(r['renders'])} | {_p99(r['renders'])} | {_ms(r['home'])} | {percentile(r['cached'], 50) * 1e6:.1f} µs | "
             f"{percentile(r['recompute'], 50) * 1000:.2f} ms | {_ms(r['render'])} | {r['sync_s']:.2f} s |"
         )
     verdict = "over budget" if over else "within budget"
@@ -369,13 +388,15 @@ def main(argv: list[str]) -> int:
     busy = [c for _, c in spawns["lags"]]
     lines += [
         "",
-        f"### {spawns['count']} concurrent spawns (100 GPU nodes)",
+        f"### {spawns['count']} concurrent spawns (on the same cluster, {sizes[-1]:,} GPU nodes)",
         "",
-        "Each user asks for one A100 through `POST /hub/api/users/:name/server` at the same moment. "
-        "The pods run a small HTTP server in place of `jupyterhub-singleuser` (fifty JupyterLabs do "
-        "not fit on two cores), bound to the pod IP the hub connects to. Event-loop lag is measured "
-        "inside the hub by a 10 ms ticker: *wall* is how late it woke up; *busy* is the part the "
-        "hub's own thread spent computing (the rest is the hub waiting for a CPU while kubesim, the "
+        "Each user asks for one simulated GPU of the process node (`local-0`, "
+        f"{spawns['count']} GPUs) through `POST /hub/api/users/:name/server` at the same moment; "
+        "the scheduler places the pods and the node agent runs them as local processes: a small "
+        "HTTP server in place of `jupyterhub-singleuser` (fifty JupyterLabs do not fit on two "
+        "cores), bound to the pod IP the hub connects to. Event-loop lag is measured inside the "
+        "hub by a 10 ms ticker: *wall* is how late it woke up; *busy* is the part the hub's own "
+        "thread spent computing (the rest is the hub waiting for a CPU while the cluster, the "
         "fifty server processes and the proxy share the two cores).",
         "",
         "| all pods Running | all servers ready | lag (wall) p50 | p95 | max | lag (busy) p50 | p95 | max | ticks |",

@@ -6,7 +6,7 @@ import pytest
 
 from tests.support import e2e
 
-pytest_plugins = ["tests.kubesim.pytest_plugin", "tests.support.cluster"]
+pytest_plugins = ["tests.support.cluster"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,8 @@ DEFAULT_ROOT = REPO / ".cluster"
 SERVICE_CIDR = "10.96.0.0/16"  # virtual: no kube-proxy, nothing ever dials it
 POD_CIDR_KWOK = "127.64.0.0/12"  # fake pods get loopback addresses nothing listens on
 STATE = "state.json"
+# Machine-wide, not per root: the ports every cluster picks from are the machine's.
+START_LOCK = Path(tempfile.gettempdir()) / "gpuhub-cluster-start.lock"
 
 
 class ClusterError(RuntimeError):
@@ -125,12 +131,18 @@ def _advertise_flags() -> list[str]:
 
 
 class Launcher:
-    def __init__(self, root: Path, nodes_file: Path, gpus: int, quiet: bool = False) -> None:
+    def __init__(
+        self, root: Path, nodes_file: Path, gpus: int, quiet: bool = False, bare: bool = False
+    ) -> None:
         self.cluster = Cluster(root)
         self.root = root
         self.nodes_file = nodes_file
         self.gpus = gpus
         self.quiet = quiet
+        # Only etcd, kube-apiserver and kwok (no node leases): the control plane a scale run
+        # fills with thousands of kwok nodes and pods bound by name, without the controllers,
+        # scheduler, process node and operators that would each cache every pod.
+        self.bare = bare
         self.ports = processes.Ports()
         self.pids: dict[str, int] = {}
 
@@ -168,7 +180,8 @@ class Launcher:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "logs").mkdir(exist_ok=True)
         try:
-            self._up(binaries)
+            with self._starting_alone():
+                self._up(binaries)
         except BaseException:
             down(self.root, quiet=True)
             raise
@@ -176,13 +189,105 @@ class Launcher:
             self.ports.release_all()
         return self._ready_line(seconds=time.monotonic() - started)
 
+    @contextlib.contextmanager
+    def _starting_alone(self) -> Iterator[None]:
+        """One cluster starts at a time on this machine. A port picked free is held until its
+        component starts, but between its release and the component's listen (seconds on a
+        busy machine) another starting cluster could pick it too."""
+        with open(START_LOCK, "a+b") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.say("waiting for another cluster on this machine to finish starting ...")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     def _ready_line(self, *, reused: bool = False, seconds: float = 0.0) -> str:
         state = self.cluster.state() or {}
         how = "already running" if reused else f"up in {seconds:.0f} s"
+        what = (
+            "bare: etcd, kube-apiserver and kwok only"
+            if state.get("bare")
+            else "Kueue, JobSet, Trainer, Training Operator"
+        )
         return (
             f"Kubernetes {KUBERNETES} cluster {how} at {state.get('server')} "
-            f"({state.get('nodes', '?')} nodes, Kueue, JobSet, Trainer, Training Operator): "
-            f"KUBECONFIG={self.cluster.kubeconfig}"
+            f"({state.get('nodes', '?')} nodes, {what}): KUBECONFIG={self.cluster.kubeconfig}"
+        )
+
+    def _start_controllers(
+        self, binaries: dict[str, Path], pki: ClusterPKI, ports: dict[str, int], api: KubeAPI
+    ) -> None:
+        """kube-controller-manager and kube-scheduler, once the apiserver answers."""
+        root = self.root
+        admin_path = str(self.cluster.kubeconfig)
+        self.say("starting kube-controller-manager and kube-scheduler ...")
+        process = self._start(
+            "kube-controller-manager",
+            [
+                str(binaries["kube-controller-manager"]),
+                f"--kubeconfig={admin_path}",
+                f"--authentication-kubeconfig={admin_path}",
+                f"--authorization-kubeconfig={admin_path}",
+                f"--service-account-private-key-file={pki.service_account.key}",
+                f"--root-ca-file={pki.ca.pair.cert}",
+                f"--cluster-signing-cert-file={pki.ca.pair.cert}",
+                f"--cluster-signing-key-file={pki.ca.pair.key}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['controller-manager']}",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                f"--cert-dir={root / 'pki' / 'kcm'}",
+                "--node-monitor-grace-period=120s",
+            ],
+            ports=(ports["controller-manager"],),
+        )
+        controller_manager = process
+        config = root / "scheduler.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": admin_path, "qps": 500, "burst": 1000},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        scheduler = self._start(
+            "kube-scheduler",
+            [
+                str(binaries["kube-scheduler"]),
+                f"--config={config}",
+                f"--authentication-kubeconfig={admin_path}",
+                f"--authorization-kubeconfig={admin_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['scheduler']}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                f"--cert-dir={root / 'pki' / 'scheduler'}",
+            ],
+            ports=(ports["scheduler"],),
+        )
+        _wait_http(
+            "kube-controller-manager",
+            f"https://127.0.0.1:{ports['controller-manager']}/healthz",
+            controller_manager,
+            root / "logs/kube-controller-manager.log",
+            verify=False,
+        )
+        _wait_http(
+            "kube-scheduler",
+            f"https://127.0.0.1:{ports['scheduler']}/healthz",
+            scheduler,
+            root / "logs/kube-scheduler.log",
+            verify=False,
+        )
+        wait_for(
+            "the default namespace's ServiceAccount",
+            lambda: api.get("v1", "ServiceAccount", "default", "default"),
+            timeout=60,
         )
 
     def _up(self, binaries: dict[str, Path]) -> None:
@@ -198,7 +303,7 @@ class Launcher:
             "node-agent": self.ports.pick(10250),
         }
         server = f"https://127.0.0.1:{ports['apiserver']}"
-        self._save(server=server, ports=ports, kubernetes=KUBERNETES)
+        self._save(server=server, ports=ports, kubernetes=KUBERNETES, bare=self.bare)
         admin = kubeconfig(server, pki.ca.pair.cert, cert=pki.admin.cert, key=pki.admin.key)
         self.cluster.kubeconfig.write_text(admin)
         self.cluster.kubeconfig.chmod(0o600)
@@ -278,78 +383,11 @@ class Launcher:
         )
         api = self.cluster.api()
 
-        self.say("starting kube-controller-manager and kube-scheduler ...")
         admin_path = str(self.cluster.kubeconfig)
-        process = self._start(
-            "kube-controller-manager",
-            [
-                str(binaries["kube-controller-manager"]),
-                f"--kubeconfig={admin_path}",
-                f"--authentication-kubeconfig={admin_path}",
-                f"--authorization-kubeconfig={admin_path}",
-                f"--service-account-private-key-file={pki.service_account.key}",
-                f"--root-ca-file={pki.ca.pair.cert}",
-                f"--cluster-signing-cert-file={pki.ca.pair.cert}",
-                f"--cluster-signing-key-file={pki.ca.pair.key}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['controller-manager']}",
-                "--kube-api-qps=500",
-                "--kube-api-burst=1000",
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-                f"--cert-dir={root / 'pki' / 'kcm'}",
-                "--node-monitor-grace-period=120s",
-            ],
-            ports=(ports["controller-manager"],),
-        )
-        controller_manager = process
-        config = root / "scheduler.yaml"
-        config.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "kubescheduler.config.k8s.io/v1",
-                    "kind": "KubeSchedulerConfiguration",
-                    "clientConnection": {"kubeconfig": admin_path, "qps": 500, "burst": 1000},
-                    "leaderElection": {"leaderElect": False},
-                }
-            )
-        )
-        scheduler = self._start(
-            "kube-scheduler",
-            [
-                str(binaries["kube-scheduler"]),
-                f"--config={config}",
-                f"--authentication-kubeconfig={admin_path}",
-                f"--authorization-kubeconfig={admin_path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['scheduler']}",
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-                f"--cert-dir={root / 'pki' / 'scheduler'}",
-            ],
-            ports=(ports["scheduler"],),
-        )
-        _wait_http(
-            "kube-controller-manager",
-            f"https://127.0.0.1:{ports['controller-manager']}/healthz",
-            controller_manager,
-            root / "logs/kube-controller-manager.log",
-            verify=False,
-        )
-        _wait_http(
-            "kube-scheduler",
-            f"https://127.0.0.1:{ports['scheduler']}/healthz",
-            scheduler,
-            root / "logs/kube-scheduler.log",
-            verify=False,
-        )
-        wait_for(
-            "the default namespace's ServiceAccount",
-            lambda: api.get("v1", "ServiceAccount", "default", "default"),
-            timeout=60,
-        )
-
+        if not self.bare:
+            self._start_controllers(binaries, pki, ports, api)
         # Nodes: kwok's fake GPU nodes and the process node.
-        self.say("starting kwok and the process node ...")
+        self.say("starting kwok and the process node ..." if not self.bare else "starting kwok ...")
         nodes = load_nodes(self.nodes_file)
         for node in nodes:
             status = node.pop("status")
@@ -360,6 +398,15 @@ class Launcher:
                 data=json.dumps({"status": status}),
                 headers={"Content-Type": "application/merge-patch+json"},
             )
+            if self.bare:
+                # The apiserver taints a new node not-ready; no node lifecycle controller
+                # runs here to lift it once kwok reports the node Ready.
+                api.request(
+                    "PATCH",
+                    api.path("v1", "Node", node["metadata"]["name"]),
+                    data=json.dumps({"spec": {"taints": node["spec"]["taints"]}}),
+                    headers={"Content-Type": "application/merge-patch+json"},
+                )
         stage_file = root / "kwok-stages.yaml"
         stage_file.write_text(stages(kwok_module_dir(KWOK)))
         kwok = self._start(
@@ -376,38 +423,47 @@ class Launcher:
                 f"--server-address=127.0.0.1:{ports['kwok']}",
                 f"--tls-cert-file={pki.serving.cert}",
                 f"--tls-private-key-file={pki.serving.key}",
-                "--node-lease-duration-seconds=40",
+                # A bare cluster runs no node lifecycle controller to read leases, and
+                # 5,000 nodes renewing one every 10 s would be most of its write load.
+                f"--node-lease-duration-seconds={0 if self.bare else 40}",
                 "--v=WARN",
             ],
             ports=(ports["kwok"],),
         )
-        agent = self._start(
-            "node-agent",
-            [
-                sys.executable,
-                "-m",
-                "tests.cluster.agent",
-                f"--server={api.server}",
-                f"--pki={root / 'pki'}",
-                f"--state={root / 'node-agent'}",
-                f"--port={ports['node-agent']}",
-                f"--gpus={self.gpus}",
-            ],
-            cwd=REPO,
-            ports=(ports["node-agent"],),
-        )
+        started = [(kwok, "kwok")]
+        if not self.bare:
+            agent = self._start(
+                "node-agent",
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.cluster.agent",
+                    f"--server={api.server}",
+                    f"--pki={root / 'pki'}",
+                    f"--state={root / 'node-agent'}",
+                    f"--port={ports['node-agent']}",
+                    f"--gpus={self.gpus}",
+                ],
+                cwd=REPO,
+                ports=(ports["node-agent"],),
+            )
+            started.append((agent, "node-agent"))
+        expected = len(nodes) + (0 if self.bare else 1)  # and the process node
 
         def nodes_ready() -> bool:
-            for proc, name in ((kwok, "kwok"), (agent, "node-agent")):
+            for proc, name in started:
                 if proc.poll() is not None:
                     raise ClusterError(
                         f"{name} exited while starting (log: {root}/logs/{name}.log)."
                     )
             listing = api.request("GET", "/api/v1/nodes")["items"]
-            return sum(map(schedulable, listing)) >= len(nodes) + 1
+            return sum(map(schedulable, listing)) >= expected
 
         wait_for("every node Ready and schedulable", nodes_ready, timeout=120)
-        self._save(nodes=len(nodes) + 1)
+        self._save(nodes=expected)
+        if self.bare:
+            self._save(ready=True)
+            return
 
         # The operators.
         certs = root / "pki" / "webhook"
@@ -559,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(os.environ.get("GPUHUB_CLUSTER_NODES", DEFAULT_NODES_FILE)),
     )
     parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="etcd, kube-apiserver and kwok only, without node leases (for scale runs)",
+    )
+    parser.add_argument(
         "--gpus",
         type=int,
         default=int(os.environ.get("GPUHUB_CLUSTER_GPUS", 4)),
@@ -572,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return status(root)
     try:
-        print(Launcher(root, args.nodes, args.gpus).up(), flush=True)
+        print(Launcher(root, args.nodes, args.gpus, bare=args.bare).up(), flush=True)
     except ClusterError as error:
         print(f"make cluster failed: {error}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """The cluster's fake GPU nodes (kwok) and the stages that drive their pods.
 
-A nodes file is a YAML list, one entry per node (the format kubesim took)::
+A nodes file is a YAML list, one entry per node::
 
     - name: a100-0
       labels: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}

@@ -5,7 +5,9 @@ downloaded here, so :func:`make_chart` copies the chart and puts a small stand-i
 chart into its `charts/`. The stand-in reproduces the parts of z2jh 4.x gpuhub relies on: the
 hub Secret named `hub` holding the chart values (`values.yaml`, which z2jh's hub turns into
 traitlets config) and the generated `hub.services.<name>.apiToken`, and the hub ServiceAccount.
-Every object gpuhub renders is validated against the official Kubernetes schema.
+Every object the chart renders goes to the test cluster's real kube-apiserver: a strict
+server-side dry run (Kueue's CRDs and webhooks included), or created for real where the test
+needs what the cluster then does (admission, quota, RBAC).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpe
 from traitlets.config import Config
 
 from gpuhub.policy import Policy
+from tests.support.cluster import Kube
 from tests.support.helm import (
     CHART,
     EXAMPLES,
@@ -29,14 +32,17 @@ from tests.support.helm import (
     KUBE_VERSION,
     NAMESPACE,
     by_kind,
+    can_i,
     gpuhub_objects,
     helm,
     hub_traitlets_config,
     hub_values,
     hub_yaml,
+    install,
     make_chart,
     make_spawner,
     render,
+    served_api_versions,
     service_config,
     validate_all,
 )
@@ -72,7 +78,10 @@ def test_chart_declares_z2jh_dependency() -> None:
 
 
 @pytest.mark.parametrize("example", [None, *EXAMPLES], ids=lambda p: p.name if p else "default")
-def test_renders_valid_kubernetes_objects(chart: Path, example: Path | None) -> None:
+@pytest.mark.e2e
+def test_renders_valid_kubernetes_objects(
+    chart: Path, example: Path | None, module_kube: Kube
+) -> None:
     objects = render(chart, *([example] if example else []))
     ours = gpuhub_objects(objects)
     kinds = sorted(o["kind"] for o in ours)
@@ -80,7 +89,7 @@ def test_renders_valid_kubernetes_objects(chart: Path, example: Path | None) -> 
         assert kind in kinds
     for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
         assert kind in kinds
-    validate_all(objects)
+    validate_all(module_kube, objects)
     # The jobs service's policy is the hub's policy, key for key.
     hub = hub_values(objects)
     assert service_config(objects)["policy"] == {
@@ -312,9 +321,10 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     assert pods not in narrow["rules"]
 
 
-def test_rbac_and_netpol_follow_a_separate_user_namespace(chart: Path) -> None:
+@pytest.mark.e2e
+def test_rbac_and_netpol_follow_a_separate_user_namespace(chart: Path, module_kube: Kube) -> None:
     objects = render(chart, values={"jobs": {"namespace": "jupyter-users"}})
-    validate_all(objects)
+    validate_all(module_kube, objects)
     assert by_kind(objects, "Role", "gpuhub-service")["metadata"]["namespace"] == "jupyter-users"
     assert {
         o["metadata"]["namespace"] for o in objects if o["kind"] in ("Role", "RoleBinding")
@@ -363,7 +373,8 @@ def test_network_paths_between_user_servers_and_the_service(chart: Path) -> None
     )
 
 
-def test_optional_quota_and_priority_class(chart: Path) -> None:
+@pytest.mark.e2e
+def test_optional_quota_and_priority_class(chart: Path, module_kube: Kube) -> None:
     assert not any(o["kind"] in ("ResourceQuota", "PriorityClass") for o in render(chart))
     objects = render(
         chart,
@@ -375,7 +386,7 @@ def test_optional_quota_and_priority_class(chart: Path) -> None:
             "priorityClass": {"enabled": True, "value": 500},
         },
     )
-    validate_all(objects)
+    validate_all(module_kube, objects)
     quota = by_kind(objects, "ResourceQuota", "gpuhub-gpus")
     assert quota["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "12",
@@ -520,14 +531,17 @@ async def test_hub_extra_config_sets_jobs_url_and_gpu_priority(
     ]
 
 
+@pytest.mark.e2e
 def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
-    chart: Path, kubesim: Any
+    chart: Path, kube: Kube
 ) -> None:
-    """kubesim answers as an apiserver would (semantic validation, Strict unknown fields,
-    admission): every object of the chart that kubesim serves is created as is, and a pod that
+    """The chart installed for real in the test's namespace: the cluster serves every kind it
+    renders (discovery) and creates each object as is (strict fields, admission); a pod that
     names the chart's priority class (as the hub's pod hook does) is admitted with its value,
-    while the namespace quota refuses GPUs beyond it."""
-    from tests.kubesim.errors import APIError
+    while the namespace quota refuses GPUs beyond it; and the RBAC, evaluated by the
+    apiserver's own authorizer, lets the hub and the jobs service do what gpuhub does there
+    and not more."""
+    from tests.cluster.kubeapi import KubeError
 
     objects = render(
         chart,
@@ -535,28 +549,15 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
             "resourceQuota": {"enabled": True, "gpus": {"nvidia.com/gpu": 2}},
             "priorityClass": {"enabled": True, "value": 500},
         },
+        namespace=kube.namespace,
+        api_versions=served_api_versions(kube),
     )
-    kubesim.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    kubesim.wait_for(lambda: kubesim.get("ServiceAccount", "default", NAMESPACE))
-    served = {(rt.api_version, rt.kind) for rt in kubesim.sim.store.types.values()}
-    created = []
-    for obj in objects:
-        if (obj["apiVersion"], obj["kind"]) not in served:
-            continue
-        rt = kubesim.sim.store.by_kind(obj["kind"], obj["apiVersion"].rpartition("/")[0])
-        namespace = obj["metadata"].get("namespace", NAMESPACE)
-
-        def create(o: dict[str, Any] = obj, ns: str = namespace, r: Any = rt) -> Any:
-            return kubesim.sim.api.create(r, ns, copy.deepcopy(o), field_validation="Strict")
-
-        try:
-            kubesim.call(create)
-        except APIError as exc:
-            raise AssertionError(
-                f"{obj['kind']} {obj['metadata']['name']}: {exc.message}"
-            ) from None
-        created.append(obj["kind"])
-    assert {"ConfigMap", "ResourceQuota", "PriorityClass"} <= set(created), created
+    install(kube, objects)
+    assert {"ConfigMap", "ResourceQuota", "PriorityClass", "RoleBinding"} <= {
+        o["kind"] for o in objects
+    }
+    # Quota admission refuses every pod until the quota controller has counted the namespace.
+    kube.wait_for(lambda: (kube.get("ResourceQuota", "gpuhub-gpus") or {}).get("status") or {})
     name = hub_yaml(objects)["gpu_priority_class_name"]
     pod = {
         "apiVersion": "v1",
@@ -564,6 +565,8 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
         "metadata": {"name": "jupyter-alice"},
         "spec": {
             "priorityClassName": name,
+            # Pending on purpose: a pending pod holds its GPUs against the quota all the same.
+            "nodeSelector": {"gpuhub.io/test": "no-such-node"},
             "containers": [
                 {
                     "name": "notebook",
@@ -573,12 +576,28 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
             ],
         },
     }
-    admitted = kubesim.create(pod, NAMESPACE)
+    admitted = kube.create(copy.deepcopy(pod))
     assert admitted["spec"]["priority"] == 500
     pod["metadata"]["name"] = "jupyter-bob"
-    with pytest.raises(APIError) as refused:
-        kubesim.create(pod, NAMESPACE)
-    assert refused.value.code == 403 and "exceeded quota: gpuhub-gpus" in refused.value.message
+    with pytest.raises(KubeError) as refused:
+        kube.create(pod)
+    assert refused.value.status == 403 and "exceeded quota: gpuhub-gpus" in str(refused.value)
+    # RBAC: the hub's capacity reads cluster-wide (shared nodes); the jobs service and the
+    # hub's cancel act only in the user namespace.
+    ns = kube.namespace
+    hub, service = (f"system:serviceaccount:{ns}:{sa}" for sa in ("hub", "gpuhub-service"))
+    assert can_i(kube, "watch", "nodes", None, hub)
+    assert can_i(kube, "watch", "pods", None, hub)  # every namespace: shared nodes
+    assert not can_i(kube, "watch", "nodes", None, service)
+    assert not can_i(kube, "watch", "pods", None, service)
+    assert can_i(kube, "watch", "pods", ns, service)
+    assert can_i(kube, "delete", "pytorchjobs.kubeflow.org", ns, hub)
+    assert not can_i(kube, "delete", "jobs.batch", "default", hub)
+    assert can_i(kube, "create", "jobs.batch", ns, service)
+    assert can_i(kube, "get", "pods/log", ns, service)
+    assert not can_i(kube, "create", "jobs.batch", "default", service)
+    assert not can_i(kube, "create", "pods", ns, service)
+    assert not can_i(kube, "get", "secrets", ns, service)  # the hub's Secret holds tokens
 
 
 def test_hub_extra_config_without_priority_class(chart: Path, tmp_path: Path) -> None:
@@ -708,35 +727,38 @@ def test_gpu_quota_is_set_once_for_the_hub_and_the_jobs_service(
         assert yaml.safe_load(data[name])["gpu_quota"] == {"default": 0.5, "groups": {"staff": 1.5}}
 
 
-def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(chart: Path) -> None:
+@pytest.mark.e2e
+def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(
+    chart: Path, module_kube: Kube
+) -> None:
     """jobs.kueue: the queue name in the service's config, the Role's read access to Kueue's
-    Workloads and visibility API (only then), and optionally the LocalQueue itself, valid
-    against Kueue's CRD (kubesim's copy) and accepted by kubesim's Kueue."""
+    Workloads and visibility API (only then), and optionally the LocalQueue itself, in the
+    Kueue API version the cluster serves, accepted by the real Kueue's CRD and webhook."""
     plain = render(chart)
     assert not any(o["kind"] == "LocalQueue" for o in plain)
     groups = {
         g for rule in by_kind(plain, "Role", "gpuhub-service")["rules"] for g in rule["apiGroups"]
     }
     assert not groups & {"kueue.x-k8s.io", "visibility.kueue.x-k8s.io"}
-    objects = render(
-        chart,
-        values={
-            "jobs": {
-                "namespace": "jupyter-users",
-                "kueue": {
-                    "queueName": "gpu-jobs",
-                    "createLocalQueue": True,
-                    "clusterQueue": "gpus",
-                },
-            }
-        },
-    )
-    validate_all(objects)
+    values = {
+        "jobs": {
+            "namespace": "jupyter-users",
+            "kueue": {"queueName": "gpu-jobs", "createLocalQueue": True, "clusterQueue": "gpus"},
+        }
+    }
+    objects = render(chart, values=values, api_versions=served_api_versions(module_kube))
+    validate_all(module_kube, objects)  # v1beta1 would fail here: deprecated since Kueue 0.15
     assert service_config(objects)["kueue"] == {"queue_name": "gpu-jobs"}
     local = by_kind(objects, "LocalQueue", "gpu-jobs")
-    assert local["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert local["apiVersion"] == "kueue.x-k8s.io/v1beta2"
     assert local["metadata"]["namespace"] == "jupyter-users"
     assert local["spec"] == {"clusterQueue": "gpus"}
+    # Offline, the chart cannot ask and writes the current version; a cluster with an older
+    # Kueue (0.9 to 0.14) serves only v1beta1 and gets that.
+    offline = by_kind(render(chart, values=values), "LocalQueue", "gpu-jobs")
+    assert offline["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    old_kueue = render(chart, values=values, api_versions=["v1", "kueue.x-k8s.io/v1beta1"])
+    assert by_kind(old_kueue, "LocalQueue", "gpu-jobs")["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     rules = {
         (group, resource): sorted(rule["verbs"])
         for rule in by_kind(objects, "Role", "gpuhub-service")["rules"]

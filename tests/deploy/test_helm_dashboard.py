@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cluster import Kube
 from tests.support.helm import by_kind, make_chart, render, validate_all
 from tests.support.hub.prometheus import eventually, query, running_prometheus, serving_exposition
 from tests.support.paths import REPO
@@ -48,9 +49,10 @@ def dashboard(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return json.loads(config_map["data"]["gpuhub-gpus.json"])
 
 
-def test_dashboard_config_map_renders_and_can_be_turned_off(chart: Path) -> None:
+@pytest.mark.e2e
+def test_dashboard_config_map_renders_and_can_be_turned_off(chart: Path, module_kube: Kube) -> None:
     objects = render(chart)
-    validate_all(objects)
+    validate_all(module_kube, objects)
     board = dashboard(objects)
     titles = [p["title"] for p in board["panels"]]
     assert "GPUs free and held, per type" in titles and "Top holders now" in titles

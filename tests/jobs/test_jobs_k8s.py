@@ -694,7 +694,7 @@ async def test_pytorchjob_and_tfjob_run_under_the_training_operator(kube, backen
     )
     await asyncio.to_thread(kube.finish_pods, [worker], 1)
     failed = await wait_status(backend, "alice", pt.id, "failed")
-    # The operator's condition names the backoff limit only (kubesim's named the replicas);
+    # The operator's condition names the backoff limit only, not the replica that failed;
     # gpuhub says which replica failed.
     index = worker["metadata"]["labels"]["training.kubeflow.org/replica-index"]
     assert failed.error.startswith(f"The PyTorchJob failed: worker {index} exited with code 1; ")

@@ -230,21 +230,21 @@ PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
 METADATA = "169.254.169.254/32"
 
 
-def render_chart(tmp_path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The chart's objects (helm template), every fence object schema-validated."""
+def render_chart(kube, tmp_path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart's objects (helm template), every fence object accepted by the apiserver."""
     from tests.support.helm import HELM, make_chart, render, validate_all
 
     if not HELM.exists():
         pytest.skip("helm from npm is not installed")
     objects = render(make_chart(tmp_path), values=values or {}, tmp=tmp_path)
-    validate_all([o for o in objects if o["kind"] in ("NetworkPolicy", "ServiceAccount")])
+    validate_all(kube, [o for o in objects if o["kind"] in ("NetworkPolicy", "ServiceAccount")])
     return objects
 
 
-def rendered_policy(tmp_path, values: dict[str, Any] | None = None) -> dict[str, Any]:
+def rendered_policy(kube, tmp_path, values: dict[str, Any] | None = None) -> dict[str, Any]:
     from tests.support.helm import by_kind
 
-    return by_kind(render_chart(tmp_path, values), "NetworkPolicy", "gpuhub-jobs")
+    return by_kind(render_chart(kube, tmp_path, values), "NetworkPolicy", "gpuhub-jobs")
 
 
 def cidrs(rule: dict[str, Any]) -> list[str]:
@@ -252,7 +252,7 @@ def cidrs(rule: dict[str, Any]) -> list[str]:
 
 
 def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(tmp_path, root, kube):
-    policy = rendered_policy(tmp_path)
+    policy = rendered_policy(kube, tmp_path)
     assert policy["metadata"]["namespace"] == "jhub"
     kube.create({**policy, "metadata": {**policy["metadata"], "namespace": kube.namespace}})
     policy = kube.get("NetworkPolicy", policy["metadata"]["name"])  # as the apiserver keeps it
@@ -275,7 +275,8 @@ def test_threat_job_pods_are_fenced_from_metadata_and_private_ranges(tmp_path, r
     assert not any(set(cidrs(rule)) & {*PRIVATE, METADATA} for rule in policy["spec"]["egress"][1:])
 
 
-def test_admin_opens_what_they_list_and_nothing_else(tmp_path):
+@pytest.mark.e2e
+def test_admin_opens_what_they_list_and_nothing_else(module_kube, tmp_path):
     store = {"to": [{"ipBlock": {"cidr": "10.3.0.5/32"}}], "ports": [{"port": 9000}]}
     values = {
         "networkPolicy": {
@@ -285,15 +286,18 @@ def test_admin_opens_what_they_list_and_nothing_else(tmp_path):
             }
         }
     }
-    policy = rendered_policy(tmp_path, values)
+    policy = rendered_policy(module_kube, tmp_path, values)
     dns, extra = policy["spec"]["egress"]
     assert "ports" in dns and extra == store
 
 
-def test_pipeline_steps_service_account_has_no_token(tmp_path):
+@pytest.mark.e2e
+def test_pipeline_steps_service_account_has_no_token(module_kube, tmp_path):
     from tests.support.helm import by_kind
 
-    objects = render_chart(tmp_path, {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}})
+    objects = render_chart(
+        module_kube, tmp_path, {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}}
+    )
     account = by_kind(objects, "ServiceAccount", "gpuhub-pipeline-steps")
     assert account["metadata"]["namespace"] == "kubeflow"
     assert account["automountServiceAccountToken"] is False

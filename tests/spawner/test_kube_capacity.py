@@ -6,6 +6,7 @@ simulated ``nvidia.com/gpu`` that no A100 selector matches."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes_asyncio import client, config
@@ -161,6 +162,44 @@ async def test_snapshot_is_reused_until_something_changes(kube, kube_api, cache)
     assert cache.capacity(TYPES) is first
     await client.CoreV1Api(kube_api).create_namespaced_pod(kube.namespace, gpu_pod("one", 1))
     await eventually(lambda: cache.capacity(TYPES) is not first)
+
+
+async def test_a_node_heartbeat_keeps_the_snapshot(kube, kube_api, cache):
+    """A kubelet posts its node's status every few minutes (thousands of nodes: several a
+    second); a heartbeat changes nothing the figures read, so it does not make the next form
+    recompute them. A change they read does."""
+    a100 = {"nvidia.com/gpu.product": A100_PRODUCT}
+    await asyncio.to_thread(kube.add_node, "a100-beat", {"nvidia.com/gpu": 2}, a100)
+    await eventually(lambda: cache.capacity(TYPES)["a100"].total == 18)
+    before = cache.generation
+    v1 = client.CoreV1Api(kube_api)
+    # A minute on: kwok has just written a heartbeat of this second, and an equal one would
+    # change nothing at all.
+    now = (datetime.now(UTC) + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    beat = {
+        "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": now}]}
+    }
+    await v1.patch_node_status("a100-beat", beat)
+    # Then one change the figures read (a label a GPU type could select); the watch delivers
+    # both in order.
+    await v1.patch_node("a100-beat", {"metadata": {"labels": {"gpuhub.io/rack": "r1"}}})
+    await eventually(lambda: cache.nodes["a100-beat"].labels.get("gpuhub.io/rack") == "r1")
+    assert cache.generation == before + 1
+
+
+async def test_pods_without_gpus_keep_the_snapshot(kube, kube_api, cache):
+    """Most of a cluster's pods, and of its pod events, hold no GPU; they do not make the next
+    form recompute the figures, nor do a GPU pod's status updates after it is bound."""
+    before = cache.generation
+    v1 = client.CoreV1Api(kube_api)
+    cpu = gpu_pod("cpu-only", 0, node="a100-0")
+    cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    await v1.create_namespaced_pod(kube.namespace, cpu)
+    await eventually(lambda: kube.get("Pod", "cpu-only")["status"].get("phase") == "Running")
+    await v1.create_namespaced_pod(kube.namespace, gpu_pod("one", 1, node="a100-0"))
+    await eventually(lambda: kube.get("Pod", "one")["status"].get("phase") == "Running")
+    await eventually(lambda: cache.capacity(TYPES)["a100"].free == 15)
+    assert cache.generation == before + 1  # "one" bound to a100-0; nothing else counted
 
 
 async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube_faults):

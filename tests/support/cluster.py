@@ -157,8 +157,8 @@ def api_from_kubeconfig(path: Path) -> KubeAPI:
 
 @dataclass
 class Kube:
-    """A test's handle on the cluster: its namespace, and kubesim-like controls done with
-    real API calls. Every call blocks; wrap it in ``asyncio.to_thread`` from async tests."""
+    """A test's handle on the cluster: its namespace, and controls (create, wait, finish a
+    job's pods, add a node) done with real API calls. Every call blocks; wrap it in ``asyncio.to_thread`` from async tests."""
 
     kubeconfig: Path
     api: KubeAPI

@@ -1,5 +1,6 @@
 """Helm as the chart tests use it: the real helm 3.10 from npm, a chart copy with a stand-in
-zero-to-jupyterhub dependency, ``helm template`` and strict validation of what it renders.
+zero-to-jupyterhub dependency, ``helm template``, and what it renders checked by the test
+cluster's real kube-apiserver (with the CRDs and webhooks of Kueue and the Kubeflow operators).
 
 The zero-to-jupyterhub dependency cannot be downloaded here, so :func:`make_chart` copies the
 chart and puts a small stand-in ``jupyterhub`` chart into its ``charts/``. The stand-in
@@ -14,18 +15,23 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kubernetes_validate
 import yaml
 from traitlets.config import Config
 
 from tests.support.paths import REPO
+
+if TYPE_CHECKING:
+    from tests.support.cluster import Kube
 
 ROOT = REPO
 
@@ -146,10 +152,16 @@ def render(
     release: str = "gpuhub",
     tmp: Path | None = None,
     namespace: str = NAMESPACE,
+    api_versions: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
-    """`helm template`; the rendered objects, or AssertionError with Helm's message."""
+    """`helm template`; the rendered objects, or AssertionError with Helm's message.
+
+    ``api_versions``: what the cluster serves (:func:`served_api_versions`), as `helm install`
+    finds out itself; without them the chart renders as offline."""
     args: list[str | Path] = ["template", release, chart, "--namespace", namespace]
     args += ["--kube-version", KUBE_VERSION]
+    for version in api_versions:
+        args += ["--api-versions", version]
     for path in values_files:
         args += ["-f", path]
     if values is not None:
@@ -182,16 +194,100 @@ def hub_yaml(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return yaml.safe_load(by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"])
 
 
-def validate_all(objects: list[dict[str, Any]]) -> None:
-    """Built-in kinds against the official schema; custom resources (Kueue's LocalQueue)
-    against the CRDs kubesim installs, strictly as well."""
-    from tests.kubesim import crd_schemas
+# -- what the real apiserver makes of it --------------------------------------------------------
 
+
+def served_api_versions(kube: Kube) -> list[str]:
+    """The group versions the cluster serves (discovery), for ``helm template --api-versions``."""
+    groups = kube.api.request("GET", "/apis")["groups"]
+    return ["v1", *(v["groupVersion"] for g in groups for v in g["versions"])]
+
+
+def localized(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``obj`` placed in the test's namespace if it is namespaced (the chart's
+    namespaces, ``jhub``, ``jupyter-users``, ``kubeflow``, do not exist on the test cluster).
+    Raises AssertionError if the cluster does not serve its kind."""
+    from tests.cluster.kubeapi import KubeError
+
+    obj = copy.deepcopy(obj)
+    try:
+        _, namespaced = kube.api._resource(obj["apiVersion"], obj["kind"])
+    except KubeError as error:
+        raise AssertionError(f"{obj['kind']} {obj['metadata']['name']}: {error}") from None
+    if namespaced:
+        obj["metadata"]["namespace"] = kube.namespace
+    else:
+        obj["metadata"].pop("namespace", None)
+    return obj
+
+
+WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+
+
+def dry_run(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as it is (its namespace must exist) through a server-side dry run of
+    `kubectl apply --server-side` (a create, or an update of what is there), with
+    ``fieldValidation=Strict`` (an unknown or duplicated field is an error), admission and
+    the operators' webhooks. AssertionError with the apiserver's sentence if it refuses, or
+    if it warns (a deprecated API version, say), as kubectl would print it."""
+    meta = obj["metadata"]
+    path = kube.api.path(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
+    response = kube.api.session.patch(
+        kube.api.server + path,
+        params={
+            "dryRun": "All",
+            "fieldValidation": "Strict",
+            "fieldManager": "gpuhub-tests",
+            "force": "true",
+        },
+        data=json.dumps(obj),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+        timeout=30,
+    )
+    what = f"{obj['kind']} {meta['name']} ({obj['apiVersion']})"
+    if response.status_code >= 400:
+        message = response.json().get("message", response.text)
+        raise AssertionError(f"{what}: the apiserver refused it: {message}")
+    warnings = WARNING.findall(response.headers.get("Warning", ""))
+    assert not warnings, f"{what}: the apiserver warns: {'; '.join(warnings)}"
+    return response.json()  # type: ignore[no-any-return]
+
+
+def validate_all(kube: Kube, objects: list[dict[str, Any]]) -> None:
+    """Every object as the real apiserver takes it (server-side dry run, strict), in the
+    test's namespace; nothing is kept."""
     for obj in objects:
-        if crd_schemas.serves(obj):
-            crd_schemas.validate_strict(obj)
-        else:
-            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        dry_run(kube, localized(kube, obj))
+
+
+def install(kube: Kube, objects: list[dict[str, Any]]) -> None:
+    """What `helm install` would make, made for real in the test's namespace (render with
+    ``namespace=kube.namespace``, so that bindings name the test's ServiceAccounts); the
+    test's cleanup deletes it. The Deployment is only a dry run: its pod would start the
+    jobs service on the process node, listening on this machine's port 10101."""
+    for obj in (localized(kube, o) for o in objects):
+        dry_run(kube, obj)
+        if obj["kind"] != "Deployment":
+            kube.create(obj)
+
+
+def can_i(kube: Kube, verb: str, resource: str, namespace: str | None, user: str) -> bool:
+    """`kubectl auth can-i`: the apiserver's authorizer (RBAC) asked through a
+    SubjectAccessReview. ``resource`` as kubectl writes it (``jobs.batch``)."""
+    name, _, group = resource.partition(".")
+    attributes = {"verb": verb, "resource": name, "group": group}
+    if namespace:
+        attributes["namespace"] = namespace
+    review = kube.api.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        json={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": attributes},
+        },
+    )
+    return bool(review["status"].get("allowed"))
 
 
 def gpuhub_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,10 +1,8 @@
-"""Shared by the Kubernetes-mode job tests: notebooks, requests, and the job pod run for real.
+"""Shared by the Kubernetes-mode job tests: notebooks, requests, the manifests' checks
+(offline schemas and the real apiserver's dry run) and the jobs service as its own process.
 
-kubesim simulates containers; it does not run the job image. :func:`run_job_pod` runs what
-the job's container would run (``python /var/run/gpuhub/run.py`` with the container's
-environment) as a local process, with the job's ConfigMap written where the pod would mount
-it, and returns its output: the tests hand that to kubesim as the container's log, so the
-runner, papermill and the service's log parsing are all exercised for real.
+Job pods really run on the test cluster's process node (tests/cluster/agent), so the runner,
+papermill and the service's log parsing are exercised end to end there.
 """
 
 from __future__ import annotations
@@ -102,31 +100,6 @@ def container_of(obj: dict[str, Any]) -> dict[str, Any]:
         return obj["spec"]["template"]["spec"]["containers"][0]
     custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
     return obj["spec"][custom.specs_key][custom.master]["template"]["spec"]["containers"][0]
-
-
-def run_job_pod(configmap: dict[str, Any], workload: dict[str, Any], tmp: Path) -> str:
-    """Run the job container's command locally; return its stdout+stderr (the pod's log)."""
-    run_dir = tmp / "run"
-    work_dir = tmp / "work"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    for key, value in configmap["data"].items():
-        (run_dir / key).write_text(value)
-    container = container_of(workload)
-    env = {e["name"]: e["value"] for e in container["env"]}
-    for key, value in list(env.items()):
-        value = value.replace(m.RUN_DIR, str(run_dir)).replace(m.WORK_DIR, str(work_dir))
-        env[key] = value
-    argv = [sys.executable, *[a.replace(m.RUN_DIR, str(run_dir)) for a in container["command"][1:]]]
-    proc = subprocess.run(
-        argv,
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("GPUHUB_")}, **env},
-        cwd=work_dir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return proc.stderr + proc.stdout
 
 
 @dataclass(frozen=True)

@@ -44,11 +44,6 @@ def kueue_queues(
     of nominal quota and CPU and memory to spare, and the LocalQueue ``local_queue`` in the
     test's namespace; returns once Kueue says the LocalQueue is active (jobs submitted
     before that would wait for it)."""
-    if not isinstance(kube, Kube):  # kubesim, for the tests still on it; goes with it (#20)
-        names = Queues("gpus", local_queue, "a100", "default-flavor")
-        for obj in _objects(names, "default", gpus, strategy, namespace_selector, cpu, memory):
-            kube.create(obj)
-        return names
     stem = kube.namespace
     names = Queues(f"{stem}-gpus", local_queue, f"{stem}-a100", f"{stem}-default")
     for obj in _objects(names, stem, gpus, strategy, namespace_selector, cpu, memory):

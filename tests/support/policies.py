@@ -49,8 +49,12 @@ def design_policy() -> Policy:
     return Policy.from_config(**DESIGN_CONFIG)
 
 
+# The design policy with the test cluster's GPU types (tests/support/hub/kube.py): ``a100``
+# and ``a100-1g`` land on kwok's fake nodes (running, no process), ``local`` on the process
+# node ``local-0``, where a pod really runs.
+CLUSTER_CONFIG: dict[str, Any] = {**DESIGN_CONFIG, "gpu_types": GPU_TYPES}
+
+
 def cluster_policy() -> Policy:
-    """The design policy with the test cluster's GPU types (tests/support/hub/kube.py):
-    ``a100`` and ``a100-1g`` land on kwok's fake nodes (running, no process), ``local`` on
-    the process node ``local-0``, where a pod really runs."""
-    return Policy.from_config(**{**DESIGN_CONFIG, "gpu_types": GPU_TYPES})
+    """:data:`CLUSTER_CONFIG` as the Policy the jobs code reads."""
+    return Policy.from_config(**CLUSTER_CONFIG)

@@ -10,8 +10,7 @@ GPUs are simulated (``GPUHUB_SIMULATED_GPUS``, what gpuhub's lab reads on a work
 simulated GPUs). Each pod has its own
 loopback address as its pod IP; because every pod shares this machine's network, a program
 that binds ``0.0.0.0`` would take the port from every other pod, so ``0.0.0.0`` in the
-container's args and env values means the pod IP (a documented test-only rule, like
-kubesim's before it).
+container's args and env values means the pod IP (a documented test-only rule).
 
 A container without a ``command`` runs its ``args`` (as images whose entrypoint is an init
 such as tini, ``exec "$@"``, do: KubeSpawner sets only ``args``).

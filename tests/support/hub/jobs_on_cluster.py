@@ -31,11 +31,11 @@ import requests
 from tests.cluster.kubeapi import kubeconfig
 from tests.support.cluster import Kube
 from tests.support.helm import make_chart, render
-from tests.support.hub.kube import GPU_TYPES, hub_config
+from tests.support.hub.kube import hub_config
 from tests.support.hub.process import Hub, free_port, start_hub
 from tests.support.jobs_service import RunningService, jobs_service
 from tests.support.kube_faults import FaultProxy, proxy_for
-from tests.support.policies import DESIGN_CONFIG
+from tests.support.policies import CLUSTER_CONFIG
 
 SERVICE_ACCOUNT = "gpuhub-service"  # the chart's, for the jobs service
 HUB_SERVICE_ACCOUNT = "hub"  # z2jh's, which the chart binds its hub roles to
@@ -44,9 +44,8 @@ JOB_IMAGE = "ghcr.io/gpuhub/gpuhub-notebook:0.1.0"
 # What a user's token for the jobs service carries (the chart's user role, and the groups
 # read the service needs to apply the user's limits).
 USER_SCOPES = ["access:services!service=gpuhub", "read:users:groups!user"]
-# The design policy with the test cluster's GPU types: ``a100`` and ``a100-1g`` on kwok's
-# fake nodes (pods run, no process), ``local`` on the process node, where a job really runs.
-CLUSTER_POLICY: dict[str, Any] = {**DESIGN_CONFIG, "gpu_types": GPU_TYPES}
+# The service's policy: the design policy with the test cluster's GPU types.
+CLUSTER_POLICY = CLUSTER_CONFIG
 
 
 def install_chart_rbac(
