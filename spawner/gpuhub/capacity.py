@@ -27,7 +27,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -604,16 +604,19 @@ class ClusterCapacity:
         if gpu_type.sharing is not None:
             return self._shared_capacity(gpu_type, gpu_type.sharing)
         free = total = largest = 0
-        resource = gpu_type.resource_name
-        for node in self.nodes.values():
-            if not node.usable or not node_serves(node, gpu_type):
-                continue
-            have = node.gpus[resource]
-            left = max(have - node.used.get(resource, 0), 0)
+        for _, have, left in self._serving(gpu_type):
             total += have
             free += left
             largest = max(largest, left)
         return GPUCapacity(free=free, total=total, largest_free=largest)
+
+    def _serving(self, gpu_type: GPUType) -> Iterator[tuple[NodeInfo, int, int]]:
+        """Each usable node serving ``gpu_type``: (node, units it has, units free)."""
+        resource = gpu_type.resource_name
+        for node in self.nodes.values():
+            if node.usable and node_serves(node, gpu_type):
+                have = node.gpus[resource]
+                yield node, have, max(have - node.used.get(resource, 0), 0)
 
     def _shared_capacity(self, gpu_type: GPUType, sharing: Sharing) -> GPUCapacity:
         """A shared type's figures, as far as its nodes' resources say (module docstring):
@@ -621,16 +624,11 @@ class ClusterCapacity:
         GPUs, and for sharing by memory the memory free and in all and the largest share
         one node could give now (an upper bound: how it is spread over the node's GPUs is
         not known)."""
-        resource = gpu_type.resource_name
         free = total = largest = devices = 0
         devices_known = True
         memory_free = memory_total = largest_memory = 0
         memory_known = sharing.memory is not None
-        for node in self.nodes.values():
-            if not node.usable or not node_serves(node, gpu_type):
-                continue
-            have = node.gpus[resource]
-            left = max(have - node.used.get(resource, 0), 0)
+        for node, have, left in self._serving(gpu_type):
             total += have
             free += left
             largest = max(largest, left)
