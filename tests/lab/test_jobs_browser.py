@@ -306,7 +306,9 @@ def failed_job_shows_the_failing_cell(page: Any) -> None:
     failure = item.locator(".gpuhub-Job-failure")
     assert failure.is_visible()
     assert "Failing cell (In [2])" in failure.inner_text()
-    assert failure.locator("pre").inner_text() == "raise ValueError('the data has no rows')"
+    source = failure.get_by_label("Source of the failing cell")
+    assert source.inner_text() == "raise ValueError('the data has no rows')"
+    assert "ValueError" in failure.get_by_label("The last lines of the error").inner_text()
     assert item.locator(".gpuhub-Job-badge").inner_text() == "Failed"
     # The executed notebook (up to the failure) can still be opened.
     assert item.get_by_role("button", name="Open result").is_visible()
