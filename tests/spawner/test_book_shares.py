@@ -92,3 +92,30 @@ def test_a_lost_ledger_rebuilds_a_share_from_the_grant_its_process_carries(
         (hold,) = book.holdings()
         assert (hold.user, hold.kind, hold.devices, hold.memory) == ("alice", "job", (2,), 8 * G)
         assert book.room([2], DEVICE) == {2: 8 * G}
+
+
+def test_a_share_waiting_in_line_counts_as_its_fraction_until_it_is_served() -> None:
+    """The wait line counts a waiting share as what it asked for (its quota), not a whole
+    GPU, and serves it once enough memory is free on its GPU."""
+    import asyncio
+
+    from gpuhub.queue import GPUQueue, Ticket
+
+    async def scenario() -> None:
+        book = GPUAllocator()
+        queue = GPUQueue(book)
+        alice = server_owner("alice", "")
+        assert queue.take_now(alice, 1, "t4", [3], share("alice", "", 12 * G)) == [3]
+        bob, holder = server_owner("bob", ""), share("bob", "", 8 * G)
+        assert queue.take_now(bob, 1, "t4", [3], holder) is None  # 4 GB left: bob waits
+        ticket = Ticket(bob, holder, "t4", "T4, shared", 1, [3])
+        queue.join(ticket)
+        [waiting] = queue.holdings("bob")
+        assert (waiting.share, waiting.memory) == (Fraction(1, 2), 8 * G)
+        assert "waiting in line" in waiting.label and gpus_held([waiting]) == Fraction(1, 2)
+        book.release(alice)
+        queue.serve()
+        assert await asyncio.wait_for(ticket.granted, 5) == [3]
+        queue.leave(ticket)
+
+    asyncio.run(scenario())
