@@ -3,7 +3,7 @@
 Response::
 
     {"available": bool, "reason": str|null, "quota": int|null, "held": int,
-     "holdings": [{"kind": "server"|"job", "name", "label", "gpus", "gpu_type", "devices",
+     "holdings": [{"kind": "server"|"job", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices",
                    "since"}]}
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,

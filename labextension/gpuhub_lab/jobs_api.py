@@ -40,7 +40,7 @@ from gpuhub.jobs.model import (
     parse_kind,
 )
 from gpuhub.jobs.remote import HubServiceBackend, Offer
-from gpuhub.policy import Policy, PolicyConfigError
+from gpuhub.policy import GPUType, Policy, PolicyConfigError
 from gpuhub.quantity import format_cpu, format_memory
 
 from .jobs_config import GPUHubJobs
@@ -164,6 +164,9 @@ class JobsHandler(JobsHandlerBase):
             self.jobs.policy, backend, self.jobs.local_gpu_ids
         )
         for key, value in defaults.items():
+            # A server's share of GPU memory is the default of a job that asks for a GPU.
+            if key == "gpu_memory" and body.get("gpus") == 0:
+                continue
             if body.get(key) in (None, ""):
                 body[key] = value
         request = self.jobs.parse_request(body, offer)
@@ -293,6 +296,10 @@ def job_options(context: JobsContext) -> dict[str, Any]:
             "gpu_type": router.backends["job"].request_defaults().get("gpu_type")
             if "job" in router.backends
             else None,
+            # This server's share of a GPU's memory ("8G"), which its local jobs run within.
+            "gpu_memory": router.backends["job"].request_defaults().get("gpu_memory")
+            if "job" in router.backends
+            else None,
         },
     }
     if not context.has_policy:
@@ -318,6 +325,7 @@ def job_options(context: JobsContext) -> dict[str, Any]:
                     "description": c.gpu_type.description,
                     "max_gpus": c.max_gpus,
                     "mig": c.gpu_type.is_mig,
+                    "sharing": sharing_json(c.gpu_type),
                 }
                 for c in choices.gpu_types
             ],
@@ -335,6 +343,23 @@ def job_options(context: JobsContext) -> dict[str, Any]:
         }
     )
     return options
+
+
+def sharing_json(gpu_type: GPUType) -> dict[str, Any] | None:
+    """How a GPU type shares its devices, for the jobs dialog: by memory (the range one job
+    may ask for), or by time (no memory isolation); None for whole GPUs."""
+    sharing = gpu_type.sharing
+    if sharing is None:
+        return None
+    if sharing.memory is None:
+        return {"kind": "time", "replicas": sharing.replicas}
+    return {
+        "kind": "memory",
+        "memory": format_memory(sharing.memory),
+        "min": format_memory(sharing.min),
+        "max": format_memory(sharing.max),
+        "default": format_memory(sharing.default),
+    }
 
 
 def setup_jobs(server_app: Any) -> None:

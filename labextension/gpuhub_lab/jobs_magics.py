@@ -55,6 +55,12 @@ def _job_options(func: Any) -> Any:
             ),
             argument("--gpus", "-g", default=None, help="GPUs (per worker)"),
             argument("--gpu-type", "-t", dest="gpu_type", default=None, help="GPU type key"),
+            argument(
+                "--gpu-memory",
+                dest="gpu_memory",
+                default=None,
+                help="a share of one GPU's memory, such as 8G (GPU types shared by memory)",
+            ),
             argument("--image", "-i", default=None, help="image key or custom image"),
             argument("--cpu", "-c", default=None, help="CPU cores, such as 4 or 500m"),
             argument("--memory", "-m", default=None, help="memory, such as 16G"),
@@ -112,17 +118,19 @@ def parse_parameters(items: list[str]) -> dict[str, Any]:
 
 def request_body(args: Any, notebook: str) -> dict[str, Any]:
     body: dict[str, Any] = {"notebook": notebook}
-    for field in (
+    fields = (
         "kind",
         "gpus",
         "gpu_type",
+        "gpu_memory",
         "image",
         "cpu",
         "memory",
         "workers",
         "runtime",
         "name",
-    ):
+    )
+    for field in fields:
         value = getattr(args, field)
         if value is not None:
             body[field] = value

@@ -20,6 +20,13 @@ A GPU is never handed out twice:
 
 Holders are keyed by :class:`Owner`, a (user, kind, name) record, never a joined string, so
 no server name a user picks can stand for another holder.
+
+A GPU type shared by memory (:mod:`gpuhub.sharing`) puts several holders on one device: the
+book keeps, per shared device, what each holder was given of its memory, and a device holds
+shares while they add up to at most its memory (``Holder.device_memory``); a device is
+either handed out whole or shared, never both. A share follows the same rules as a whole
+GPU: its server's processes that outlive it keep it in a job hold, the file and the signed
+grants bring it back after a restart.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +99,18 @@ class Holder:
     processes: list[HeldProcess] = field(default_factory=list)  # job holds only
     pending: bool = False  # a job hold whose processes are still being looked for
     launch: str = ""  # servers: this launch's id (GPUHUB_SERVER_ID)
+    # A share of a GPU shared by memory: the bytes asked for, of a device of
+    # ``device_memory`` bytes; 0 for whole devices.
+    gpu_memory: int = 0
+    device_memory: int = 0
 
     @property
     def owner(self) -> Owner:
         return Owner(self.user, self.kind, self.name)
+
+    @property
+    def shared(self) -> bool:
+        return self.gpu_memory > 0 and self.device_memory > 0
 
 
 def server_owner(user: str, server: str) -> Owner:
@@ -125,7 +141,9 @@ class GPUAllocator:
     def __init__(
         self, store: str | os.PathLike[str] | None = None, key: bytes | None = None
     ) -> None:
-        self._owner_of: dict[int, Owner] = {}
+        self._owner_of: dict[int, Owner] = {}  # devices handed out whole
+        # Devices shared by memory: device -> holder -> bytes of its memory they were given.
+        self._shares: dict[int, dict[Owner, int]] = {}
         self._holders: dict[Owner, Holder] = {}
         self.store: Path | None = None
         self.key: bytes | None = None  # checks the grants in processes' environments
@@ -209,6 +227,8 @@ class GPUAllocator:
                 grant.gpu_type,
                 since=proc.process[1],
                 processes=[HeldProcess(*proc.process, proc.command, grant.launch)],
+                gpu_memory=grant.gpu_memory,
+                device_memory=grant.device_memory,
             )
             self._claim_job(holder, sorted(devices))
             if holder.owner not in rebuilt:
@@ -238,6 +258,11 @@ class GPUAllocator:
                 "since": holder.since,
                 "devices": self.held_by(owner),
                 "processes": [[p.pid, p.started, p.command, p.launch] for p in holder.processes],
+                **(
+                    {"gpu_memory": holder.gpu_memory, "device_memory": holder.device_memory}
+                    if holder.shared
+                    else {}
+                ),
             }
             for owner, holder in self._holders.items()
             if holder.kind == "job"
@@ -261,14 +286,31 @@ class GPUAllocator:
 
     # -- reading ------------------------------------------------------------------------------
     def held_by(self, owner: Owner) -> list[int]:
-        return sorted(d for d, o in self._owner_of.items() if o == owner)
+        whole = [d for d, o in self._owner_of.items() if o == owner]
+        return sorted(whole + [d for d, held in self._shares.items() if owner in held])
+
+    def memory_of(self, owner: Owner) -> int:
+        """Bytes of GPU memory ``owner`` was given on shared devices (0: whole devices)."""
+        return sum(held.get(owner, 0) for held in self._shares.values())
 
     def holder(self, owner: Owner) -> Holder | None:
         return self._holders.get(owner)
 
     def free(self, candidates: Iterable[int]) -> list[int]:
+        """Devices nobody holds, whole or in part."""
         self.prune()
-        return [d for d in candidates if d not in self._owner_of]
+        return [d for d in candidates if d not in self._owner_of and not self._shares.get(d)]
+
+    def room(self, candidates: Iterable[int], device_memory: int) -> dict[int, int]:
+        """Bytes of memory left to share on each candidate device of ``device_memory`` bytes
+        (0 on a device handed out whole)."""
+        self.prune()
+        return {
+            d: 0
+            if d in self._owner_of
+            else max(device_memory - sum(self._shares.get(d, {}).values()), 0)
+            for d in candidates
+        }
 
     def holdings(self, user: str | None = None) -> list[Holding]:
         """What each server and job hold now (the ledger's source in local mode)."""
@@ -276,11 +318,20 @@ class GPUAllocator:
         by_owner: dict[Owner, list[int]] = {}  # one pass, not one per owner (4,000 GPUs)
         for device, owner in self._owner_of.items():
             by_owner.setdefault(owner, []).append(device)
+        memory_of: dict[Owner, int] = {}
+        for device, held in self._shares.items():
+            for owner, memory in held.items():
+                by_owner.setdefault(owner, []).append(device)
+                memory_of[owner] = memory_of.get(owner, 0) + memory
         out = []
         for owner, holder in self._holders.items():
             if user is not None and holder.user != user:
                 continue
             devices = tuple(sorted(by_owner.get(owner, ())))
+            share, memory = None, 0
+            if holder.shared:
+                memory = memory_of.get(owner, 0)
+                share = Fraction(memory, holder.device_memory)
             if devices:
                 # A job hold is what a stopped server's processes (its jobs) still use.
                 what = (
@@ -299,6 +350,8 @@ class GPUAllocator:
                         holder.since,
                         what,
                         processes=tuple((p.pid, p.command) for p in holder.processes),
+                        share=share,
+                        memory=memory,
                     )
                 )
         return out
@@ -307,8 +360,11 @@ class GPUAllocator:
     def allocate(
         self, owner: Owner, count: int, candidates: Sequence[int], holder: Holder | None = None
     ) -> list[int]:
-        """Take ``count`` free devices from ``candidates`` for ``owner`` (lowest first)."""
+        """Take ``count`` free devices from ``candidates`` for ``owner`` (lowest first); for a
+        ``holder`` with a share (:attr:`Holder.shared`), its memory on one device."""
         self.release(owner)  # a restarting server gives back what it had
+        if holder is not None and holder.shared:
+            return [self._share(owner, candidates, holder)]
         free = self.free(candidates)
         if count > len(free):
             raise NotEnoughGPUs(count, len(free), len(candidates))
@@ -320,11 +376,38 @@ class GPUAllocator:
         log.info("GPUs %s -> %s", chosen, owner)
         return chosen
 
+    def _share(self, owner: Owner, candidates: Sequence[int], holder: Holder) -> int:
+        """Give ``holder`` its memory on the candidate with the most memory left (each holder
+        gets as much of a GPU's compute as can be had; the lowest index on a tie)."""
+        room = self.room(candidates, holder.device_memory)
+        fits = [d for d in candidates if room[d] >= holder.gpu_memory]
+        if not fits:
+            raise NotEnoughGPUs(1, 0, len(candidates))
+        device = min(fits, key=lambda d: (-room[d], d))
+        self._shares.setdefault(device, {})[owner] = holder.gpu_memory
+        self._holders[owner] = holder
+        log.info("GPU %s (%s bytes) -> %s", device, holder.gpu_memory, owner)
+        return device
+
     def claim(self, owner: Owner, devices: Iterable[int], holder: Holder | None = None) -> None:
         """Record devices already in use (state restored after a restart)."""
         devices = list(devices)
         if holder is not None and holder.kind == "server" and holder.launch:
             self._take_back(holder, devices)
+        if holder is not None and holder.shared:
+            for device in devices:
+                if device in self._owner_of:
+                    log.warning(
+                        "GPU %s is held whole by %s and shared by %s; keeping both",
+                        device,
+                        self._owner_of[device],
+                        owner,
+                    )
+                # The safe direction: a share comes back even if the device's memory is over
+                # its size now (the holders are there; nothing new fits until some end).
+                self._shares.setdefault(device, {})[owner] = holder.gpu_memory
+            self._holders[owner] = holder
+            return
         for device in devices:
             current = self._owner_of.get(device)
             if current not in (None, owner):
@@ -352,15 +435,23 @@ class GPUAllocator:
         for device in devices:
             if self._owner_of.get(device) == jobs:
                 del self._owner_of[device]
+            self._drop_share(device, jobs)
         if not hold.processes or not self.held_by(jobs):
             self.release(jobs)
         else:
             self._save()
 
+    def _drop_share(self, device: int, owner: Owner) -> None:
+        held = self._shares.get(device)
+        if held is not None and held.pop(owner, None) is not None and not held:
+            del self._shares[device]
+
     def release(self, owner: Owner) -> list[int]:
         released = self.held_by(owner)
         for device in released:
-            del self._owner_of[device]
+            if self._owner_of.get(device) == owner:
+                del self._owner_of[device]
+            self._drop_share(device, owner)
         holder = self._holders.pop(owner, None)
         if released:
             log.info("GPUs %s released by %s", released, owner)
@@ -385,6 +476,8 @@ class GPUAllocator:
             gpu_type=server.gpu_type if server else "",
             processes=previous.processes if previous else [],
             pending=True,
+            gpu_memory=server.gpu_memory if server else 0,
+            device_memory=server.device_memory if server else 0,
         )
         self.claim(jobs, devices, holder)
         return devices
@@ -405,7 +498,9 @@ class GPUAllocator:
         for _, visible in survivors:
             kept |= devices if visible is None else devices & set(visible)
         for device in devices - kept:
-            del self._owner_of[device]
+            if self._owner_of.get(device) == jobs:
+                del self._owner_of[device]
+            self._drop_share(device, jobs)
         seen = {p.process for p in holder.processes}
         holder.processes = [
             *holder.processes,
@@ -463,7 +558,20 @@ def _job_hold_from(entry: Any) -> tuple[Holder, list[int]]:
         ):
             raise Damaged("processes must be a list of [pid, start time]")
         held.append(HeldProcess(process[0], float(process[1]), *process[2:]))
-    return Holder(user, "job", name, gpu_type, float(since), held), list(devices)
+    memory, device_memory = entry.get("gpu_memory", 0), entry.get("device_memory", 0)
+    if not (_whole(memory) and _whole(device_memory) and 0 <= memory <= device_memory):
+        raise Damaged("gpu_memory and device_memory must be numbers of bytes")
+    holder = Holder(
+        user,
+        "job",
+        name,
+        gpu_type,
+        float(since),
+        held,
+        gpu_memory=memory,
+        device_memory=device_memory,
+    )
+    return holder, list(devices)
 
 
 def _whole(value: Any) -> bool:

@@ -8,6 +8,14 @@ only after something changed (O(nodes) then, O(1) otherwise) — never a LIST pe
 
 Pods count against a node from the moment they are bound until they finish or are gone,
 exactly as the scheduler counts them (a pod being deleted still holds its GPUs).
+
+Shared GPUs (:mod:`gpuhub.sharing`) are counted as far as the nodes' advertised resources
+allow, and the figures say what cannot be known (:meth:`ClusterCapacity.capacity`): a node
+that advertises the type's memory resource (``nvidia.com/gpumem`` in MiB) says how much
+memory is left on it in all, never on which of its GPUs; one that does not (HAMi's own
+scheduler keeps it) says its GPU count (``nvidia.com/gpu.count``, from GPU feature
+discovery), from which the memory is the count times the type's ``sharing.memory``; a
+time-sliced node says its free replicas and, with ``nvidia.com/gpu.replicas``, its GPUs.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,7 +35,8 @@ from .form import GPUCapacity
 from .gpu_resources import is_gpu_resource
 from .ledger import Holding, Ledger, Workload, holding_match, per_workload
 from .policy import GPUType
-from .quantity import QuantityError, parse_cpu, parse_memory
+from .quantity import QuantityError, parse_cpu, parse_memory, parse_quantity
+from .sharing import GPU_COUNT_LABEL, MIB, REPLICAS_LABEL, Sharing, share_from_env
 
 log = logging.getLogger("gpuhub.capacity")
 
@@ -56,7 +65,17 @@ def _int(value: Any) -> int:
     try:
         return int(float(str(value)))
     except ValueError:
-        return 0
+        try:  # a quantity such as "1k"
+            return int(parse_quantity(str(value)))
+        except QuantityError:
+            return 0
+
+
+def _is_extra(name: str) -> bool:
+    """An extended resource that is not a GPU but may count a share of one (HAMi's
+    ``nvidia.com/gpumem`` and ``nvidia.com/gpucores``): domain-qualified, outside
+    ``kubernetes.io``."""
+    return "/" in name and not is_gpu_resource(name) and "kubernetes.io/" not in name
 
 
 @dataclass
@@ -69,12 +88,16 @@ class NodeInfo:
     memory: int
     usable: bool  # Ready and not cordoned
     used: dict[str, int] = field(default_factory=dict)  # GPUs held by pods bound here
+    # Other extended resources (a GPU sharing plugin's memory and cores), and their use by
+    # the GPU pods bound here.
+    extra: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PodInfo:
     node: str
     gpus: tuple[tuple[str, int], ...]
+    extra: tuple[tuple[str, int], ...] = ()  # e.g. (("nvidia.com/gpumem", 8192),)
 
 
 def node_info(node: Mapping[str, Any]) -> NodeInfo:
@@ -85,6 +108,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
     )
     allocatable = status.get("allocatable") or status.get("capacity") or {}
     gpus = {k: _int(v) for k, v in allocatable.items() if is_gpu_resource(k)}
+    extra = {k: _int(v) for k, v in allocatable.items() if _is_extra(k)}
     try:
         cpu = parse_cpu(allocatable.get("cpu", 0))
     except QuantityError:
@@ -105,6 +129,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         cpu=cpu,
         memory=memory,
         usable=ready and not spec.get("unschedulable"),
+        extra=extra,
     )
 
 
@@ -128,6 +153,18 @@ def pod_gpus(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
 
 
+def pod_extra(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The other extended resources a GPU pod asks for (a share's memory and cores)."""
+    totals: dict[str, int] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in values.items():
+            if _is_extra(name):
+                totals[name] = totals.get(name, 0) + _int(value)
+    return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -135,7 +172,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     if not node or status.get("phase") in ("Succeeded", "Failed"):
         return None
     gpus = pod_gpus(pod)
-    return PodInfo(node, gpus) if gpus else None
+    return PodInfo(node, gpus, pod_extra(pod)) if gpus else None
 
 
 # Who a pod belongs to: KubeSpawner's server pods and gpuhub's workload pods. Users cannot
@@ -182,14 +219,17 @@ def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
 GPU_TYPE_ENV = "GPUHUB_GPU_TYPE"  # the GPU type's key, in every GPU pod gpuhub makes
 
 
-def _gpu_type_key(pod: Mapping[str, Any]) -> str:
-    """The GPU type a pod was made for: two types may ask for the same resource (A100 and
-    H100 nodes both serve ``nvidia.com/gpu``), so the resource alone does not say which."""
+def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The ``GPUHUB_*`` variables of a pod's containers: the GPU type it was made for (two
+    types may ask for the same resource, A100 and H100 nodes both serving
+    ``nvidia.com/gpu``), and the share of a GPU it holds (:mod:`gpuhub.sharing`)."""
+    env: dict[str, str] = {}
     for container in (pod.get("spec") or {}).get("containers") or []:
         for var in container.get("env") or []:
-            if var.get("name") == GPU_TYPE_ENV and var.get("value"):
-                return str(var["value"])
-    return ""
+            name = var.get("name") or ""
+            if name.startswith("GPUHUB_GPU") and var.get("value") and name not in env:
+                env[name] = str(var["value"])
+    return env
 
 
 def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
@@ -203,8 +243,10 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
         return None
     labels = meta.get("labels") or {}
     notes = meta.get("annotations") or {}
-    resource = _gpu_type_key(pod) or gpus[0][0]  # named for people by ledger.named
+    env = _gpuhub_env(pod)
+    resource = env.get(GPU_TYPE_ENV) or gpus[0][0]  # named for people by ledger.named
     count = sum(n for _, n in gpus)
+    share, memory = share_from_env(env)
     since = _epoch(meta.get("creationTimestamp"))
     pods = ((str(meta.get("namespace") or ""), str(meta.get("name") or "")),)
     if labels.get("component") == SERVER_COMPONENT:
@@ -212,7 +254,17 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
         if not user:
             return None
         name = notes.get("hub.jupyter.org/servername", "")
-        return Holding(user, "server", name, count, resource, since=since, pods=pods)
+        return Holding(
+            user,
+            "server",
+            name,
+            count,
+            resource,
+            since=since,
+            pods=pods,
+            share=share,
+            memory=memory,
+        )
     if labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(JOB_ID_LABEL):
         user = notes.get(USERNAME_ANNOTATION) or labels.get("gpuhub.io/user")
         if not user:
@@ -226,6 +278,8 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
             since=since,
             pods=pods,
             workload=pod_workload(meta),
+            share=share,
+            memory=memory,
         )
     return None
 
@@ -595,7 +649,7 @@ class ClusterCapacity:
         used: dict[str, int] = {}
         for pod in self.pods.values():
             if pod.node == node:
-                for name, count in pod.gpus:
+                for name, count in (*pod.gpus, *pod.extra):
                     used[name] = used.get(name, 0) + count
         return used
 
@@ -609,7 +663,7 @@ class ClusterCapacity:
         node = self.nodes.get(pod.node)
         if node is None:
             return  # a pod on a node we have not seen (yet); the node's arrival recounts it
-        for name, count in pod.gpus:
+        for name, count in (*pod.gpus, *pod.extra):
             node.used[name] = node.used.get(name, 0) + sign * count
 
     def _bump(self) -> None:
@@ -640,17 +694,66 @@ class ClusterCapacity:
         return self._cached(key, lambda: {t.key: self._capacity(t) for t in types})
 
     def _capacity(self, gpu_type: GPUType) -> GPUCapacity:
+        if gpu_type.sharing is not None:
+            return self._shared_capacity(gpu_type, gpu_type.sharing)
         free = total = largest = 0
-        resource = gpu_type.resource_name
-        for node in self.nodes.values():
-            if not node.usable or not node_serves(node, gpu_type):
-                continue
-            have = node.gpus[resource]
-            left = max(have - node.used.get(resource, 0), 0)
+        for _, have, left in self._serving(gpu_type):
             total += have
             free += left
             largest = max(largest, left)
         return GPUCapacity(free=free, total=total, largest_free=largest)
+
+    def _serving(self, gpu_type: GPUType) -> Iterator[tuple[NodeInfo, int, int]]:
+        """Each usable node serving ``gpu_type``: (node, units it has, units free)."""
+        resource = gpu_type.resource_name
+        for node in self.nodes.values():
+            if node.usable and node_serves(node, gpu_type):
+                have = node.gpus[resource]
+                yield node, have, max(have - node.used.get(resource, 0), 0)
+
+    def _shared_capacity(self, gpu_type: GPUType, sharing: Sharing) -> GPUCapacity:
+        """A shared type's figures, as far as its nodes' resources say (module docstring):
+        units free and in all (a time-sliced type's replicas; a HAMi type's vGPU slots),
+        GPUs, and for sharing by memory the memory free and in all and the largest share
+        one node could give now (an upper bound: how it is spread over the node's GPUs is
+        not known)."""
+        free = total = largest = devices = 0
+        devices_known = True
+        memory_free = memory_total = largest_memory = 0
+        memory_known = sharing.memory is not None
+        for node, have, left in self._serving(gpu_type):
+            total += have
+            free += left
+            largest = max(largest, left)
+            count = _node_devices(node, sharing)
+            if count is None:
+                devices_known = False
+            else:
+                devices += count
+            if sharing.memory is None:
+                continue
+            advertised = node.extra.get(sharing.memory_resource)
+            if advertised:
+                whole = advertised * MIB
+            elif count is not None:
+                whole = count * sharing.memory
+            else:
+                memory_known = False
+                continue
+            used = node.used.get(sharing.memory_resource, 0) * MIB
+            left_memory = max(whole - used, 0) if left else 0
+            memory_total += whole
+            memory_free += max(whole - used, 0)
+            largest_memory = max(largest_memory, min(left_memory, sharing.memory))
+        shared: dict[str, Any] = {"devices": devices if devices_known else None}
+        if sharing.memory is not None:
+            shared.update(
+                memory_free=memory_free if memory_known else None,
+                memory_total=memory_total if memory_known else None,
+                largest_share=largest_memory if memory_known else None,
+                spread_unknown=True,
+            )
+        return GPUCapacity(free=free, total=total, largest_free=largest, **shared)
 
     def fit(self, gpu_type: GPUType, gpus: int = 1) -> Fit:
         """What the biggest node serving ``gpu_type`` could hold if it were empty."""
@@ -658,6 +761,7 @@ class ClusterCapacity:
         return self._cached(("fit", _type_key(gpu_type), gpus), lambda: self._fit(gpu_type, gpus))
 
     def _fit(self, gpu_type: GPUType, gpus: int) -> Fit:
+        """For a shared type, ``gpus`` counts units (replicas, vGPU slots) like whole GPUs."""
         serving = [n for n in self.nodes.values() if node_serves(n, gpu_type)]
         big_enough = [n for n in serving if n.gpus[gpu_type.resource_name] >= gpus]
         return Fit(
@@ -668,11 +772,34 @@ class ClusterCapacity:
         )
 
 
+def _node_devices(node: NodeInfo, sharing: Sharing) -> int | None:
+    """How many GPUs a node shares: GPU feature discovery's ``nvidia.com/gpu.count``, else
+    a time-sliced node's units over its replicas (the node's ``nvidia.com/gpu.replicas``,
+    else the type's), else the memory it advertises over one GPU's; None: not known."""
+    label = node.labels.get(GPU_COUNT_LABEL, "")
+    if label.isdigit():
+        return int(label)
+    if sharing.replicas is not None:
+        replicas = node.labels.get(REPLICAS_LABEL, "")
+        per_gpu = int(replicas) if replicas.isdigit() and int(replicas) > 0 else sharing.replicas
+        units = sum(node.gpus.values())
+        return units // per_gpu if units % per_gpu == 0 else None
+    advertised = node.extra.get(sharing.memory_resource)
+    if advertised and sharing.memory:
+        # HAMi advertises what the GPUs really have (a "16G" T4 has 15360 MiB): near enough
+        # to a whole number of the admin's GPUs is that number.
+        count = round(advertised * MIB / sharing.memory)
+        if count and abs(advertised * MIB - count * sharing.memory) <= 0.1 * sharing.memory:
+            return count
+    return None
+
+
 def _type_key(gpu_type: GPUType) -> tuple[str, ...]:
     """A hashable identity for what decides a type's figures."""
     return (
         gpu_type.key,
         gpu_type.resource_name,
+        repr(gpu_type.sharing),
         json.dumps(dict(gpu_type.node_selector), sort_keys=True),
         json.dumps([dict(t) for t in gpu_type.tolerations], sort_keys=True),
     )

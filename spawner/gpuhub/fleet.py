@@ -22,6 +22,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from jupyterhub.handlers.base import BaseHandler
@@ -31,6 +32,7 @@ from tornado import web
 from . import monitor as gpu_monitor
 from .ledger import Holding
 from .monitor import HISTORY_SECONDS, GPUMonitor
+from .quantity import human_memory
 from .reclaim import ReclaimRule
 from .sparkline import SPARK_HEIGHT, SPARK_WIDTH, sparkline
 from .usage import gpu_hours
@@ -64,16 +66,30 @@ class Row:
     left_text: str = ""
     # A workstation's job hold: the processes that keep it, "1234 python train.py".
     processes: tuple[str, ...] = ()
+    amount: float = 0.0  # the GPUs it counts as (a share: its fraction)
+    gpus_text: str = ""  # "2 x A100", "8 GB of GPU 3 (T4, shared), 0.5 GPU"
 
 
 @dataclass
 class FleetView:
     rows: list[Row]
     see_all: bool
-    types: list[tuple[str, int, int, int]] = field(default_factory=list)  # name, held, free, total
-    groups: list[tuple[str, int, float, float]] = field(default_factory=list)  # name, held, 24h, 7d
+    # name, held, free, total: GPUs, a shared type's in fractions (1.5)
+    types: list[tuple[str, float, float, float]] = field(default_factory=list)
+    groups: list[tuple[str, float, float, float]] = field(
+        default_factory=list
+    )  # name, held, 24h, 7d
     hours: list[tuple[str, float, float]] = field(default_factory=list)  # user, 24 h, 7 d
+    # A type shared by memory: "9 GB of 16 GB free", under its name in the types table.
+    memory: dict[str, str] = field(default_factory=dict)
     reclaim: str = ""  # the rule, in words; "" when off
+
+
+def amount(gpus: float) -> int | float:
+    """GPUs on the page: whole numbers as they are, a share's fraction as the quota's
+    sentences round it (two decimals: 0.33)."""
+    value = Fraction(gpus).limit_denominator(10**6)
+    return value.numerator if value.denominator == 1 else round(float(value), 2)
 
 
 def ago(seconds: float | None) -> str:
@@ -108,7 +124,8 @@ class Snapshot:
     now: float
     tracks: tuple[TrackCopy, ...]
     rule: ReclaimRule | None
-    capacity: Mapping[str, tuple[int, int]]
+    capacity: Mapping[str, tuple[float, float]]
+    memory: Mapping[str, tuple[int, int]]  # GPUMonitor.memory: bytes free, in all
     hourly: Mapping[int, Mapping[tuple[str, str], float]]  # UsageStore.hourly, as of now
     groups_of: Mapping[str, list[str]]
 
@@ -129,6 +146,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         tracks=tuple(tracks),
         rule=monitor.rule,
         capacity=dict(monitor.capacity),
+        memory=dict(monitor.memory),
         hourly=monitor.store.hourly_snapshot(),
         groups_of=groups_of,
     )
@@ -171,6 +189,8 @@ def _row(track: TrackCopy, now: float) -> Row:
         warned=warned,
         seconds_left=left,
         processes=tuple(f"{pid} {command}".rstrip() for pid, command in h.processes),
+        amount=float(h.amount),
+        gpus_text=h.gpus_text,
     )
 
 
@@ -196,29 +216,34 @@ def fleet_view(snap: Snapshot) -> FleetView:
             f"{rule.utilization_below:.0%} for {rule.after:g} s are warned, then stopped "
             f"(ended) {rule.warn:g} s later"
         )
-    held_by_type: dict[str, int] = {}
+    held_by_type: dict[str, float] = {}
     for row in rows:
-        held_by_type[row.gpu_type] = held_by_type.get(row.gpu_type, 0) + row.gpus
+        held_by_type[row.gpu_type] = held_by_type.get(row.gpu_type, 0) + row.amount
     names = sorted(set(held_by_type) | set(snap.capacity))
+    # A shared type's figures are fractions of GPUs: as the quota and the lab round them.
     view.types = [
         (
             n,
-            held_by_type.get(n, 0),
-            snap.capacity.get(n, (0, 0))[0],
-            snap.capacity.get(n, (0, 0))[1],
+            amount(held_by_type.get(n, 0)),
+            amount(snap.capacity.get(n, (0, 0))[0]),
+            amount(snap.capacity.get(n, (0, 0))[1]),
         )
         for n in names
     ]
+    view.memory = {
+        n: f"{human_memory(free)} of {human_memory(total)} GPU memory free"
+        for n, (free, total) in snap.memory.items()
+    }
     held_by_group: dict[str, list[float]] = {}
     for row in rows:
         for group in snap.groups_of.get(row.user, []):
-            held_by_group.setdefault(group, [0, 0.0, 0.0])[0] += row.gpus
+            held_by_group.setdefault(group, [0, 0.0, 0.0])[0] += row.amount
     for user in users:
         for group in snap.groups_of.get(user, []):
             entry = held_by_group.setdefault(group, [0, 0.0, 0.0])
             entry[1] += day.get(user, 0.0)
             entry[2] += week.get(user, 0.0)
-    view.groups = [(g, int(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
+    view.groups = [(g, amount(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
     return view
 
 

@@ -8,17 +8,20 @@ came from the cluster are escaped. Reading the form only reshapes strings; valid
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
 import jinja2
 
+from . import words
 from .ledger import Holding, gpus_held
 from .options import FIELDS, OptionsError
-from .policy import Policy
-from .quantity import QuantityError, format_memory, parse_cpu
+from .policy import GPUType, Policy
+from .quantity import QuantityError, format_memory, human_memory, parse_cpu
 
 CUSTOM_IMAGE = "__custom__"
 
@@ -32,6 +35,16 @@ class GPUCapacity:
     # Most GPUs of this type free on any single node: the biggest request that fits now.
     largest_free: int | None = None
     waiting: int = 0  # spawns waiting in line for this type (local queue)
+    # A shared type (gpuhub.sharing): ``free``/``total`` count units (a time-sliced type's
+    # replicas, a HAMi type's slots; a workstation's devices with room); these say the rest,
+    # None where the cluster does not say it.
+    devices: int | None = None  # GPUs shared
+    memory_free: int | None = None  # bytes, shared by memory
+    memory_total: int | None = None
+    largest_share: int | None = None  # the most memory one request could get now
+    # Workstation: (device index, bytes free, bytes in all) of each GPU shared by memory.
+    per_device: tuple[tuple[int, int, int], ...] = ()
+    spread_unknown: bool = False  # Kubernetes: which GPU of a node has the memory is unknown
 
     @property
     def used_pct(self) -> float:
@@ -46,26 +59,45 @@ class GPUCapacity:
 class QuotaView:
     """What the user holds against their GPU quota, as the form tells it."""
 
-    limit: int
+    limit: Fraction | int
     holdings: tuple[Holding, ...]  # everything but the server being started
 
     @property
-    def held(self) -> int:
+    def held(self) -> Fraction:
         return gpus_held(self.holdings)
 
     @property
-    def remaining(self) -> int:
-        return max(self.limit - self.held, 0)
+    def remaining(self) -> Fraction:
+        """GPUs left in the quota; a fraction where shares are held or the quota is one."""
+        return max(Fraction(self.limit) - self.held, Fraction(0))
 
     @property
     def sentence(self) -> str:
-        where = ", ".join(f"{h.label}: {h.gpus}" for h in self.holdings)
-        held = f"You hold {self.held} of your {self.limit} GPU{'s' if self.limit != 1 else ''}"
+        where = ", ".join(f"{h.label}: {h.held_text}" for h in self.holdings)
+        limit = words.gpu_amount(self.limit).removeprefix(f"{words.amount(self.limit)} ")
+        held = f"You hold {words.amount(self.held)} of your {words.amount(self.limit)} {limit}"
         if where:
             held += f" ({where})"
         if self.remaining == 0:
             return f"{held}; stop a server or wait for a job to end to start one with GPUs."
-        return f"{held}; this server may have up to {self.remaining}."
+        return f"{held}; this server may have up to {words.amount(self.remaining)}."
+
+    def most_of(self, gpu_type: GPUType, most: int) -> int:
+        """The most units of ``gpu_type`` (whole GPUs, time-sliced replicas) the quota leaves
+        for one server, at most ``most``; a share of memory is one unit."""
+        sharing = gpu_type.sharing
+        if sharing is None:
+            return min(most, math.floor(self.remaining))
+        if sharing.memory is not None:
+            return min(most, 1 if self.most_memory(gpu_type) >= sharing.min else 0)
+        assert sharing.replicas is not None
+        return min(most, math.floor(self.remaining * sharing.replicas))
+
+    def most_memory(self, gpu_type: GPUType) -> int:
+        """The most GPU memory of a type shared by memory the quota leaves for one server."""
+        sharing = gpu_type.sharing
+        assert sharing is not None and sharing.memory is not None
+        return min(sharing.max, math.floor(self.remaining * sharing.memory))
 
 
 @dataclass(frozen=True)
@@ -114,6 +146,7 @@ def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[
         "memory": options.get("memory", format_memory(int(policy.memory.default))),
         "gpus": options.get("gpus", 0),
         "gpu_type": options.get("gpu_type") or "",
+        "gpu_memory": options.get("gpu_memory") or "",
     }
     if isinstance(image, str) and image in policy.images:
         values["image"] = image
@@ -155,16 +188,19 @@ def render_form(
     gpu_types: list[dict[str, Any]] = []
     for choice in choices.gpu_types:
         t, most = choice.gpu_type, choice.max_gpus
+        # The quota caps what the form offers; the server checks it again on submit.
+        offered = most if quota is None else quota.most_of(t, most)
         gpu_types.append(
             {
                 "key": t.key,
                 "display_name": t.display_name,
                 "description": t.description,
-                # The quota caps what the form offers; the server checks it again on submit.
-                "max": most if quota is None else min(most, quota.remaining),
-                "over_quota": quota is not None and quota.remaining == 0,
+                "max": offered,
+                "over_quota": quota is not None and offered == 0,
                 "mig": t.is_mig,
                 "capacity": capacity.get(t.key),
+                "sharing": _sharing_view(t, capacity.get(t.key), quota),
+                "limit_text": _limit_text(t, offered, quota),
             }
         )
     max_gpus = max((t["max"] for t in gpu_types), default=0)
@@ -173,8 +209,15 @@ def render_form(
     else:
         no_gpu_reason = "Your groups may not use GPUs; your server will be CPU-only."
     template = _environment().get_template("spawn_form.html")
+    values = form_values(policy, user_options)
+    shared = [t for t in gpu_types if t["sharing"] and t["sharing"]["by_memory"]]
+    if shared and not values["gpu_memory"]:
+        # What the checked type gives when the field is left as it is (its default share).
+        checked = next((t for t in gpu_types if t["key"] == values["gpu_type"]), gpu_types[0])
+        values["gpu_memory"] = (checked["sharing"] or shared[0]["sharing"])["default_text"]
     return template.render(
-        values=form_values(policy, user_options),
+        values=values,
+        shared_memory_types=shared,
         images=list(choices.images),
         custom_image=choices.custom_images,
         cpu={"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)},
@@ -190,6 +233,92 @@ def render_form(
         quota=quota,
         errors=_errors_by_field(problems),
     )
+
+
+def _limit_text(gpu_type: GPUType, offered: int, quota: QuotaView | None) -> str:
+    """ "Up to 2 per server", "Up to 16G of one GPU per server", "Up to 1 share per server"."""
+    sharing = gpu_type.sharing
+    if sharing is None:
+        return f"Up to {offered} per server"
+    if sharing.memory is not None:
+        most = sharing.max if quota is None else quota.most_memory(gpu_type)
+        return f"Up to {format_memory(most)} of one GPU per server"
+    return f"Up to {words.plural(offered, 'share')} per server"
+
+
+def _sharing_view(
+    gpu_type: GPUType, capacity: GPUCapacity | None, quota: QuotaView | None
+) -> dict[str, Any] | None:
+    """What the form says of a shared type: how it shares, what one server may ask for, and
+    what is free, one figure per fact ("9 GB of 16 GB free on GPU 3")."""
+    sharing = gpu_type.sharing
+    if sharing is None:
+        return None
+    view: dict[str, Any] = {"by_memory": sharing.by_memory, "free_text": "", "note": ""}
+    if sharing.memory is None:
+        view["badge"] = "Time-sliced"
+        view["note"] = (
+            f"Each GPU is shared {sharing.replicas} ways by time, with no memory isolation: "
+            "notebooks on the same GPU can use up each other's memory and slow each other down."
+        )
+        if capacity is not None:
+            gpus = f" ({words.gpus(capacity.devices)})" if capacity.devices else ""
+            view["free_text"] = (
+                f"{capacity.free} of {words.plural(capacity.total, 'share')} free now{gpus}"
+            )
+        return view
+    most = sharing.max if quota is None else quota.most_memory(gpu_type)
+    view.update(
+        badge="Shared GPU",
+        min=format_memory(sharing.min),
+        max=format_memory(max(most, sharing.min)),
+        default_text=format_memory(sharing.default),
+        range_text=f"{format_memory(sharing.min)} to {format_memory(sharing.max)}",
+        device_text=human_memory(sharing.memory),
+        note=(
+            f"Each GPU's {human_memory(sharing.memory)} is shared by memory: you get the "
+            "memory you ask for on one GPU, and share its compute with the others on it."
+        ),
+    )
+    if capacity is not None:
+        view["free_text"] = _memory_free_text(capacity)
+        view["used_pct"], view["free_pct"] = _memory_pcts(capacity)
+    return view
+
+
+def _memory_free_text(capacity: GPUCapacity) -> str:
+    """ "9 GB of 16 GB free on GPU 3; 16 GB of 16 GB free on GPU 4" on a workstation; on a
+    cluster the memory free in all, and what cannot be known."""
+    if capacity.per_device:
+        shown = [
+            f"{human_memory(free)} of {human_memory(total)} free on GPU {index}"
+            for index, free, total in capacity.per_device[:8]
+        ]
+        more = len(capacity.per_device) - len(shown)
+        return "; ".join(shown) + (f"; and {words.plural(more, 'more GPU')}" if more else "")
+    if capacity.memory_free is None or capacity.memory_total is None:
+        gpus = f" on {words.gpus(capacity.devices)}" if capacity.devices else ""
+        return (
+            f"{capacity.free} of {capacity.total} slots free now{gpus}; how much memory is "
+            "free the cluster does not say"
+        )
+    gpus = f" on {words.gpus(capacity.devices)}" if capacity.devices else ""
+    text = (
+        f"{human_memory(capacity.memory_free)} of {human_memory(capacity.memory_total)} free{gpus}"
+    )
+    if capacity.largest_share is not None:
+        text += f"; at most {human_memory(capacity.largest_share)} on one node"
+    if capacity.spread_unknown:
+        text += " (which of its GPUs has it is not known, so a server may wait)"
+    return text
+
+
+def _memory_pcts(capacity: GPUCapacity) -> tuple[float, float]:
+    total, free = capacity.memory_total, capacity.memory_free
+    if not total or free is None:
+        return 0.0, 0.0
+    used = round(100 * (total - free) / total, 1)
+    return used, round(100 - used, 1)
 
 
 def _errors_by_field(problems: Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -236,7 +365,7 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
         # Anything else stays text and is refused there, naming the field.
         options["gpus"] = int(gpus)
     if options.get("gpus") == 0:
-        options.pop(
-            "gpu_type", None
-        )  # the type radio is always posted; it means nothing without GPUs
+        # The type radio is always posted; it (and a share's memory) means nothing without GPUs.
+        options.pop("gpu_type", None)
+        options.pop("gpu_memory", None)
     return options

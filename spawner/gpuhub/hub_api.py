@@ -5,6 +5,8 @@ that cluster jobs are checked by the same ledger under the same per-user lock, t
 service asks the hub for a *grant* before it creates anything:
 
 * ``POST /hub/api/gpuhub/grants`` body ``{"user", "kind", "name", "gpus", "gpu_type"}``
+  (plus ``"share"``, the GPUs a shared request counts as, as a fraction ``"1/2"``, and
+  ``"gpu_memory"`` in bytes, for a shared GPU type: :mod:`gpuhub.sharing`)
   -> ``201 {"user", "name", "gpus", "quota", "held"}``, or ``403 {"message"}`` over quota.
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
@@ -27,7 +29,9 @@ never for a token that only identifies the user, as OAuth gives every service th
 to.
 
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
-  "name", "label", "gpus", "gpu_type", "devices", "since", "processes"}]}``; also for
+  "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices", "since",
+  "processes"}]}`` (a share of a GPU: ``share`` what it counts as, ``gpu_memory`` its bytes,
+  ``text`` "8 GB of GPU 3 (T4), 0.5 GPU" as the fleet page says it); also for
   ``custom:gpuhub:grants`` (the jobs service);
 * ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job"|"warning",
   "server", "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped
@@ -61,6 +65,7 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
@@ -68,13 +73,14 @@ from jupyterhub.scopes import check_scope_filter
 from tornado import web
 
 from . import monitor as gpu_monitor
+from . import words
 from .fleet import FLEET_SCOPE
 from .fleet import HANDLERS as FLEET_HANDLERS
 from .jobs.model import KINDS
 from .ledger import Grant, Holding, Ledger, QuotaExceeded, gpu_type_names, gpus_held, named
 from .notice_api import HANDLERS as NOTICE_HANDLERS
 from .policy import PolicyConfigError
-from .usage import HUB_SHUTDOWN
+from .usage import HUB_SHUTDOWN, SHARE_OVERUSE
 
 GRANTS_SCOPE = "custom:gpuhub:grants"
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
@@ -194,6 +200,7 @@ def notices_for(user: Any) -> list[dict[str, str]]:
     if monitor is None:
         return []
     warnings = [warning_text(h, deadline) for h, deadline in monitor.warnings_for(user.name)]
+    warnings += [share_warning(*w) for w in monitor.share_warnings(user.name)]
     shown = monitor.store.notices_for(user.name, shown=True)
     return warnings + [notice_text(n) for n in shown]
 
@@ -233,6 +240,20 @@ def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
     }
 
 
+def share_warning(holding: Holding, deadline: float, text: str) -> dict[str, str]:
+    """A server over its share of a GPU, to be stopped at ``deadline`` (gpuhub.overshare);
+    like a job hold's warning it goes by itself, so it has no ``key``."""
+    return {
+        "key": "",
+        "server": holding.name,
+        "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "by": SHARE_OVERUSE,
+        "kind": "warning",
+        "jobs": "",
+        "text": text,
+    }
+
+
 def notice_text(notice: Any) -> dict[str, str]:
     """A notice as hub pages and ``GET /hub/api/gpuhub/notices/<user>`` show it."""
     when = datetime.fromtimestamp(notice.when, UTC)
@@ -260,7 +281,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             f"{at}; it did not start and held no GPU. Start it again to join the line."
         )
     else:
-        if notice.by == "idle":
+        if notice.by in ("idle", SHARE_OVERUSE):
             what = f"Your {server} was stopped {at} because {notice.reason}."
         else:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
@@ -339,8 +360,9 @@ class GpuhubAPIHandler(APIHandler):
         return user, ledger, spawner.gpu_quota_limit()
 
 
-def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str]:
-    """``(kind, gpus, gpu_type, uid)`` of a grant's JSON body, checked (400 otherwise)."""
+def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str, Fraction | None, int]:
+    """``(kind, gpus, gpu_type, uid, share, gpu_memory)`` of a grant's JSON body, checked
+    (400 otherwise)."""
     if not isinstance(body, dict):
         raise web.HTTPError(400, f"Send a JSON object: {fields}.")
     kind, gpus, uid = body.get("kind"), body.get("gpus"), body.get("uid", "")
@@ -350,7 +372,25 @@ def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str]:
         raise web.HTTPError(400, f"gpus must be a whole number of GPUs, not {gpus!r}.")
     if not isinstance(uid, str) or len(uid) > 200:
         raise web.HTTPError(400, "uid must be the job's Kubernetes uid (or KFP run id).")
-    return kind, gpus, str(body.get("gpu_type") or "")[:200], uid
+    share, memory = _share(body.get("share"), gpus), body.get("gpu_memory", 0)
+    if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory < 2**63:
+        raise web.HTTPError(400, f"gpu_memory must be a number of bytes, not {memory!r}.")
+    return kind, gpus, str(body.get("gpu_type") or "")[:200], uid, share, memory
+
+
+def _share(value: Any, gpus: int) -> Fraction | None:
+    """The GPUs a shared request counts as ("1/2"), at most its count of units; None: whole."""
+    if value is None:
+        return None
+    try:
+        share = Fraction(value) if isinstance(value, str) and len(value) <= 40 else None
+    except (ValueError, ZeroDivisionError):
+        share = None
+    if share is None or not 0 < share <= gpus:
+        raise web.HTTPError(
+            400, f'share must be the GPUs a share counts as, such as "1/2", not {value!r}.'
+        )
+    return share
 
 
 class GrantsHandler(GpuhubAPIHandler):
@@ -367,14 +407,15 @@ class GrantsHandler(GpuhubAPIHandler):
         self._require_scope()
         body = self.get_json_body()
         fields = "user, kind, name, gpus, gpu_type"
-        kind, gpus, gpu_type, uid = _grant_body(body, fields)
+        kind, gpus, gpu_type, uid, share, memory = _grant_body(body, fields)
         name, job = body.get("user"), body.get("name")
         if not isinstance(name, str) or not isinstance(job, str) or not job:
             raise web.HTTPError(400, "user and name must be strings.")
         user, ledger, limit = await self._ledger_for(name)
         async with ledger.lock(user.name):
             try:
-                held = ledger.check(user.name, limit, gpus, what="job")
+                wanted = share if share is not None else Fraction(gpus)
+                held = ledger.check(user.name, limit, wanted, what="job")
             except QuotaExceeded as exc:
                 self.log.warning(
                     "gpuhub: refused %s GPUs for %s's %s %s: %s", gpus, name, kind, job, exc
@@ -383,7 +424,9 @@ class GrantsHandler(GpuhubAPIHandler):
                 return
             if gpus > 0:
                 expires = time.time() + GRANT_SECONDS
-                ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid))
+                ledger.grant(
+                    Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid, share, memory)
+                )
         self.set_status(201)
         self.finish(
             json.dumps(
@@ -391,8 +434,8 @@ class GrantsHandler(GpuhubAPIHandler):
                     "user": user.name,
                     "name": job,
                     "gpus": gpus,
-                    "quota": limit,
-                    "held": gpus_held(held),
+                    "quota": None if limit is None else words.as_number(limit),
+                    "held": words.as_number(gpus_held(held)),
                 }
             )
         )
@@ -408,11 +451,15 @@ class GrantHandler(GrantsHandler):
         """Bind the grant to the created object, or renew that of a job waiting in Kueue's
         queue (see the module docstring); no new quota check."""
         self._require_scope()
-        kind, gpus, gpu_type, uid = _grant_body(self.get_json_body(), "kind, gpus, gpu_type, uid")
+        kind, gpus, gpu_type, uid, share, memory = _grant_body(
+            self.get_json_body(), "kind, gpus, gpu_type, uid"
+        )
         user, ledger, _ = await self._ledger_for(name)
         if gpus > 0:
             expires = time.time() + GRANT_SECONDS
-            ledger.grant(Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid))
+            ledger.grant(
+                Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid, share, memory)
+            )
         self.set_status(204)
         self.finish()
 
@@ -459,14 +506,18 @@ class HoldingsHandler(GpuhubAPIHandler):
             json.dumps(
                 {
                     "user": user.name,
-                    "quota": limit,
-                    "held": gpus_held(held),
+                    "quota": None if limit is None else words.as_number(limit),
+                    "held": words.as_number(gpus_held(held)),
                     "holdings": [
                         {
                             "kind": h.kind,
                             "name": h.name,
                             "label": h.label,
                             "gpus": h.gpus,
+                            # A share of a GPU: what it counts as, and its memory (bytes).
+                            "share": None if h.share is None else words.as_number(h.share),
+                            "gpu_memory": h.memory or None,
+                            "text": h.gpus_text,
                             "gpu_type": h.gpu_type,
                             "devices": list(h.devices),
                             "since": h.since,
@@ -531,12 +582,17 @@ class NoticesHandler(ReclaimHandler):
         monitor = self._monitor()
         found = monitor.store.notices_for(name) if monitor is not None else []
         warned = monitor.warnings_for(name) if monitor is not None else []
+        shares = monitor.share_warnings(name) if monitor is not None else []
         self.finish(
             json.dumps(
                 {
                     "notices": [
                         {**warning_text(h, deadline), "jobs": [], "reason": "idle"}
                         for h, deadline in warned
+                    ]
+                    + [
+                        {**share_warning(h, deadline, text), "jobs": [], "reason": SHARE_OVERUSE}
+                        for h, deadline, text in shares
                     ]
                     + [
                         {

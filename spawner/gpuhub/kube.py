@@ -72,6 +72,8 @@ class NeverSchedulable(Exception):
 class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
     """Spawns single-user pods with the GPUs, node selector and tolerations of a GPU type."""
 
+    gpu_platform = "kubernetes"
+
     prometheus_url = Unicode(
         "",
         config=True,
@@ -271,7 +273,9 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         ledger = await self.gpu_ledger()
         async with ledger.lock(self.user.name):
             try:
-                ledger.check(self.user.name, limit, options.gpus, replacing=("server", self.name))
+                ledger.check(
+                    self.user.name, limit, options.gpu_amount, replacing=("server", self.name)
+                )
             except (QuotaExceeded, CapacityUnavailable) as exc:
                 if isinstance(exc, CapacityUnavailable):
                     raise refusal(QUOTA_UNAVAILABLE, 503) from None
@@ -284,8 +288,10 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                     "server",
                     self.name,
                     options.gpus,
-                    gpu_type.resource_name,
+                    gpu_type.key,
                     time.time() + self.start_timeout + 60,
+                    share=options.share,
+                    memory=options.gpu_memory or 0,
                 )
             )
 

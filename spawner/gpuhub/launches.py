@@ -42,6 +42,9 @@ class Launch:
     launch: str  # the launch's random id, also its processes' GPUHUB_SERVER_ID
     devices: tuple[int, ...]
     gpu_type: str = ""
+    # A share of a GPU shared by memory: bytes given, of a device of device_memory bytes.
+    gpu_memory: int = 0
+    device_memory: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,16 @@ def launch_key(secret: bytes | str) -> bytes:
 
 
 def sign(key: bytes, launch: Launch) -> str:
-    payload = json.dumps(
-        [launch.user, launch.server, launch.launch, list(launch.devices), launch.gpu_type],
-        separators=(",", ":"),
-    ).encode()
+    fields: list[object] = [
+        launch.user,
+        launch.server,
+        launch.launch,
+        list(launch.devices),
+        launch.gpu_type,
+    ]
+    if launch.gpu_memory:  # a share; a grant of whole devices reads as it always did
+        fields += [launch.gpu_memory, launch.device_memory]
+    payload = json.dumps(fields, separators=(",", ":")).encode()
     body = base64.urlsafe_b64encode(payload).decode().rstrip("=")
     return f"{_VERSION}.{body}.{_mac(key, body)}"
 
@@ -77,11 +86,17 @@ def verify(key: bytes, value: str | None) -> Launch | None:
     if version != _VERSION or not hmac.compare_digest(mac, _mac(key, body)):
         return None
     try:
-        user, server, launch, devices, gpu_type = json.loads(
-            base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        )
+        fields = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        user, server, launch, devices, gpu_type = fields[:5]
+        memory, device_memory = fields[5:7] if len(fields) == 7 else (0, 0)
         return Launch(
-            str(user), str(server), str(launch), tuple(int(d) for d in devices), str(gpu_type)
+            str(user),
+            str(server),
+            str(launch),
+            tuple(int(d) for d in devices),
+            str(gpu_type),
+            int(memory),
+            int(device_memory),
         )
     except (ValueError, TypeError):
         return None

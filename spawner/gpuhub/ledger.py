@@ -16,6 +16,10 @@ lists anything per request. CPU-only servers and jobs hold nothing and never cou
 once. A user's quota is the largest among their groups, else ``default``; ``None`` means no
 quota beyond the per-request limits. Over quota is HTTP 403 with one sentence naming the
 quota and what the user holds where.
+
+A share of a GPU (:mod:`gpuhub.sharing`) counts as its fraction of a GPU, exactly
+(:class:`~fractions.Fraction`): 8 GB of a 16 GB GPU is half a GPU, so a quota of 1 holds two
+such shares or one whole GPU. Quotas may be fractions too (``"default": 0.5``).
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from . import words
 from .policy import PolicyConfigError
+from .quantity import human_memory
 
 if TYPE_CHECKING:
     from .policy import GPUType
@@ -38,12 +45,12 @@ HolderKind = Literal["server", "job"]
 class GPUQuota:
     """GPUs one user may hold at once, servers and jobs together (``gpu_quota``)."""
 
-    default: int | None = None
-    groups: Mapping[str, int] = field(default_factory=dict)
+    default: Fraction | None = None
+    groups: Mapping[str, Fraction] = field(default_factory=dict)
 
-    def limit_for(self, groups: Iterable[str]) -> int | None:
+    def limit_for(self, groups: Iterable[str]) -> Fraction | None:
         """The largest quota among the user's groups, else the default (None: no quota)."""
-        values = [int(self.groups[g]) for g in groups if g in self.groups]
+        values = [self.groups[g] for g in groups if g in self.groups]
         return max(values) if values else self.default
 
     @classmethod
@@ -60,17 +67,34 @@ class GPUQuota:
             )
         default = value.get("default")
         if default is not None and not _count(default):
-            raise PolicyConfigError(f"{name}.default must be a GPU count (0 or more) or None")
+            raise PolicyConfigError(
+                f"{name}.default must be a GPU count (0 or more; 0.5 for half a GPU) or None"
+            )
         groups = value.get("groups") or {}
         if not isinstance(groups, Mapping) or not all(
             isinstance(k, str) and _count(v) for k, v in groups.items()
         ):
-            raise PolicyConfigError(f"{name}.groups must map group names to GPU counts")
-        return cls(default=default, groups=dict(groups))
+            raise PolicyConfigError(
+                f"{name}.groups must map group names to GPU counts (0.5 for half a GPU)"
+            )
+        return cls(
+            default=None if default is None else _fraction(default),
+            groups={k: _fraction(v) for k, v in groups.items()},
+        )
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value == value  # not NaN
+        and 0 <= value < 10**9
+    )
+
+
+def _fraction(value: int | float) -> Fraction:
+    """The quota as the admin wrote it (0.3 is 3/10, not the float nearest to it)."""
+    return Fraction(str(value)) if isinstance(value, float) else Fraction(value)
 
 
 @dataclass(frozen=True)
@@ -101,6 +125,45 @@ class Holding:
     # A workstation's job hold: the processes that keep it, (pid, command line).
     processes: tuple[tuple[int, str], ...] = ()
     workload: Workload | None = None  # a cluster job's object (its pods' controller)
+    # A share of a GPU (gpuhub.sharing): the GPUs it counts as, and its GPU memory (bytes;
+    # 0 for a time-sliced share); None for whole GPUs.
+    share: Fraction | None = None
+    memory: int = 0
+
+    @property
+    def amount(self) -> Fraction:
+        """What this holding counts as against the quota, in GPUs."""
+        return self.share if self.share is not None else Fraction(self.gpus)
+
+    @property
+    def held_text(self) -> str:
+        """ "2", "0.5 (8 GB)": what it holds, as the quota sentences list it."""
+        shown = words.amount(self.amount)
+        return f"{shown} ({human_memory(self.memory)})" if self.memory else shown
+
+    @property
+    def gpus_text(self) -> str:
+        """What it holds, one figure per fact: "2 x NVIDIA A100", "8 GB of GPU 3 (T4), 0.5 GPU",
+        "2 shares of A10, 0.5 GPU"."""
+        name = self.gpu_type or "GPU"
+        if self.share is None:
+            return f"{self.gpus} \u00d7 {name}"  # as the fleet page always wrote it
+        amount = words.gpu_amount(self.share)
+        if self.memory:
+            where = words.device_list(self.devices, name) if self.devices else f"one {name}"
+            return f"{human_memory(self.memory)} of {where}, {amount}"
+        return f"{words.plural(self.gpus, 'share')} of {name}, {amount}"
+
+    @property
+    def held_words(self) -> str:
+        """What it holds, after "its": "2 NVIDIA A100 GPUs", "8 GB share of T4",
+        "2 time-sliced shares of A10"."""
+        name = self.gpu_type or "GPU"
+        if self.share is None:
+            return words.gpus(self.gpus, name)
+        if self.memory:
+            return f"{human_memory(self.memory)} share of {name}"
+        return f"{words.plural(self.gpus, 'time-sliced share')} of {name}"
 
     @property
     def label(self) -> str:
@@ -149,21 +212,34 @@ def per_workload(holdings: Iterable[Holding]) -> list[Holding]:
             since=min(starts) if starts else None,
             pods=seen.pods + holding.pods,
             processes=seen.processes + holding.processes,
+            share=add_shares(seen, holding),
+            memory=seen.memory + holding.memory,
         )
     return list(merged.values())
 
 
-def gpus_held(holdings: Iterable[Holding]) -> int:
-    """GPUs held, each GPU counted once: a local job runs on its server's devices, so a
-    device held by both counts one; holdings without device numbers count what they hold."""
-    devices: set[int] = set()
-    total = 0
+def add_shares(first: Holding, other: Holding) -> Fraction | None:
+    """The share of two parts of one workload (its replicas), None when both are whole."""
+    if first.share is None and other.share is None:
+        return None
+    return first.amount + other.amount
+
+
+def gpus_held(holdings: Iterable[Holding]) -> Fraction:
+    """GPUs held, each GPU counted at most once: a device held by several holdings of one
+    user (a local job on its server's device, shares of one device) counts what they hold of
+    it together, at most the whole device; holdings without device numbers count what they
+    hold."""
+    per_device: dict[int, Fraction] = {}
+    total = Fraction(0)
     for holding in holdings:
         if holding.devices:
-            devices.update(holding.devices)
+            each = holding.amount / len(holding.devices)
+            for device in holding.devices:
+                per_device[device] = per_device.get(device, Fraction(0)) + each
         else:
-            total += holding.gpus
-    return total + len(devices)
+            total += holding.amount
+    return total + sum((min(Fraction(1), part) for part in per_device.values()), Fraction(0))
 
 
 class QuotaExceeded(Exception):
@@ -176,14 +252,18 @@ class QuotaExceeded(Exception):
         self.message = message
 
 
-def _gpus(n: int) -> str:
-    return f"{n} GPU{'s' if n != 1 else ''}"
+def _gpus(n: Fraction | int) -> str:
+    return words.gpu_amount(n)
 
 
 def quota_sentence(
-    holdings: Sequence[Holding], limit: int, wanted: int, what: str = "server"
+    holdings: Sequence[Holding],
+    limit: Fraction | int,
+    wanted: Fraction | int,
+    what: str = "server",
 ) -> str | None:
-    """The refusal for taking ``wanted`` more GPUs on top of ``holdings``; None if it fits."""
+    """The refusal for taking ``wanted`` more GPUs (a share: its fraction) on top of
+    ``holdings``; None if it fits."""
     if wanted <= 0:
         return None
     if wanted > limit:
@@ -194,11 +274,11 @@ def quota_sentence(
     held = gpus_held(holdings)
     if held + wanted <= limit:
         return None
-    where = ", ".join(f"{h.label}: {h.gpus}" for h in holdings)
+    where = ", ".join(f"{h.label}: {h.held_text}" for h in holdings)
     stop = "stop a server or wait for a job to end" if holdings else "ask for fewer GPUs"
     return (
-        f"You hold {held} of your quota of {_gpus(limit)} ({where}) and this {what} needs "
-        f"{wanted} more; {stop}."
+        f"You hold {words.amount(held)} of your quota of {_gpus(limit)} ({where}) and this "
+        f"{what} needs {words.amount(wanted)} more; {stop}."
     )
 
 
@@ -236,6 +316,10 @@ class Grant:
     expires: float
     workload: str = ""  # a job's kind: job, pytorchjob, tfjob, pipeline
     uid: str = ""  # its object's uid (a pipeline: its KFP run id), once created
+    # A share of GPUs (all of the workload's, gpuhub.sharing): what the grant counts as, and
+    # its GPU memory; None for whole GPUs.
+    share: Fraction | None = None
+    memory: int = 0
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -293,6 +377,7 @@ class Ledger:
                 del self._grants[key]  # all of it visible in the source now (or given up on)
             elif user is None or grant.user == user:
                 # Replicas of a training job appear one by one: count the ones not seen yet.
+                part = Fraction(missing, grant.gpus)
                 held.append(
                     Holding(
                         grant.user,
@@ -301,6 +386,8 @@ class Ledger:
                         missing,
                         grant.gpu_type,
                         workload=Workload(grant.workload, grant.uid) if grant.workload else None,
+                        share=None if grant.share is None else grant.share * part,
+                        memory=int(grant.memory * part),
                     )
                 )
         return per_workload(held)
@@ -308,13 +395,14 @@ class Ledger:
     def check(
         self,
         user: str,
-        limit: int | None,
-        wanted: int,
+        limit: Fraction | int | None,
+        wanted: Fraction | int,
         *,
         what: str = "server",
         replacing: tuple[HolderKind, str] | None = None,
     ) -> list[Holding]:
-        """Raise :class:`QuotaExceeded` unless ``user`` may take ``wanted`` more GPUs.
+        """Raise :class:`QuotaExceeded` unless ``user`` may take ``wanted`` more GPUs (a
+        share: its fraction, :attr:`gpuhub.options.LaunchOptions.gpu_amount`).
 
         ``replacing`` names a holding the new one replaces (a server being started again),
         which does not count. Returns what the user holds, for messages.

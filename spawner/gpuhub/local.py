@@ -18,6 +18,7 @@ import ipaddress
 import os
 import secrets
 import time
+from fractions import Fraction
 from typing import Any
 from urllib.parse import urlparse
 
@@ -42,7 +43,9 @@ from .launches import sign as sign_launch
 from .ledger import Ledger, QuotaExceeded
 from .monitor import holdings_changed
 from .options import LaunchOptions
+from .quantity import human_memory
 from .queue import GPUQueue, Ticket
+from .sharing import process_share_env
 from .simulated import MACHINERY_ENV
 from .spawner_base import GPUSpawnerMixin, log_name, refusal
 from .usage import HUB_SHUTDOWN
@@ -64,6 +67,8 @@ SIMULATED_NAME = "Simulated GPU"
 
 class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     """Local processes with GPUs handed out by index (see docs/architecture.md for the traits)."""
+
+    gpu_platform = "workstation"
 
     gpu_devices = Union(
         [Unicode(), List(Int())],
@@ -194,13 +199,35 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
         capacity = {}
-        for key in self.gpu_policy.gpu_types:
+        for key, gpu_type in self.gpu_policy.gpu_types.items():
             candidates = self._devices_of(key)
+            sharing = gpu_type.sharing
+            if sharing is not None and sharing.memory is not None:
+                capacity[key] = self._shared_capacity(key, candidates, sharing.memory, sharing.min)
+                continue
             free = len(self._book.free(candidates))
             capacity[key] = GPUCapacity(
                 free=free, total=len(candidates), largest_free=None, waiting=QUEUE.waiting(key)
             )
         return capacity, ""
+
+    def _shared_capacity(
+        self, key: str, candidates: list[int], device_memory: int, smallest: int
+    ) -> GPUCapacity:
+        """Memory left on each GPU of a type shared by memory: a device "is free" while the
+        smallest share still fits on it."""
+        room = self._book.room(candidates, device_memory)
+        per_device = tuple((d, room[d], device_memory) for d in candidates)
+        return GPUCapacity(
+            free=sum(1 for d in candidates if room[d] >= smallest),
+            total=len(candidates),
+            waiting=QUEUE.waiting(key),
+            devices=len(candidates),
+            memory_free=sum(room.values()),
+            memory_total=device_memory * len(candidates),
+            largest_share=max(room.values(), default=0),
+            per_device=per_device,
+        )
 
     async def gpu_ledger(self) -> Ledger:
         """The ledger of this workstation (the hub's grants endpoint asks for it)."""
@@ -226,25 +253,41 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             LEDGER.check(
                 self.user.name,
                 self.gpu_quota_limit(),
-                options.gpus,
+                options.gpu_amount,
                 replacing=("server", self.name),
             )
         except QuotaExceeded as exc:
             raise refusal(exc.message, status=exc.status) from None
+        sharing = gpu_type.sharing
         holder = Holder(
-            self.user.name, "server", self.name, gpu_type.display_name, launch=self._server_id
+            self.user.name,
+            "server",
+            self.name,
+            gpu_type.display_name,
+            launch=self._server_id,
+            gpu_memory=options.gpu_memory or 0,
+            device_memory=sharing.memory if sharing is not None and sharing.memory else 0,
         )
         # The line comes before the book: served at once only if nobody of this type waits.
         if QUEUE.take_now(owner, options.gpus, gpu_type.key, candidates, holder) is not None:
             return
         if self.gpu_queue_timeout <= 0:
-            free = len(self._book.free(candidates))
             waiting = QUEUE.waiting(gpu_type.key)
             ahead = (
                 f" and {words.plural(waiting, 'person', 'people')} waiting for them"
                 if waiting
                 else ""
             )
+            if holder.shared:
+                room = self._book.room(candidates, holder.device_memory)
+                raise refusal(
+                    f"Not enough free GPU memory: you asked for "
+                    f"{human_memory(holder.gpu_memory)} of one {gpu_type.display_name}, but "
+                    f"the most free on one GPU is {human_memory(max(room.values(), default=0))}"
+                    f" now{ahead}; ask for less or try again when someone stops a server.",
+                    status=409,
+                )
+            free = len(self._book.free(candidates))
             raise refusal(
                 f"Not enough free GPUs: you asked for "
                 f"{words.gpus(options.gpus, gpu_type.display_name)} but {free} of "
@@ -275,6 +318,11 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         # An empty value hides every GPU from CUDA; a CPU-only server must not see one.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpus)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering = NVML's = the allocator's
+        holder = self._book.holder(self._owner)
+        if holder is not None and holder.shared and gpus:
+            # A share of a GPU: what it counts as, its memory, and the MPS daemon's limit.
+            share = Fraction(holder.gpu_memory, holder.device_memory)
+            env.update(process_share_env(holder.gpu_memory, share))
         # Marks every process this server starts (kernels, jobs, terminals), so the hub can
         # tell which of them outlive it on its GPUs.
         env[SERVER_ID_ENV] = self._server_id
@@ -291,6 +339,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 self._server_id,
                 tuple(gpus),
                 gpu_type.display_name if gpu_type else "",
+                holder.gpu_memory if holder is not None and holder.shared else 0,
+                holder.device_memory if holder is not None and holder.shared else 0,
             )
             env[LAUNCH_ENV] = sign_launch(key, grant)
         env["GPUHUB_GPU_TYPE"] = gpu_type.key if gpu_type else ""
@@ -375,6 +425,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return ticket.since + self.gpu_queue_timeout
 
     def _line_message(self, ticket: Ticket) -> str:
+        if ticket.holder.shared:
+            return self._share_line_message(ticket)
         position = QUEUE.position(ticket)
         held = [h for h in QUEUE.book.holdings() if set(h.devices) & set(ticket.candidates)]
         busy = len({d for h in held for d in h.devices if d in ticket.candidates})
@@ -389,6 +441,25 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
             f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
             f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. gpuhub "
+            f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
+        )
+
+    def _share_line_message(self, ticket: Ticket) -> str:
+        """Waiting for a share: the memory left on each GPU of the type, as the form says it."""
+        position = QUEUE.position(ticket)
+        holder = ticket.holder
+        room = QUEUE.book.room(ticket.candidates, holder.device_memory)
+        most = max(room.values(), default=0)
+        first = (
+            "; the line is first come, first served"
+            if position > 1 and most >= holder.gpu_memory
+            else ""
+        )
+        deadline = time.strftime("%H:%M UTC", time.gmtime(self._line_deadline(ticket)))
+        return (
+            f"Waiting for {human_memory(holder.gpu_memory)} of one {ticket.type_name}: you are "
+            f"{words.ordinal(position)} in line; the most free on one GPU is "
+            f"{human_memory(most)} of {human_memory(holder.device_memory)}{first}. gpuhub "
             f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
         )
 
@@ -507,6 +578,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             options = self.launch_options
             if options is not None and options.gpu_type is not None:
                 state["gpu_type"] = options.gpu_type.display_name
+            holder = self._book.holder(self._owner)
+            if holder is not None and holder.shared:
+                state["gpu_memory"] = holder.gpu_memory
+                state["device_memory"] = holder.device_memory
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -520,6 +595,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 self.name,
                 state.get("gpu_type", ""),
                 launch=str(state.get("server_id") or ""),
+                gpu_memory=int(state.get("gpu_memory") or 0),
+                device_memory=int(state.get("device_memory") or 0),
             )
             self._book.claim(self._owner, state["gpus"], holder)
 

@@ -11,11 +11,18 @@ nothing goes stale between ticks):
 * ``gpuhub_idle_reclaims_total{gpu_type}`` (from the persisted store too)
 * ``gpuhub_job_hold_process_info{user, server, gpu_type, pid, command}`` (1 per process that
   keeps a workstation's job hold: a process its stopped server left on its GPUs)
+* ``gpuhub_gpu_memory_bytes{gpu_type, state="free|held"}`` and
+  ``gpuhub_gpu_memory_held_bytes{user, kind, gpu_type}``: GPU types shared by memory
+
+A share of a GPU (:mod:`gpuhub.sharing`) counts as its fraction of a GPU in ``gpuhub_gpus``,
+``gpuhub_gpus_held`` and ``gpuhub_gpu_seconds_total`` (half of a GPU for an hour is half a
+GPU-hour), as in the quota.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
@@ -44,14 +51,36 @@ class GPUCollector(Collector):
             "GPUs held per user, by servers and by jobs",
             labels=["user", "kind", "gpu_type"],
         )
-        sums: dict[tuple[str, str, str], int] = {}
+        sums: dict[tuple[str, str, str], Fraction] = {}
+        memory: dict[tuple[str, str, str], int] = {}
         for track in monitor.tracks.values():
             h = track.holding
             key = (h.user, h.kind, h.gpu_type or "GPU")
-            sums[key] = sums.get(key, 0) + h.gpus
+            sums[key] = sums.get(key, Fraction(0)) + h.amount
+            if h.memory:
+                memory[key] = memory.get(key, 0) + h.memory
         for labels, value in sorted(sums.items()):
-            held.add_metric(list(labels), value)
+            held.add_metric(list(labels), float(value))
         yield held
+
+        shared = GaugeMetricFamily(
+            "gpuhub_gpu_memory_bytes",
+            "Memory of GPUs shared by memory, free or held by shares",
+            labels=["gpu_type", "state"],
+        )
+        for gpu_type, (free, total) in sorted(monitor.memory.items()):
+            shared.add_metric([gpu_type, "free"], free)
+            shared.add_metric([gpu_type, "held"], max(0, total - free))
+        yield shared
+
+        shares = GaugeMetricFamily(
+            "gpuhub_gpu_memory_held_bytes",
+            "GPU memory held per user by shares of GPUs shared by memory",
+            labels=["user", "kind", "gpu_type"],
+        )
+        for labels, size in sorted(memory.items()):
+            shares.add_metric(list(labels), size)
+        yield shares
 
         seconds = CounterMetricFamily(
             "gpuhub_gpu_seconds",

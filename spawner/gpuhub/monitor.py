@@ -23,12 +23,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from fractions import Fraction
 from typing import Any
 
 from . import words
 from .ledger import Holding, Ledger, gpu_type_names, named
+from .overshare import ShareWatch
 from .reclaim import Action, IdleClocks, ReclaimRule
-from .usage import Notice, UsageStore
+from .usage import SHARE_OVERUSE, Notice, UsageStore
 from .utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
 
 log = logging.getLogger("gpuhub.monitor")
@@ -78,7 +80,10 @@ class GPUMonitor:
         self.store = store
         self.interval = interval
         self.tracks: dict[HoldingKey, Track] = {}
-        self.capacity: dict[str, tuple[int, int]] = {}  # gpu type display name -> (free, total)
+        # gpu type display name -> (free, total) GPUs; a shared type's free is a fraction
+        self.capacity: dict[str, tuple[float, float]] = {}
+        # a type shared by memory's display name -> (bytes free, bytes in all)
+        self.memory: dict[str, tuple[int, int]] = {}
         self.type_names: dict[str, str] = {}  # ledger.gpu_type_names of the spawner's types
         self._told_capacity = False
         self.last_tick: float | None = None
@@ -92,6 +97,9 @@ class GPUMonitor:
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[HoldingKey] = set()
         self._tasks: set[asyncio.Future[Any]] = set()
+        # Shares of a GPU over their memory (workstation without the CUDA MPS daemon).
+        grace = float(getattr(spawner, "gpu_share_grace", 0) or 0)
+        self.shares = ShareWatch(grace) if grace > 0 else None
 
     # -- the loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,6 +147,8 @@ class GPUMonitor:
             self._remember(track, now)
             live[key] = track
         self.tracks = live
+        if self.shares is not None:
+            self._watch_shares(now)
         if self.clocks is not None:
             await self._reclaim(now)
         self._drop_read_notices()
@@ -190,18 +200,22 @@ class GPUMonitor:
         return named(holding, self.type_names)
 
     def _account(self, holdings: Sequence[Holding], now: float) -> None:
-        """GPU-seconds since the last tick, each device of a user counted once."""
+        """GPU-seconds since the last tick, a share as its fraction of a GPU, and each device
+        of a user counted at most once (as :func:`gpuhub.ledger.gpus_held` counts it)."""
         if self.last_tick is None:
             return
         elapsed = min(now - self.last_tick, 3 * self.interval)  # a stalled hub adds no hours
-        seen: set[tuple[str, int]] = set()
+        seen: dict[tuple[str, int], Fraction] = {}
         for holding in holdings:
-            count = holding.gpus
+            count = holding.amount
             if holding.devices:
-                fresh = {(holding.user, d) for d in holding.devices} - seen
-                seen |= fresh
-                count = len(fresh)
-            self.store.add(holding.user, holding.gpu_type, count * elapsed, now)
+                each, count = holding.amount / len(holding.devices), Fraction(0)
+                for device in holding.devices:
+                    key = (holding.user, device)
+                    taken = min(each, 1 - seen.get(key, Fraction(0)))
+                    seen[key] = seen.get(key, Fraction(0)) + taken
+                    count += taken
+            self.store.add(holding.user, holding.gpu_type, float(count) * elapsed, now)
 
     def _remember(self, track: Track, now: float) -> None:
         if not track.samples:
@@ -237,9 +251,14 @@ class GPUMonitor:
         if not capacity:
             return
         self.capacity = {
-            types[key].display_name: (c.free, c.total)
+            types[key].display_name: gpus_free(types[key], c)
             for key, c in capacity.items()
             if key in types
+        }
+        self.memory = {
+            types[key].display_name: (c.memory_free, c.memory_total)
+            for key, c in capacity.items()
+            if key in types and c.memory_free is not None and c.memory_total is not None
         }
 
     # -- reclaim --------------------------------------------------------------------------
@@ -308,6 +327,49 @@ class GPUMonitor:
                 task.add_done_callback(self._tasks.discard)
         self.clocks.forget_except(launches)
 
+    def _watch_shares(self, now: float) -> None:
+        """Warn a server whose share of a GPU is over its memory; stop it once it has been
+        over for the grace period (gpuhub.overshare)."""
+        assert self.shares is not None
+        warned, stop = self.shares.observe(
+            ((key, t.holding, t.samples) for key, t in self.tracks.items()), now
+        )
+        for key in warned:
+            holding = self.tracks[key].holding
+            log.warning(
+                "gpuhub: %s's %s is over its share: %s",
+                holding.user,
+                holding.label,
+                self.shares.warning(holding, key),
+            )
+        users = self._users() if stop else {}
+        for key in stop:
+            holding = self.tracks[key].holding
+            user = users.get(holding.user)
+            if user is None:
+                continue
+            reason = self.shares.reason(holding, key)
+            task = asyncio.ensure_future(
+                self.stop_server(user, holding.name, reason, by=SHARE_OVERUSE)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def share_warnings(self, user: str) -> list[tuple[Holding, float, str]]:
+        """``user``'s servers over their share of a GPU now: (holding, when it is stopped,
+        the warning)."""
+        if self.shares is None:
+            return []
+        return [
+            (
+                self.tracks[key].holding,
+                self.shares.deadline(key),
+                self.shares.warning(self.tracks[key].holding, key),
+            )
+            for key in self.shares.over
+            if key[0] == user and key in self.tracks
+        ]
+
     def clock_of(self, user: str, name: str, kind: str = "server") -> tuple[Track, Any] | None:
         """The track and idle clock of ``user``'s server (or job hold) ``name`` (None: no
         GPU holding, or none on the clock)."""
@@ -346,7 +408,7 @@ class GPUMonitor:
         rule = self.rule
         reason = (
             f"{'its' if holding.kind == 'server' else 'their'} "
-            f"{_gpus(holding.gpus, holding.gpu_type)} stayed below "
+            f"{_held(holding)} stayed below "
             f"{rule.utilization_below:.0%} utilization for {words.duration(rule.after)} and "
             f"nobody kept them during the {words.duration(rule.warn)} warning"
         )
@@ -448,6 +510,29 @@ def _gpus(count: int, gpu_type: str) -> str:
     return f"{count} {name}{'s' if count != 1 else ''}"
 
 
+def _held(holding: Holding) -> str:
+    """ "2 A100 GPUs", "8 GB share of T4": what a holding holds, after "its"."""
+    if holding.share is None:
+        return _gpus(holding.gpus, holding.gpu_type)
+    return holding.held_words
+
+
+def gpus_free(gpu_type: Any, capacity: Any) -> tuple[float, float]:
+    """(free, total) GPUs of a type for the metrics and the fleet page: a shared type's
+    free memory (or replicas) as the fraction of its GPUs it is."""
+    sharing = getattr(gpu_type, "sharing", None)
+    if sharing is None:
+        return capacity.free, capacity.total
+    if sharing.memory is not None:
+        devices = capacity.devices
+        if devices is None and capacity.memory_total is not None:
+            devices = capacity.memory_total / sharing.memory
+        if capacity.memory_free is None or devices is None:
+            return 0.0, float(devices or 0)
+        return min(capacity.memory_free / sharing.memory, float(devices)), float(devices)
+    return capacity.free / sharing.replicas, capacity.total / sharing.replicas
+
+
 _MONITOR: GPUMonitor | None = None
 
 
@@ -487,8 +572,24 @@ def for_handler(handler: Any) -> GPUMonitor | None:
     return _MONITOR
 
 
+def check_settings(spawner: Any) -> str | None:
+    """The admin's GPU settings, checked once when the hub starts: a mistake is one error
+    line naming the setting (the form refuses to render until it is fixed). Returns it."""
+    from .policy import PolicyConfigError
+
+    try:
+        spawner.gpu_policy  # noqa: B018 - validates the policy for this spawner's platform
+        spawner.gpu_quota_limit()
+        spawner.gpu_idle_reclaim_rule()
+    except PolicyConfigError as exc:
+        log.error("gpuhub: the GPU settings in jupyterhub_config.py are invalid: %s", exc)
+        return str(exc)
+    return None
+
+
 async def _start(spawner: Any) -> None:
     global _MONITOR
+    check_settings(spawner)
     ledger = await spawner.gpu_ledger()
     if _MONITOR is not None:
         return

@@ -19,13 +19,14 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from . import words
 from .policy import GPUType, Policy, UserLimits
-from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
+from .quantity import QuantityError, format_memory, human_memory, parse_cpu, parse_memory
 
-FIELDS = ("image", "cpu", "memory", "gpu_type", "gpus", "profile")
+FIELDS = ("image", "cpu", "memory", "gpu_type", "gpus", "gpu_memory", "profile")
 
 # Defence in depth for custom images: whatever the admin's pattern, a reference is a
 # registry/path:tag[@digest] without spaces, quotes or shell metacharacters.
@@ -126,6 +127,8 @@ def _contain(field: str) -> str:
         return f"{plural[field]} contain"
     if field == "notebook_content":
         return "The notebook's content contains"
+    if not field.isidentifier():  # an unknown key, as the caller wrote it
+        return f"The value of {_short(field)} contains"
     return f"The value of {field.replace('_', ' ')} contains"
 
 
@@ -147,6 +150,21 @@ class LaunchOptions:
     gpus: int
     gpu_type: GPUType | None  # None exactly when gpus == 0
     profile: str | None = None
+    # Bytes of one device's memory, for a type shared by memory (gpus is then 1); else None.
+    gpu_memory: int | None = None
+
+    @property
+    def share(self) -> Fraction | None:
+        """The part of a GPU this asks for, for a shared type (gpuhub.sharing); else None."""
+        if self.gpu_type is None or self.gpu_type.sharing is None or not self.gpus:
+            return None
+        return self.gpu_type.sharing.fraction(self.gpus, self.gpu_memory)
+
+    @property
+    def gpu_amount(self) -> Fraction:
+        """What this counts as against the quota, in GPUs: a share's fraction, else the count."""
+        share = self.share
+        return share if share is not None else Fraction(self.gpus)
 
     def as_user_options(self) -> dict[str, Any]:
         """Canonical ``user_options``: what the form pre-fills and the hub stores."""
@@ -159,6 +177,8 @@ class LaunchOptions:
             options["image"] = self.image_key or self.image
         if self.gpu_type is not None:
             options["gpu_type"] = self.gpu_type.key
+        if self.gpu_memory is not None:
+            options["gpu_memory"] = format_memory(self.gpu_memory)
         if self.profile:
             options["profile"] = self.profile
         return options
@@ -208,8 +228,12 @@ def parse_launch_options(
     image_key, image = problems.check(_image, values.get("image"), policy, limits) or (None, None)
     cpu = problems.check(_cpu, values.get("cpu", policy.cpu.default), policy)
     memory = problems.check(_memory, values.get("memory", policy.memory.default), policy)
-    gpus = problems.check(_gpus, values.get("gpus", 0))
+    # A share of GPU memory is one device's: asking for it asks for one GPU.
+    gpus = problems.check(_gpus, values.get("gpus", 1 if "gpu_memory" in values else 0))
     gpu_type = problems.check(_gpu_type, values.get("gpu_type"), gpus or 0, policy, limits, subject)
+    gpu_memory = problems.check(
+        _gpu_memory, values.get("gpu_memory"), gpu_type, gpus, policy, limits, subject
+    )
     problems.raise_any()
     assert cpu is not None and memory is not None and gpus is not None
     _together(image_key, image, gpu_type, gpus, policy, limits)
@@ -221,6 +245,7 @@ def parse_launch_options(
         gpus=gpus,
         gpu_type=gpu_type,
         profile=profile,
+        gpu_memory=gpu_memory,
     )
 
 
@@ -423,6 +448,8 @@ def _gpu_type(
             f"Your groups may not use the GPU type {gpu_type.display_name}; choose "
             f"{_choices([(t.display_name, t.key) for t in allowed])}.",
         )
+    if gpu_type.shares_memory and gpus > 1:
+        raise OptionsError("gpu_memory", _one_device(gpu_type, gpus, subject))
     most = policy.max_gpus_for(limits, gpu_type)
     if gpus > most:
         raise OptionsError(
@@ -431,3 +458,91 @@ def _gpu_type(
             f"you asked for {words.plural(gpus, 'GPU')}.",
         )
     return gpu_type
+
+
+# How the sentences name the field: as the form labels it, with the key REST callers send.
+GPU_MEMORY = 'GPU memory ("gpu_memory")'
+
+
+def _gpu_memory(
+    value: Any,
+    gpu_type: GPUType | None,
+    gpus: int | None,
+    policy: Policy,
+    limits: UserLimits,
+    subject: str,
+) -> int | None:
+    """The share of one device's memory, for a type shared by memory only (its default when
+    none is given); refused on any other type, with more than one GPU, or out of range."""
+    sharing = gpu_type.sharing if gpu_type is not None else None
+    if value is None:
+        if sharing is not None and sharing.memory is not None and gpus:
+            return sharing.default
+        return None
+    shared = [t for t in policy.allowed_gpu_types(limits) if t.shares_memory]
+    if gpus == 0 or gpus is None:
+        # gpus was refused already (None), or the request asks for no GPU.
+        if gpus is None:
+            return None
+        raise OptionsError(
+            "gpu_memory",
+            f"{GPU_MEMORY} is a share of a GPU, and this {subject} asks for no GPU; ask for 1 GPU "
+            f"of type {_shared_types(shared)} with it, or leave it out "
+            f"(you gave {_short(value)}).",
+        )
+    if gpu_type is None:
+        return None  # the GPU type was refused; its sentence says what to choose
+    if sharing is None or sharing.memory is None:
+        how = (
+            f"is {sharing.kind} with no memory isolation, so a share is a whole replica"
+            if sharing is not None
+            else "gives whole GPUs"
+        )
+        where = f"choose {_shared_types(shared)} for a share of GPU memory, or " if shared else ""
+        raise OptionsError(
+            "gpu_memory",
+            f"{GPU_MEMORY} can be asked for only on a GPU type shared by memory; "
+            f"{_type_name(gpu_type)} {how}: {where}leave it out (you gave "
+            f"{_short(value)}).",
+        )
+    try:
+        size = parse_memory(value)
+    except QuantityError:
+        guess = _memory_guess(value)
+        raise OptionsError(
+            "gpu_memory",
+            f"{GPU_MEMORY} must be {sharing.describe_range()} of one {gpu_type.display_name}, "
+            f"written like 8G or 512Mi (you gave {_short(value)}"
+            f"{f'; did you mean {guess}?' if guess else ''}).",
+        ) from None
+    if size > sharing.memory:
+        raise OptionsError(
+            "gpu_memory",
+            f"{GPU_MEMORY} of {format_memory(size)} is more than one {gpu_type.display_name} "
+            f"has ({format_memory(sharing.memory)}); ask for {sharing.describe_range()} "
+            f"(you gave {_short(value)}).",
+        )
+    if not sharing.min <= size <= sharing.max:
+        raise OptionsError(
+            "gpu_memory",
+            f"{GPU_MEMORY} must be {sharing.describe_range()} of one {gpu_type.display_name} "
+            f"(you gave {_short(value)}, {human_memory(size)}).",
+        )
+    return size
+
+
+def _one_device(gpu_type: GPUType, gpus: int, subject: str) -> str:
+    return (
+        f"A share of {GPU_MEMORY} is part of one GPU: ask for 1 {gpu_type.display_name} with "
+        f"it (this {subject} asked for {gpus} GPUs)."
+    )
+
+
+def _type_name(gpu_type: GPUType) -> str:
+    return _choices([(gpu_type.display_name, gpu_type.key)])
+
+
+def _shared_types(types: list[GPUType]) -> str:
+    if not types:
+        return "a GPU type shared by memory (this hub offers you none)"
+    return _choices([(t.display_name, t.key) for t in types])

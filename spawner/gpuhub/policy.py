@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from .gpu_resources import GPU_RESOURCE_NAMES, is_gpu_resource, is_mig_resource
 from .quantity import QuantityError, format_memory, parse_cpu, parse_memory
+from .sharing import Platform, Sharing, SharingConfigError
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -52,10 +53,17 @@ class GPUType:
     # LocalGPUSpawner only: which device indices of the workstation are of this type.
     devices: tuple[int, ...] | None = None
     default: bool = False
+    # Parts of a device instead of whole ones (gpuhub.sharing); None: whole GPUs.
+    sharing: Sharing | None = None
 
     @property
     def is_mig(self) -> bool:
         return is_mig_resource(self.resource_name)
+
+    @property
+    def shares_memory(self) -> bool:
+        """Whether a request asks for ``gpu_memory`` of one device (sharing by memory)."""
+        return self.sharing is not None and self.sharing.by_memory
 
 
 @dataclass(frozen=True)
@@ -260,6 +268,20 @@ class Policy:
     def describe_memory(self) -> str:
         return f"{format_memory(int(self.memory.min))} to {format_memory(int(self.memory.max))}"
 
+    def check_platform(self, platform: Platform) -> Policy:
+        """Refuse (:class:`PolicyConfigError`) what this platform cannot do with the GPU
+        types: a Kubernetes type shared by memory names the resource its device plugin counts
+        memory in; a workstation cannot time-slice. Returns the policy."""
+        for key, gpu_type in self.gpu_types.items():
+            if gpu_type.sharing is not None:
+                try:
+                    gpu_type.sharing.check_for(
+                        f"gpu_types[{key!r}].sharing", platform, gpu_type.resource_name
+                    )
+                except SharingConfigError as exc:
+                    raise PolicyConfigError(str(exc)) from None
+        return self
+
 
 _Choice = TypeVar("_Choice", ImageChoice, GPUType)
 
@@ -336,6 +358,7 @@ def _gpu_type(key: str, value: Any) -> GPUType:
             "description",
             "devices",
             "default",
+            "sharing",
         },
     )
     resource = _text(f"{name}.resource_name", entry.get("resource_name"), DEFAULT_GPU_RESOURCE)
@@ -366,6 +389,7 @@ def _gpu_type(key: str, value: Any) -> GPUType:
         ):
             raise PolicyConfigError(f"{name}.devices must be a list of GPU indices")
         devices = tuple(devices)
+    sharing = _sharing(name, entry.get("sharing"), resource, max_gpus)
     return GPUType(
         key=key,
         display_name=_text(f"{name}.display_name", entry.get("display_name"), key),
@@ -376,7 +400,36 @@ def _gpu_type(key: str, value: Any) -> GPUType:
         description=_text(f"{name}.description", entry.get("description")),
         devices=devices,
         default=_flag(f"{name}.default", entry.get("default", False)),
+        sharing=sharing,
     )
+
+
+def _sharing(name: str, value: Any, resource: str, max_gpus: int) -> Sharing | None:
+    """A type's ``sharing`` (gpuhub.sharing), with what only the type can say about it."""
+    try:
+        sharing = Sharing.from_config(f"{name}.sharing", value)
+    except SharingConfigError as exc:
+        raise PolicyConfigError(str(exc)) from None
+    if sharing is None:
+        return None
+    if is_mig_resource(resource):
+        raise PolicyConfigError(
+            f"{name}.sharing does not apply to a MIG slice ({resource!r}): a slice is "
+            "already a part of a GPU, isolated by the hardware"
+        )
+    if sharing.by_memory and max_gpus != 1:
+        raise PolicyConfigError(
+            f"{name}.max_gpus must be 1 with sharing by memory: a share is a part of one GPU"
+        )
+    for key in ("memory_resource", "cores_resource"):
+        extra = getattr(sharing, key)
+        if extra and (not _RESOURCE.fullmatch(extra) or is_gpu_resource(extra)):
+            raise PolicyConfigError(
+                f"{name}.sharing.{key} {extra!r} must be the Kubernetes resource name your "
+                "GPU sharing device plugin advertises (HAMi: nvidia.com/gpumem, "
+                "nvidia.com/gpucores), not a GPU resource"
+            )
+    return sharing
 
 
 def _range(name: str, value: Any, fallback: Mapping[str, Any], parse: Any) -> Range:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from .allocator import GPUAllocator, Holder, NotEnoughGPUs, Owner
 from .ledger import Holding
@@ -59,16 +60,23 @@ class GPUQueue:
         for line in self.lines.values():
             for ticket in line:
                 if user is None or ticket.holder.user == user:
-                    name = ticket.holder.name
+                    name, holder = ticket.holder.name, ticket.holder
                     held.append(
                         Holding(
-                            ticket.holder.user,
+                            holder.user,
                             "server",
                             name,
                             ticket.gpus,
                             ticket.type_name,
                             since=ticket.since,
                             what=f"server {name or 'default'!r}, waiting in line",
+                            # A share waiting counts as its fraction, as once it is served.
+                            share=(
+                                Fraction(holder.gpu_memory, holder.device_memory)
+                                if holder.shared
+                                else None
+                            ),
+                            memory=holder.gpu_memory if holder.shared else 0,
                         )
                     )
         return held

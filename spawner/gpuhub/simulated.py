@@ -25,11 +25,13 @@ import psutil
 
 from .devices import visible_devices
 from .jobs.run_notebook import MACHINERY_ENV
+from .utilization import server_of
 
 #: Set by LocalGPUSpawner: how many simulated GPUs the machine has (their indices 0..N-1).
 ENV = "GPUHUB_SIMULATED_GPUS"
 #: Seconds of CPU activity one utilization figure covers (NVML: 1/6 s to 1 s).
 WINDOW = 1.0
+Known = tuple[psutil.Process, frozenset[int], tuple[str, str] | None]
 
 __all__ = [
     "ENV",
@@ -63,6 +65,7 @@ class Usage:
 
     utilization: dict[int, float] = field(default_factory=dict)
     processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # (pid, rss)
+    owners: dict[int, tuple[str, str]] = field(default_factory=dict)  # pid -> (user, server)
 
 
 class Tracker:
@@ -78,7 +81,8 @@ class Tracker:
         # The process reading is left out (a Jupyter server, the hub), unless it is a GPU user
         # itself: a kernel reading for ``%gpu`` sets this.
         self.count_self = False
-        self._known: dict[tuple[int, float], tuple[psutil.Process, frozenset[int]]] = {}
+        # (pid, start time) -> the process, the devices it sees, the server it belongs to
+        self._known: dict[tuple[int, float], Known] = {}
         self._lock = threading.Lock()
         self._usage = Usage()
         self._measured = 0.0  # monotonic time of the last measurement
@@ -96,7 +100,7 @@ class Tracker:
                 return self._usage
             users, new = self._users()
             if new or age > 2 * self.window:
-                for proc, _ in users:
+                for proc, _, _ in users:
                     try:
                         proc.cpu_percent(None)
                     except (psutil.Error, OSError):
@@ -104,12 +108,14 @@ class Tracker:
                 time.sleep(self.window)
                 users, _ = self._users()
             usage = Usage()
-            for proc, devices in users:
+            for proc, devices, owner in users:
                 try:
                     cpu = proc.cpu_percent(None)
                     rss = proc.memory_info().rss
                 except (psutil.Error, OSError):
                     continue
+                if owner is not None:
+                    usage.owners[proc.pid] = owner
                 for index in devices:
                     usage.utilization[index] = usage.utilization.get(index, 0.0) + cpu
                     usage.processes.setdefault(index, []).append((proc.pid, rss))
@@ -122,7 +128,7 @@ class Tracker:
         with self._lock:
             self._measured = 0.0
 
-    def _users(self) -> tuple[list[tuple[psutil.Process, frozenset[int]]], bool]:
+    def _users(self) -> tuple[list[Known], bool]:
         """This user's processes that use simulated GPUs, with theirs; and whether one of
         them is new (its CPU measurement starts now)."""
         me = -1 if self.count_self else os.getpid()
@@ -139,12 +145,15 @@ class Tracker:
             seen.add(key)
             entry = self._known.get(key)
             if entry is None:
+                owner = None
                 try:
-                    devices = uses_simulated_gpus(proc.environ())
+                    environ = proc.environ()
+                    devices = uses_simulated_gpus(environ)
+                    owner = server_of(environ)
                     proc.cpu_percent(None)  # starts the measurement; first answer is 0
                 except (psutil.Error, OSError):
                     devices = frozenset()
-                entry = self._known[key] = (proc, devices)
+                entry = self._known[key] = (proc, devices, owner)
                 new = new or bool(devices)
             if entry[1]:
                 found.append(entry)

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from tornado import web
@@ -29,7 +30,9 @@ from .ledger import GPUQuota, Ledger
 from .monitor import ensure_started
 from .options import LaunchOptions, OptionsError, check_json_value, parse_launch_options
 from .policy import Policy
+from .quantity import human_memory
 from .reclaim import ReclaimRule
+from .sharing import Platform
 from .utilization import NVMLUtilization, UtilizationSource
 
 _POLICY_CACHE: dict[str, Policy] = {}
@@ -254,6 +257,13 @@ class GPUSpawnerMixin(Configurable):
         :class:`gpuhub.utilization.UtilizationSource`: NVML on this machine for
         LocalGPUSpawner, the cluster's Prometheus (dcgm-exporter) for GPUSpawner.""",
     )
+    gpu_share_grace = Float(
+        120.0,
+        config=True,
+        help="""Workstation, GPU types shared by memory without the CUDA MPS daemon: seconds a
+        server may use more GPU memory than its share (warned at once) before it is stopped,
+        saying why. 0 turns the check off.""",
+    )
     gpu_monitor_interval = Float(
         30.0,
         config=True,
@@ -267,6 +277,8 @@ class GPUSpawnerMixin(Configurable):
     )
 
     launch_options: LaunchOptions | None = None
+    # What the spawner runs on: what the GPU types may ask of it (Policy.check_platform).
+    gpu_platform: Platform | None = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -346,13 +358,16 @@ class GPUSpawnerMixin(Configurable):
     def gpu_policy(self) -> Policy:
         """The validated policy, built once per distinct configuration and shared."""
         config = self.policy_config()
-        key = json.dumps(config, sort_keys=True, default=str)
+        key = json.dumps([self.gpu_platform, config], sort_keys=True, default=str)
         policy = _POLICY_CACHE.get(key)
         if policy is None:
-            policy = _POLICY_CACHE[key] = Policy.from_config(**config)
+            policy = Policy.from_config(**config)
+            if self.gpu_platform is not None:
+                policy.check_platform(self.gpu_platform)
+            _POLICY_CACHE[key] = policy
         return policy
 
-    def gpu_quota_limit(self) -> int | None:
+    def gpu_quota_limit(self) -> Fraction | None:
         """This user's GPU quota (None: none). The admin's dict is checked once and shared."""
         key = json.dumps(self.gpu_quota, sort_keys=True, default=str)
         quota = _QUOTA_CACHE.get(key)
@@ -392,9 +407,13 @@ class GPUSpawnerMixin(Configurable):
         if options is None or options.gpu_type is None or not options.gpus:
             return ""
         devices = self.assigned_gpus()
+        name = options.gpu_type.display_name
+        if options.gpu_memory is not None:  # a share: "8 GB of GPU 3 (RTX 4090, shared)"
+            where = words.device_list(devices, name) if devices else f"one {name}"
+            return f"{human_memory(options.gpu_memory)} of {where}"
         if devices:
-            return words.device_list(devices, options.gpu_type.display_name)
-        return words.gpus(options.gpus, options.gpu_type.display_name)
+            return words.device_list(devices, name)
+        return words.gpus(options.gpus, name)
 
     def starting_message(self) -> str:
         """ "GPUs 0, 1 (RTX A6000) assigned; starting your server": the spawn page's words."""

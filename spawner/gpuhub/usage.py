@@ -36,6 +36,8 @@ JOB_NOTICE_SECONDS = 24 * HOUR  # a cancelled job's notice is shown for a day
 
 # ``Notice.by`` when the hub ended a spawn waiting in line as it shut down.
 HUB_SHUTDOWN = "hub shutdown"
+# A server stopped because it used more of a GPU's memory than its share (gpuhub.overshare).
+SHARE_OVERUSE = "share"
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class Notice:
     reason: str
     gpus: int
     gpu_type: str
-    by: str = "idle"  # "idle" (the reclaim rule), the admin who stopped it, or HUB_SHUTDOWN
+    # "idle" (the reclaim rule), SHARE_OVERUSE, the admin who stopped it, or HUB_SHUTDOWN
+    by: str = "idle"
     kind: str = "server"  # or "job"
     jobs: tuple[str, ...] = ()  # the job ids a job notice is about
     # The user closed it: hub pages and the lab show it no more; the local jobs backend still

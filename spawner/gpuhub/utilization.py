@@ -30,6 +30,34 @@ class GPUSample:
     gpu: str  # device index locally, "<pod>/<gpu>" on Kubernetes: a label for people
     utilization: float  # 0..1
     memory_used: int | None = None  # bytes
+    # Bytes the holding's own processes use on this GPU (a share by memory on a workstation:
+    # NVML's per-process memory, resident memory when simulated); None where not known.
+    own_memory: int | None = None
+
+
+# Processes of a server (its kernels and their children) inherit JupyterHub's environment.
+def server_of(environ: dict[str, str]) -> tuple[str, str] | None:
+    """(user, server name) of a process of a single-user server, from its environment."""
+    user = environ.get("JUPYTERHUB_USER")
+    return (user, environ.get("JUPYTERHUB_SERVER_NAME", "")) if user else None
+
+
+Owned = dict[tuple[int, str, str], int]  # (device, user, server) -> bytes its processes use
+
+
+def owned_memory(
+    processes: dict[int, list[tuple[int, int]]], owners: dict[int, tuple[str, str]]
+) -> Owned:
+    """Per device, what each server's processes use: ``processes`` {device: [(pid, bytes)]},
+    ``owners`` {pid: (user, server)}."""
+    out: Owned = {}
+    for device, found in processes.items():
+        for pid, used in found:
+            owner = owners.get(pid)
+            if owner is not None:
+                key = (device, *owner)
+                out[key] = out.get(key, 0) + used
+    return out
 
 
 def holding_key(holding: Holding) -> tuple[str, str, str]:
@@ -70,8 +98,10 @@ class NVMLUtilization(UtilizationSource):
         wanted = sorted({d for h in holdings for d in h.devices})
         if not wanted:
             return {}
-        by_device = await asyncio.to_thread(_nvml_read, wanted)
-        return samples_by_device(holdings, by_device)
+        shares = any(h.share is not None and h.memory for h in holdings)
+        by_device, processes = await asyncio.to_thread(_nvml_read, wanted, shares)
+        own = await asyncio.to_thread(_owned_by_pid, processes) if shares else None
+        return samples_by_device(holdings, by_device, own)
 
 
 class SimulatedUtilization(UtilizationSource):
@@ -95,20 +125,30 @@ class SimulatedUtilization(UtilizationSource):
             )
             for d in devices
         }
-        return samples_by_device(holdings, by_device)
+        return samples_by_device(holdings, by_device, owned_memory(usage.processes, usage.owners))
 
 
 def samples_by_device(
-    holdings: Sequence[Holding], by_device: dict[int, tuple[float, int | None]]
+    holdings: Sequence[Holding],
+    by_device: dict[int, tuple[float, int | None]],
+    own: Owned | None = None,
 ) -> dict[tuple[str, str, str], list[GPUSample]]:
     """Per-device readings ``{index: (utilization, memory_used)}`` spread over holdings; a
-    holding with any device unread is left out (unknown)."""
+    holding with any device unread is left out (unknown). ``own``: what each server's
+    processes use per device, for servers holding a share by memory."""
     out: dict[tuple[str, str, str], list[GPUSample]] = {}
     for holding in holdings:
         if not holding.devices or any(d not in by_device for d in holding.devices):
             continue
+        shared = own is not None and holding.kind == "server" and holding.memory > 0
         out[holding_key(holding)] = [
-            GPUSample(str(d), by_device[d][0], by_device[d][1]) for d in holding.devices
+            GPUSample(
+                str(d),
+                by_device[d][0],
+                by_device[d][1],
+                own.get((d, holding.user, holding.name), 0) if shared and own is not None else None,
+            )
+            for d in holding.devices
         ]
     return out
 
@@ -177,26 +217,52 @@ class PrometheusUtilization(UtilizationSource):
         return out
 
 
-def _nvml_read(indices: Sequence[int]) -> dict[int, tuple[float, int | None]]:
+def _nvml_read(
+    indices: Sequence[int], processes: bool = False
+) -> tuple[dict[int, tuple[float, int | None]], dict[int, list[tuple[int, int]]]]:
+    """(utilization, memory used) per device; with ``processes``, also each device's
+    compute processes and the GPU memory each uses (for shares of a device)."""
     try:
         import pynvml
     except ImportError:
-        return {}
+        return {}, {}
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return {}
+        return {}, {}
     readings: dict[int, tuple[float, int | None]] = {}
+    found: dict[int, list[tuple[int, int]]] = {}
     try:
         for index in indices:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
                 memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                if processes:
+                    found[index] = [
+                        (int(p.pid), int(p.usedGpuMemory or 0))
+                        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                    ]
                 readings[index] = (float(rates.gpu) / 100.0, int(memory.used))
             except pynvml.NVMLError as exc:
                 log.debug("gpuhub: cannot read GPU %s: %s", index, exc)
-        return readings
+        return readings, found
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+def _owned_by_pid(processes: dict[int, list[tuple[int, int]]]) -> Owned:
+    """What each server's processes use per device, their server read from their environment
+    (the hub runs as root on a workstation, so it can read them)."""
+    import psutil
+
+    owners: dict[int, tuple[str, str]] = {}
+    for pid in {pid for found in processes.values() for pid, _ in found}:
+        try:
+            owner = server_of(psutil.Process(pid).environ())
+        except (psutil.Error, OSError):
+            continue
+        if owner is not None:
+            owners[pid] = owner
+    return owned_memory(processes, owners)

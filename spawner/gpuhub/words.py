@@ -7,6 +7,8 @@ in "GPU" ("NVIDIA GPU", "Simulated GPU") are not followed by a second "GPU".
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from fractions import Fraction
 
 _ENDS_IN_GPU = re.compile(r"(?:^|\s)GPUs?$", re.IGNORECASE)
 
@@ -33,7 +35,7 @@ def gpus(count: int, name: str = "") -> str:
     return f"{count} {gpu_noun(name, count)}"
 
 
-def device_list(devices: list[int] | tuple[int, ...], name: str = "") -> str:
+def device_list(devices: Sequence[int | str], name: str = "") -> str:
     """ "GPUs 0, 1 (RTX A6000)": which GPUs, by index, and of what type."""
     noun = "GPU" if len(devices) == 1 else "GPUs"
     kind = f" ({name})" if name else ""
@@ -53,3 +55,23 @@ def duration(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return plural(int(seconds // 60), "minute")
     return f"{seconds:g} seconds"
+
+
+def amount(value: Fraction | int | float) -> str:
+    """A number of GPUs as people read it: "2", "0.5", "0.33" (a share is a fraction)."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{float(value):.2f}".rstrip("0").rstrip(".")
+
+
+def gpu_amount(value: Fraction | int | float, name: str = "") -> str:
+    """ "0.5 GPU", "2 NVIDIA A100 GPUs", "1.5 GPUs": an amount of GPUs, shares included."""
+    value = Fraction(value)
+    return f"{amount(value)} {gpu_noun(name, 1 if value <= 1 else 2)}"
+
+
+def as_number(value: Fraction | int | float) -> int | float:
+    """An amount of GPUs for JSON and metrics: a whole number, or a fraction as a float."""
+    value = Fraction(value)
+    return value.numerator if value.denominator == 1 else round(float(value), 6)

@@ -335,11 +335,17 @@ def test_kueue_admits_in_order_and_serves_both_api_versions(kube: Kube) -> None:
     first = kube.wait_for(admitted)
     assert len(first) == 1 and "train-1" in first[0]
     path = f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{kube.namespace}/localqueues/team/pendingworkloads"
-    pending = kube.api.request("GET", path)["items"]
-    owners = [
-        (w["metadata"]["ownerReferences"][0]["name"], w["positionInLocalQueue"]) for w in pending
-    ]
-    assert owners == [("train-2", 0)]
+
+    def owners() -> list[tuple[str, int]]:
+        pending = kube.api.request("GET", path)["items"]
+        return [
+            (w["metadata"]["ownerReferences"][0]["name"], w["positionInLocalQueue"])
+            for w in pending
+        ]
+
+    # The visibility API answers from Kueue's queues, which train-2 joins once Kueue has made
+    # its Workload: soon after train-1's admission, not necessarily before.
+    kube.wait_for(lambda: owners() == [("train-2", 0)])
     assert kube.list("Workload", api_version="kueue.x-k8s.io/v1beta1")
     kube.wait_for(lambda: len(admitted()) == 2, timeout=60)
 

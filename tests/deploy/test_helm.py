@@ -757,6 +757,11 @@ def test_gpu_quota_is_set_once_for_the_hub_and_the_jobs_service(
     unlimited = render(chart, values={"gpuQuota": {"default": None}})
     hub = yaml.safe_load(by_kind(unlimited, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"])
     assert hub["gpu_quota"] == {"default": None, "groups": {}}
+    # A quota may be a fraction of a GPU (shares of GPUs, issue 24): not rounded down to 0.
+    half = render(chart, values={"gpuQuota": {"default": 0.5, "groups": {"staff": 1.5}}})
+    data = by_kind(half, "ConfigMap", "gpuhub-config")["data"]
+    for name in ("hub.yaml", "service.yaml"):
+        assert yaml.safe_load(data[name])["gpu_quota"] == {"default": 0.5, "groups": {"staff": 1.5}}
 
 
 @pytest.mark.e2e

@@ -25,6 +25,9 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.k8s.status import FINISHING, job_phase, training_phase
 from gpuhub.jobs.model import JobError, JobNotFound
+from gpuhub.policy import Policy
+from tests.spawner.test_kube_shares import GPU_TYPES as SHARED_TYPES
+from tests.spawner.test_kube_shares import HAMI_NODE, add_nodes
 from tests.support.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
@@ -41,8 +44,9 @@ from tests.support.jobs_service import (
     validate,
     write_notebook,
 )
+from tests.support.jobs_service import make_request as request_under
 from tests.support.messages import problems
-from tests.support.policies import cluster_policy
+from tests.support.policies import DESIGN_CONFIG, cluster_policy
 
 # A real kube-apiserver, controllers and operators (tests/support/cluster.py).
 pytestmark = pytest.mark.e2e
@@ -779,3 +783,65 @@ async def test_image_pull_failure_is_said_in_words(kube, backend, root):
     pending = await wait_message(backend, "alice", record.id, "Cannot pull")
     assert pending.status == "pending"
     assert pending.message.startswith(f"Cannot pull the image {image}")
+
+
+# -- shares of a GPU (issue 24) --------------------------------------------------------------------
+# Every kind's manifest gives each pod one device plus the share's memory and cores (HAMi) or
+# whole replicas (time-slicing), accepted by the apiserver and the Training Operator's webhook;
+# a Job the backend creates is scheduled onto a kwok node advertising HAMi's resources.
+SHARED_POLICY = Policy.from_config(
+    **{
+        **DESIGN_CONFIG,
+        "gpu_types": SHARED_TYPES,
+        "group_limits": {},
+        "default_limits": {"max_gpus": 2},
+    }
+)
+
+
+def pods_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "Job":
+        return [obj["spec"]["template"]["spec"]]
+    specs = obj["spec"].get("pytorchReplicaSpecs") or obj["spec"]["tfReplicaSpecs"]
+    return [replica["template"]["spec"] for replica in specs.values()]
+
+
+@pytest.mark.parametrize("kind", ["job", "pytorchjob", "tfjob"])
+def test_every_kind_gives_each_pod_the_share(root, kube: Kube, settings, kind: str) -> None:
+    workers = {} if kind == "job" else {"workers": 2}
+    request = request_under(
+        root, policy=SHARED_POLICY, kind=kind, gpu_type="t4-shared", gpu_memory="4Gi", **workers
+    )
+    obj = m.workload(request, "alice", "share-x1", settings, key="k", created="now")
+    stored = accepted(kube, obj)  # the apiserver (and the operator's webhook), strictly
+    for pod in pods_of(stored):
+        main = pod["containers"][0]
+        limits = main["resources"]["limits"]
+        assert {k: limits[k] for k in limits if k.startswith("nvidia.com/")} == {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpumem": "4096",
+            "nvidia.com/gpucores": "25",
+        }
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert env["GPUHUB_GPU_SHARE"] == "1/4"
+    sliced = request_under(
+        root, policy=SHARED_POLICY, kind=kind, gpu_type="a10-ts", gpus=2, **workers
+    )
+    obj = m.workload(sliced, "alice", "share-x2", settings, key="k", created="now")
+    for pod in pods_of(accepted(kube, obj)):
+        limits = pod["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu.shared"] == "2" and "nvidia.com/gpu" not in limits
+
+
+async def test_a_shared_job_is_scheduled_onto_a_hami_node(kube: Kube, backend, root) -> None:
+    await asyncio.to_thread(add_nodes, kube)
+    request = request_under(root, policy=SHARED_POLICY, gpu_type="t4-shared", gpu_memory="8Gi")
+    record = await backend.submit(request, "alice", notebook=(root / "train.ipynb").read_bytes())
+    assert record.gpu_memory == "8Gi"  # the record says the share, as it was asked
+
+    def placed() -> dict[str, Any] | None:
+        pods = kube.job_pods(record.id)
+        return pods[0] if pods and pods[0]["spec"].get("nodeName") == HAMI_NODE else None
+
+    pod = await asyncio.to_thread(kube.wait_for, placed, 60)
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] == "8192"

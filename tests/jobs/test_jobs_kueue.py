@@ -350,7 +350,13 @@ async def test_service_rest_answers_queued_with_position(kube, backend, root):
     await asyncio.to_thread(queues, kube, 4)
     await submit(backend, root)
     waiting = await submit(backend, root)
-    await wait_for(backend, "alice", waiting.id, lambda r: r.queue_position == 1)
+    # Kueue's reason comes with its first try to admit the workload, soon after the position.
+    await wait_for(
+        backend,
+        "alice",
+        waiting.id,
+        lambda r: r.queue_position == 1 and r.message.startswith("Couldn't assign flavors"),
+    )
     settings = in_namespace(QUEUED, kube)
     service_config = ServiceConfig(
         cluster_policy(), GPUQuota.from_config({}), settings, KFPSettings()

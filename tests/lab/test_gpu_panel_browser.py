@@ -101,7 +101,8 @@ def test_assigned_gpus_without_a_driver_are_shown_without_advice(
     with _lab(tmp_path, env) as server:
         metrics = server.api("GET", "gpuhub/api/metrics").json()
         assert metrics["assigned"] == {
-            "devices": [0, 1], "gpu_type": "NVIDIA RTX A6000", "simulated": False
+            "devices": [0, 1], "gpu_type": "NVIDIA RTX A6000", "simulated": False,
+            "share": None, "gpu_memory": None, "share_text": None,  # whole GPUs, not a share
         }  # fmt: skip
         page = open_lab(browser, server)
         page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]').click()

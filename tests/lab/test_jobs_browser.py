@@ -308,9 +308,7 @@ def failed_job_shows_the_failing_cell(page: Any) -> None:
     assert "Failing cell (In [2])" in failure.inner_text()
     source = failure.get_by_label("Source of the failing cell")
     assert source.inner_text() == "raise ValueError('the data has no rows')"
-    # Below the source, the error's last lines (since 53f33f3).
-    lines = failure.get_by_label("The last lines of the error").inner_text()
-    assert "ValueError: the data has no rows" in lines
+    assert "ValueError" in failure.get_by_label("The last lines of the error").inner_text()
     assert item.locator(".gpuhub-Job-badge").inner_text() == "Failed"
     # The executed notebook (up to the failure) can still be opened.
     assert item.get_by_role("button", name="Open result").is_visible()

@@ -69,12 +69,25 @@ def test_assignment_from_the_spawners_environment() -> None:
     local = assignment(
         {"GPUHUB_GPUS": "2", "CUDA_VISIBLE_DEVICES": "0,1", "GPUHUB_GPU_TYPE_NAME": "RTX A6000"}
     )
-    assert local == {"devices": [0, 1], "gpu_type": "RTX A6000", "simulated": False}
+    whole = {"share": None, "gpu_memory": None, "share_text": None}
+    assert local == {"devices": [0, 1], "gpu_type": "RTX A6000", "simulated": False, **whole}
     assert describe(local) == "GPUs 0, 1 (RTX A6000) assigned"
     # Kubernetes: the device plugin numbers the pod's GPUs from 0; no name -> "GPU".
     kube = assignment({"GPUHUB_GPUS": "1"})
-    assert kube == {"devices": [0], "gpu_type": "GPU", "simulated": False}
+    assert kube == {"devices": [0], "gpu_type": "GPU", "simulated": False, **whole}
     assert describe(kube) == "GPU 0 (GPU) assigned"
+    # A share of one GPU (issue 24): the spawner's GPUHUB_GPU_SHARE / GPUHUB_GPU_MEMORY.
+    share = {"GPUHUB_GPUS": "1", "CUDA_VISIBLE_DEVICES": "3", "GPUHUB_GPU_TYPE_NAME": "T4"}
+    by_memory = assignment(
+        {**share, "GPUHUB_GPU_SHARE": "1/2", "GPUHUB_GPU_MEMORY": str(8 * 10**9)}
+    )
+    assert by_memory is not None and by_memory["share"] == 0.5
+    assert by_memory["gpu_memory"] == 8 * 10**9
+    assert describe(by_memory) == "8 GB of GPU 3 (T4) assigned"
+    sliced = assignment({**share, "GPUHUB_GPU_SHARE": "1/4"})
+    assert sliced is not None and sliced["gpu_memory"] is None
+    assert describe(sliced) == "0.25 of GPU 3 (T4, time-sliced) assigned"
+    assert assignment({**share, "GPUHUB_GPU_SHARE": "nonsense"})["share"] is None  # type: ignore[index]
 
 
 def test_the_sampler_picks_simulated_gpus_only_when_told(

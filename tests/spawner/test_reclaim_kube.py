@@ -247,7 +247,8 @@ def test_an_admin_cancels_a_cluster_job_from_the_fleet_page(hub: Hub, cluster: K
     assert done.status_code == 303, done.text[-2000:]
     wait_for("the Job to go", lambda: cluster.get("Job", job_id) is None, hub)
     assert not job_pods(cluster, job_id)
-    assert job_id not in rows()
+    # The page reads the hub's watch of the cluster, which sees the pods go a moment later.
+    wait_for("the job's row to go", lambda: job_id not in rows(), hub)
     home = hub.login("carol").get(f"{hub.url}/hub/home", timeout=30).text
     assert f"Your job &#39;{job_id}&#39; was cancelled on" in home, home[-3000:]
     assert "by root: the A100s are &lt;b&gt;reserved&lt;/b&gt; for the workshop" in home

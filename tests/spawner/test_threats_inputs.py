@@ -250,7 +250,7 @@ def test_threat_magic_arguments_are_usage_errors_not_crashes():
     from gpuhub_lab.jobs_magics import parse_parameters, request_body
 
     class Args:
-        kind = gpus = gpu_type = image = cpu = memory = name = runtime = None
+        kind = gpus = gpu_type = gpu_memory = image = cpu = memory = name = runtime = None
         workers = "\u00b2"
         parameters: list[str] = []
 

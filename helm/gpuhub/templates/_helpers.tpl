@@ -143,6 +143,6 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 
 {{/* gpuQuota for the hub's ledger and the jobs service alike (null default: no quota). */}}
 {{- define "gpuhub.gpuQuota" -}}
-default: {{ if kindIs "invalid" .Values.gpuQuota.default }}null{{ else }}{{ .Values.gpuQuota.default | int }}{{ end }}
+default: {{ if kindIs "invalid" .Values.gpuQuota.default }}null{{ else }}{{ .Values.gpuQuota.default | toJson }}{{ end }}
 groups: {{ .Values.gpuQuota.groups | default dict | toJson }}
 {{- end }}

@@ -3,7 +3,8 @@
 Response (docs/architecture.md)::
 
     {"available": bool, "reason": str|null, "interval": s, "time": epoch s,
-     "assigned": {"devices": [0, 1], "gpu_type": "NVIDIA A100 80GB", "simulated": bool}|null,
+     "assigned": {"devices": [0, 1], "gpu_type": "NVIDIA A100 80GB", "simulated": bool,
+                  "share", "gpu_memory", "share_text"}|null,
      "gpus": [{"index", "uuid", "name", "utilization", "memory_used", "memory_total",
                "temperature", "power", "mig", "processes": [{"pid", "memory_used",
                "kernel_id", "path"}], "error"}],

@@ -27,8 +27,14 @@ export function basename(path: string): string {
   return parts[parts.length - 1] || path;
 }
 
-/** "GPUs 0, 1 (NVIDIA RTX A6000) assigned": what the hub gave this server. */
+/**
+ * "GPUs 0, 1 (NVIDIA RTX A6000) assigned", "Your share: 8 GB of GPU 3 (T4)": what the hub
+ * gave this server.
+ */
 export function assignedText(assigned: IAssigned): string {
+  if (assigned.share_text) {
+    return `Your share: ${assigned.share_text}`;
+  }
   const noun = assigned.devices.length === 1 ? 'GPU' : 'GPUs';
   return `${noun} ${assigned.devices.join(', ')} (${assigned.gpu_type}) assigned`;
 }

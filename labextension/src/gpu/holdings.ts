@@ -17,6 +17,11 @@ export interface IHolding {
   /** How the hub calls it: "server 'default'", "job 'train-x1'", "jobs of server 'b'". */
   label: string;
   gpus: number;
+  /** A share of a GPU: what it counts as (0.5); null for whole GPUs. */
+  share?: number | null;
+  gpu_memory?: number | null;
+  /** "8 GB of GPU 3 (T4), 0.5 GPU": the hub's words for what it holds. */
+  text?: string;
   gpu_type: string;
   devices: number[];
   since: number | null;
@@ -118,7 +123,9 @@ export class HoldingsSection {
         h(
           'span',
           { className: 'gpuhub-Holdings-detail' },
-          `${holding.gpus} x${type}${devices}`
+          holding.share !== null && holding.share !== undefined && holding.text
+            ? holding.text
+            : `${holding.gpus} x${type}${devices}`
         )
       );
     });

@@ -42,7 +42,10 @@ export class GpuStatus extends Widget {
     if (!metrics.available && assigned) {
       // The hub gave us GPUs we cannot read (no driver here): say both, advise nothing.
       const n = assigned.devices.length;
-      node.textContent = `${n} ${n === 1 ? 'GPU' : 'GPUs'} assigned · no live figures`;
+      const what = assigned.share_text
+        ? 'GPU share'
+        : `${n} ${n === 1 ? 'GPU' : 'GPUs'}`;
+      node.textContent = `${what} assigned · no live figures`;
       node.title = `${assignedText(assigned)}. No live figures: ${
         metrics.reason ?? 'the GPUs cannot be read here.'
       }`;

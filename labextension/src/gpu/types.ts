@@ -46,6 +46,12 @@ export interface IAssigned {
   /** The GPU type's display name: "NVIDIA A100 80GB", "GPU" when unnamed. */
   gpu_type: string;
   simulated: boolean;
+  /** A share of one GPU: what it counts as (0.5), null for whole GPUs. */
+  share?: number | null;
+  /** Its GPU memory in bytes (shared by memory), else null. */
+  gpu_memory?: number | null;
+  /** "8 GB of GPU 3 (T4)", "0.25 of GPU 0 (A10, time-sliced)"; null for whole GPUs. */
+  share_text?: string | null;
 }
 
 export interface IMetrics {

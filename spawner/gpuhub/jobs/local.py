@@ -7,7 +7,9 @@ What kind ``job`` means on a Jupyter server that is not in Kubernetes mode (stan
   outlives the request, the browser and the sidebar, and cancel can kill its whole tree
   (runner, kernel, and whatever the notebook started);
 * sees this server's GPUs only (the first ``gpus`` of the server's ``CUDA_VISIBLE_DEVICES``,
-  none for a CPU-only job), never more than the server has;
+  none for a CPU-only job), never more than the server has; on a server given a share of a
+  GPU (:mod:`gpuhub.sharing`) it runs within that share (at most the server's memory, by
+  default all of it), with the CUDA MPS daemon's limit for its own;
 * writes ``<notebook dir>/gpuhub-runs/<job id>/``: the executed notebook (same file name as
   the source), ``job.log`` (papermill's log with cell output), ``progress.json`` and
   ``result.json``. The directory is deliberately not hidden: Jupyter's contents API refuses
@@ -34,6 +36,15 @@ from typing import Any
 
 from .. import words
 from ..devices import visible_devices
+from ..options import GPU_MEMORY
+from ..quantity import format_memory, human_memory
+from ..sharing import (
+    MPS_MEMORY_LIMIT_ENV,
+    SHARE_ENV,
+    SHARE_MEMORY_ENV,
+    process_share_env,
+    share_from_env,
+)
 from ..usage import cancel_notice_for_job
 from . import paths, run_notebook
 from .backend import JobBackend, QuotaGate
@@ -127,6 +138,8 @@ class LocalBackend(JobBackend):
         self.gpu_type = gpu_type or None  # the type LocalGPUSpawner gave this server
         self.python = python
         self.env = dict(os.environ if env is None else env)
+        # A share of a GPU's memory this server was given (bytes; None: whole GPUs).
+        self.share_memory = share_from_env(self.env)[1] or None
         self.store_path = self.root / STORE
         self._jobs: dict[str, _LocalJob] = {}
         self._loaded = False
@@ -173,8 +186,12 @@ class LocalBackend(JobBackend):
 
     # -- the interface ------------------------------------------------------------------------
     def request_defaults(self) -> dict[str, object]:
-        """A local job's GPUs are this server's: default to the type the server has."""
-        return {"gpu_type": self.gpu_type} if self.gpu_type else {}
+        """A local job's GPUs are this server's: default to the type the server has, and to
+        all of its share of a GPU's memory."""
+        defaults: dict[str, object] = {"gpu_type": self.gpu_type} if self.gpu_type else {}
+        if self.share_memory:
+            defaults["gpu_memory"] = format_memory(self.share_memory)
+        return defaults
 
     async def check(self, request: JobRequest, owner: str) -> None:
         wanted, have = request.resources.gpus, len(self.gpu_ids)
@@ -189,6 +206,15 @@ class LocalBackend(JobBackend):
                 "gpus",
                 f"This server has {words.plural(have, 'GPU')}, and a job on it runs on "
                 f"this server's GPUs; ask for at most {have} (you asked for {wanted}).",
+            )
+        asked = request.resources.gpu_memory
+        if wanted and asked is not None and self.share_memory and asked > self.share_memory:
+            raise JobError(
+                "gpu_memory",
+                f"A job on this server runs within its share of a GPU "
+                f"({human_memory(self.share_memory)}); ask for at most "
+                f"{format_memory(self.share_memory)} of {GPU_MEMORY} (you asked for "
+                f"{format_memory(asked)}).",
             )
         gpu_type = request.resources.gpu_type
         if wanted and self.gpu_type and gpu_type is not None and gpu_type.key != self.gpu_type:
@@ -235,6 +261,14 @@ class LocalBackend(JobBackend):
         env[run_notebook.MACHINERY_ENV] = "1"
         env["GPUHUB_SERVER_PID"] = str(os.getpid())
         env["GPUHUB_GPUS"] = str(request.resources.gpus)
+        for name in (SHARE_ENV, SHARE_MEMORY_ENV, MPS_MEMORY_LIMIT_ENV):
+            env.pop(name, None)
+        server_share = share_from_env(self.env)[0]
+        asked = request.resources.gpu_memory
+        if request.resources.gpus and asked and self.share_memory and server_share is not None:
+            # Its own part of the server's share: what it counts as, and the MPS daemon's
+            # limit for it.
+            env.update(process_share_env(asked, server_share * asked / self.share_memory))
         # Nothing caps a local job's CPU or memory (nor the server's: LocalGPUSpawner only
         # advertises them), but libraries size their thread pools from these, and
         # jupyter-resource-usage shows the request against what the job uses.

@@ -16,6 +16,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -28,7 +29,7 @@ from ..options import (
     whole_number,
 )
 from ..policy import Policy
-from ..quantity import format_cpu, format_memory
+from ..quantity import format_cpu, format_memory, human_memory
 
 Kind = Literal["job", "pytorchjob", "tfjob", "trainjob", "pipeline"]
 KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "trainjob", "pipeline")
@@ -191,6 +192,11 @@ class JobRequest:
     @property
     def total_gpus(self) -> int:
         return self.resources.gpus * self.workers
+
+    @property
+    def total_amount(self) -> Fraction:
+        """What the job counts as against the quota, in GPUs (a share: its fraction)."""
+        return self.resources.gpu_amount * self.workers
 
     def gpu_summary(self) -> str:
         return gpu_summary(self.resources, self.workers)
@@ -438,6 +444,8 @@ def gpu_summary(resources: LaunchOptions, workers: int = 1) -> str:
     """What a person reads in the jobs list: "2 x NVIDIA A100 80GB", or "CPU only"."""
     if resources.gpu_type is None or resources.gpus == 0:
         summary = "CPU only"
+    elif resources.gpu_memory is not None:  # a share of one GPU's memory
+        summary = f"{human_memory(resources.gpu_memory)} of 1 x {resources.gpu_type.display_name}"
     else:
         summary = f"{resources.gpus} x {resources.gpu_type.display_name}"
     if workers > 1:
@@ -483,6 +491,7 @@ class JobRecord:
     memory: str | None = None
     gpu_type: str | None = None
     gpus: int = 0  # per worker
+    gpu_memory: str | None = None  # a share of one GPU's memory, per worker ("8G")
     workers: int = 1
     gpu: str = "CPU only"  # human summary
     parameters: dict[str, Any] = field(default_factory=dict)
@@ -521,6 +530,7 @@ class JobRecord:
             memory=format_memory(res.memory),
             gpu_type=res.gpu_type.key if res.gpu_type else None,
             gpus=res.gpus,
+            gpu_memory=format_memory(res.gpu_memory) if res.gpu_memory is not None else None,
             workers=request.workers,
             gpu=request.gpu_summary(),
             parameters=dict(request.parameters),

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..gpu_pod import gpu_env, placement
+from ..options import GPU_MEMORY
 from ..quantity import format_cpu, format_memory
 from .backend import JobBackend, QuotaGate
 from .k8s import manifests as m
@@ -90,6 +91,20 @@ def embed_notebook(notebook: bytes, path: str) -> str:
     return encoded
 
 
+def refuse_memory_share(request: JobRequest) -> None:
+    """A pipeline step cannot hold a share of GPU memory: KFP's SDK sets a GPU count on a
+    step, never another extended resource (HAMi's memory), so the share would not be
+    enforced nor counted. Time-sliced replicas are whole units and fine."""
+    gpu_type = request.resources.gpu_type
+    if request.resources.gpu_memory is not None and gpu_type is not None:
+        raise JobError(
+            "gpu_memory",
+            f"A pipeline step cannot have a share of {GPU_MEMORY} ({gpu_type.display_name} is "
+            "shared by memory, which Kubeflow Pipelines cannot ask for); run it as a training "
+            "job, or choose a GPU type with whole GPUs.",
+        )
+
+
 def compile_pipeline(
     request: JobRequest,
     notebook: bytes,
@@ -104,6 +119,7 @@ def compile_pipeline(
     counts the run's GPUs against the owner's quota while its pod runs."""
     from kfp import compiler, dsl, kubernetes
 
+    refuse_memory_share(request)
     options = request.resources
     embedded = embed_notebook(notebook, request.notebook.path)
     step_image = options.image or image
@@ -225,6 +241,7 @@ class KFPBackend(JobBackend):
         return self._client
 
     async def check(self, request: JobRequest, owner: str) -> None:
+        refuse_memory_share(request)
         if not self.kfp.configured:
             raise JobError("kind", NOT_CONFIGURED, 422)
 

@@ -84,7 +84,7 @@ class ServiceConfig:
         if extra:
             raise ServiceConfigError(f"policy.{extra[0]} is not a policy setting")
         try:
-            policy = Policy.from_config(**policy_config)
+            policy = Policy.from_config(**policy_config).check_platform("kubernetes")
         except PolicyConfigError as exc:
             raise ServiceConfigError(f"policy: {exc}") from None
         try:

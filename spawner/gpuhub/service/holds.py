@@ -30,7 +30,9 @@ async def renew_once(kube: KubernetesBackend, quota: HubQuota) -> int:
     """Renew the grant of every queued job once; how many were renewed."""
     jobs = await kube.queued_jobs()
     for job in jobs:
-        await quota.hold(job.owner, job.job_id, job.kind, job.gpus, job.gpu_type, job.uid)
+        await quota.hold(
+            job.owner, job.job_id, job.kind, job.gpus, job.gpu_type, job.uid, job.share_fields
+        )
     return len(jobs)
 
 

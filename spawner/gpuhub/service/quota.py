@@ -61,6 +61,7 @@ class HubQuota:
             "name": job_id,
             "gpus": request.total_gpus,
             "gpu_type": gpu_type.display_name if gpu_type else "",
+            **share_fields(request),
         }
         try:
             response = await self._call("POST", "", body)
@@ -100,10 +101,18 @@ class HubQuota:
             request.total_gpus,
             gpu_type.display_name if gpu_type else "",
             uid,
+            share_fields(request),
         )
 
     async def hold(
-        self, owner: str, job_id: str, kind: str, gpus: int, gpu_type: str, uid: str = ""
+        self,
+        owner: str,
+        job_id: str,
+        kind: str,
+        gpus: int,
+        gpu_type: str,
+        uid: str = "",
+        share: dict[str, Any] | None = None,
     ) -> None:
         """Keep a job counted by the hub's ledger: bound to its object (``uid``) once created,
         and renewed while it waits in Kueue's queue (its grant would lapse after
@@ -111,7 +120,7 @@ class HubQuota:
         hub's ledger the service counts queued jobs itself (ClusterQuota)."""
         if HubQuota.hub_has_ledger is False or gpus <= 0:
             return
-        body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type, "uid": uid}
+        body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type, "uid": uid, **(share or {})}
         path = f"/{quote(owner, safe='')}/{quote(job_id, safe='')}"
         try:
             response = await self._call("PUT", path, body)
@@ -147,6 +156,15 @@ class HubQuota:
             await self._call("DELETE", f"/{quote(owner, safe='')}/{quote(job_id, safe='')}")
         except (OSError, HTTPClientError) as exc:  # the grant expires by itself
             log.warning("gpuhub: could not release the grant of %s: %s", job_id, exc)
+
+
+def share_fields(request: JobRequest) -> dict[str, Any]:
+    """A shared request's grant fields (``share``, ``gpu_memory``; :mod:`gpuhub.hub_api`):
+    what all its replicas count as in GPUs, and their GPU memory; none for whole GPUs."""
+    if request.resources.share is None:
+        return {}
+    memory = (request.resources.gpu_memory or 0) * request.workers
+    return {"share": str(request.total_amount), "gpu_memory": memory}
 
 
 def _message(body: bytes | None) -> str:

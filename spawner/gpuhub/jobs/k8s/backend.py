@@ -27,6 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -36,6 +37,8 @@ from ...capacity import pod_holding
 from ...gpu_resources import is_gpu_resource
 from ...kueue import KueueAPI, positions
 from ...ledger import Holding, gpus_held, quota_sentence
+from ...quantity import format_memory, human_memory
+from ...sharing import share_from_env
 from ..backend import JobBackend, QuotaGate
 from ..model import (
     KIND_NAMES,
@@ -85,19 +88,46 @@ def _pod_gpus(pod: Obj) -> int:
     return total
 
 
-def _workload_gpus(obj: Obj) -> int:
+def _templates(obj: Obj) -> list[tuple[Obj, int]]:
+    """Each pod template of a workload, with how many pods run it (a TrainJob: its nodes'
+    container as Trainer makes it from ``spec.trainer``, ``numNodes`` times)."""
     if obj["kind"] == "TrainJob":
         trainer = (obj.get("spec") or {}).get("trainer") or {}
-        container = {"resources": trainer.get("resourcesPerNode") or {}}
-        return _pod_gpus({"spec": {"containers": [container]}}) * int(trainer.get("numNodes") or 1)
+        container = {
+            "resources": trainer.get("resourcesPerNode") or {},
+            "env": trainer.get("env") or [],
+        }
+        return [({"spec": {"containers": [container]}}, int(trainer.get("numNodes") or 1))]
     if obj["kind"] == "Job":
         parallelism = int(obj.get("spec", {}).get("parallelism") or 1)
-        return _pod_gpus(obj["spec"]["template"]) * parallelism
-    total = 0
-    for spec in m.CUSTOM_KINDS.values():
-        for replica in (obj.get("spec") or {}).get(spec.specs_key, {}).values():
-            total += _pod_gpus(replica.get("template") or {}) * int(replica.get("replicas") or 1)
-    return total
+        return [(obj["spec"]["template"], parallelism)]
+    return [
+        (replica.get("template") or {}, int(replica.get("replicas") or 1))
+        for spec in m.CUSTOM_KINDS.values()
+        for replica in (obj.get("spec") or {}).get(spec.specs_key, {}).values()
+    ]
+
+
+def _workload_gpus(obj: Obj) -> int:
+    return sum(_pod_gpus(template) * count for template, count in _templates(obj))
+
+
+def _workload_share(obj: Obj) -> tuple[Fraction | None, int]:
+    """What a workload of shared GPUs counts as, in GPUs, and its GPU memory (all its pods;
+    :mod:`gpuhub.sharing`, from the environment gpuhub gave its pods); ``(None, 0)`` for
+    whole GPUs."""
+    total, memory, shared = Fraction(0), 0, False
+    for template, count in _templates(obj):
+        containers = (template.get("spec") or {}).get("containers") or []
+        env = {e["name"]: e.get("value") for c in containers for e in c.get("env") or []}
+        share, size = share_from_env(env)
+        if share is not None:
+            shared = True
+            total += share * count
+            memory += size * count
+        elif _pod_gpus(template):
+            total += _pod_gpus(template) * count
+    return (total, memory) if shared else (None, 0)
 
 
 def _replicas(obj: Obj) -> int:
@@ -136,6 +166,7 @@ def _resources(obj: Obj) -> dict[str, Any]:
         "memory": limits.get("memory"),
         "gpus": sum(int(v) for k, v in limits.items() if is_gpu_resource(k)),
         "gpu_type": env.get("GPUHUB_GPU_TYPE") or None,
+        "gpu_memory": share_from_env(env)[1] or None,  # a share's, per pod
     }
 
 
@@ -292,20 +323,23 @@ class KubernetesBackend(JobBackend):
             gpus = _workload_gpus(obj)
             # Queued jobs hold their place against the quota (docs/architecture.md).
             if gpus and self._phase(obj, []).status in ("queued", "pending", "running"):
-                held.append(Holding(owner, "job", obj["metadata"]["name"], gpus))
+                share, memory = _workload_share(obj)
+                name = obj["metadata"]["name"]
+                held.append(Holding(owner, "job", name, gpus, share=share, memory=memory))
         return held
 
-    async def gpus_in_use(self, owner: str) -> int:
+    async def gpus_in_use(self, owner: str) -> Fraction:
         """GPUs ``owner`` holds now: running or pending servers plus unfinished jobs."""
         return gpus_held(await self.holdings(owner))
 
-    async def check_quota(self, request: JobRequest, owner: str, limit: int) -> None:
+    async def check_quota(self, request: JobRequest, owner: str, limit: Fraction) -> None:
         """The quota checked by the service alone, with LISTs (no hub ledger to ask)."""
-        message = quota_sentence(await self.holdings(owner), limit, request.total_gpus, "job")
+        held = await self.holdings(owner)
+        message = quota_sentence(held, limit, request.total_amount, "job")
         if message is not None:
             raise JobError("gpus", message, 403)
 
-    def own_quota(self, limit: int | None) -> ClusterQuota:
+    def own_quota(self, limit: Fraction | None) -> ClusterQuota:
         return ClusterQuota(self, limit)
 
     # -- submit ---------------------------------------------------------------------------
@@ -638,6 +672,7 @@ class KubernetesBackend(JobBackend):
             gpus = _workload_gpus(obj)
             if owner and gpus and queue_of(obj) is not None:
                 key = _resources(obj)["gpu_type"] or ""
+                share, memory = _workload_share(obj)
                 out.append(
                     QueuedJob(
                         owner=owner,
@@ -646,6 +681,8 @@ class KubernetesBackend(JobBackend):
                         gpus=gpus,
                         gpu_type=self.gpu_names.get(key, key),
                         uid=obj["metadata"].get("uid") or "",
+                        share=share,
+                        memory=memory,
                     )
                 )
         return out
@@ -698,6 +735,8 @@ class KubernetesBackend(JobBackend):
         if not res["gpus"]:
             return "CPU only"
         name = self.gpu_names.get(res["gpu_type"] or "", res["gpu_type"] or "GPU")
+        if res["gpu_memory"]:  # a share of one GPU, as the jobs list says it
+            return f"{human_memory(res['gpu_memory'])} of 1 x {name}"
         return f"{res['gpus']} x {name}"
 
     def _record(
@@ -733,6 +772,7 @@ class KubernetesBackend(JobBackend):
             memory=res["memory"],
             gpu_type=res["gpu_type"],
             gpus=res["gpus"],
+            gpu_memory=format_memory(res["gpu_memory"]) if res["gpu_memory"] else None,
             workers=workers,
             gpu=f"{workers} workers, {summary} each" if workers > 1 else summary,
             parameters=saved.get("parameters") or {},
@@ -993,6 +1033,15 @@ class QueuedJob:
     gpus: int
     gpu_type: str
     uid: str = ""
+    share: Fraction | None = None  # a shared job's GPUs, as the ledger counts them
+    memory: int = 0
+
+    @property
+    def share_fields(self) -> dict[str, Any]:
+        """Its grant's share fields (gpuhub.service.quota.share_fields)."""
+        if self.share is None:
+            return {}
+        return {"share": str(self.share), "gpu_memory": self.memory}
 
 
 @dataclass(frozen=True)
@@ -1007,7 +1056,7 @@ class ClusterQuota:
     """A :class:`~gpuhub.jobs.backend.QuotaGate` that counts with LISTs from the service
     itself: for a hub without gpuhub's ledger endpoints (see :mod:`gpuhub.hub_api`)."""
 
-    def __init__(self, backend: KubernetesBackend, limit: int | None) -> None:
+    def __init__(self, backend: KubernetesBackend, limit: Fraction | None) -> None:
         self.backend = backend
         self.limit = limit
 
