@@ -244,6 +244,18 @@ def server_pods(cluster: BenchCluster) -> list[dict[str, Any]]:
     return list(cluster.api.request("GET", path, params=selector)["items"])
 
 
+def _why_not_ready(hub: Hub, ready: int) -> str:
+    """The hub's distinct errors during the spawns (its log), for a run that did not finish:
+    a benchmark that stops says where and why."""
+    seen: list[str] = []
+    for line in hub.log_path.read_text(errors="replace").splitlines():
+        if " E " in line[:40] or "[E " in line[:12] or "ERROR" in line[:40]:
+            text = re.sub(r"user\d+", "<user>", line.split("]", 1)[-1].strip())[:160]
+            if text not in seen:
+                seen.append(text)
+    return "; ".join(seen[:3]) or f"no error in the hub's log ({ready} ready)"
+
+
 def bench_spawns(
     cluster: BenchCluster, count: int, workdir: Path, profile: bool = False
 ) -> dict[str, Any]:
@@ -286,6 +298,7 @@ def bench_spawns(
             if time.perf_counter() - start > 280:
                 break
             time.sleep(0.2)
+        why = "" if ready_at is not None else _why_not_ready(hub, ready)
         for thread in threads:
             thread.join()
         time.sleep(1.5)
@@ -303,6 +316,9 @@ def bench_spawns(
         "count": count,
         "all_running_s": max(running_at.values()) if len(running_at) >= count else None,
         "all_ready_s": ready_at,
+        "running": len(running_at),
+        "ready": ready,
+        "why": why,
         "lags": lags,
         "baseline": baseline,
         "shares": shares,
@@ -404,7 +420,10 @@ def main(argv: list[str]) -> int:
         f"| {spawns['all_running_s']:.1f} s | {spawns['all_ready_s']:.1f} s | {_ms(wall)} | {_p95(wall)} | "
         f"{max(wall or [math.nan]) * 1000:.1f} ms | {_ms(busy)} | {_p95(busy)} | {max(busy or [math.nan]) * 1000:.1f} ms | {len(wall)} |"
         if spawns["all_running_s"] is not None and spawns["all_ready_s"] is not None
-        else f"| not all Running/ready in time: {spawns} | | | | | | | | |",
+        else (
+            f"| {spawns['running']} of {spawns['count']} Running | {spawns['ready']} of "
+            f"{spawns['count']} ready after 280 s | {spawns['why']} | | | | | | |"
+        ),
     ]
     if shares:
         busy_s = shares["total"] - shares["idle"]
