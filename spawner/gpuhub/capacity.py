@@ -424,6 +424,9 @@ class ClusterCapacity:
         self.pods: dict[tuple[str, str], PodInfo] = {}
         # The ledger's source: GPU-holding pods of users' servers and jobs, per user.
         self.holders: dict[str, dict[tuple[str, str], Holding]] = {}
+        # Which user holds each pod: a pod event finds its old holding without a walk over
+        # every user's (thousands, on each of the cluster's pod events).
+        self._holder_of: dict[tuple[str, str], str] = {}
         # Grant match -> (the most GPUs its pods held at once, when last seen): a job that ran
         # and ended between two looks at the ledger still settles its grant (seen_most).
         self._seen: dict[tuple[str, ...], tuple[int, float]] = {}
@@ -554,6 +557,7 @@ class ClusterCapacity:
             self.nodes = nodes
         else:
             self.pods, self.holders = pods, holders
+            self._holder_of = {key: user for user, held in holders.items() for key in held}
         self._recount()
         self.synced[kind] = True
         if all(self.synced.values()):
@@ -605,13 +609,15 @@ class ClusterCapacity:
         return version
 
     def _hold(self, key: tuple[str, str], holding: Holding | None) -> None:
-        for user in [u for u, pods in self.holders.items() if key in pods]:
-            if holding is None or holding.user != user:
-                del self.holders[user][key]
-                if not self.holders[user]:
-                    del self.holders[user]
+        user = self._holder_of.pop(key, None)
+        if user is not None and (holding is None or holding.user != user):
+            held = self.holders.get(user, {})
+            held.pop(key, None)
+            if not held:
+                self.holders.pop(user, None)
         if holding is not None:
             self.holders.setdefault(holding.user, {})[key] = holding
+            self._holder_of[key] = holding.user
             self._remember(holding)
 
     def _remember(self, holding: Holding) -> None:
