@@ -602,9 +602,9 @@ def main(argv: list[str]) -> int:
         "come from `gpuhub.gpu_pod`, as GPUSpawner's. The quota check is the ledger's per-user "
         f"lock and `Ledger.check` for a 4 GiB share, for a user with {r['holdings']} shares of "
         f"both types ({r['held']} of a GPU in all); the form is snapshot, holdings and "
-        "`render_form`. *After a "
-        "change*: an 8 GiB share's pod arrives or leaves through the watch (*event applied*: "
-        "from the event line to the cache's counters), then the snapshot is recomputed.",
+        "`render_form`. The first sync includes the stand-in making and encoding every page in "
+        "the same process, so it is no measure of the 20 s budget (`benchmarks ledger` times "
+        "it against a real apiserver).",
         "",
         "| first sync (LIST + WATCH) | memory added by the caches | quota check p50 | p95 | "
         "snapshot unchanged p50 | spawn form p50 | p95 | figures right | shares tracked |",
