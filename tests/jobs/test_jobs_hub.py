@@ -46,7 +46,9 @@ def test_jobs_on_a_spawned_server_use_the_hubs_policy_and_its_gpus(hub: Hub) -> 
     bob = token_for(hub, "bob")
 
     options = user_api(hub, "bob", bob, "GET", "/options").json()
-    assert options["max_gpus"] == 1 and options["local"] == {"gpus": 1, "gpu_type": "gpu"}
+    # Whole GPUs: no share of a GPU's memory to run within.
+    assert options["max_gpus"] == 1
+    assert options["local"] == {"gpus": 1, "gpu_type": "gpu", "gpu_memory": None}
 
     over = user_api(hub, "bob", bob, "POST", "", json={"notebook": "train.ipynb", "gpus": 2})
     assert over.status_code == 400 and "at most 1" in over.json()["message"]

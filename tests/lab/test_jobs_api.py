@@ -79,7 +79,7 @@ def test_cancel_over_rest(standalone):
 
 def test_options_offer_this_machines_gpus(standalone):
     options = standalone.api("GET", "gpuhub/api/jobs/options").json()
-    assert options["local"] == {"gpus": 2, "gpu_type": None}
+    assert options["local"] == {"gpus": 2, "gpu_type": None, "gpu_memory": None}
     assert options["kubernetes"] is False
     assert [t["key"] for t in options["gpu_types"]] == ["gpu"] and options["max_gpus"] == 2
     kinds = {k["kind"]: k for k in options["kinds"]}
@@ -204,7 +204,7 @@ def test_a_spawned_server_applies_the_hubs_policy(tmp_path):
         assert [t["key"] for t in options["gpu_types"]] == ["a100-1g"]
         assert [i["key"] for i in options["images"]] == ["pytorch", "cpu"]
         assert options["max_gpus"] == 1 and options["memory"]["max"] == "256G"
-        assert options["local"] == {"gpus": 0, "gpu_type": "a100-1g"}
+        assert options["local"] == {"gpus": 0, "gpu_type": "a100-1g", "gpu_memory": None}
         refused = server.api(
             "POST",
             "gpuhub/api/jobs",

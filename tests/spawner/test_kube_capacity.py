@@ -171,6 +171,15 @@ async def test_a_node_heartbeat_keeps_the_snapshot(kube, kube_api, cache):
     a100 = {"nvidia.com/gpu.product": A100_PRODUCT}
     await asyncio.to_thread(kube.add_node, "a100-beat", {"nvidia.com/gpu": 2}, a100)
     await eventually(lambda: cache.capacity(TYPES)["a100"].total == 18)
+    # The node lifecycle controller lifts the new node's not-ready taint a moment after it is
+    # Ready: a change the figures read, which must be in before counting.
+    await eventually(
+        lambda: (
+            not any(
+                t["key"].startswith("node.kubernetes.io/") for t in cache.nodes["a100-beat"].taints
+            )
+        )
+    )
     before = cache.generation
     v1 = client.CoreV1Api(kube_api)
     # A minute on: kwok has just written a heartbeat of this second, and an equal one would
