@@ -21,9 +21,9 @@ GPU-hour), as in the quota.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -41,9 +41,7 @@ class GPUCollector(Collector):
         gpus = GaugeMetricFamily(
             "gpuhub_gpus", "GPUs this hub hands out, free or held", labels=["gpu_type", "state"]
         )
-        for gpu_type, (free, total) in sorted(monitor.capacity.items()):
-            gpus.add_metric([gpu_type, "free"], free)
-            gpus.add_metric([gpu_type, "held"], max(0, total - free))
+        _free_and_held(gpus, monitor.capacity)
         yield gpus
 
         held = GaugeMetricFamily(
@@ -68,9 +66,7 @@ class GPUCollector(Collector):
             "Memory of GPUs shared by memory, free or held by shares",
             labels=["gpu_type", "state"],
         )
-        for gpu_type, (free, total) in sorted(monitor.memory.items()):
-            shared.add_metric([gpu_type, "free"], free)
-            shared.add_metric([gpu_type, "held"], max(0, total - free))
+        _free_and_held(shared, monitor.memory)
         yield shared
 
         shares = GaugeMetricFamily(
@@ -139,3 +135,10 @@ def register(monitor: GPUMonitor) -> None:
     collector = GPUCollector(monitor)
     REGISTRY.register(collector)
     _REGISTERED.append(collector)
+
+
+def _free_and_held(family: GaugeMetricFamily, figures: Mapping[str, tuple[Any, Any]]) -> None:
+    """One sample per GPU type and state: what is free, and what is held of its total."""
+    for gpu_type, (free, total) in sorted(figures.items()):
+        family.add_metric([gpu_type, "free"], free)
+        family.add_metric([gpu_type, "held"], max(0, total - free))
