@@ -579,12 +579,13 @@ class ClusterCapacity:
             if event.get("type") != "DELETED":
                 info = node_info(obj)
                 info.used = old.used if old else self._used_on(name)
-                self.nodes[name] = info
                 if info == old:
                     # A heartbeat: each kubelet posts its node's status every few minutes,
                     # so thousands of nodes send several a second. Nothing the figures read
-                    # changed; the snapshot stays (recomputing it is O(nodes)).
+                    # changed; the node and the snapshot stay (recomputing it is O(nodes)).
+                    self.nodes[name] = old
                     return version
+                self.nodes[name] = info
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
             deleted = event.get("type") == "DELETED"
