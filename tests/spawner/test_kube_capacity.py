@@ -206,17 +206,26 @@ async def test_a_node_heartbeat_keeps_the_snapshot(kube, kube_api, cache):
 
 async def test_pods_without_gpus_keep_the_snapshot(kube, kube_api, cache):
     """Most of a cluster's pods, and of its pod events, hold no GPU; they do not make the next
-    form recompute the figures, nor do a GPU pod's status updates after it is bound."""
-    before = cache.generation
+    form recompute the figures, nor do a GPU pod's status updates after it is bound.
+
+    Other tests' namespaces end in the background and move the snapshot on their own, so the
+    test watches the pods' records; a later GPU pod marks when the earlier events are in (one
+    watch delivers them in order)."""
     v1 = client.CoreV1Api(kube_api)
+    ns = kube.namespace
     cpu = gpu_pod("cpu-only", 0, node="a100-0")
     cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    await v1.create_namespaced_pod(kube.namespace, cpu)
-    await eventually(lambda: kube.get("Pod", "cpu-only")["status"].get("phase") == "Running")
-    await v1.create_namespaced_pod(kube.namespace, gpu_pod("one", 1, node="a100-0"))
-    await eventually(lambda: kube.get("Pod", "one")["status"].get("phase") == "Running")
-    await eventually(lambda: cache.capacity(TYPES)["a100"].free == 15)
-    assert cache.generation == before + 1  # "one" bound to a100-0; nothing else counted
+    await v1.create_namespaced_pod(ns, cpu)
+    await v1.create_namespaced_pod(ns, gpu_pod("one", 1, node="a100-0"))
+    await eventually(lambda: (ns, "one") in cache.pods)
+    record = cache.pods[(ns, "one")]
+    for name in ("cpu-only", "one"):
+        await eventually(lambda name=name: kube.get("Pod", name)["status"].get("phase") == "Running")
+    await v1.create_namespaced_pod(ns, gpu_pod("marker", 1, node="a100-1"))
+    await eventually(lambda: (ns, "marker") in cache.pods)
+    assert (ns, "cpu-only") not in cache.pods
+    assert cache.pods[(ns, "one")] is record  # its status updates changed nothing counted
+    assert cache.capacity(TYPES)["a100"].free == 14
 
 
 async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube_faults):
