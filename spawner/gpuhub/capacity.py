@@ -27,7 +27,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +37,7 @@ from .ledger import Holding, Ledger, Workload, holding_match, per_workload
 from .policy import GPUType
 from .quantity import QuantityError, parse_cpu, parse_memory, parse_quantity
 from .sharing import GPU_COUNT_LABEL, MIB, REPLICAS_LABEL, Sharing, share_from_env
+from .type_tally import Part, Tally
 
 log = logging.getLogger("gpuhub.capacity")
 
@@ -189,6 +190,7 @@ USERNAME_ANNOTATION = "gpuhub.io/username"
 # (JobSet's label), and the JobSet's controller is the TrainJob (:class:`TrainJobOwners`).
 SEEN_SECONDS = 3600.0  # longer than any grant lives (hub_api.GRANT_SECONDS)
 SEEN_KEPT = 10_000
+MAX_TALLIES = 64  # GPU types tallied at once (a hub has a handful)
 CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -433,7 +435,11 @@ class ClusterCapacity:
         self.synced = {"nodes": False, "pods": False}
         self.error: str | None = None
         self.generation = 0  # bumped on every change that can move a figure
+        self.node_generation = 0  # bumped on every change of a node that a figure reads
         self._snapshot: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        # Per GPU type (_type_key): each serving node's part and the sums (gpuhub.type_tally),
+        # kept by deltas as pods come and go; rebuilt on a relist.
+        self._tallies: dict[tuple[str, ...], tuple[GPUType, Tally]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
         self._answered = asyncio.Event()  # the first list succeeded or failed
@@ -558,7 +564,9 @@ class ClusterCapacity:
         else:
             self.pods, self.holders = pods, holders
             self._holder_of = {key: user for user, held in holders.items() for key in held}
+        self._tallies.clear()  # rebuilt from the new lists at the next view
         self._recount()
+        self.node_generation += 1
         self.synced[kind] = True
         if all(self.synced.values()):
             self.error = None
@@ -586,6 +594,8 @@ class ClusterCapacity:
                     self.nodes[name] = old
                     return version
                 self.nodes[name] = info
+            self.node_generation += 1
+            self._retally(name)
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
             deleted = event.get("type") == "DELETED"
@@ -672,19 +682,44 @@ class ClusterCapacity:
             return  # a pod on a node we have not seen (yet); the node's arrival recounts it
         for name, count in (*pod.gpus, *pod.extra):
             node.used[name] = node.used.get(name, 0) + sign * count
+        self._retally(pod.node)
+
+    def _retally(self, name: str) -> None:
+        """Node ``name``'s part in each tallied type, now (it changed, came, or went)."""
+        node = self.nodes.get(name)
+        for gpu_type, tally in self._tallies.values():
+            tally.set(name, None if node is None else node_part(node, gpu_type))
+
+    def _tally(self, gpu_type: GPUType) -> Tally:
+        """The type's running sums, made from every node the first time it is asked for."""
+        key = _type_key(gpu_type)
+        found = self._tallies.get(key)
+        if found is not None:
+            return found[1]
+        if len(self._tallies) >= MAX_TALLIES:  # types no view asks for any more
+            self._tallies.clear()
+        sharing = gpu_type.sharing
+        tally = Tally(memory=sharing is not None and sharing.memory is not None)
+        for name, node in self.nodes.items():
+            tally.set(name, node_part(node, gpu_type))
+        self._tallies[key] = (gpu_type, tally)
+        return tally
 
     def _bump(self) -> None:
         self.generation += 1
 
     # -- reading -----------------------------------------------------------------------------
-    def _cached(self, key: tuple[Any, ...], compute: Any) -> Any:
+    def _cached(self, key: tuple[Any, ...], compute: Any, generation: int | None = None) -> Any:
+        """``compute()``'s value, kept until ``generation`` (default: :attr:`generation`)
+        moves on."""
+        generation = self.generation if generation is None else generation
         hit = self._snapshot.get(key)
-        if hit is not None and hit[0] == self.generation:
+        if hit is not None and hit[0] == generation:
             return hit[1]
         value = compute()
         if len(self._snapshot) > 256:
             self._snapshot.clear()
-        self._snapshot[key] = (self.generation, value)
+        self._snapshot[key] = (generation, value)
         return value
 
     def _require(self) -> None:
@@ -701,71 +736,39 @@ class ClusterCapacity:
         return self._cached(key, lambda: {t.key: self._capacity(t) for t in types})
 
     def _capacity(self, gpu_type: GPUType) -> GPUCapacity:
-        if gpu_type.sharing is not None:
-            return self._shared_capacity(gpu_type, gpu_type.sharing)
-        free = total = largest = 0
-        for _, have, left in self._serving(gpu_type):
-            total += have
-            free += left
-            largest = max(largest, left)
-        return GPUCapacity(free=free, total=total, largest_free=largest)
+        """From the type's running sums (:meth:`_tally`): no walk over the nodes.
 
-    def _serving(self, gpu_type: GPUType) -> Iterator[tuple[NodeInfo, int, int]]:
-        """Each usable node serving ``gpu_type``: (node, units it has, units free)."""
-        resource = gpu_type.resource_name
-        for node in self.nodes.values():
-            if node.usable and node_serves(node, gpu_type):
-                have = node.gpus[resource]
-                yield node, have, max(have - node.used.get(resource, 0), 0)
-
-    def _shared_capacity(self, gpu_type: GPUType, sharing: Sharing) -> GPUCapacity:
-        """A shared type's figures, as far as its nodes' resources say (module docstring):
+        A shared type's figures go as far as its nodes' resources say (module docstring):
         units free and in all (a time-sliced type's replicas; a HAMi type's vGPU slots),
-        GPUs, and for sharing by memory the memory free and in all and the largest share
-        one node could give now (an upper bound: how it is spread over the node's GPUs is
-        not known)."""
-        free = total = largest = devices = 0
-        devices_known = True
-        memory_free = memory_total = largest_memory = 0
-        memory_known = sharing.memory is not None
-        for node, have, left in self._serving(gpu_type):
-            total += have
-            free += left
-            largest = max(largest, left)
-            count = _node_devices(node, sharing)
-            if count is None:
-                devices_known = False
-            else:
-                devices += count
-            if sharing.memory is None:
-                continue
-            advertised = node.extra.get(sharing.memory_resource)
-            if advertised:
-                whole = advertised * MIB
-            elif count is not None:
-                whole = count * sharing.memory
-            else:
-                memory_known = False
-                continue
-            used = node.used.get(sharing.memory_resource, 0) * MIB
-            left_memory = max(whole - used, 0) if left else 0
-            memory_total += whole
-            memory_free += max(whole - used, 0)
-            largest_memory = max(largest_memory, min(left_memory, sharing.memory))
-        shared: dict[str, Any] = {"devices": devices if devices_known else None}
-        if sharing.memory is not None:
-            shared.update(
-                memory_free=memory_free if memory_known else None,
-                memory_total=memory_total if memory_known else None,
-                largest_share=largest_memory if memory_known else None,
-                spread_unknown=True,
-            )
-        return GPUCapacity(free=free, total=total, largest_free=largest, **shared)
+        GPUs, and for sharing by memory the memory free and in all and the largest share one
+        node could give now (an upper bound: how it is spread over the node's GPUs is not
+        known)."""
+        tally = self._tally(gpu_type)
+        figures = GPUCapacity(free=tally.free, total=tally.total, largest_free=tally.largest_free)
+        sharing = gpu_type.sharing
+        if sharing is None:
+            return figures
+        devices = tally.devices if not tally.devices_unknown else None
+        if sharing.memory is None:
+            return replace(figures, devices=devices)
+        known = not tally.memory_unknown
+        return replace(
+            figures,
+            devices=devices,
+            memory_free=tally.memory_free if known else None,
+            memory_total=tally.memory_total if known else None,
+            largest_share=tally.largest_share if known else None,
+            spread_unknown=True,
+        )
 
     def fit(self, gpu_type: GPUType, gpus: int = 1) -> Fit:
         """What the biggest node serving ``gpu_type`` could hold if it were empty."""
         self._require()
-        return self._cached(("fit", _type_key(gpu_type), gpus), lambda: self._fit(gpu_type, gpus))
+        return self._cached(
+            ("fit", _type_key(gpu_type), gpus),
+            lambda: self._fit(gpu_type, gpus),
+            self.node_generation,  # what nodes could hold: pods do not change it
+        )
 
     def _fit(self, gpu_type: GPUType, gpus: int) -> Fit:
         """For a shared type, ``gpus`` counts units (replicas, vGPU slots) like whole GPUs."""
@@ -799,6 +802,32 @@ def _node_devices(node: NodeInfo, sharing: Sharing) -> int | None:
         if count and abs(advertised * MIB - count * sharing.memory) <= 0.1 * sharing.memory:
             return count
     return None
+
+
+def node_part(node: NodeInfo, gpu_type: GPUType) -> Part | None:
+    """``node``'s part in ``gpu_type``'s figures; None where it does not serve the type (not
+    Ready, cordoned, or its resource, labels and taints say no)."""
+    if not (node.usable and node_serves(node, gpu_type)):
+        return None
+    resource = gpu_type.resource_name
+    have = node.gpus[resource]
+    left = max(have - node.used.get(resource, 0), 0)
+    sharing = gpu_type.sharing
+    if sharing is None:
+        return Part(have, left)
+    devices = _node_devices(node, sharing)
+    if sharing.memory is None:
+        return Part(have, left, devices)
+    advertised = node.extra.get(sharing.memory_resource)
+    if advertised:
+        whole = advertised * MIB
+    elif devices is not None:
+        whole = devices * sharing.memory
+    else:
+        return Part(have, left, devices)  # its memory is not known
+    memory_left = max(whole - node.used.get(sharing.memory_resource, 0) * MIB, 0)
+    room = min(memory_left, sharing.memory) if left else 0
+    return Part(have, left, devices, whole, memory_left, room)
 
 
 def _type_key(gpu_type: GPUType) -> tuple[str, ...]:
