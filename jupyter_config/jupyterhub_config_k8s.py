@@ -63,6 +63,8 @@ c.GPUSpawner.namespace = NAMESPACE
 c.GPUSpawner.cmd = ["jupyterhub-singleuser"]
 c.GPUSpawner.args = ["--allow-root"] if os.geteuid() == 0 else []
 c.GPUSpawner.start_timeout = 120
+# GPU servers wait in Kueue's queue with the jobs (the chart lets the hub read its line).
+c.GPUSpawner.kueue_queue_name = QUEUE
 c.GPUSpawner.http_timeout = 60
 # User servers call the jobs service directly, with their own token (as the chart sets it).
 c.GPUSpawner.environment = {"GPUHUB_JOBS_URL": f"http://127.0.0.1:{SERVICE_PORT}/services/gpuhub/"}
@@ -111,7 +113,8 @@ c.JupyterHub.load_roles += [
 
 print(
     f"\n  gpuhub Kubernetes demo (namespace {NAMESPACE} of the local cluster):\n{_login}"
-    "  GPUs offered: the 4 simulated GPUs of the process node local-0; jobs wait in Kueue's\n"
-    f"  queue {QUEUE!r} when they are taken. KUBECONFIG=.cluster/kubeconfig to look (admin).\n",
+    "  GPUs offered: the 4 simulated GPUs of the process node local-0; GPU servers and jobs\n"
+    f"  wait in Kueue's queue {QUEUE!r} when they are taken. KUBECONFIG=.cluster/kubeconfig to\n"
+    "  look (admin).\n",
     flush=True,
 )

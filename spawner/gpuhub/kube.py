@@ -13,13 +13,14 @@ import time
 from typing import Any
 
 from kubespawner import KubeSpawner
-from traitlets import Bool, Float, Unicode, default
+from traitlets import Bool, Float, TraitError, Unicode, default, validate
 
 from . import words
 from .capacity import CapacityUnavailable, shared_capacity, shared_ledger
 from .form import GPUCapacity, Preset
 from .gpu_pod import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 from .gpu_resources import is_gpu_resource
+from .kueue import LABEL_QUEUE_NAME, Pending, gated, in_front, shared_kueue
 from .ledger import Grant, Ledger, QuotaExceeded
 from .options import FIELDS, LaunchOptions
 from .policy import GPUType
@@ -38,12 +39,28 @@ CAPACITY_UNAVAILABLE = (
     "Live GPU availability cannot be shown right now (the cluster did not answer). "
     "You can still start a server; it will wait for free GPUs."
 )
+# The hub has just started and is still reading the cluster (a big one takes a while).
+QUOTA_LOADING = (
+    "Your GPU quota cannot be checked yet: the hub is still reading the cluster's pods "
+    "after its start; try again in a minute, or start a server without GPUs."
+)
+CAPACITY_LOADING = (
+    "Live GPU availability is still loading: the hub is reading the cluster's nodes and "
+    "pods after its start; reload this page in a minute. You can still start a server; it "
+    "will wait for free GPUs."
+)
+
+
+def _unavailable(cache: Any, loading: str, failed: str) -> str:
+    """Why the cluster's figures are missing: still loading, or the cluster did not answer."""
+    return failed if getattr(cache, "error", "") is not None else loading
 
 
 # Answers after which the same request may well succeed.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
+_QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _FORBIDDEN = re.compile(r'^[a-z]+ "[^"]*" is forbidden: ')
 
 
@@ -95,6 +112,27 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         help="""Seconds the spawn form waits for the first view of the cluster's GPUs (once per
         hub process); after that the figures come from a watch-backed cache at once.""",
     )
+    kueue_queue_name = Unicode(
+        "",
+        config=True,
+        help="""Kueue LocalQueue, in the servers' namespace, that GPU servers wait in (Kueue's
+        pod integration, https://kueue.sigs.k8s.io/docs/tasks/run/plain_pods/): a GPU server's
+        pod carries its ``kueue.x-k8s.io/queue-name`` label, Kueue holds it until its
+        ClusterQueue has room, and the spawn page shows the place in line and what is in front
+        for up to ``gpu_queue_timeout`` seconds. "": servers do not queue; the scheduler
+        places them when GPUs are free. Servers without GPUs never queue.""",
+    )
+
+    @validate("kueue_queue_name")
+    def _valid_queue_name(self, proposal: Any) -> str:
+        name = str(proposal["value"])
+        if name and not _QUEUE_NAME.fullmatch(name):
+            raise TraitError(
+                "GPUSpawner.kueue_queue_name must name a LocalQueue (lower-case letters, "
+                f"digits, '-' and '.', at most 253 characters); got {name!r}."
+            )
+        return name
+
     fail_fast_unschedulable = Bool(
         True,
         config=True,
@@ -144,6 +182,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         "volume_mounts",
         "extra_resource_limits",
         "extra_resource_guarantees",
+        "extra_labels",
     )
 
     def _configured(self, attr: str) -> Any:
@@ -180,6 +219,18 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             self.volume_mounts = [*_listed(self.volume_mounts), shm[1]]
         self.extra_resource_limits = limits
         self.extra_resource_guarantees = guarantees
+        if self._queued(options):
+            # Kueue's webhook gates the pod until its Workload is admitted (gpuhub.kueue).
+            self.extra_labels = {**self.extra_labels, LABEL_QUEUE_NAME: self.kueue_queue_name}
+
+    def _queued(self, options: LaunchOptions | None) -> bool:
+        """Whether this spawn's pod waits in Kueue's queue: a GPU server, with a queue set."""
+        return bool(
+            self.kueue_queue_name
+            and options is not None
+            and options.gpu_type is not None
+            and options.gpus > 0
+        )
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
@@ -248,16 +299,17 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             return {}, ""
         cache = shared_capacity(self.api)
         if not await cache.wait_ready(self.capacity_wait):
-            return {}, CAPACITY_UNAVAILABLE
+            return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
         try:
             return cache.capacity(map(self._as_placed, self.gpu_policy.gpu_types.values())), ""
         except CapacityUnavailable:
-            return {}, CAPACITY_UNAVAILABLE
+            return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
 
     async def gpu_ledger(self) -> Ledger:
         """The hub's ledger of this cluster, once the pod watch has answered."""
-        if not await shared_capacity(self.api).wait_ready(self.capacity_wait):
-            raise refusal(QUOTA_UNAVAILABLE, 503)
+        cache = shared_capacity(self.api)
+        if not await cache.wait_ready(self.capacity_wait):
+            raise refusal(_unavailable(cache, QUOTA_LOADING, QUOTA_UNAVAILABLE), 503)
         return shared_ledger(self.api)
 
     async def check_launch_options(self, options: LaunchOptions) -> None:
@@ -267,6 +319,12 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         if gpu_type is None or options.gpus == 0:
             return
         await self._check_fit(gpu_type, options)
+        if self._queued(options):
+            await self._expect_kueue()
+            # The time in Kueue's line comes on top of the time to start, and JupyterHub
+            # waits for start() that long too (set before it starts waiting).
+            base = self.__dict__.setdefault("_gpuhub_start_timeout", int(self.start_timeout))
+            self.start_timeout = int(base + self.gpu_queue_timeout)
         limit = self.gpu_quota_limit()
         if limit is None:
             return
@@ -278,7 +336,8 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 )
             except (QuotaExceeded, CapacityUnavailable) as exc:
                 if isinstance(exc, CapacityUnavailable):
-                    raise refusal(QUOTA_UNAVAILABLE, 503) from None
+                    message = _unavailable(ledger.source, QUOTA_LOADING, QUOTA_UNAVAILABLE)
+                    raise refusal(message, 503) from None
                 self.log.warning("Spawn of %s over quota: %s", log_name(self), exc.message)
                 raise refusal(exc.message, exc.status) from None
             # Counted from now on, until the pod shows in the watch (then the pod counts).
@@ -294,6 +353,21 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                     memory=options.gpu_memory or 0,
                 )
             )
+
+    async def _expect_kueue(self) -> None:
+        """Say once in the log when servers are meant to queue but the cluster runs no Kueue:
+        they start as they would without a queue, and the admin should know why."""
+        if self.__class__._gpuhub_kueue_checked:
+            return
+        self.__class__._gpuhub_kueue_checked = True
+        if await shared_kueue(self.api.api_client).version() is None:
+            self.log.warning(
+                "GPUSpawner.kueue_queue_name is %r, but the cluster serves no Kueue "
+                "(kueue.x-k8s.io): GPU servers start without waiting in a queue.",
+                self.kueue_queue_name,
+            )
+
+    _gpuhub_kueue_checked = False
 
     def _release_grant(self) -> None:
         if self.gpu_quota_limit() is not None:
@@ -391,6 +465,12 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 if step.message != last_message:
                     last_message = step.message
                     yield {"progress": step.progress, "message": step.message}
+            if not done and self._in_kueue():
+                # Held by Kueue: no scheduler events yet; the line is what there is to say.
+                event = await self._kueue_event()
+                if event["message"] != last_message:
+                    last_message = event["message"]
+                    yield event
             last = self._gpuhub_last_step
             if last is not None and last.waiting_for_gpus and not done:
                 # GPUs come and go while we wait: keep the "N free now" figure current.
@@ -401,6 +481,82 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             if done:
                 break
             await asyncio.sleep(0.5)
+
+    # -- waiting in Kueue's line (kueue_queue_name) ------------------------------------------
+    _gpuhub_asked_at = 0.0  # when this spawn started: the line's deadline counts from it
+    _gpuhub_joined_at = 0  # the place at which the spawn was first seen in line
+    _gpuhub_start_task: asyncio.Future[Any] | None = None
+
+    def _pod(self) -> dict[str, Any] | None:
+        """This spawn's pod as KubeSpawner's pod watch last saw it (JSON), or None."""
+        return self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+
+    def _in_kueue(self) -> bool:
+        """Whether Kueue still holds this spawn's pod back (its admission gate is on)."""
+        return self._queued(self.launch_options) and gated(self._pod())
+
+    def _kueue_deadline(self) -> float:
+        return self._gpuhub_asked_at + self.gpu_queue_timeout
+
+    async def _kueue_place(self) -> tuple[int | None, list[Pending] | None]:
+        """(place in line, 1 = next; the line) of this spawn's pod in Kueue's LocalQueue: the
+        place is None until Kueue lists its Workload, the line None where it cannot be read."""
+        uid = ((self._pod() or {}).get("metadata") or {}).get("uid")
+        try:
+            line = await shared_kueue(self.api.api_client).line(
+                self.namespace, self.kueue_queue_name
+            )
+        except Exception as exc:  # an apiserver hiccup: the page says so, the wait goes on
+            self.log.info("Reading Kueue's line %s failed: %s", self.kueue_queue_name, exc)
+            line = None
+        for pending in line or []:
+            if uid and any(owner[2] == uid for owner in pending.owners):
+                return pending.position, line
+        return None, line
+
+    async def _kueue_event(self) -> dict[str, Any]:
+        """The spawn page's progress event while the pod waits in Kueue's line: its place and
+        what is in front, in words; the bar moves from 10 % (where it joined) to 25 % (next);
+        ``gpuhub_line`` is for the page's "Leave the line" button and clock
+        (``templates/hub/spawn_pending.html``)."""
+        place, line = await self._kueue_place()
+        request = self.spawn_request()
+        what = words.gpus(request.gpus, request.gpu_name)
+        deadline = self._kueue_deadline()
+        until = (
+            f" gpuhub waits until {time.strftime('%H:%M UTC', time.gmtime(deadline))}, "
+            f"{words.duration(self.gpu_queue_timeout)} after you asked."
+        )
+        queue = f'Waiting in the queue "{self.kueue_queue_name}" for {what}'
+        if place is None:
+            where = (
+                "its place in line cannot be read"
+                if line is None
+                else "Kueue has not given it a place in line yet"
+            )
+            return {
+                "progress": 10,
+                "message": f"{queue}: {where}.{until}",
+                "gpuhub_line": {"place": None, "deadline": round(deadline)},
+            }
+        self._gpuhub_joined_at = max(self._gpuhub_joined_at, place)
+        joined = self._gpuhub_joined_at
+        ahead = in_front(line or [], place)
+        return {
+            "progress": round(10 + 15 * (joined - place + 1) / joined),
+            "message": f"{queue}: you are {words.ordinal(place)} in line"
+            + (f", behind {ahead}" if ahead else "")
+            + f".{until}",
+            "gpuhub_line": {"place": place, "deadline": round(deadline)},
+        }
+
+    def _kueue_timeout_message(self) -> str:
+        request = self.spawn_request()
+        return (
+            f"Your server waited {words.duration(self.gpu_queue_timeout)} in the queue "
+            f'"{self.kueue_queue_name}" for {words.gpus(request.gpus, request.gpu_name)} and '
+            "Kueue did not admit it; try again later, or ask for fewer GPUs or another type."
+        )
 
     def is_pod_running(self, pod: Any) -> bool:
         # KubeSpawner polls this while it waits for the pod: the place to notice, from the
@@ -415,30 +571,64 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
     async def _start(self) -> Any:
         self._gpuhub_last_step = None
         self._gpuhub_starting = True
-        # End before JupyterHub's own start_timeout, so that the user reads why, not "Timeout".
-        limit = max(self.start_timeout - 2, 1)
+        self._gpuhub_asked_at = time.time()
+        self._gpuhub_joined_at = 0
+        # End before JupyterHub's own start_timeout, so that the user reads why, not "Timeout";
+        # time in Kueue's line counts against gpu_queue_timeout instead.
+        base = self.__dict__.get("_gpuhub_start_timeout", self.start_timeout)
         try:
-            return await self._start_within(limit)
+            return await self._start_within(max(base - 2, 1))
         except BaseException:
             self._release_grant()  # no pod will hold these GPUs
             raise
+        finally:
+            if "_gpuhub_start_timeout" in self.__dict__:
+                self.start_timeout = self.__dict__.pop("_gpuhub_start_timeout")
 
     async def _start_within(self, limit: float) -> Any:
+        """KubeSpawner's start, given ``limit`` seconds outside Kueue's line and
+        ``gpu_queue_timeout`` seconds in it."""
+        start = asyncio.ensure_future(super()._start())
+        self._gpuhub_start_task = start
+        began = last = time.monotonic()
+        queued = 0.0
         try:
-            return await asyncio.wait_for(super()._start(), limit)
+            while True:
+                done, _ = await asyncio.wait({start}, timeout=1.0)
+                if done:
+                    return start.result()
+                now = time.monotonic()
+                if self._in_kueue():
+                    queued += now - last
+                    if queued > self.gpu_queue_timeout:
+                        message = self._kueue_timeout_message()
+                        self.log.warning("Spawn of %s: %s", log_name(self), message)
+                        raise refusal(message, 503)
+                last = now
+                if now - began - queued > limit:
+                    raise TimeoutError
         except NeverSchedulable as exc:
             self.log.warning("Spawn of %s cannot succeed: %s", log_name(self), exc)
             raise refusal(str(exc), 503) from None
         except TimeoutError:
-            message = timeout_message(self._gpuhub_last_step, self.start_timeout)
+            message = timeout_message(self._gpuhub_last_step, limit + 2)
             self.log.warning("Spawn of %s timed out: %s", log_name(self), message)
             error = TimeoutError(message)
             error.jupyterhub_message = message  # type: ignore[attr-defined]
             raise error from None
         finally:
             self._gpuhub_starting = False
+            self._gpuhub_start_task = None
+            if not start.done():
+                start.cancel()
+                with contextlib.suppress(BaseException):
+                    await start
 
     async def stop(self, now: bool = False) -> None:
+        # Stopped while starting (the spawn page's "Leave the line", an admin): the start
+        # must not go on waiting for a pod that is being deleted.
+        if self._gpuhub_start_task is not None:
+            self._gpuhub_start_task.cancel()
         try:
             await super().stop(now=now)
         finally:

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Bool, Float, Int, List, Unicode, Union, default
+from traitlets import Bool, Int, List, Unicode, Union, default
 
 from . import devices as gpu_devices_mod
 from . import words
@@ -99,13 +99,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         help="""Home directory of a user's server when ``run_as_hub_user``; ``{username}`` is expanded.""",
     )
 
-    gpu_queue_timeout = Float(
-        1800,
-        config=True,
-        help="""Seconds a spawn waits in line when too few GPUs of its type are free (first come,
-        first served per GPU type); it takes them as soon as they are free, even past
-        ``start_timeout``. 0: refuse at once with HTTP 409, as before queues.""",
-    )
     ledger_file = Unicode(
         "gpuhub-ledger.json",
         config=True,

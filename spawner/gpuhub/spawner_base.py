@@ -264,6 +264,15 @@ class GPUSpawnerMixin(Configurable):
         server may use more GPU memory than its share (warned at once) before it is stopped,
         saying why. 0 turns the check off.""",
     )
+    gpu_queue_timeout = Float(
+        1800,
+        config=True,
+        help="""Seconds a GPU spawn may wait in line for its GPUs, past ``start_timeout``; it
+        takes them as soon as they are free. LocalGPUSpawner: gpuhub's own line, first come,
+        first served per GPU type (0: refuse at once with HTTP 409 when too few are free).
+        GPUSpawner: Kueue's queue, when ``kueue_queue_name`` is set (0: within
+        ``start_timeout`` only).""",
+    )
     gpu_monitor_interval = Float(
         30.0,
         config=True,

@@ -41,7 +41,11 @@ def chart_objects(namespace: str) -> list[dict[str, Any]]:
     from tests.support.helm import make_chart, render
 
     values = {
-        "jupyterhub": {"rbac": {"create": True}},
+        "jupyterhub": {
+            "rbac": {"create": True},
+            # GPU servers wait in the jobs' queue: one line for all GPU work.
+            "hub": {"config": {"GPUSpawner": {"kueue_queue_name": QUEUE}}},
+        },
         "jobs": {
             "kueue": {"queueName": QUEUE, "createLocalQueue": True, "clusterQueue": namespace}
         },

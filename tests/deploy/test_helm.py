@@ -637,6 +637,44 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
     assert not can_i(kube, "get", "secrets", ns, service)  # the hub's Secret holds tokens
 
 
+@pytest.mark.e2e
+def test_servers_queue_lets_the_hub_read_the_line_and_nothing_more(chart: Path, kube: Kube) -> None:
+    """With GPUSpawner.kueue_queue_name, the hub may read its queue's line (Kueue's visibility
+    API) in the servers' namespace, as the apiserver's authorizer says; without it, not."""
+
+    def may_read_line(namespace: str) -> bool:
+        review = kube.api.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            json={
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": f"system:serviceaccount:{kube.namespace}:hub",
+                    "resourceAttributes": {
+                        "verb": "get",
+                        "group": "visibility.kueue.x-k8s.io",
+                        "resource": "localqueues",
+                        "subresource": "pendingworkloads",
+                        "name": "gpus",
+                        "namespace": namespace,
+                    },
+                },
+            },
+        )
+        return bool(review["status"].get("allowed"))
+
+    queued = {"jupyterhub": {"hub": {"config": {"GPUSpawner": {"kueue_queue_name": "gpus"}}}}}
+    objects = render(
+        chart, values=queued, namespace=kube.namespace, api_versions=served_api_versions(kube)
+    )
+    assert not may_read_line(kube.namespace)
+    install(kube, [o for o in objects if o["metadata"]["name"].endswith("hub-kueue")])
+    kube.wait_for(lambda: may_read_line(kube.namespace))
+    assert not may_read_line("default")
+    assert not [o for o in render(chart) if o["metadata"]["name"].endswith("hub-kueue")]
+
+
 def test_hub_extra_config_without_priority_class(chart: Path, tmp_path: Path) -> None:
     objects = render(chart)
     data = by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"]
@@ -721,6 +759,10 @@ BAD_VALUES = [
         "jobs.kueue.createLocalQueue needs jobs.kueue.clusterQueue",
     ),
     ({"jobs": {"kueue": {"queueName": "GPU Jobs"}}}, "jobs.kueue.queueName"),
+    (
+        {"jupyterhub": {"hub": {"config": {"GPUSpawner": {"kueue_queue_name": "GPU Servers"}}}}},
+        "jupyterhub.hub.config.GPUSpawner.kueue_queue_name: Does not match pattern",
+    ),
 ]
 
 

@@ -417,6 +417,31 @@ def test_hub_restart_finds_running_servers(kube: Kube, proxy: FaultProxy, tmp_pa
         second.stop()
 
 
+def test_form_while_the_hub_still_reads_the_cluster_says_so(
+    proxy: FaultProxy, kube: Kube, tmp_path: Path
+) -> None:
+    """Just after a hub starts on a big cluster, the first LIST of pods takes a while: the
+    form says the figures are still loading (not that the cluster did not answer), and shows
+    them once they are in."""
+    slow = proxy.slow_requests(15, method="GET", path="/api/v1/pods", watch=False, count=1)
+    hub = start_hub(
+        tmp_path / "hub", hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
+    )
+    try:
+        session = hub.login("ada")
+        page = session.get(f"{hub.url}/hub/spawn", timeout=30)
+        assert page.status_code == 200
+        assert "Live GPU availability is still loading" in page.text, page.text
+        assert "did not answer" not in page.text
+        kube.wait_for(
+            lambda: "free now" in session.get(f"{hub.url}/hub/spawn", timeout=30).text,
+            timeout=60,
+        )
+    finally:
+        proxy.call(lambda: proxy.rules.remove(slow) if slow in proxy.rules else None)
+        hub.stop()
+
+
 def test_form_without_a_reachable_cluster_says_so(
     kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,14 +39,16 @@ def kueue_queues(
     local_queue: str = "team",
     cpu: int = 64,
     memory: str = "256Gi",
+    gpu_nodes: dict[str, str] | None = None,
 ) -> Queues:
-    """Flavors (a default one, and one for the A100 nodes), a ClusterQueue with ``gpus`` A100s
-    of nominal quota and CPU and memory to spare, and the LocalQueue ``local_queue`` in the
-    test's namespace; returns once Kueue says the LocalQueue is active (jobs submitted
-    before that would wait for it)."""
+    """Flavors (a default one, and one for the GPU nodes: the A100s, or those ``gpu_nodes``
+    labels select), a ClusterQueue with ``gpus`` such GPUs of nominal quota and CPU and memory
+    to spare, and the LocalQueue ``local_queue`` in the test's namespace; returns once Kueue
+    says the LocalQueue is active (jobs submitted before that would wait for it)."""
     stem = kube.namespace
     names = Queues(f"{stem}-gpus", local_queue, f"{stem}-a100", f"{stem}-default")
-    for obj in _objects(names, stem, gpus, strategy, namespace_selector, cpu, memory):
+    objects = _objects(names, stem, gpus, strategy, namespace_selector, cpu, memory, gpu_nodes)
+    for obj in objects:
         kube.create(obj)
 
     def active() -> bool:
@@ -66,6 +68,7 @@ def _objects(
     namespace_selector: Any,
     cpu: int,
     memory: str,
+    gpu_nodes: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     flavors: list[dict[str, Any]] = [
         {
@@ -74,7 +77,7 @@ def _objects(
             "metadata": {"name": name},
             **({"spec": {"nodeLabels": labels}} if labels else {}),
         }
-        for name, labels in ((names.default_flavor, None), (names.a100_flavor, A100))
+        for name, labels in ((names.default_flavor, None), (names.a100_flavor, gpu_nodes or A100))
     ]
     cluster_queue = {
         "apiVersion": KUEUE,
