@@ -168,6 +168,7 @@ def test_demo_starts_and_stops_with_a_clean_log(tmp_path: Path) -> None:
         answer = spawn(hub, "bob", {"gpus": 1})
         assert answer.status_code in (201, 202), answer.text
         wait_ready(hub, "bob")
+
         # Shut down while bob's server is stopping: the hub's cleanup stops it a second time.
         def stop_bob() -> None:
             with contextlib.suppress(requests.ConnectionError):  # the hub goes meanwhile

@@ -643,26 +643,9 @@ def test_servers_queue_lets_the_hub_read_the_line_and_nothing_more(chart: Path, 
     API) in the servers' namespace, as the apiserver's authorizer says; without it, not."""
 
     def may_read_line(namespace: str) -> bool:
-        review = kube.api.request(
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            json={
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {
-                    "user": f"system:serviceaccount:{kube.namespace}:hub",
-                    "resourceAttributes": {
-                        "verb": "get",
-                        "group": "visibility.kueue.x-k8s.io",
-                        "resource": "localqueues",
-                        "subresource": "pendingworkloads",
-                        "name": "gpus",
-                        "namespace": namespace,
-                    },
-                },
-            },
-        )
-        return bool(review["status"].get("allowed"))
+        hub = f"system:serviceaccount:{kube.namespace}:hub"
+        line = "localqueues.visibility.kueue.x-k8s.io/pendingworkloads"
+        return can_i(kube, "get", line, namespace, hub)
 
     queued = {"jupyterhub": {"hub": {"config": {"GPUSpawner": {"kueue_queue_name": "gpus"}}}}}
     objects = render(

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG as CONFIG
-from tests.support.hub.process import PASSWORD, Hub, start_hub
+from tests.support.hub.process import Hub, start_hub
 
 pytestmark = pytest.mark.browser
 
@@ -44,10 +44,7 @@ def test_the_form_and_the_sidebar_say_what_you_hold(hub: Hub) -> None:
     assert second.status_code in (201, 202), second.text
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 850})  # type: ignore[attr-defined]
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("#username_input", "alice")
-        page.fill("#password_input", PASSWORD)
-        page.click("#login_submit")
+        hub.log_in_browser(page, "alice")
         page.goto(f"{hub.url}/hub/spawn")
         quota = page.locator("#gpuhub-quota")
         quota.wait_for(timeout=30_000)

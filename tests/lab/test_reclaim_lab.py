@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.process import PASSWORD, ROOT, Hub, spawn, start_hub, wait_ready
+from tests.support.hub.process import ROOT, Hub, spawn, start_hub, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 from tests.support.jupyter.server import SOURCE_PATHS, expose_lab_extension
 
@@ -98,11 +98,7 @@ def test_warning_keep_and_idle_clock(hub: Hub) -> None:
         )
         page.set_default_timeout(60_000)
         try:
-            page.goto(f"{hub.url}/hub/login")
-            page.fill("#username_input", "ann")
-            page.fill("#password_input", PASSWORD)
-            page.click("#login_submit")
-            page.wait_for_url(lambda url: "/hub/login" not in url, wait_until="commit")
+            hub.log_in_browser(page, "ann")
             page.goto(f"{hub.url}/user/ann/lab/workspaces/reclaim-{scheme}")
             toast = page.locator(".Toastify__toast", has_text="Your GPUs have been idle")
             toast.wait_for(timeout=TIMEOUT)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env
-from tests.support.hub.process import PASSWORD, Hub, start_hub
+from tests.support.hub.process import Hub, start_hub
 
 pytestmark = pytest.mark.browser
 
@@ -55,10 +55,7 @@ def test_two_users_share_one_gpu_and_the_form_and_sidebar_say_their_shares(hub: 
     hub.wait_for_server("bob")
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 900})  # type: ignore[attr-defined]
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("#username_input", "alice")
-        page.fill("#password_input", PASSWORD)
-        page.click("#login_submit")
+        hub.log_in_browser(page, "alice")
         page.goto(f"{hub.url}/hub/spawn")
         free = page.locator(".gpuhub-share-free")
         free.wait_for(timeout=30_000)

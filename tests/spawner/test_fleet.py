@@ -14,7 +14,7 @@ import requests
 
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import HOLD, jobs_hub_config, token_for, user_api
-from tests.support.hub.process import PASSWORD, ROOT, Hub, spawn, start_hub, stop, wait_ready
+from tests.support.hub.process import ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 from tests.support.jupyter.notebooks import write_notebook
 
@@ -282,12 +282,7 @@ def test_the_page_shows_only_what_the_hub_recorded_never_text_from_the_link(hub:
 
 
 def login(page: Any, hub: Hub, name: str) -> None:
-    page.goto(f"{hub.url}/hub/login")
-    page.fill("#username_input", name)
-    page.fill("#password_input", PASSWORD)
-    page.click("#login_submit")
-    # A user with a running server is sent on to it: only leaving the login page matters.
-    page.wait_for_url(lambda url: "/hub/login" not in url, wait_until="commit")
+    hub.log_in_browser(page, name)
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

@@ -15,7 +15,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG as CONFIG
 from tests.support.hub.local import server_env
-from tests.support.hub.process import PASSWORD, Hub, start_hub
+from tests.support.hub.process import Hub, start_hub
 
 pytestmark = pytest.mark.browser
 
@@ -41,10 +41,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 def test_form_hides_what_does_not_apply_and_starts_a_server(hub: Hub) -> None:
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1000, "height": 900})  # type: ignore[attr-defined]
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("#username_input", "alice")
-        page.fill("#password_input", PASSWORD)
-        page.click("#login_submit")
+        hub.log_in_browser(page, "alice")
         page.goto(f"{hub.url}/hub/spawn")
 
         types = page.locator("#gpuhub-gpu-type-group")

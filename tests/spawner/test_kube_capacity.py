@@ -220,7 +220,9 @@ async def test_pods_without_gpus_keep_the_snapshot(kube, kube_api, cache):
     await eventually(lambda: (ns, "one") in cache.pods)
     record = cache.pods[(ns, "one")]
     for name in ("cpu-only", "one"):
-        await eventually(lambda name=name: kube.get("Pod", name)["status"].get("phase") == "Running")
+        await eventually(
+            lambda name=name: kube.get("Pod", name)["status"].get("phase") == "Running"
+        )
     await v1.create_namespaced_pod(ns, gpu_pod("marker", 1, node="a100-1"))
     await eventually(lambda: (ns, "marker") in cache.pods)
     assert (ns, "cpu-only") not in cache.pods

@@ -31,7 +31,7 @@ from tests.support.cluster import (
     Kube,
 )
 from tests.support.hub.kube import hub_config
-from tests.support.hub.process import Hub, free_port, spawn_json, start_hub
+from tests.support.hub.process import Hub, free_port, running_hub, spawn_json, start_hub
 from tests.support.kube_faults import FaultProxy, proxy_for
 
 pytestmark = pytest.mark.e2e
@@ -423,23 +423,21 @@ def test_form_while_the_hub_still_reads_the_cluster_says_so(
     """Just after a hub starts on a big cluster, the first LIST of pods takes a while: the
     form says the figures are still loading (not that the cluster did not answer), and shows
     them once they are in."""
-    slow = proxy.slow_requests(15, method="GET", path="/api/v1/pods", watch=False, count=1)
-    hub = start_hub(
-        tmp_path / "hub", hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
-    )
+    proxy.slow_requests(15, method="GET", path="/api/v1/pods", watch=False, count=1)
+    config = hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
     try:
-        session = hub.login("ada")
-        page = session.get(f"{hub.url}/hub/spawn", timeout=30)
-        assert page.status_code == 200
-        assert "Live GPU availability is still loading" in page.text, page.text
-        assert "did not answer" not in page.text
-        kube.wait_for(
-            lambda: "free now" in session.get(f"{hub.url}/hub/spawn", timeout=30).text,
-            timeout=60,
-        )
+        with running_hub(tmp_path / "hub", config) as hub:
+            session = hub.login("ada")
+            page = session.get(f"{hub.url}/hub/spawn", timeout=30)
+            assert page.status_code == 200
+            assert "Live GPU availability is still loading" in page.text, page.text
+            assert "did not answer" not in page.text
+            kube.wait_for(
+                lambda: "free now" in session.get(f"{hub.url}/hub/spawn", timeout=30).text,
+                timeout=60,
+            )
     finally:
-        proxy.call(lambda: proxy.rules.remove(slow) if slow in proxy.rules else None)
-        hub.stop()
+        proxy.clear_faults()
 
 
 def test_form_without_a_reachable_cluster_says_so(
@@ -450,10 +448,8 @@ def test_form_without_a_reachable_cluster_says_so(
     dead = tmp_path / "kubeconfig"
     dead.write_text(kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "none", token="x"))
     monkeypatch.setenv("KUBECONFIG", str(dead))
-    hub = start_hub(
-        tmp_path / "hub", hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
-    )
-    try:
+    config = hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
+    with running_hub(tmp_path / "hub", config) as hub:
         session = hub.login("ada")
         page = session.get(f"{hub.url}/hub/spawn", timeout=30)
         assert page.status_code == 200
@@ -463,5 +459,3 @@ def test_form_without_a_reachable_cluster_says_so(
         )
         assert not re.search(r"\d+ of \d+ free now", page.text)
         assert 'value="a100"' in page.text  # the choices are still there
-    finally:
-        hub.stop()

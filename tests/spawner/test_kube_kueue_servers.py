@@ -20,7 +20,7 @@ import pytest
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
 from tests.support.hub.kube import hub_config
-from tests.support.hub.process import PASSWORD, Hub, spawn, start_hub, stop, wait_ready
+from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.kueue import KUEUE, kueue_queues
 
 pytestmark = pytest.mark.e2e
@@ -151,11 +151,7 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
     cy.close()
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("#username_input", "cy")
-        page.fill("#password_input", PASSWORD)
-        page.click("#login_submit")
-        page.wait_for_url(lambda url: "/hub/login" not in url, wait_until="commit")
+        hub.log_in_browser(page, "cy")
         page.goto(f"{hub.url}/hub/spawn-pending/cy")
         page.wait_for_function(
             "document.querySelector('#progress-message').textContent.includes('2nd in line')"

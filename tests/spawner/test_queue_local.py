@@ -140,7 +140,6 @@ def test_quota_and_never_fits_are_refused_at_once(hub: Hub) -> None:
 def test_the_spawn_page_shows_where_you_stand_in_line(hub: Hub) -> None:
     """In a real browser: the pending page says the place in line, then the GPU, then lab."""
     from tests.support.browser.chromium import artifact, chromium
-    from tests.support.hub.process import PASSWORD
 
     for name in ("bob", "carol"):
         if server(hub, name) is not None:
@@ -149,10 +148,7 @@ def test_the_spawn_page_shows_where_you_stand_in_line(hub: Hub) -> None:
     wait_until("alice ready", lambda: (server(hub, "alice") or {}).get("ready"))
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1000, "height": 800})  # type: ignore[attr-defined]
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("#username_input", "dave")
-        page.fill("#password_input", PASSWORD)
-        page.click("#login_submit")
+        hub.log_in_browser(page, "dave")
         page.goto(f"{hub.url}/hub/spawn")
         page.fill("#gpuhub-gpus", "1")
         page.check("input[name=gpu_type][value=a6000]")

@@ -119,7 +119,10 @@ def test_gpu_memory_asks_for_one_device_of_a_type_shared_by_memory() -> None:
     ("raw", "says"),
     [
         ({"gpu_type": "t4-shared", "gpu_memory": "512M"}, ") must be 1G to 16G of one T4, shared"),
-        ({"gpu_type": "t4-shared", "gpu_memory": "32G"}, "of 32G is more than one T4, shared has (16G)"),
+        (
+            {"gpu_type": "t4-shared", "gpu_memory": "32G"},
+            "of 32G is more than one T4, shared has (16G)",
+        ),
         ({"gpu_type": "t4-shared", "gpu_memory": "8 GB"}, "did you mean 8G?"),
         ({"gpu_type": "t4-shared", "gpu_memory": 8}, "must be 1G to 16G"),
         ({"gpu_type": "a100", "gpus": 1, "gpu_memory": "8G"}, "gives whole GPUs"),

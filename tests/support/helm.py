@@ -273,9 +273,13 @@ def install(kube: Kube, objects: list[dict[str, Any]]) -> None:
 
 def can_i(kube: Kube, verb: str, resource: str, namespace: str | None, user: str) -> bool:
     """`kubectl auth can-i`: the apiserver's authorizer (RBAC) asked through a
-    SubjectAccessReview. ``resource`` as kubectl writes it (``jobs.batch``)."""
+    SubjectAccessReview. ``resource`` as kubectl writes it (``jobs.batch``,
+    ``localqueues.visibility.kueue.x-k8s.io/pendingworkloads`` for a subresource)."""
+    resource, _, subresource = resource.partition("/")
     name, _, group = resource.partition(".")
     attributes = {"verb": verb, "resource": name, "group": group}
+    if subresource:
+        attributes["subresource"] = subresource
     if namespace:
         attributes["namespace"] = namespace
     review = kube.api.request(

@@ -57,8 +57,4 @@ def start_demo_hub(workdir: Path, *, gpus: str = "simulated:4", extra: str = "")
 
 def log_in(page: object, hub: Hub, user: str) -> None:
     """Log ``user`` in through the demo's login page (Playwright ``page``)."""
-    page.goto(f"{hub.url}/hub/login")  # type: ignore[attr-defined]
-    page.fill("#username_input", user)  # type: ignore[attr-defined]
-    page.fill("#password_input", DEMO_PASSWORD)  # type: ignore[attr-defined]
-    page.click("#login_submit")  # type: ignore[attr-defined]
-    page.wait_for_url(lambda url: "/hub/login" not in url, wait_until="commit")  # type: ignore[attr-defined]
+    hub.log_in_browser(page, user, DEMO_PASSWORD)

@@ -104,6 +104,15 @@ class Hub:
         assert response.status_code == 302, response.text
         return session
 
+    def log_in_browser(self, page: Any, name: str, password: str = PASSWORD) -> None:
+        """Log ``name`` in through the hub's login page in a Playwright ``page``."""
+        page.goto(f"{self.url}/hub/login")
+        page.fill("#username_input", name)
+        page.fill("#password_input", password)
+        page.click("#login_submit")
+        # A user with a running server is sent on to it: only leaving the login page matters.
+        page.wait_for_url(lambda url: "/hub/login" not in url, wait_until="commit")
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
