@@ -616,7 +616,8 @@ def main(argv: list[str]) -> int:
         "",
         f"After a change ({args.changes} times: an 8 GiB share's pod arrives on a node or "
         "leaves it through the watch). *Event applied*: from the event's line to the cache's "
-        "counters; *snapshot recomputed*: the first read after it, which walks every node; "
+        "counters and each type's sums (a node's part replaced); *snapshot recomputed*: the "
+        "first read after it, from those sums; "
         "*first view*: recompute, holdings and render; *whole-GPU types*: the same recompute "
         "for types of the same resources and nodes without `sharing`, the baseline of what "
         "sharing adds.",
