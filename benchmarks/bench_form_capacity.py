@@ -149,7 +149,7 @@ def bench_form(
             page = session.get(f"{hub.url}/hub/spawn", timeout=30).text
             times.append(time.perf_counter() - start)
             home.append(page_time(session, f"{hub.url}/hub/home"))
-        expected = f"{free} of {total} free now; at most {largest} together on one node"
+        expected = f"{free:,} of {total:,} free now; at most {largest:,} together on one node"
         correct = expected in page
         if not correct:
             found = re.search(r"\d[\d,]* of \d[\d,]* free now[^<]*", page)

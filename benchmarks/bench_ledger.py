@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError(worker.stderr)
         result = json.loads(worker.stdout.strip().splitlines()[-1])
         free, total, largest = capacity_of(nodes, created, args.pods_per_node)
-        expected = f"{free} of {total} free now; at most {largest} together on one node"
+        expected = f"{free:,} of {total:,} free now; at most {largest:,} together on one node"
         hub = hub_form(cluster, expected, args.renders, Path(tmp) / "hub")
         cluster.watch.sample()
         return {

@@ -422,7 +422,7 @@ async def cluster(args: argparse.Namespace) -> dict[str, Any]:
             f"{words.gpus(want['t4'][2])}"
         )
         replicas_text = (
-            f"{want['a10'][0]} of {words.plural(want['a10'][1], 'share')} free now "
+            f"{want['a10'][0]:,} of {words.plural(want['a10'][1], 'share')} free now "
             f"({words.gpus(want['a10'][2])})"
         )
         assert memory_text in page, f"the form lacks {memory_text!r}"

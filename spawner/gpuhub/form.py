@@ -264,7 +264,7 @@ def _sharing_view(
         if capacity is not None:
             gpus = f" ({words.gpus(capacity.devices)})" if capacity.devices else ""
             view["free_text"] = (
-                f"{capacity.free} of {words.plural(capacity.total, 'share')} free now{gpus}"
+                f"{capacity.free:,} of {words.plural(capacity.total, 'share')} free now{gpus}"
             )
         return view
     most = sharing.max if quota is None else quota.most_memory(gpu_type)
@@ -299,7 +299,7 @@ def _memory_free_text(capacity: GPUCapacity) -> str:
     if capacity.memory_free is None or capacity.memory_total is None:
         gpus = f" on {words.gpus(capacity.devices)}" if capacity.devices else ""
         return (
-            f"{capacity.free} of {capacity.total} slots free now{gpus}; how much memory is "
+            f"{capacity.free:,} of {capacity.total:,} slots free now{gpus}; how much memory is "
             "free the cluster does not say"
         )
     gpus = f" on {words.gpus(capacity.devices)}" if capacity.devices else ""

@@ -103,10 +103,18 @@ def format_cpu(cores: float) -> str:
 
 def human_memory(num_bytes: int) -> str:
     """A person's reading of a byte count (``16 GB``, ``1.5 GiB``) for forms and messages."""
-    for suffix, label in (("Ti", "TiB"), ("Gi", "GiB"), ("Mi", "MiB")):
+    binary = (("Ti", "TiB"), ("Gi", "GiB"), ("Mi", "MiB"))
+    for suffix, label in binary:
         unit = int(_SUFFIXES[suffix])
-        if num_bytes >= unit and num_bytes % unit == 0:
+        if num_bytes >= unit and num_bytes % unit == 0 and num_bytes // unit < 1024:
             return f"{num_bytes // unit} {label}"
+    if num_bytes >= 1024 * int(_SUFFIXES["Mi"]) and num_bytes % int(_SUFFIXES["Mi"]) == 0:
+        # A cluster's sum (565,035 GiB): in the unit the next figure uses too ("552 TiB of
+        # 625 TiB"), not a long run of digits in a smaller one.
+        for suffix, label in binary:
+            unit = int(_SUFFIXES[suffix])
+            if num_bytes >= unit:
+                return f"{num_bytes / unit:.3g} {label}"
     for suffix, label in (("T", "TB"), ("G", "GB"), ("M", "MB"), ("k", "kB")):
         unit = int(_SUFFIXES[suffix])
         if num_bytes >= unit:

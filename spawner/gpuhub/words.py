@@ -15,7 +15,7 @@ _ENDS_IN_GPU = re.compile(r"(?:^|\s)GPUs?$", re.IGNORECASE)
 
 def plural(count: int | float, word: str, words: str | None = None) -> str:
     """ "1 core", "2 cores", "0.5 cores" (``words`` for irregular plurals)."""
-    shown = f"{count:g}" if isinstance(count, float) else str(count)
+    shown = f"{count:g}" if isinstance(count, float) else f"{count:,}"
     return f"{shown} {word if count == 1 else (words or word + 's')}"
 
 
@@ -32,7 +32,8 @@ def gpu_noun(name: str, count: int) -> str:
 
 def gpus(count: int, name: str = "") -> str:
     """ "2 NVIDIA A100 80GB GPUs", "1 Simulated GPU", "3 GPUs"."""
-    return f"{count} {gpu_noun(name, count)}"
+    shown = f"{count:,}" if isinstance(count, int) else str(count)
+    return f"{shown} {gpu_noun(name, count)}"
 
 
 def device_list(devices: Sequence[int | str], name: str = "") -> str:
