@@ -121,6 +121,14 @@ class FaultProxy:
         self._loop.run_until_complete(self._start())
         self._ready.set()
         self._loop.run_forever()
+        # Nothing may outlive the loop: a handler collected after it closed would try to
+        # wake it ("Event loop is closed" warnings, at any later moment of the test run).
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
 
     async def _start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -130,7 +138,8 @@ class FaultProxy:
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Open watches would hold the shutdown for aiohttp's default minute.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
