@@ -9,18 +9,35 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install demo demo-k8s test lint typecheck pytest pytest-fast benchmarks clean wheel images \
+.PHONY: install lock demo demo-k8s test lint typecheck pytest pytest-fast benchmarks clean wheel images \
 	cluster cluster-down cluster-status test-cluster
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml package.json package-lock.json
+# Both lock files pin what the tests passed with: package-lock.json (npm ci) and
+# requirements.lock (pip constraints; `make lock` refreshes it).
+$(VENV)/.installed: pyproject.toml requirements.lock package.json package-lock.json
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "gpuhub needs Python 3.11+"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	npm ci --no-audit --no-fund
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e ".[test]"
 	touch $@
+
+# requirements.lock anew: the newest versions pyproject.toml's ranges allow, installed into a
+# fresh venv and frozen (its header comment kept). Run it after changing those ranges, then
+# `make install` and the tests; commit it with the change.
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	test -d node_modules || npm ci --no-audit --no-fund
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e ".[test]"
+	{ sed -n '/^#/p' requirements.lock; $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable; } \
+		> requirements.lock.new
+	mv requirements.lock.new requirements.lock
+	rm -rf $(LOCK_VENV)
 
 demo: install
 	@mkdir -p .demo
@@ -94,4 +111,4 @@ benchmarks: install
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOCK_VENV) node_modules .demo .pytest_cache .mypy_cache .ruff_cache

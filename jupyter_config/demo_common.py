@@ -24,8 +24,8 @@ GPU_QUOTA = {"default": 1, "groups": {"staff": 4}}
 
 def configure_demo(c: Any) -> str:
     """Set what both demos share on ``c``; returns the banner's lines about logging in."""
-    # JupyterHub 5's own event schemas give their version as a number, which jupyter_events
-    # warns about at every start; nothing a demo user can act on.
+    # JupyterHub 5's own event schemas give their version as a number (6 gives a string), which
+    # jupyter_events warns about at every start; nothing a demo user can act on.
     warnings.filterwarnings("ignore", message="The `version` property of an event schema")
     c.JupyterHub.ip = os.environ.get("GPUHUB_DEMO_IP", "127.0.0.1")
     c.JupyterHub.port = int(os.environ.get("GPUHUB_DEMO_PORT", "8000"))

@@ -369,3 +369,18 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
         options.pop("gpu_type", None)
         options.pop("gpu_memory", None)
     return options
+
+
+def options_from_querydata(query: Mapping[str, list[str]]) -> dict[str, Any]:
+    """Reshape a spawn link's options into raw ``user_options``.
+
+    ``/hub/spawn?opt-gpus=1&opt-gpu_type=a100`` (JupyterHub 6 strips the ``opt-`` prefix
+    before the spawner sees them; 5.x passes bare names) reads as the form's fields do, but a
+    name that is no field is kept, not dropped: the shared validation then refuses it by name
+    (``opt-gpu=1``), where dropping it would start a server without what the link asked for.
+    """
+    options = options_from_formdata(query)
+    for name, values in query.items():
+        if name not in (*FIELDS, "custom_image") and values and isinstance(values[0], str):
+            options[name] = values[0]
+    return options

@@ -184,6 +184,15 @@ class LaunchOptions:
         return options
 
 
+def check_options_object(raw: object) -> Mapping[Any, Any]:
+    """Options are a JSON object of field names to values: anything else is refused."""
+    if not isinstance(raw, Mapping):
+        raise OptionsError(
+            "user_options", "Options must be a JSON object of field names to values."
+        )
+    return raw
+
+
 def parse_launch_options(
     raw: object,
     policy: Policy,
@@ -199,10 +208,7 @@ def parse_launch_options(
     ``profile_list``); ``ignore`` names extra keys another layer validates itself;
     ``subject`` is what the messages call the thing being launched ("server", "job").
     """
-    if not isinstance(raw, Mapping):
-        raise OptionsError(
-            "user_options", "Options must be a JSON object of field names to values."
-        )
+    raw = check_options_object(raw)
     for key, item in raw.items():
         check_json_value(key, "user_options")
         check_json_value(item, str(key)[:40])

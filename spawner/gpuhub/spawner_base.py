@@ -1,9 +1,10 @@
 """What GPUSpawner and LocalGPUSpawner share: the admin traits, the form, one validation path.
 
 JupyterHub calls, in order: ``options_form`` (render), ``options_from_form`` (reshape the
-posted fields), then ``apply_user_options`` (validate and apply, JupyterHub >= 5.3). The REST
-API skips the first two and lands in the same ``apply_user_options``, so the form and the API
-cannot disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the user.
+posted fields; ``options_from_query`` for a spawn link's ``?opt-…`` options), then
+``apply_user_options`` (validate and apply, JupyterHub >= 5.3). The REST API skips the first
+two and lands in the same ``apply_user_options``, so the form, links and the API cannot
+disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the user.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +25,25 @@ from traitlets import Dict, Float, Type, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from . import words
-from .form import GPUCapacity, Preset, QuotaView, Refusal, options_from_formdata, render_form
+from .form import (
+    GPUCapacity,
+    Preset,
+    QuotaView,
+    Refusal,
+    options_from_formdata,
+    options_from_querydata,
+    render_form,
+)
 from .jobs.policy_env import policy_env
 from .ledger import GPUQuota, Ledger
 from .monitor import ensure_started
-from .options import LaunchOptions, OptionsError, check_json_value, parse_launch_options
+from .options import (
+    LaunchOptions,
+    OptionsError,
+    check_json_value,
+    check_options_object,
+    parse_launch_options,
+)
 from .policy import Policy
 from .quantity import human_memory
 from .reclaim import ReclaimRule
@@ -316,6 +331,14 @@ class GPUSpawnerMixin(Configurable):
     def _gpuhub_apply_user_options(self) -> Any:
         return apply_gpuhub_options
 
+    def options_from_query(self, query_data: Mapping[str, list[str]]) -> dict[str, Any]:
+        """A spawn link's options (``/hub/spawn?opt-gpus=1&opt-gpu_type=a100``).
+
+        JupyterHub's own default hands them to ``options_from_form`` without the spawner, so a
+        refusal would not reach the form it renders next; and the form drops names it does
+        not know, where a link's misspelt option must be refused by name."""
+        return _reshape(options_from_querydata, query_data, self)
+
     @observe("handler")
     def _refuse_unstorable_body(self, change: Any) -> None:
         """Refuse a REST body JupyterHub could not store, before it tries.
@@ -323,6 +346,8 @@ class GPUSpawnerMixin(Configurable):
         JupyterHub saves a spawn's body to its database as the user's next defaults before
         any spawner code runs; a body nested deep enough overflows ``json.dumps`` there (a
         500). It sets ``spawner.handler`` just before, which is the last moment to say 400.
+        JupyterHub 6 also takes a false body (``0``, ``false``, ``""``, ``[]``) for none and
+        starts a server with the last options: a body that is no object is refused here.
         """
         request = getattr(change["new"], "request", None)
         if request is None or request.method != "POST" or not request.body:
@@ -332,6 +357,8 @@ class GPUSpawnerMixin(Configurable):
         except (ValueError, RecursionError):
             return  # JupyterHub has already refused what it could not parse
         try:
+            if body is not None:  # JSON null: no options, the last ones are used
+                check_options_object(body)
             check_json_value(body, "user_options")
         except OptionsError as exc:
             _log_refusal(self, exc.message)
@@ -510,10 +537,21 @@ def _ready_event(spawner: GPUSpawnerMixin, event: dict[str, Any]) -> dict[str, A
 
 
 def _options_from_form(formdata: Mapping[str, list[str]], spawner: Any = None) -> dict[str, Any]:
+    return _reshape(options_from_formdata, formdata, spawner)
+
+
+def _reshape(
+    reshape: Callable[[Mapping[str, list[str]]], dict[str, Any]],
+    formdata: Mapping[str, list[str]],
+    spawner: Any,
+) -> dict[str, Any]:
+    """Posted fields or a link's options to raw ``user_options``; a refusal here (an empty
+    custom image) is said and remembered for the form as the validation's are."""
     try:
-        return options_from_formdata(formdata)
+        return reshape(formdata)
     except OptionsError as exc:
         if spawner is not None:
+            _log_refusal(spawner, exc.message)
             typed = {k: v[0] for k, v in formdata.items() if v and isinstance(v[0], str)}
             _remember_refusal(spawner, typed, exc.problems)
         raise refusal(exc.message) from None

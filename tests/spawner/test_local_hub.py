@@ -6,6 +6,7 @@ what docs/architecture.md offers when NVML is unavailable; the allocator and CUD
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 from collections.abc import Iterator
@@ -91,6 +92,54 @@ def test_refused_form_rerenders_with_the_message_and_values(hub: Hub) -> None:
     assert any(" Refused options for bob: " in line for line in refused), refused
     assert not any(line.startswith("[E") for line in refused), refused
     assert "Traceback" not in log
+
+
+def test_a_spawn_link_with_opt_options_starts_that_server(hub: Hub) -> None:
+    """JupyterHub 6's spawn links: ``/hub/spawn?opt-<field>=…`` starts the server with those
+    options, through the same reshaping and validation as the form."""
+    session = hub.login("alice")
+    response = session.get(
+        f"{hub.url}/hub/spawn?opt-gpus=2&opt-gpu_type=gpu&opt-cpu=1.5&opt-memory=1G",
+        allow_redirects=False,
+        timeout=60,
+    )
+    assert response.status_code == 302, response.text
+    assert "/hub/spawn-pending/alice" in response.headers["Location"]
+    hub.wait_for_server("alice")
+    assert server_state(hub, "alice")["gpus"] == [0, 1]
+    env = server_env(hub, "alice")
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # Kept as the link gave them (the GPU count as a number), as a form's fields are.
+    options = hub.user_model("alice")["servers"][""]["user_options"]
+    assert options == {"gpus": 2, "gpu_type": "gpu", "cpu": "1.5", "memory": "1G"}
+
+
+@pytest.mark.parametrize(
+    ("query", "rest_body", "typed"),
+    [
+        # Over the students' limit: the sentence the form and the REST API give.
+        ("opt-gpus=2&opt-gpu_type=gpu", {"gpus": 2, "gpu_type": "gpu"}, ("gpus", "2")),
+        # A misspelt option is refused by name, not dropped (a server without GPUs).
+        ("opt-gpu=1", {"gpu": 1}, None),
+        ("opt-cpu=lots", {"cpu": "lots"}, ("cpu", "lots")),
+    ],
+    ids=["over-limit", "misspelt", "bad-cpu"],
+)
+def test_a_refused_spawn_link_renders_the_form_with_the_rest_apis_sentence(
+    hub: Hub, query: str, rest_body: dict[str, Any], typed: tuple[str, str] | None
+) -> None:
+    rest = spawn_json(hub, "bob", rest_body)
+    assert rest.status_code == 400, rest.text
+    sentence = rest.json()["message"]
+
+    session = hub.login("bob")
+    page = session.get(f"{hub.url}/hub/spawn?{query}", allow_redirects=False, timeout=60)
+    assert page.status_code == 400, page.text
+    assert sentence in html.unescape(page.text)
+    if typed:  # the form comes back with what the link asked for, to correct
+        assert re.search(rf'name="{typed[0]}"[^>]*value="{re.escape(typed[1])}"', page.text)
+    assert not hub.user_model("bob")["servers"]
+    assert "Traceback" not in hub.log_path.read_text()
 
 
 BAD_OPTIONS = [

@@ -24,7 +24,7 @@ from gpuhub.jobs.model import JOB_FIELDS
 from gpuhub.jobs.policy_env import policy_env
 from gpuhub.options import FIELDS
 from tests.support.hostile import NASTY, Deep, encode, json_values, text
-from tests.support.hub.process import Hub, start_hub
+from tests.support.hub.process import JUPYTERHUB_MAJOR, Hub, start_hub
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.jupyter.server import JupyterServer, jupyter_server
 from tests.support.policies import DESIGN_CONFIG
@@ -198,12 +198,19 @@ def test_threat_gpu_count_as_json_text_is_refused(hub):
 @pytest.mark.e2e
 def test_threat_non_object_body_is_400_and_the_spawn_page_still_works(hub):
     # JupyterHub stores a REST body as the user's next defaults before the spawner sees it.
-    for body in ([1, 2], "gpus", 0, False):
+    # JupyterHub 6 refuses a body that is no object itself, but takes a false one (0, false,
+    # "", []) for no body at all; gpuhub refuses those, as every non-object on 5.x.
+    ours = "Options must be a JSON object of field names to values."
+    theirs = "Body must be a JSON object" if JUPYTERHUB_MAJOR >= 6 else ours
+    for body, said in (([1, 2], theirs), ("gpus", theirs), (0, ours), (False, ours), ([], ours)):
         response = spawn(hub, body)
         assert response.status_code == 400, (body, response.text)
-        assert (
-            response.json()["message"] == "Options must be a JSON object of field names to values."
-        )
+        assert response.json()["message"] == said
+    # JupyterHub 6's {"user_options": ...} body: a non-object there is refused too (by
+    # JupyterHub 6; 5.x takes the key for an option, and gpuhub refuses it by name).
+    response = spawn(hub, {"user_options": [1, 2]})
+    assert response.status_code == 400, response.text
+    assert "user_options" in response.json()["message"]
     page = hub.login("mallory").get(f"{hub.url}/hub/spawn", timeout=30)
     assert page.status_code == 200 and 'name="gpus"' in page.text
 

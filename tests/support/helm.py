@@ -304,9 +304,14 @@ def gpuhub_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def hub_traitlets_config(values: dict[str, Any]) -> Config:
-    """hub.config as z2jh's jupyterhub_config.py loads it: one traitlets section per key."""
+    """hub.config as z2jh's jupyterhub_config.py loads it: one traitlets section per key.
+
+    z2jh 4.4 refuses to start the hub on a section that is no Configurable class name (one
+    starting in lower case, e.g. ``hub.config.loadRoles``): so does this."""
     config = Config()
     for section, settings in values["hub"]["config"].items():
+        if not section[:1].isupper():
+            raise ValueError(f"FATAL: Invalid hub.config section name: {section}.")
         config[section].update(copy.deepcopy(settings))
     return config
 

@@ -16,6 +16,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ from tests.support.paths import REPO
 ROOT = REPO
 API_TOKEN = "gpuhub-test-token-0123456789abcdef"
 PASSWORD = "secret"
+# gpuhub supports JupyterHub 5.3+ and 6 (README); where the hub itself answers differently,
+# tests say which version answers what.
+JUPYTERHUB_MAJOR = int(version("jupyterhub").split(".")[0])
 
 
 def free_port() -> int:
