@@ -24,14 +24,26 @@ pytestmark = pytest.mark.browser
 VIEWPORT = {"width": 1200, "height": 900}
 
 
+# A named server "slow" stays starting (JupyterHub's spawn pending, not in gpuhub's line)
+# while the hub's working directory holds the file "hold-slow".
+SLOW_START = """
+import asyncio, os
+async def _hold_slow_servers(spawner):
+    while spawner.name == "slow" and os.path.exists("hold-slow"):
+        await asyncio.sleep(0.2)
+c.Spawner.pre_spawn_hook = _hold_slow_servers
+"""
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     # The demo's own monitor interval (30 s): what the pages show must not wait for a tick.
-    hub = start_demo_hub(tmp_path_factory.mktemp("first-hour"))
+    hub = start_demo_hub(tmp_path_factory.mktemp("first-hour"), extra=SLOW_START)
     try:
         yield hub
     finally:
-        for user, server in (("alice", ""), ("alice", "second"), ("bob", ""), ("carol", "")):
+        servers = (("alice", ""), ("alice", "second"), ("alice", "slow"), ("bob", ""), ("carol", ""))
+        for user, server in servers:
             path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
             hub.api("DELETE", path)
         hub.stop()
@@ -186,6 +198,8 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
         )
         leave = page.get_by_role("button", name="Leave the line")
         assert leave.is_visible()
+        # The one way out while in line: JupyterHub's own Stop Server button (>= 6) is hidden.
+        assert page.get_by_role("button", name="Stop Server").count() == 0
         second = int(page.get_attribute("#progress-bar", "aria-valuenow") or 0)
         page.screenshot(path=str(artifact("waiting-page.png")), full_page=True)
 
@@ -209,4 +223,44 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
         assert "waiting" not in form.locator("#gpuhub-gpu-type-group").inner_text()
     finally:
         stop(hub, "alice", "second")
+        stop(hub, "alice")
+
+
+def test_stop_server_on_a_starting_named_server_stops_that_server(
+    hub: Hub, browser: Any
+) -> None:
+    """Not in line, JupyterHub's own Stop Server button is the page's stop control, and it
+    stops the server the page is about (alice's "slow"), not her default server, which
+    JupyterHub's own handler would stop."""
+    started(hub, "alice", 1)
+    hold = hub.workdir / "hold-slow"
+    hold.touch()
+    try:
+        answer = spawn(hub, "alice", {"gpus": 1}, server="slow")
+        assert answer.status_code == 202, answer.text
+        page = browser.new_page(viewport=VIEWPORT)
+        log_in(page, hub, "alice")
+        page.goto(f"{hub.url}/hub/spawn-pending/alice/slow")
+        page.wait_for_function(
+            "document.querySelector('#progress-message').textContent.includes('server')"
+        )
+        stop_button = page.get_by_role("button", name="Stop Server")
+        stop_button.wait_for()
+        assert not page.locator("#gpuhub-leave-line").is_visible()  # not in line: no Leave
+        assert page.locator("#gpuhub-starting").is_visible()
+        page.screenshot(path=str(artifact("starting-page.png")), full_page=True)
+
+        stop_button.click()
+        stopped = page.locator("#gpuhub-stopped")
+        stopped.wait_for()
+        assert "stopped before it started" in stopped.inner_text()
+        assert not page.get_by_text("Your server is starting up").is_visible()  # no contradiction
+        assert not page.locator("#progress-message").is_visible()
+        assert page.evaluate("document.activeElement.textContent") == "Start a server"
+        until("alice/slow stopped", lambda: "slow" not in hub.user_model("alice")["servers"])
+        assert hub.user_model("alice")["servers"][""]["ready"]  # her default server runs on
+        page.screenshot(path=str(artifact("starting-page-stopped.png")), full_page=True)
+    finally:
+        hold.unlink(missing_ok=True)
+        stop(hub, "alice", "slow")
         stop(hub, "alice")
