@@ -374,13 +374,20 @@ def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
 def options_from_querydata(query: Mapping[str, list[str]]) -> dict[str, Any]:
     """Reshape a spawn link's options into raw ``user_options``.
 
-    ``/hub/spawn?opt-gpus=1&opt-gpu_type=a100`` (JupyterHub 6 strips the ``opt-`` prefix
-    before the spawner sees them; 5.x passes bare names) reads as the form's fields do, but a
+    ``/hub/spawn?opt-gpus=1&opt-gpu_type=a100``: JupyterHub 6 strips the ``opt-`` prefix
+    before the spawner sees the names (and then ignores names without it); 5.x passes every
+    name as it is, so the prefix is stripped here the same way and one link works on both
+    (``?gpus=1`` too, as 5.x always took it). The names read as the form's fields do, but a
     name that is no field is kept, not dropped: the shared validation then refuses it by name
     (``opt-gpu=1``), where dropping it would start a server without what the link asked for.
     """
+    prefixed = {k[4:]: v for k, v in query.items() if k.startswith("opt-") and k[4:]}
+    if prefixed:
+        query = prefixed
     options = options_from_formdata(query)
     for name, values in query.items():
-        if name not in (*FIELDS, "custom_image") and values and isinstance(values[0], str):
+        if name in (*FIELDS, "custom_image", "_xsrf") or not values:
+            continue  # "_xsrf": JupyterHub's own form token, which a 5.x-style link may carry
+        if isinstance(values[0], str):
             options[name] = values[0]
     return options

@@ -5,7 +5,14 @@ import re
 
 import pytest
 
-from gpuhub.form import CUSTOM_IMAGE, GPUCapacity, Preset, options_from_formdata, render_form
+from gpuhub.form import (
+    CUSTOM_IMAGE,
+    GPUCapacity,
+    Preset,
+    options_from_formdata,
+    options_from_querydata,
+    render_form,
+)
 from gpuhub.options import OptionsError, parse_launch_options
 from gpuhub.policy import Policy
 from tests.support.policies import DESIGN_CONFIG, design_policy
@@ -141,6 +148,20 @@ def test_formdata_goes_through_the_same_validation():
 def test_formdata_without_gpus_drops_the_always_posted_type():
     raw = options_from_formdata({"gpus": ["0"], "gpu_type": ["a100"], "cpu": ["1"]})
     assert "gpu_type" not in raw
+
+
+def test_a_spawn_links_options_read_as_the_forms_but_keep_unknown_names():
+    """/hub/spawn?opt-gpus=2&opt-gpu=1 (JupyterHub strips "opt-"): the GPU count becomes a
+    number as in the form, and "gpu", no option, is kept so that the validation names it."""
+    raw = options_from_querydata(
+        {"gpus": ["2"], "gpu_type": ["a100"], "gpu": ["1"], "_xsrf": ["t"]}
+    )
+    assert raw == {"gpus": 2, "gpu_type": "a100", "gpu": "1"}
+    with pytest.raises(OptionsError, match='Unknown option "gpu"'):
+        parse_launch_options(raw, design_policy(), ["staff"])
+    # JupyterHub 5 passes the names with their prefix: stripped here as 6 does, and as 6 does,
+    # names without it are ignored once any name has it.
+    assert options_from_querydata({"opt-gpus": ["1"], "gpus": ["3"]}) == {"gpus": 1}
 
 
 def test_custom_image_selected_but_empty_is_refused():
