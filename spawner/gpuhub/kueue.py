@@ -41,6 +41,7 @@ LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of its job
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # on a pod Kueue holds until it is admitted
 DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 LINE_TTL = 2.0  # seconds a queue's line is shared before it is read again
+_clock = time.monotonic  # the lines' clock (a test moves it on)
 REFUSED_TTL = 60.0  # seconds a queue whose line may not be read is not asked again
 
 
@@ -125,7 +126,7 @@ class KueueAPI:
         Readers within :data:`LINE_TTL` seconds of each other share one read (one in flight
         at a time), so a hundred waiting spawn pages cost the apiserver one request a tick."""
         key = (namespace, queue)
-        now = time.monotonic()
+        now = _clock()
         cached = self._lines.get(key)
         if cached is None or not _reusable(*cached, now):
             cached = (now, asyncio.ensure_future(self._read_line(namespace, queue)))

@@ -9,6 +9,7 @@ the pod, and a stopped server lets the next one in.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -153,8 +154,9 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         hub.log_in_browser(page, "cy")
         page.goto(f"{hub.url}/hub/spawn-pending/cy")
-        page.wait_for_function(
-            "document.querySelector('#progress-message').textContent.includes('2nd in line')"
+        page.wait_for_function(  # the deadline is said once, under it, in the reader's clock
+            "(t => t.includes('2nd in line') && !t.includes('gpuhub waits until'))"
+            "(document.querySelector('#progress-message').textContent)"
         )
         text = page.locator("#progress-message").inner_text()
         assert 'in the queue "servers" for 1 Simulated GPU: you are 2nd in line, behind 1' in text
@@ -236,3 +238,32 @@ def test_a_server_that_waits_too_long_in_kueue_gives_up_and_says_why(
             hub.stop()
     finally:
         kube.delete("Pod", "holder", gracePeriodSeconds=0)
+
+
+async def test_one_read_of_a_queues_line_serves_every_waiting_page(
+    kube: Kube, queue: str, kube_faults: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fifty spawn pages polling one queue's line at once cost the apiserver one read of
+    Kueue's visibility API (gpuhub.kueue.LINE_TTL), and a later poll reads it afresh."""
+    from kubernetes_asyncio import config as kube_config
+
+    import gpuhub.kueue
+    from gpuhub.kueue import LINE_TTL, KueueAPI
+
+    def reads() -> int:
+        return sum("/pendingworkloads" in path for path in kube_faults.paths)
+
+    api = await kube_config.new_client_from_config(config_file=str(kube_faults.kubeconfig))
+    try:
+        kueue = KueueAPI(api)
+        lines = await asyncio.gather(*(kueue.line(kube.namespace, queue) for _ in range(50)))
+        assert lines[0] is not None and all(line == lines[0] for line in lines)
+        assert reads() == 1
+        await kueue.line(kube.namespace, queue)
+        assert reads() == 1  # still fresh
+        now = time.monotonic()  # the cache's clock moves past its lifetime
+        monkeypatch.setattr(gpuhub.kueue, "_clock", lambda: now + LINE_TTL + 1)
+        await kueue.line(kube.namespace, queue)
+        assert reads() == 2
+    finally:
+        await api.close()
