@@ -66,6 +66,7 @@ cluster-status: install
 # `npm run lint` fixes what they can).
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	npm run --silent lint:check
 
 typecheck: install

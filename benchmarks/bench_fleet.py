@@ -30,14 +30,15 @@ from typing import Any
 from markupsafe import Markup
 
 from benchmarks import percentile, write_section
-from gpuhub.allocator import GPUAllocator, Holder, server_owner
-from gpuhub.fleet import FleetCache, snapshot
-from gpuhub.form import GPUCapacity
-from gpuhub.ledger import Holding, Ledger
-from gpuhub.monitor import GPUMonitor
-from gpuhub.reclaim import ReclaimRule
-from gpuhub.usage import UsageStore
-from gpuhub.utilization import GPUSample, UtilizationSource, holding_key
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
+from gpuhub.hub.monitor.reclaim import ReclaimRule
+from gpuhub.hub.monitor.usage import UsageStore
+from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, holding_key
+from gpuhub.hub.web.fleet import FleetCache, snapshot
 
 HOLDERS, GPUS_EACH, GROUPS = 1000, 4, 10
 BUDGET_MS = 50.0
@@ -231,7 +232,7 @@ def main(argv: list[str]) -> int:
 30 s (full sparklines), 8 days of hourly GPU-seconds per user (a week's GPU-hours),
 in-process: a request picks its rows from the last build and renders gpuhub_fleet.html
 inside JupyterHub's page.html (HTTP not included). After each tick the page is built once
-off the request path (`gpuhub.fleet.FleetCache`): its inputs are copied on the event loop,
+off the request path (`gpuhub.hub.web.fleet.FleetCache`): its inputs are copied on the event loop,
 then rows, totals, sparklines, GPU-hours and every row's HTML are made in a thread. "First
 view after a tick" is a request sent right after the tick, while that build runs: it is
 served the previous build and shares the CPU with it. Verdict on the admin's p50 (steady

@@ -173,9 +173,9 @@ async def _in_process(kubeconfig: Path) -> dict[str, Any]:
     """gpuhub's own share: first sync, snapshot read, snapshot recompute after a change."""
     from kubernetes_asyncio import client, config
 
-    from gpuhub.capacity import ClusterCapacity
-    from gpuhub.form import render_form
-    from gpuhub.policy import Policy
+    from gpuhub.core.policy import Policy
+    from gpuhub.hub.form import render_form
+    from gpuhub.hub.ledger.capacity import ClusterCapacity
 
     policy = Policy.from_config(gpu_types=GPU_TYPES, default_limits={"max_gpus": 8})
     types = list(policy.gpu_types.values())

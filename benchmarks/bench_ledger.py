@@ -10,10 +10,10 @@ and kwok marks them Running. Filling stops early if the machine's used memory pa
 ``--max-used-gib`` (the run then says where it stopped and why). Then:
 
 * a separate Python process plays the hub's cache (so its memory is the cache's alone): it
-  starts gpuhub's shared watch of nodes and pods (:mod:`gpuhub.capacity`) and times the first
+  starts gpuhub's shared watch of nodes and pods (:mod:`gpuhub.hub.ledger.capacity`) and times the first
   sync (LIST + WATCH), budget < 20 s; the memory the cache adds to the process (RSS after the
   sync, after a GC, minus RSS before), budget < 300 MB; the quota check
-  (:meth:`gpuhub.ledger.Ledger.check`) of a user holding servers and jobs, budget p50 < 1 ms;
+  (:meth:`gpuhub.hub.ledger.ledger.Ledger.check`) of a user holding servers and jobs, budget p50 < 1 ms;
   and the spawn form in-process (capacity snapshot + what the user holds + render), budget
   p50 < 10 ms;
 * a real JupyterHub with GPUSpawner on the same cluster serves ``GET /hub/spawn`` to a
@@ -88,10 +88,10 @@ async def _worker(kubeconfig: str, rounds: int) -> dict[str, Any]:
     from kubernetes_asyncio import client, config
 
     from benchmarks.bench_form_capacity import GPU_TYPES
-    from gpuhub.capacity import ClusterCapacity
-    from gpuhub.form import QuotaView, render_form
-    from gpuhub.ledger import Ledger
-    from gpuhub.policy import Policy
+    from gpuhub.core.policy import Policy
+    from gpuhub.hub.form import QuotaView, render_form
+    from gpuhub.hub.ledger.capacity import ClusterCapacity
+    from gpuhub.hub.ledger.ledger import Ledger
 
     policy = Policy.from_config(gpu_types=GPU_TYPES, default_limits={"max_gpus": 8})
     types = list(policy.gpu_types.values())

@@ -5,7 +5,7 @@ with sharing types, in-process, without a cluster.
 [--renders 200]``
 
 The hub's side only, as the ledger benchmark's in-process columns: gpuhub's real
-:class:`gpuhub.capacity.ClusterCapacity` is started on an in-memory stand-in for the
+:class:`gpuhub.hub.ledger.capacity.ClusterCapacity` is started on an in-memory stand-in for the
 apiserver's two endpoints it calls (:class:`MemoryApi`), which answers its paged LIST with
 the JSON bytes a kube-apiserver sends and its WATCH with event lines, so the cache's own
 list, watch (kubernetes_asyncio's ``Watch``) and event-applying code run unchanged. No
@@ -17,13 +17,13 @@ the process holds nothing but what gpuhub keeps.
   four replicas per GPU, GPU feature discovery's labels), ``--pods-per-node`` Running pods
   each. On node *n*, *n* mod 9 of them hold a share (1, 2, 4 or 8 GiB of one T4; one or two
   replicas of an A10), the first a user's server, the second a gpuhub job pod, over 2,000
-  users. The pods' resources and ``GPUHUB_*`` environment come from :mod:`gpuhub.gpu_pod`,
+  users. The pods' resources and ``GPUHUB_*`` environment come from :mod:`gpuhub.k8s.pods`,
   which writes GPUSpawner's and the job backends' pods.
 * Timed: the capacity snapshot unchanged and after a change (a share's pod arriving or
   leaving through the watch), the quota check as ``GPUSpawner.check_launch_options`` makes it
-  (the ledger's per-user lock, then :meth:`gpuhub.ledger.Ledger.check`) for a user holding
+  (the ledger's per-user lock, then :meth:`gpuhub.hub.ledger.ledger.Ledger.check`) for a user holding
   several shares of both types, and the spawn form (snapshot, the user's holdings,
-  :func:`gpuhub.form.render_form`); the memory the caches add to the process (RSS).
+  :func:`gpuhub.hub.form.render_form`); the memory the caches add to the process (RSS).
 * The workstation: :class:`gpuhub.LocalGPUSpawner`'s device book choosing a GPU for one
   more share among eight simulated GPUs that hold 40, and the spawner's own options form
   (``get_options_form``, with its "… free on GPU 3" lines).
@@ -154,11 +154,11 @@ def share_of(n: int, p: int, nodes: int) -> tuple[str, int, int | None]:
 
 
 class Pods:
-    """Pod bodies from GPUSpawner's own rules (:mod:`gpuhub.gpu_pod`), one template per share."""
+    """Pod bodies from GPUSpawner's own rules (:mod:`gpuhub.k8s.pods`), one template per share."""
 
     def __init__(self, policy: Any, nodes: int, per_node: int) -> None:
-        from gpuhub.gpu_pod import container_resources, gpu_env
-        from gpuhub.options import LaunchOptions
+        from gpuhub.core.options import LaunchOptions
+        from gpuhub.k8s.pods import container_resources, gpu_env
 
         self.nodes, self.per_node = nodes, per_node
         self.containers: dict[tuple[str, int, int | None], dict[str, Any]] = {}
@@ -358,12 +358,13 @@ async def _until(check: Any, what: str, timeout: float = 60) -> None:
 
 # -- the cluster ----------------------------------------------------------------------------------
 async def cluster(args: argparse.Namespace) -> dict[str, Any]:
-    from gpuhub import words
-    from gpuhub.capacity import ClusterCapacity
-    from gpuhub.form import QuotaView, render_form
-    from gpuhub.ledger import Ledger, gpus_held
-    from gpuhub.policy import Policy
-    from gpuhub.quantity import human_memory
+    from gpuhub.core import words
+    from gpuhub.core.holdings import gpus_held
+    from gpuhub.core.policy import Policy
+    from gpuhub.core.quantity import human_memory
+    from gpuhub.hub.form import QuotaView, render_form
+    from gpuhub.hub.ledger.capacity import ClusterCapacity
+    from gpuhub.hub.ledger.ledger import Ledger
 
     policy = Policy.from_config(gpu_types=GPU_TYPES, default_limits={"max_gpus": 8})
     types = list(policy.gpu_types.values())
@@ -416,7 +417,7 @@ async def cluster(args: argparse.Namespace) -> dict[str, Any]:
             view = QuotaView(QUOTA, tuple(ledger.holdings(user)))
             page = render_form(policy, [], capacity=snapshot, quota=view)
             form.append(time.perf_counter() - t)
-        # The layout's figures, in the form's words (gpuhub.form._sharing_view).
+        # The layout's figures, in the form's words (gpuhub.hub.form._sharing_view).
         memory_text = (
             f"{human_memory(want['t4'][3])} of {human_memory(want['t4'][4])} free on "
             f"{words.gpus(want['t4'][2])}"
@@ -486,8 +487,8 @@ async def workstation(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from traitlets.config import Config
 
     from gpuhub import LocalGPUSpawner
-    from gpuhub.allocator import Holder, Owner
-    from gpuhub.quantity import human_memory
+    from gpuhub.core.quantity import human_memory
+    from gpuhub.hub.ledger.device_book import Holder, Owner
 
     config = Config()
     config.LocalGPUSpawner.gpu_devices = "simulated:8"
@@ -599,7 +600,7 @@ def main(argv: list[str]) -> int:
         f"{r['pods']:,} Running pods; on node *n*, *n* mod 9 pods hold a share (1, 2, 4 or "
         "8 GiB of a T4; 1 or 2 replicas of an A10), the first a user's server and the second "
         f"a gpuhub job pod, over {USERS:,} users; their resources and `GPUHUB_*` environment "
-        "come from `gpuhub.gpu_pod`, as GPUSpawner's. The quota check is the ledger's per-user "
+        "come from `gpuhub.k8s.pods`, as GPUSpawner's. The quota check is the ledger's per-user "
         f"lock and `Ledger.check` for a 4 GiB share, for a user with {r['holdings']} shares of "
         f"both types ({r['held']} of a GPU in all); the form is snapshot, holdings and "
         "`render_form`. The first sync includes the stand-in making and encoding every page in "

@@ -5,7 +5,7 @@
 Needs only ``nvidia-ml-py`` (``pynvml``), ``psutil`` and ``traitlets`` (PyTorch, if present,
 makes the GPU busy). Checks, through gpuhub's own readers:
 
-1. ``gpuhub.devices.discover()`` finds every GPU NVML lists (LocalGPUSpawner's ``"auto"``);
+1. ``gpuhub.core.devices.discover()`` finds every GPU NVML lists (LocalGPUSpawner's ``"auto"``);
 2. ``NVMLSource("pynvml")`` reads each with no error, in the API's units;
 3. a process that holds GPU memory and computes shows among the device's processes with its
    memory, and the device's utilization rises (what the sidebar and the fleet page show);
@@ -27,7 +27,7 @@ import textwrap
 import time
 from typing import Any
 
-from gpuhub.devices import discover
+from gpuhub.core.devices import discover
 from gpuhub_lab.metrics.nvml import NVMLSource
 from gpuhub_lab.metrics.sampler import GPUSampler
 

@@ -9,7 +9,7 @@ import os
 import warnings
 from typing import Any
 
-from gpuhub.hub_api import configure_hub
+from gpuhub import configure_hub
 
 # The demo's GPU fleet admin: the fleet page (GPUs in the hub's menu) shows her everyone's
 # GPUs, and she may stop their servers and cancel their jobs with a reason. By gpuhub's own

@@ -30,7 +30,7 @@ c.LocalGPUSpawner.run_as_hub_user = True
 def _demo_gpus(value: str) -> tuple[object, str]:
     """``LocalGPUSpawner.gpu_devices`` for GPUHUB_DEMO_GPUS, and how the banner says it."""
     if value in ("", "auto"):
-        from gpuhub.devices import discover
+        from gpuhub.core.devices import discover
 
         found = discover()
         if found.devices:

@@ -24,10 +24,10 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     """Enabled by jupyter_config/jupyter_server_config.d/gpuhub_lab.json."""
     import os
 
-    from gpuhub.simulated import MACHINERY_ENV
+    from gpuhub.core.env import MACHINERY_ENV
 
     # This server is Jupyter's machinery, not a GPU user; the kernels it starts from now on
-    # are (simulated GPUs count by this mark: gpuhub.simulated).
+    # are (simulated GPUs count by this mark: gpuhub.core.simulated).
     os.environ.pop(MACHINERY_ENV, None)
     server_app.log.info("gpuhub_lab %s loaded", __version__)
     from .metrics.handlers import setup_metrics

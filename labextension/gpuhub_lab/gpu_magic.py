@@ -73,7 +73,7 @@ def _from_nvml() -> dict[str, Any]:
 
     module = os.environ.get("GPUHUB_NVML_MODULE") or module_name() or "pynvml"
     if module == module_name():
-        from gpuhub.simulated import TRACKER
+        from gpuhub.core.simulated import TRACKER
 
         TRACKER.count_self = True  # this kernel is a GPU user, unlike a server reading
     source = NVMLSource(module, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))

@@ -7,7 +7,7 @@ Response::
                    "since"}]}
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,
-:mod:`gpuhub.hub_api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``. One
+:mod:`gpuhub.hub.web.api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``. One
 answer is shared for a few seconds, so many polling tabs cost one hub request per period.
 Outside JupyterHub (a plain ``jupyter lab``) the answer says there is no hub to ask.
 """

@@ -26,6 +26,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from gpuhub.core.policy import GPUType, Policy, PolicyConfigError
+from gpuhub.core.quantity import format_cpu, format_memory
 from gpuhub.jobs.backend import JobRouter
 from gpuhub.jobs.http import JobsJSONMixin
 from gpuhub.jobs.local import server_gpu_ids
@@ -40,8 +42,6 @@ from gpuhub.jobs.model import (
     parse_kind,
 )
 from gpuhub.jobs.remote import HubServiceBackend, Offer
-from gpuhub.policy import GPUType, Policy, PolicyConfigError
-from gpuhub.quantity import format_cpu, format_memory
 
 from .jobs_config import GPUHubJobs
 

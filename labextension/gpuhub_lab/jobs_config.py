@@ -21,10 +21,10 @@ from typing import Any
 from traitlets import Dict, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from gpuhub.core.policy import Policy
 from gpuhub.jobs.backend import JobBackend, JobRouter, RemoteBackend
 from gpuhub.jobs.model import KIND_NAMES, KINDS, MAX_NOTEBOOK_BYTES, MAX_WORKERS
 from gpuhub.jobs.policy_env import read_policy_env
-from gpuhub.policy import Policy
 
 JOBS_URL_ENV = "GPUHUB_JOBS_URL"
 DEFAULT_REMOTE = "gpuhub.jobs.remote.HubServiceBackend"
@@ -203,7 +203,7 @@ class GPUHubJobs(LoggingConfigurable):
 
 
 def _gpu_name() -> str:
-    from gpuhub.devices import discover
+    from gpuhub.core.devices import discover
 
     names = {d.name for d in discover().devices}
     return names.pop() if len(names) == 1 else "NVIDIA GPU"

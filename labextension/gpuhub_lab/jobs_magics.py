@@ -18,7 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from gpuhub.words import ordinal
+from gpuhub.core.words import ordinal
 
 from .jobs_client import JobsClient, JobsClientError
 

@@ -3,7 +3,7 @@
 * ``GET  /gpuhub/api/reclaim`` -> ``{"enabled": bool, "server": idle clock or null}``
 * ``POST /gpuhub/api/reclaim/keep`` -> the restarted clock, or 409 with the hub's sentence
 
-The hub keeps the idle clocks (``gpuhub.monitor``); this server calls it with its own
+The hub keeps the idle clocks (``gpuhub.hub.monitor.gpu_monitor``); this server calls it with its own
 ``JUPYTERHUB_API_TOKEN``, so the browser needs no hub credentials. Outside a hub, reclaim is
 simply off.
 """

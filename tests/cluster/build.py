@@ -143,7 +143,7 @@ def update_modules() -> None:
     go = _go()
     staging_version = "v0." + KUBERNETES.split(".", 1)[1]  # v1.36.3 -> v0.36.3
     k8s_tools = [c.package for c in COMPONENTS if c.family == "k8s"]
-    lines = ["module gpuhub.local/cluster/k8s", "", "go 1.26.0", "", "require ("]
+    lines = ["module gpuhub.hub.local_gpu_spawner/cluster/k8s", "", "go 1.26.0", "", "require ("]
     lines += [f"\t{m} {v}" for m, v in K8S_FAMILY_MODULES.items()]
     lines += [")", "", "tool ("] + [f"\t{t}" for t in k8s_tools] + [")", "", "replace ("]
     lines += [f"\t{m} => {m} {staging_version}" for m in _staging_modules(go)]
@@ -152,7 +152,7 @@ def update_modules() -> None:
     modules = {
         "k8s": "\n".join(lines),
         "etcd": (
-            f"module gpuhub.local/cluster/etcd\n\ngo 1.26.0\n\nrequire {etcd.module} "
+            f"module gpuhub.hub.local_gpu_spawner/cluster/etcd\n\ngo 1.26.0\n\nrequire {etcd.module} "
             f"{etcd.version}\n\ntool {etcd.package}\n"
         ),
     }

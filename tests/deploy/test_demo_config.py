@@ -111,7 +111,7 @@ def _load_demo_config(monkeypatch: pytest.MonkeyPatch, gpus: str | None) -> Conf
 def test_demo_without_a_driver_offers_four_simulated_gpus(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuhub import devices
+    from gpuhub.core import devices
 
     monkeypatch.setattr(devices, "discover", lambda: devices.Discovery((), "no driver"))
     config = _load_demo_config(monkeypatch, None)
@@ -128,7 +128,7 @@ def test_demo_without_a_driver_offers_four_simulated_gpus(
 def test_demo_with_a_driver_hands_out_the_real_gpus(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpuhub import devices
+    from gpuhub.core import devices
 
     found = devices.Discovery((devices.Device(0, "NVIDIA RTX A6000", "GPU-1", 48 * 2**30),), None)
     monkeypatch.setattr(devices, "discover", lambda: found)
@@ -202,7 +202,7 @@ def test_the_hubs_log_keeps_real_failures_to_stop() -> None:
     """Only the double stop's KeyError is left out; any other failure to stop is logged."""
     import logging
 
-    from gpuhub.hub_api import QuietHubNoise
+    from gpuhub.hub.web.api import QuietHubNoise
 
     def record(error: Exception) -> logging.LogRecord:
         return logging.LogRecord(

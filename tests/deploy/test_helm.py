@@ -23,7 +23,7 @@ import yaml
 from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 from traitlets.config import Config
 
-from gpuhub.policy import Policy
+from gpuhub.core.policy import Policy
 from gpuhub.service.config import ServiceConfig
 from tests.support.cluster import Kube
 from tests.support.helm import (
@@ -222,7 +222,7 @@ def z2jh_hub_config(hub: dict[str, Any], service_url: str) -> str:
     roles = [{**role, "name": name} for name, role in hub["loadRoles"].items()]
     return "\n".join(
         [
-            "from gpuhub.hub_api import configure_hub",
+            "from gpuhub.hub.web.api import configure_hub",
             "configure_hub(c)",
             f"c.JupyterHub.services.extend({services!r})",
             f"c.JupyterHub.load_roles.extend({roles!r})",
@@ -329,7 +329,7 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
     assert (
         by_kind(objects, "ServiceAccount", "gpuhub-jobs")["automountServiceAccountToken"] is False
     )
-    # The hub cancels GPU jobs from the fleet page (gpuhub.cancel): find, annotate, delete.
+    # The hub cancels GPU jobs from the fleet page (gpuhub.hub.monitor.cancel): find, annotate, delete.
     hub_cancel = by_kind(objects, "Role", f"{NAMESPACE}-gpuhub-gpuhub-hub-cancel")
     find_note_delete = sorted(["list", "patch", "delete"])
     assert {
@@ -342,14 +342,14 @@ def test_rbac_is_exactly_what_gpuhub_needs(chart: Path) -> None:
         ("kubeflow.org", "pytorchjobs"): find_note_delete,
         ("kubeflow.org", "tfjobs"): find_note_delete,
         ("trainer.kubeflow.org", "trainjobs"): find_note_delete,
-        # The ledger follows a TrainJob's pods to it through their JobSet (gpuhub.capacity).
+        # The ledger follows a TrainJob's pods to it through their JobSet (gpuhub.hub.ledger.capacity).
         ("jobset.x-k8s.io", "jobsets"): ["get"],
     }
     hub_binding = by_kind(objects, "RoleBinding", f"{NAMESPACE}-gpuhub-gpuhub-hub-cancel")
     assert hub_binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "hub", "namespace": NAMESPACE}
     ]
-    # The capacity view watches active pods in every namespace (gpuhub.capacity), so the
+    # The capacity view watches active pods in every namespace (gpuhub.hub.ledger.capacity), so the
     # default grants it; an admin may turn it off and lose the form's figures.
     pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
     assert pods in by_kind(objects, "ClusterRole", CAPACITY)["rules"]

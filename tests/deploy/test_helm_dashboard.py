@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
     reason="helm from npm is not installed",
 )
 
-# What /hub/metrics serves (gpuhub.metrics), one series each: the dashboard must find them.
+# What /hub/metrics serves (gpuhub.hub.monitor.metrics), one series each: the dashboard must find them.
 HUB_METRICS = """\
 # TYPE gpuhub_gpus gauge
 gpuhub_gpus{gpu_type="A100",state="free"} 3

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuhub.policy import Policy
+from gpuhub.core.policy import Policy
 from tests.support.cluster import Kube
 from tests.support.helm import (
     EXAMPLES,

@@ -21,11 +21,11 @@ import nbformat
 import pytest
 from kubernetes_asyncio import config
 
+from gpuhub.core.policy import Policy
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.k8s.status import FINISHING, job_phase, training_phase
 from gpuhub.jobs.model import JobError, JobNotFound
-from gpuhub.policy import Policy
 from tests.spawner.test_kube_shares import GPU_TYPES as SHARED_TYPES
 from tests.spawner.test_kube_shares import HAMI_NODE, add_nodes
 from tests.support.cluster import (

@@ -342,8 +342,8 @@ class _HubAuth:
 
 
 async def test_service_rest_answers_queued_with_position(kube, backend, root):
+    from gpuhub.core.holdings import GPUQuota
     from gpuhub.jobs.pipeline import KFPBackend, KFPSettings
-    from gpuhub.ledger import GPUQuota
     from gpuhub.service.app import Jobs, make_app
     from gpuhub.service.config import ServiceConfig
 
@@ -403,16 +403,16 @@ def test_service_config_reads_the_queue():
 
 # -- how it is said ----------------------------------------------------------------------------
 def test_ordinals_have_one_home():
-    from gpuhub.words import ordinal
+    from gpuhub.core.words import ordinal
 
     said = [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)]
     assert said == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th",
         "21st", "22nd", "23rd", "101st", "111th", "112th",
     ]  # fmt: skip
-    import gpuhub.local
+    import gpuhub.hub.local_gpu_spawner
 
-    assert not hasattr(gpuhub.local, "_ordinal")
+    assert not hasattr(gpuhub.hub.local_gpu_spawner, "_ordinal")
 
 
 def test_magics_say_queued_with_the_place_in_line(capsys):

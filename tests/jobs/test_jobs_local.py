@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpuhub.core.policy import Policy
 from gpuhub.jobs import JobError, JobNotFound, JobRequest
 from gpuhub.jobs.local import LocalBackend, server_gpu_ids
-from gpuhub.policy import Policy
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
 
 POLICY = Policy.from_config(

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhub.core.options import FIELDS, OptionsError
+from gpuhub.core.policy import Policy
 from gpuhub.jobs import JobError, JobRecord, JobRequest
 from gpuhub.jobs.backend import JobRouter, RemoteBackend
 from gpuhub.jobs.model import JOB_FIELDS, MAX_NAME, Runtimes, default_name
 from gpuhub.jobs.policy_env import GROUPS_ENV, POLICY_ENV, policy_env, read_policy_env
-from gpuhub.options import FIELDS, OptionsError
-from gpuhub.policy import Policy
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.policies import DESIGN_CONFIG, design_policy
 

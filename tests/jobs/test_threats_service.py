@@ -23,9 +23,9 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhub.core.options import FIELDS
 from gpuhub.jobs.model import JOB_FIELDS
 from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END
-from gpuhub.options import FIELDS
 from tests.support.cluster import Kube
 from tests.support.hostile import Deep, encode, gzip_bomb, json_values, text
 from tests.support.hub.jobs_on_cluster import JobsOnCluster, jobs_on_cluster

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.browser
 HOLDINGS = (
     CONFIG
     + """
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 configure_hub(c)
 c.JupyterHub.allow_named_servers = True
 c.LocalGPUSpawner.gpu_quota = {"default": 1, "groups": {"staff": 3}}

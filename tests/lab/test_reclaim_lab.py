@@ -59,7 +59,7 @@ c.LocalGPUSpawner.gpu_monitor_interval = 0.4
 c.LocalGPUSpawner.gpu_utilization_source = "tests.support.hub.standin_gpus.FileUtilization"
 c.Spawner.environment = {environment!r}
 c.Spawner.default_url = "/lab"
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 configure_hub(c)
 """
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.browser
 CONFIG = (
     LOCAL_HUB_CONFIG
     + """
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 configure_hub(c)
 c.LocalGPUSpawner.gpu_types = {
     "shared": {

@@ -174,7 +174,7 @@ def test_jupyter_machinery_is_not_a_simulated_gpu_user(simulated_env: None) -> N
         while not (children := psutil.Process(runner.pid).children()):
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        from gpuhub.simulated import Tracker
+        from gpuhub.core.simulated import Tracker
 
         usage = Tracker().refresh()
         pids = [pid for pid, _ in usage.processes.get(0, [])]
@@ -191,8 +191,8 @@ def test_the_hub_and_the_lab_read_the_same_figures(simulated_env: None, busy_on_
     second) both measure the last second: the same busy GPU reads busy on both."""
     import asyncio
 
-    from gpuhub.ledger import Holding
-    from gpuhub.utilization import SimulatedUtilization, holding_key
+    from gpuhub.core.holdings import Holding
+    from gpuhub.hub.monitor.utilization import SimulatedUtilization, holding_key
 
     holding = Holding("alice", "server", "", 1, "Simulated GPU", devices=(0,))
     simulated.TRACKER.expire()  # as after a hub tick 30 s ago

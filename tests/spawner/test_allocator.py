@@ -9,8 +9,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpuhub.allocator import GPUAllocator, Holder, NotEnoughGPUs, jobs_owner, server_owner
-from gpuhub.ledger import gpus_held
+from gpuhub.core.holdings import gpus_held
+from gpuhub.hub.ledger.device_book import (
+    GPUAllocator,
+    Holder,
+    NotEnoughGPUs,
+    jobs_owner,
+    server_owner,
+)
 from tests.support.processes import identity, sleeping_process
 
 

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuhub.allocator import GPUAllocator, Holder, NotEnoughGPUs, jobs_owner, server_owner
-from gpuhub.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
-from gpuhub.ledger import gpus_held
+from gpuhub.core.holdings import gpus_held
+from gpuhub.hub.ledger.device_book import (
+    GPUAllocator,
+    Holder,
+    NotEnoughGPUs,
+    jobs_owner,
+    server_owner,
+)
+from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
 from tests.support.processes import identity, sleeping_process
 
 G = 10**9
@@ -99,7 +105,7 @@ def test_a_share_waiting_in_line_counts_as_its_fraction_until_it_is_served() -> 
     GPU, and serves it once enough memory is free on its GPU."""
     import asyncio
 
-    from gpuhub.queue import GPUQueue, Ticket
+    from gpuhub.hub.ledger.line import GPUQueue, Ticket
 
     async def scenario() -> None:
         book = GPUAllocator()

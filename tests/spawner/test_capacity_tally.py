@@ -1,4 +1,4 @@
-"""The capacity cache keeps each GPU type's figures by deltas (gpuhub.type_tally): after any
+"""The capacity cache keeps each GPU type's figures by deltas (gpuhub.hub.ledger.tally): after any
 sequence of node and pod events, they equal the figures made from scratch from the same
 cluster. Random sequences of the watch events a cluster sends (nodes come, change, are
 cordoned and go; pods are bound, finish and go) over whole, time-sliced and HAMi types."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpuhub.capacity import ClusterCapacity
-from gpuhub.policy import GPUType
-from gpuhub.sharing import Sharing
+from gpuhub.core.policy import GPUType
+from gpuhub.core.sharing import Sharing
+from gpuhub.hub.ledger.capacity import ClusterCapacity
 
 GIB = 2**30
 TOLERATE = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)

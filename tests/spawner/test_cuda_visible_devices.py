@@ -1,4 +1,4 @@
-"""The one reading of ``CUDA_VISIBLE_DEVICES`` (gpuhub.devices.visible_devices), with CUDA's
+"""The one reading of ``CUDA_VISIBLE_DEVICES`` (gpuhub.core.devices.visible_devices), with CUDA's
 rules, and the places that read the variable through it."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuhub.devices import visible_devices
+from gpuhub.core.devices import visible_devices
+from gpuhub.core.simulated import visible_indices
+from gpuhub.hub.ledger.launches import device_set
 from gpuhub.jobs.local import server_gpu_ids
-from gpuhub.launches import device_set
-from gpuhub.simulated import visible_indices
 from gpuhub_lab.metrics.assigned import assignment
 from gpuhub_lab.metrics.nvml import Visibility
 

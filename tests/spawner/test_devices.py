@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 from traitlets.config import Config
 
-from gpuhub import LocalGPUSpawner, devices
-from gpuhub.form import render_form
+from gpuhub import LocalGPUSpawner
+from gpuhub.core import devices
+from gpuhub.hub.form import render_form
 from tests.support import fake_nvml
 
 

@@ -33,7 +33,7 @@ c.LocalGPUSpawner.group_limits = {{"students": {{"max_gpus": 2}}}}
 c.LocalGPUSpawner.gpu_idle_reclaim = {{"after": 3600, "utilization_below": 0.05, "warn": 600}}
 c.LocalGPUSpawner.gpu_monitor_interval = 0.4
 c.LocalGPUSpawner.gpu_utilization_source = "tests.support.hub.standin_gpus.FileUtilization"
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
 """

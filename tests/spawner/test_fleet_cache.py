@@ -1,4 +1,4 @@
-"""The fleet page's cache (gpuhub.fleet.FleetCache), in-process: built once per monitor tick in
+"""The fleet page's cache (gpuhub.hub.web.fleet.FleetCache), in-process: built once per monitor tick in
 a thread from an immutable snapshot, never awaited by a request once a build exists, and
 rows of a server stopped since the last build hidden at once."""
 
@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 from jinja2 import Environment, FileSystemLoader
 
-from gpuhub import fleet
-from gpuhub.allocator import GPUAllocator, Holder, server_owner
-from gpuhub.fleet import FleetCache, snapshot
-from gpuhub.form import GPUCapacity
-from gpuhub.ledger import Holding, Ledger
-from gpuhub.monitor import GPUMonitor
-from gpuhub.usage import UsageStore
-from gpuhub.utilization import GPUSample, UtilizationSource, holding_key
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
+from gpuhub.hub.monitor.usage import UsageStore
+from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, holding_key
+from gpuhub.hub.web import fleet
+from gpuhub.hub.web.fleet import FleetCache, snapshot
 
 USERS = ("ann", "bob", "cat")
 

@@ -5,16 +5,16 @@ import re
 
 import pytest
 
-from gpuhub.form import (
+from gpuhub.core.options import OptionsError, parse_launch_options
+from gpuhub.core.policy import Policy
+from gpuhub.hub.form import (
     CUSTOM_IMAGE,
-    GPUCapacity,
     Preset,
     options_from_formdata,
     options_from_querydata,
     render_form,
 )
-from gpuhub.options import OptionsError, parse_launch_options
-from gpuhub.policy import Policy
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from tests.support.policies import DESIGN_CONFIG, design_policy
 
 HOSTILE = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
@@ -194,8 +194,8 @@ def test_a_refused_submit_is_shown_as_typed_with_each_sentence_by_its_field():
 
 
 def test_form_tells_the_quota_and_caps_what_it_offers():
-    from gpuhub.form import QuotaView
-    from gpuhub.ledger import Holding
+    from gpuhub.core.holdings import Holding
+    from gpuhub.hub.form import QuotaView
 
     policy = design_policy()
     held = (Holding("alice", "server", "big", 3), Holding("alice", "job", "train-1", 1))

@@ -1,12 +1,12 @@
-"""The one rule for which extended resources are GPUs (gpuhub.gpu_resources)."""
+"""The one rule for which extended resources are GPUs (gpuhub.core.gpu_resources)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuhub.capacity import node_info, pod_gpus
-from gpuhub.gpu_resources import is_gpu_resource, is_mig_resource
-from gpuhub.policy import GPUType
+from gpuhub.core.gpu_resources import is_gpu_resource, is_mig_resource
+from gpuhub.core.policy import GPUType
+from gpuhub.k8s.inventory import node_info, pod_gpus
 
 
 @pytest.mark.parametrize(

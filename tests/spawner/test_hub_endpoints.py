@@ -23,7 +23,7 @@ c.LocalGPUSpawner.gpu_idle_reclaim = {
     "after": 3600, "utilization_below": 0.05, "warn": 600, "max_postpones": 100
 }
 c.LocalGPUSpawner.gpu_monitor_interval = 0.5
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
 """

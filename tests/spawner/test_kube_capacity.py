@@ -1,4 +1,4 @@
-"""gpuhub.capacity: live GPU figures from a watch of the cluster's nodes and pods, exactly right.
+"""gpuhub.hub.ledger.capacity: live GPU figures from a watch of the cluster's nodes and pods, exactly right.
 
 The A100 and MIG nodes are kwok's (tests/cluster/nodes.yaml); the process node local-0 adds 4
 simulated ``nvidia.com/gpu`` that no A100 selector matches."""
@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes_asyncio import client, config
 
-from gpuhub.capacity import CapacityUnavailable, ClusterCapacity
-from gpuhub.form import GPUCapacity
-from gpuhub.policy import Policy
+from gpuhub.core.policy import Policy
+from gpuhub.hub.ledger.capacity import CapacityUnavailable, ClusterCapacity
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from tests.support.cluster import A100_PRODUCT, GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler and kwok
@@ -283,8 +283,8 @@ async def test_spawner_counts_only_nodes_its_pods_may_use(kube, monkeypatch):
     from traitlets.config import Config
 
     from gpuhub import GPUSpawner
-    from gpuhub.capacity import shared_capacity
-    from gpuhub.spawner_base import apply_gpuhub_options
+    from gpuhub.hub.ledger.capacity import shared_capacity
+    from gpuhub.hub.spawner_mixin import apply_gpuhub_options
 
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kube.kubeconfig))
     default = Configuration.get_default_copy()

@@ -55,7 +55,7 @@ def hub(
     module_kube: Kube, queue: str, kubeconfig: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Hub]:
     extra = f"""
-        from gpuhub.hub_api import configure_hub
+        from gpuhub.hub.web.api import configure_hub
         configure_hub(c)  # gpuhub's pages, the spawn page's "Leave the line" among them
         c.GPUSpawner.kueue_queue_name = {QUEUE!r}
         c.GPUSpawner.gpu_queue_timeout = 600
@@ -244,11 +244,11 @@ async def test_one_read_of_a_queues_line_serves_every_waiting_page(
     kube: Kube, queue: str, kube_faults: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fifty spawn pages polling one queue's line at once cost the apiserver one read of
-    Kueue's visibility API (gpuhub.kueue.LINE_TTL), and a later poll reads it afresh."""
+    Kueue's visibility API (gpuhub.k8s.kueue.LINE_TTL), and a later poll reads it afresh."""
     from kubernetes_asyncio import config as kube_config
 
-    import gpuhub.kueue
-    from gpuhub.kueue import LINE_TTL, KueueAPI
+    import gpuhub.k8s.kueue
+    from gpuhub.k8s.kueue import LINE_TTL, KueueAPI
 
     def reads() -> int:
         return sum("/pendingworkloads" in path for path in kube_faults.paths)
@@ -262,7 +262,7 @@ async def test_one_read_of_a_queues_line_serves_every_waiting_page(
         await kueue.line(kube.namespace, queue)
         assert reads() == 1  # still fresh
         now = time.monotonic()  # the cache's clock moves past its lifetime
-        monkeypatch.setattr(gpuhub.kueue, "_clock", lambda: now + LINE_TTL + 1)
+        monkeypatch.setattr(gpuhub.k8s.kueue, "_clock", lambda: now + LINE_TTL + 1)
         await kueue.line(kube.namespace, queue)
         assert reads() == 2
     finally:

@@ -14,7 +14,7 @@ from tornado import web
 from traitlets.config import Config
 
 from gpuhub import GPUSpawner
-from gpuhub.spawner_base import apply_gpuhub_options
+from gpuhub.hub.spawner_mixin import apply_gpuhub_options
 from tests.support.policies import DESIGN_CONFIG
 
 K8S_VERSION = "1.31"

@@ -1,11 +1,11 @@
-"""gpuhub.progress: Kubernetes events in words (no cluster needed)."""
+"""gpuhub.hub.progress: Kubernetes events in words (no cluster needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuhub.form import GPUCapacity
-from gpuhub.progress import SpawnRequest, describe, parse_fit_error, timeout_message
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.progress import SpawnRequest, describe, parse_fit_error, timeout_message
 
 A100 = SpawnRequest(
     image="PyTorch 2 + CUDA 12",

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from gpuhub.capacity import ClusterCapacity
-from gpuhub.ledger import gpus_held
-from gpuhub.sharing import MIB
+from gpuhub.core.holdings import gpus_held
+from gpuhub.core.sharing import MIB
+from gpuhub.hub.ledger.capacity import ClusterCapacity
 from tests.spawner.test_kube_capacity import eventually
 from tests.spawner.test_kube_manifest import make_spawner, manifest, no_cluster  # noqa: F401
 from tests.support.cluster import GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION

@@ -1,10 +1,10 @@
 """What a spawn page says is in front of a server waiting in Kueue's line, and when Kueue
-holds a pod back (pure functions of gpuhub.kueue; the real line is in
+holds a pod back (pure functions of gpuhub.k8s.kueue; the real line is in
 test_kube_kueue_servers.py)."""
 
 from __future__ import annotations
 
-from gpuhub.kueue import ADMISSION_GATE, Pending, gated, in_front
+from gpuhub.k8s.kueue import ADMISSION_GATE, Pending, gated, in_front
 
 
 def pending(position: int, kind: str) -> Pending:

@@ -48,8 +48,8 @@ def jobs(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "kueue": {"queue_name": QUEUE},
     }
     hub = """
-        import gpuhub.hub_api
-        gpuhub.hub_api.GRANT_SECONDS = 2.0
+        import gpuhub.hub.web.api
+        gpuhub.hub.web.api.GRANT_SECONDS = 2.0
         c.JupyterHub.allow_named_servers = True
         """
     with jobs_on_cluster(

@@ -30,7 +30,7 @@ from tests.support.jupyter.notebooks import write_notebook
 pytestmark = pytest.mark.e2e
 
 LEDGER = """
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
 c.JupyterHub.allow_named_servers = True

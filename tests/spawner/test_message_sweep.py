@@ -16,14 +16,15 @@ from typing import Any
 
 import pytest
 
-from gpuhub import words
-from gpuhub.form import GPUCapacity, options_from_formdata
+from gpuhub.core import words
+from gpuhub.core.options import LaunchOptions, OptionsError, parse_launch_options
+from gpuhub.core.policy import Policy
+from gpuhub.hub.form import options_from_formdata
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
+from gpuhub.hub.progress import SpawnRequest, describe, timeout_message, waiting_for_gpus
 from gpuhub.jobs.local import LocalBackend
 from gpuhub.jobs.model import MAX_NAME, JobError, JobNotFound, JobRequest
-from gpuhub.local import LocalGPUSpawner
-from gpuhub.options import LaunchOptions, OptionsError, parse_launch_options
-from gpuhub.policy import Policy
-from gpuhub.progress import SpawnRequest, describe, timeout_message, waiting_for_gpus
 from tests.support.messages import problems
 
 NAMES = ["NVIDIA GPU", "Simulated GPU", "NVIDIA A100 80GB", "A100 MIG 1g.10gb slice"]

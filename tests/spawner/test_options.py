@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuhub.form import options_from_formdata
-from gpuhub.options import FIELDS, MAX_JSON_DEPTH, OptionsError, parse_launch_options
-from gpuhub.policy import Policy
+from gpuhub.core.options import FIELDS, MAX_JSON_DEPTH, OptionsError, parse_launch_options
+from gpuhub.core.policy import Policy
+from gpuhub.hub.form import options_from_formdata
 from tests.support.policies import DESIGN_CONFIG, design_policy
 
 POLICY = design_policy()

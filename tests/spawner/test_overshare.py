@@ -15,9 +15,14 @@ from fractions import Fraction
 import psutil
 import pytest
 
-from gpuhub.ledger import Holding
-from gpuhub.overshare import ShareWatch
-from gpuhub.utilization import GPUSample, NVMLUtilization, SimulatedUtilization, holding_key
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.monitor.overshare import ShareWatch
+from gpuhub.hub.monitor.utilization import (
+    GPUSample,
+    NVMLUtilization,
+    SimulatedUtilization,
+    holding_key,
+)
 from tests.support import fake_nvml
 
 GB = 10**9

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from gpuhub.simulated import MACHINERY_ENV
+from gpuhub.core.env import MACHINERY_ENV
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env, token_for
 from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 CONFIG = (
     LOCAL_HUB_CONFIG
     + """
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 configure_hub(c)
 c.LocalGPUSpawner.gpu_devices = "simulated:2"
 c.LocalGPUSpawner.gpu_types = {

@@ -1,6 +1,6 @@
 import pytest
 
-from gpuhub.policy import Policy, PolicyConfigError
+from gpuhub.core.policy import Policy, PolicyConfigError
 from tests.support.policies import DESIGN_CONFIG, design_policy
 
 
@@ -82,7 +82,7 @@ MIXED = {
 
 
 def test_group_limits_are_not_mixed_across_groups():
-    from gpuhub.options import OptionsError, parse_launch_options
+    from gpuhub.core.options import OptionsError, parse_launch_options
 
     policy = Policy.from_config(**MIXED)
     groups = ["many-small", "one-big"]
@@ -106,7 +106,7 @@ def test_group_limits_are_not_mixed_across_groups():
 
 
 def test_custom_images_obey_image_limits():
-    from gpuhub.options import OptionsError, parse_launch_options
+    from gpuhub.core.options import OptionsError, parse_launch_options
 
     policy = Policy.from_config(**MIXED)
     pytorch_ref = policy.images["pytorch"].image
@@ -162,7 +162,7 @@ def test_group_rule_property():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from gpuhub.options import OptionsError, parse_launch_options
+    from gpuhub.core.options import OptionsError, parse_launch_options
 
     policy = Policy.from_config(**{**DESIGN_CONFIG, "group_limits": MIXED_GROUPS})
 

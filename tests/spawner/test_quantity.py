@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuhub.quantity import (
+from gpuhub.core.quantity import (
     QuantityError,
     format_cpu,
     format_memory,

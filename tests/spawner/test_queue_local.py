@@ -173,7 +173,7 @@ def test_a_hub_restart_ends_a_wait_with_a_sentence_and_hands_out_no_gpu_twice(
     workdir = tmp_path_factory.mktemp("queue-restart")
     config = QUEUE + (
         "c.LocalGPUSpawner.gpu_monitor_interval = 0.5\n"
-        "from gpuhub.hub_api import configure_hub\nconfigure_hub(c)\n"
+        "from gpuhub.hub.web.api import configure_hub\nconfigure_hub(c)\n"
     )
     hub = start_hub(workdir, config)
     try:

@@ -40,7 +40,7 @@ def refuse_some(spawner):
 
 
 c.Spawner.pre_spawn_hook = refuse_some
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
 """

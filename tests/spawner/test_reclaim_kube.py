@@ -69,7 +69,7 @@ def cluster(module_kube: Kube) -> Kube:
 @pytest.fixture(scope="module")
 def hub(cluster: Kube, prometheus: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     extra = f"""
-        from gpuhub.hub_api import configure_hub
+        from gpuhub.hub.web.api import configure_hub
         configure_hub(c)
         c.Authenticator.allowed_users = {{"bob", "carol", "root"}}
         c.Authenticator.admin_users = {{"root"}}

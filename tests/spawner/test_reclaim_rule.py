@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from gpuhub.policy import PolicyConfigError
-from gpuhub.reclaim import Action, IdleClocks, ReclaimRule
-from gpuhub.usage import Notice, UsageStore
+from gpuhub.core.policy import PolicyConfigError
+from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
+from gpuhub.hub.monitor.usage import Notice, UsageStore
 
 RULE = {"after": 100, "utilization_below": 0.05, "warn": 20, "max_postpones": 1}
 KEY = ("ann", "", "1.000")

@@ -10,15 +10,16 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from gpuhub.allocator import GPUAllocator, Holder, server_owner
-from gpuhub.fleet import FleetCache
-from gpuhub.form import GPUCapacity
-from gpuhub.ledger import Holding, Ledger
-from gpuhub.metrics import GPUCollector
-from gpuhub.monitor import GPUMonitor
-from gpuhub.sharing import Sharing
-from gpuhub.usage import UsageStore
-from gpuhub.utilization import GPUSample, UtilizationSource, holding_key
+from gpuhub.core.holdings import Holding
+from gpuhub.core.sharing import Sharing
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
+from gpuhub.hub.monitor.metrics import GPUCollector
+from gpuhub.hub.monitor.usage import UsageStore
+from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, holding_key
+from gpuhub.hub.web.fleet import FleetCache
 
 from .test_fleet_cache import env
 

@@ -8,11 +8,13 @@ from fractions import Fraction
 
 import pytest
 
-from gpuhub.form import GPUCapacity, QuotaView, options_from_formdata, render_form
-from gpuhub.gpu_pod import container_resources, gpu_env
-from gpuhub.ledger import GPUQuota, Holding, Ledger, QuotaExceeded, gpus_held, quota_sentence
-from gpuhub.options import OptionsError, parse_launch_options
-from gpuhub.policy import Policy, PolicyConfigError
+from gpuhub.core.holdings import GPUQuota, Holding, QuotaExceeded, gpus_held, quota_sentence
+from gpuhub.core.options import OptionsError, parse_launch_options
+from gpuhub.core.policy import Policy, PolicyConfigError
+from gpuhub.hub.form import QuotaView, options_from_formdata, render_form
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.k8s.pods import container_resources, gpu_env
 from tests.support.messages import problems
 
 G = 10**9

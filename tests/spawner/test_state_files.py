@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuhub import statefile
-from gpuhub.allocator import GPUAllocator, Holder, jobs_owner, server_owner
-from gpuhub.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
-from gpuhub.usage import UsageStore
+from gpuhub.hub.ledger import statefile
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, jobs_owner, server_owner
+from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
+from gpuhub.hub.monitor.usage import UsageStore
 from tests.support.processes import identity, sleeping_process
 
 
@@ -67,7 +67,7 @@ def test_a_damaged_ledger_is_kept_aside_and_never_stops_the_book(
 ) -> None:
     path = tmp_path / "gpuhub-ledger.json"
     path.write_bytes(damage)
-    with caplog.at_level(logging.ERROR, logger="gpuhub.allocator"):
+    with caplog.at_level(logging.ERROR, logger="gpuhub.hub.ledger.device_book"):
         book = GPUAllocator(path, key=b"k" * 32)
     [aside] = tmp_path.glob("gpuhub-ledger.json.damaged-*")
     assert aside.read_bytes() == damage
@@ -151,7 +151,7 @@ def test_a_damaged_usage_file_keeps_what_can_be_read(
         "reclaims": {"A100": 2, "T4": -1},
     }
     path.write_text(json.dumps(data))
-    with caplog.at_level(logging.ERROR, logger="gpuhub.usage"):
+    with caplog.at_level(logging.ERROR, logger="gpuhub.hub.monitor.usage"):
         store = UsageStore(path)
     assert store.totals == {("ann", "A100"): 7200.0}
     assert store.reclaims == {"A100": 2}

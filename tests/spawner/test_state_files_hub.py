@@ -30,7 +30,7 @@ c.Authenticator.admin_users = {"root"}
 c.LocalGPUSpawner.ledger_file = "state/gpuhub-ledger.json"
 c.LocalGPUSpawner.gpu_usage_file = "state/gpuhub-usage.json"
 c.LocalGPUSpawner.gpu_monitor_interval = 0.5
-from gpuhub.hub_api import configure_hub
+from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
 """

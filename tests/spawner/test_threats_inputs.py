@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhub.core.options import FIELDS
 from gpuhub.jobs.model import JOB_FIELDS
 from gpuhub.jobs.policy_env import policy_env
-from gpuhub.options import FIELDS
 from tests.support.hostile import NASTY, Deep, encode, json_values, text
 from tests.support.hub.process import JUPYTERHUB_MAJOR, Hub, start_hub
 from tests.support.jupyter.notebooks import write_notebook

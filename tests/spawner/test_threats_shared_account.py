@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from traitlets.config import Config
 
-from gpuhub.local import LocalGPUSpawner, is_loopback, public_host
+from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner, is_loopback, public_host
 from tests.support.hub.process import Hub, spawn_json, start_hub
 
 EXPOSED = """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from gpuhub.kube import GPUSpawner
-from gpuhub.local import LocalGPUSpawner
-from gpuhub.spawner_base import GPUSpawnerMixin
+from gpuhub.hub.gpu_spawner import GPUSpawner
+from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
+from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
 from tests.support.paths import REPO
 
 README = REPO / "README.md"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuhub.capacity import pod_holding
-from gpuhub.utilization import PrometheusUtilization
+from gpuhub.hub.monitor.utilization import PrometheusUtilization
+from gpuhub.k8s.inventory import pod_holding
 from tests.support.hub.prometheus import eventually, running_prometheus, serving_exposition
 
 # What dcgm-exporter serves with Kubernetes pod mapping on (GPU Operator defaults).

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from gpuhub.ledger import Holding
-from gpuhub.utilization import SimulatedUtilization, holding_key
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.monitor.utilization import SimulatedUtilization, holding_key
 
 BUSY = "while True: pass"
 IDLE = "import time; time.sleep(60)"

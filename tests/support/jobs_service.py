@@ -21,9 +21,9 @@ from typing import Any
 import kubernetes_validate
 import nbformat
 
+from gpuhub.core.policy import Policy
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.model import JobRequest, Runtimes
-from gpuhub.policy import Policy
 from tests.support import e2e
 from tests.support.cluster import Kube
 from tests.support.policies import cluster_policy, design_policy

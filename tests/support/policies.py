@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhub.policy import Policy
+from gpuhub.core.policy import Policy
 from tests.support.hub.kube import GPU_TYPES
 
 DESIGN_CONFIG: dict[str, Any] = {

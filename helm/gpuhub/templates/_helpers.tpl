@@ -101,7 +101,7 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 {{- define "gpuhub.validate" -}}
 {{- $hub := .Values.jupyterhub.hub }}
 {{- $spawner := ((($hub.config | default dict).JupyterHub | default dict).spawner_class) | default "" }}
-{{- if not (has $spawner (list "gpu" "gpuhub.GPUSpawner" "gpuhub.kube.GPUSpawner")) }}
+{{- if not (has $spawner (list "gpu" "gpuhub.GPUSpawner" "gpuhub.kube.GPUSpawner" "gpuhub.hub.gpu_spawner.GPUSpawner")) }}
 {{- fail (printf "jupyterhub.hub.config.JupyterHub.spawner_class must be \"gpu\" (gpuhub's GPUSpawner), not %q." $spawner) }}
 {{- end }}
 {{- $svc := (($hub.services | default dict).gpuhub) }}

@@ -8,7 +8,7 @@ laptop, simulated GPUs): the spawner's word is the assignment, NVML only adds li
   the pod's GPUs as 0..n-1 and the variable is unset;
 * ``GPUHUB_GPU_TYPE_NAME``: the GPU type's display name (``GPUHUB_GPU_TYPE`` is its key);
 * ``GPUHUB_SIMULATED_GPUS``: set when the GPUs are simulated (see :mod:`.simulated`);
-* ``GPUHUB_GPU_SHARE`` / ``GPUHUB_GPU_MEMORY``: a share of one GPU (:mod:`gpuhub.sharing`),
+* ``GPUHUB_GPU_SHARE`` / ``GPUHUB_GPU_MEMORY``: a share of one GPU (:mod:`gpuhub.core.sharing`),
   what it counts as and, shared by memory, its memory in bytes.
 """
 
@@ -18,10 +18,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gpuhub import words
-from gpuhub.devices import visible_devices
-from gpuhub.quantity import human_memory
-from gpuhub.sharing import share_from_env
+from gpuhub.core import words
+from gpuhub.core.devices import visible_devices
+from gpuhub.core.quantity import human_memory
+from gpuhub.core.sharing import share_from_env
 
 
 def assignment(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from gpuhub.devices import visible_devices
+from gpuhub.core.devices import visible_devices
 
 #: How long to wait before trying ``nvmlInit`` again after it failed (driver not loaded...).
 INIT_RETRY_SECONDS = 60.0
@@ -29,7 +29,7 @@ INIT_RETRY_SECONDS = 60.0
 class Visibility:
     """Which devices ``CUDA_VISIBLE_DEVICES`` lets this process use.
 
-    The value is read as CUDA reads it (:func:`gpuhub.devices.visible_devices`): indices
+    The value is read as CUDA reads it (:func:`gpuhub.core.devices.visible_devices`): indices
     (``0,2``), GPU UUIDs (``GPU-8f...``, unique prefixes allowed, as CUDA does) or MIG UUIDs
     (``MIG-...``). Unset means "all"; empty (or ``-1``, ``NoDevFiles``) means "none".
     """

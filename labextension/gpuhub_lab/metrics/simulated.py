@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 # The processes behind each simulated GPU are counted in gpuhub, which the hub reads too.
-from gpuhub.simulated import ENV, TRACKER, visible_indices
+from gpuhub.core.simulated import ENV, TRACKER, visible_indices
 
 __all__ = ["ENV", "NAME", "count", "module_name", "visible_indices"]
 

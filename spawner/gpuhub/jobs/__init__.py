@@ -6,8 +6,8 @@ machine), :mod:`.policy_env` (how a spawner hands the admin policy to the user's
 Importing this package imports none of the backends' heavy dependencies.
 """
 
-from .backend import JobBackend, JobRouter, RemoteBackend
-from .model import (
+from gpuhub.jobs.backend import JobBackend, JobRouter, RemoteBackend
+from gpuhub.jobs.model import (
     KINDS,
     STATUSES,
     FailedCell,

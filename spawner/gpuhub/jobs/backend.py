@@ -34,7 +34,7 @@ import abc
 from collections.abc import Iterable, Mapping
 from typing import ClassVar, Protocol
 
-from .model import KIND_NAMES, KINDS, JobError, JobNotFound, JobRecord, JobRequest, Kind
+from gpuhub.jobs.model import KIND_NAMES, KINDS, JobError, JobNotFound, JobRecord, JobRequest, Kind
 
 
 class QuotaGate(Protocol):
@@ -43,7 +43,7 @@ class QuotaGate(Protocol):
     :class:`JobError` (403) over quota; ``created`` says which object (kind and uid; a
     pipeline: its run id) the reservation is for, once it exists, so the hub's ledger
     matches its pods by that, never by name; ``release`` forgets a reservation whose
-    objects could not be created. See :mod:`gpuhub.ledger`."""
+    objects could not be created. See :mod:`gpuhub.hub.ledger.ledger`."""
 
     async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None: ...
 

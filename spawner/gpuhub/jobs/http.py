@@ -15,8 +15,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..options import OptionsError, check_json_value
-from .model import JobError
+from gpuhub.core.options import OptionsError, check_json_value
+from gpuhub.jobs.model import JobError
 
 log = logging.getLogger("gpuhub.jobs")
 
@@ -108,7 +108,7 @@ class JobsJSONMixin(_Handler):
     def json_object(self) -> dict[str, Any]:
         """The request body, which must be a JSON object of plain values.
 
-        Every value is checked once here (:func:`gpuhub.options.check_json_value`): no lone
+        Every value is checked once here (:func:`gpuhub.core.options.check_json_value`): no lone
         surrogates, no deep nesting, no huge numbers, so nothing later can fail on them.
         """
         try:

@@ -8,7 +8,7 @@ What kind ``job`` means on a Jupyter server that is not in Kubernetes mode (stan
   (runner, kernel, and whatever the notebook started);
 * sees this server's GPUs only (the first ``gpus`` of the server's ``CUDA_VISIBLE_DEVICES``,
   none for a CPU-only job), never more than the server has; on a server given a share of a
-  GPU (:mod:`gpuhub.sharing`) it runs within that share (at most the server's memory, by
+  GPU (:mod:`gpuhub.core.sharing`) it runs within that share (at most the server's memory, by
   default all of it), with the CUDA MPS daemon's limit for its own;
 * writes ``<notebook dir>/gpuhub-runs/<job id>/``: the executed notebook (same file name as
   the source), ``job.log`` (papermill's log with cell output), ``progress.json`` and
@@ -34,21 +34,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import words
-from ..devices import visible_devices
-from ..options import GPU_MEMORY
-from ..quantity import format_memory, human_memory
-from ..sharing import (
+from gpuhub.core import words
+from gpuhub.core.devices import visible_devices
+from gpuhub.core.hub_client import cancel_notice_for_job
+from gpuhub.core.options import GPU_MEMORY
+from gpuhub.core.quantity import format_memory, human_memory
+from gpuhub.core.sharing import (
     MPS_MEMORY_LIMIT_ENV,
     SHARE_ENV,
     SHARE_MEMORY_ENV,
     process_share_env,
     share_from_env,
 )
-from ..usage import cancel_notice_for_job
-from . import paths, run_notebook
-from .backend import JobBackend, QuotaGate
-from .model import (
+from gpuhub.jobs import paths, run_notebook
+from gpuhub.jobs.backend import JobBackend, QuotaGate
+from gpuhub.jobs.model import (
     FailedCell,
     JobError,
     JobNotFound,
@@ -60,7 +60,7 @@ from .model import (
     utcnow,
     without_noise,
 )
-from .run_notebook import write_json
+from gpuhub.jobs.run_notebook import write_json
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def server_gpu_ids(environ: Mapping[str, str] | None = None) -> list[str]:
     visible = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None:
         return [str(v) for v in visible]
-    from ..devices import discover
+    from gpuhub.core.devices import discover
 
     return [str(d.index) for d in discover().devices]
 

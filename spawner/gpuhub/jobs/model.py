@@ -3,7 +3,7 @@
 One request shape for every entry point (sidebar, magics, REST): :meth:`JobRequest.parse`
 turns the raw JSON body into a validated request or raises :class:`JobError` with one
 sentence naming the field. Resources (image, cpu, memory, gpu_type, gpus) go through
-:func:`gpuhub.options.parse_launch_options`, the same path as the spawn form; this module
+:func:`gpuhub.core.options.parse_launch_options`, the same path as the spawn form; this module
 only adds what is particular to jobs (notebook, kind, name, workers, runtime, parameters).
 """
 
@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..options import (
+from gpuhub.core.options import (
     LaunchOptions,
     OptionsError,
     Problems,
@@ -28,8 +28,8 @@ from ..options import (
     parse_launch_options,
     whole_number,
 )
-from ..policy import Policy
-from ..quantity import format_cpu, format_memory, human_memory
+from gpuhub.core.policy import Policy
+from gpuhub.core.quantity import format_cpu, format_memory, human_memory
 
 Kind = Literal["job", "pytorchjob", "tfjob", "trainjob", "pipeline"]
 KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "trainjob", "pipeline")

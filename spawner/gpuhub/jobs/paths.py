@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import PurePath, PurePosixPath
 from typing import TypeVar
 
-from .model import output_name
+from gpuhub.jobs.model import output_name
 
 RUNS_DIR = "gpuhub-runs"
 #: Where ``%%train`` writes the notebooks it makes of a cell, relative to the notebook's folder.

@@ -29,13 +29,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..gpu_pod import gpu_env, placement
-from ..options import GPU_MEMORY
-from ..quantity import format_cpu, format_memory
-from .backend import JobBackend, QuotaGate
-from .k8s import manifests as m
-from .k8s.rawapi import request_json
-from .model import JobError, JobNotFound, JobRecord, JobRequest, check_job_id, parse_iso, utcnow
+from gpuhub.core.options import GPU_MEMORY
+from gpuhub.core.quantity import format_cpu, format_memory
+from gpuhub.jobs.backend import JobBackend, QuotaGate
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.model import (
+    JobError,
+    JobNotFound,
+    JobRecord,
+    JobRequest,
+    check_job_id,
+    parse_iso,
+    utcnow,
+)
+from gpuhub.k8s.pods import gpu_env, placement
+from gpuhub.k8s.rawapi import request_json
 
 log = logging.getLogger(__name__)
 

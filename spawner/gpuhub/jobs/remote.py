@@ -29,10 +29,10 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
-from .backend import QuotaGate, RemoteBackend
-from .model import JobError, JobNotFound, JobRecord, JobRequest, Runtimes, check_job_id
-from .paths import output_path
-from .run_notebook import write_json
+from gpuhub.jobs.backend import QuotaGate, RemoteBackend
+from gpuhub.jobs.model import JobError, JobNotFound, JobRecord, JobRequest, Runtimes, check_job_id
+from gpuhub.jobs.paths import output_path
+from gpuhub.jobs.run_notebook import write_json
 
 log = logging.getLogger(__name__)
 

@@ -65,7 +65,7 @@ _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Wa
 
 INJECTED = "injected-parameters"  # papermill's tag on the cell it adds
 # "1" in the environment of a process that does no GPU work itself (a Jupyter server, this
-# runner): simulated GPUs do not count it (gpuhub.simulated). Each takes it out of its own
+# runner): simulated GPUs do not count it (gpuhub.core.simulated). Each takes it out of its own
 # environment at start, so what it starts (the job's kernel) counts again.
 MACHINERY_ENV = "GPUHUB_SIMULATED_MACHINERY"
 

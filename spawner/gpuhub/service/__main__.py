@@ -18,7 +18,7 @@ import sys
 from typing import Any
 from urllib.parse import urlparse
 
-from .config import ServiceConfig, ServiceConfigError
+from gpuhub.service.config import ServiceConfig, ServiceConfigError
 
 DEFAULT_URL = "http://0.0.0.0:10101"
 
@@ -35,9 +35,9 @@ async def kube_client() -> Any:
 async def serve(config: ServiceConfig) -> None:
     from jupyterhub.services.auth import HubAuth
 
-    from ..jobs.k8s.backend import KubernetesBackend
-    from ..jobs.pipeline import KFPBackend
-    from .app import Jobs, make_app
+    from gpuhub.jobs.k8s.backend import KubernetesBackend
+    from gpuhub.jobs.pipeline import KFPBackend
+    from gpuhub.service.app import Jobs, make_app
 
     api = await kube_client()
     names = {key: t.display_name for key, t in config.policy.gpu_types.items()}
@@ -53,8 +53,8 @@ async def serve(config: ServiceConfig) -> None:
     server = app.listen(url.port or 10101, address=url.hostname or "0.0.0.0")
     holds = None
     if config.jobs.kueue_queue:
-        from .holds import hold_queued_places
-        from .quota import HubQuota
+        from gpuhub.service.holds import hold_queued_places
+        from gpuhub.service.quota import HubQuota
 
         quota = HubQuota(hub_auth.api_url, hub_auth.api_token, kube.own_quota(None))
         holds = asyncio.create_task(hold_queued_places(kube, quota))

@@ -30,14 +30,14 @@ from jupyterhub.services.auth import HubAuth, HubAuthenticated, UserNotAllowed
 from jupyterhub.utils import url_path_join
 from tornado import web
 
-from ..jobs.backend import JobBackend, JobRouter
-from ..jobs.http import JobsJSONMixin
-from ..jobs.k8s.backend import KubernetesBackend
-from ..jobs.model import KIND_NAMES, JobError, JobRecord, JobRequest, parse_kind
-from ..jobs.pipeline import NOT_CONFIGURED, KFPBackend
-from .config import ServiceConfig
-from .notebook import shipped_notebook
-from .quota import HubQuota
+from gpuhub.jobs.backend import JobBackend, JobRouter
+from gpuhub.jobs.http import JobsJSONMixin
+from gpuhub.jobs.k8s.backend import KubernetesBackend
+from gpuhub.jobs.model import KIND_NAMES, JobError, JobRecord, JobRequest, parse_kind
+from gpuhub.jobs.pipeline import NOT_CONFIGURED, KFPBackend
+from gpuhub.service.config import ServiceConfig
+from gpuhub.service.notebook import shipped_notebook
+from gpuhub.service.quota import HubQuota
 
 log = logging.getLogger("gpuhub.service")
 

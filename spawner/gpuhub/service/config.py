@@ -29,12 +29,12 @@ from typing import Any
 
 import yaml
 
-from ..jobs.k8s.manifests import HomeVolume, KubeJobSettings
-from ..jobs.model import KINDS, Runtimes
-from ..jobs.pipeline import KFPSettings
-from ..jobs.policy_env import POLICY_KEYS
-from ..ledger import GPUQuota
-from ..policy import Policy, PolicyConfigError
+from gpuhub.core.holdings import GPUQuota
+from gpuhub.core.policy import Policy, PolicyConfigError
+from gpuhub.jobs.k8s.manifests import HomeVolume, KubeJobSettings
+from gpuhub.jobs.model import KINDS, Runtimes
+from gpuhub.jobs.pipeline import KFPSettings
+from gpuhub.jobs.policy_env import POLICY_KEYS
 
 # A LocalQueue's name, as it must also be a label value (Kueue's queue-name label).
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")

@@ -11,8 +11,8 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..jobs.model import JobError, NotebookRef, _short
-from ..quantity import format_memory
+from gpuhub.core.quantity import format_memory
+from gpuhub.jobs.model import JobError, NotebookRef, _short
 
 
 def shipped_notebook(

@@ -1,8 +1,8 @@
 """The jobs service's GPU quota: a grant from the hub's ledger before anything is created.
 
-Spawns are checked by the ledger in the hub process (:mod:`gpuhub.ledger`); so that jobs
+Spawns are checked by the ledger in the hub process (:mod:`gpuhub.hub.ledger.ledger`); so that jobs
 are checked by the same ledger, under the same per-user lock, the service asks the hub
-(``POST /hub/api/gpuhub/grants``, :mod:`gpuhub.hub_api`) with its own token. The hub
+(``POST /hub/api/gpuhub/grants``, :mod:`gpuhub.hub.web.api`) with its own token. The hub
 answers with the user's quota from ``GPUSpawner.gpu_quota``.
 
 A hub without those endpoints (``configure_hub`` not called) answers 404: the service then
@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from ..jobs.backend import QuotaGate
-from ..jobs.model import JobError, JobRequest
+from gpuhub.jobs.backend import QuotaGate
+from gpuhub.jobs.model import JobError, JobRequest
 
 log = logging.getLogger("gpuhub.service")
 
@@ -71,7 +71,7 @@ class HubQuota:
         if response.code == 404 and b"gpuhub" not in (response.body or b""):
             if HubQuota.hub_has_ledger is None:
                 log.warning(
-                    "gpuhub: the hub has no GPU ledger endpoints (gpuhub.hub_api.configure_hub "
+                    "gpuhub: the hub has no GPU ledger endpoints (gpuhub.hub.web.api.configure_hub "
                     "not called); the service checks GPU quotas by itself"
                 )
             HubQuota.hub_has_ledger = False
@@ -159,7 +159,7 @@ class HubQuota:
 
 
 def share_fields(request: JobRequest) -> dict[str, Any]:
-    """A shared request's grant fields (``share``, ``gpu_memory``; :mod:`gpuhub.hub_api`):
+    """A shared request's grant fields (``share``, ``gpu_memory``; :mod:`gpuhub.hub.web.api`):
     what all its replicas count as in GPUs, and their GPU memory; none for whole GPUs."""
     if request.resources.share is None:
         return {}

@@ -154,7 +154,7 @@ def _hub_settings(
         """
     if ledger:
         settings += f"""
-        from gpuhub.hub_api import configure_hub
+        from gpuhub.hub.web.api import configure_hub
         configure_hub(c)
         c.GPUSpawner.gpu_quota = {dict(quota) if quota else None!r}
         """

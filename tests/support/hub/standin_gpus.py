@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuhub.ledger import Holding
-from gpuhub.utilization import GPUSample, UtilizationSource, samples_by_device
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, samples_by_device
 
 FILE = "gpu-utilization.json"
 

@@ -33,28 +33,13 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ...capacity import pod_holding
-from ...gpu_resources import is_gpu_resource
-from ...kueue import KueueAPI, positions
-from ...ledger import Holding, gpus_held, quota_sentence
-from ...quantity import format_memory, human_memory
-from ...sharing import share_from_env
-from ..backend import JobBackend, QuotaGate
-from ..model import (
-    KIND_NAMES,
-    JobError,
-    JobNotFound,
-    JobRecord,
-    JobRequest,
-    check_job_id,
-    utcnow,
-    without_noise,
-)
-from . import manifests as m
-from .rawapi import request_body as _body
-from .rawapi import request_json as _json
-from .rawapi import served_resources
-from .status import (
+from gpuhub.core.gpu_resources import is_gpu_resource
+from gpuhub.core.holdings import Holding, gpus_held, quota_sentence
+from gpuhub.core.quantity import format_memory, human_memory
+from gpuhub.core.sharing import share_from_env
+from gpuhub.jobs.backend import JobBackend, QuotaGate
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.status import (
     LOST_OUTPUT,
     Obj,
     Phase,
@@ -68,6 +53,21 @@ from .status import (
     train_job_phase,
     training_phase,
 )
+from gpuhub.jobs.model import (
+    KIND_NAMES,
+    JobError,
+    JobNotFound,
+    JobRecord,
+    JobRequest,
+    check_job_id,
+    utcnow,
+    without_noise,
+)
+from gpuhub.k8s.inventory import pod_holding
+from gpuhub.k8s.kueue import KueueAPI, positions
+from gpuhub.k8s.rawapi import request_body as _body
+from gpuhub.k8s.rawapi import request_json as _json
+from gpuhub.k8s.rawapi import served_resources
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _workload_gpus(obj: Obj) -> int:
 
 def _workload_share(obj: Obj) -> tuple[Fraction | None, int]:
     """What a workload of shared GPUs counts as, in GPUs, and its GPU memory (all its pods;
-    :mod:`gpuhub.sharing`, from the environment gpuhub gave its pods); ``(None, 0)`` for
+    :mod:`gpuhub.core.sharing`, from the environment gpuhub gave its pods); ``(None, 0)`` for
     whole GPUs."""
     total, memory, shared = Fraction(0), 0, False
     for template, count in _templates(obj):
@@ -227,7 +227,7 @@ class KubernetesBackend(JobBackend):
 
     async def kueue_served(self) -> bool:
         """Whether the cluster serves Kueue's Workload API (``kueue.x-k8s.io``, v1beta2 or
-        v1beta1: :class:`gpuhub.kueue.KueueAPI`)."""
+        v1beta1: :class:`gpuhub.k8s.kueue.KueueAPI`)."""
         return await self.kueue.version() is not None
 
     async def queue_problem(self) -> str | None:
@@ -727,7 +727,7 @@ class KubernetesBackend(JobBackend):
 
     async def _queue_positions(self, queue: str) -> dict[str, int]:
         """Job uid -> place in line (1 = next) from Kueue's visibility API (v1beta2, else
-        v1beta1: :meth:`gpuhub.kueue.KueueAPI.line`); empty when it cannot be read."""
+        v1beta1: :meth:`gpuhub.k8s.kueue.KueueAPI.line`); empty when it cannot be read."""
         return positions(await self.kueue.line(self.namespace, queue))
 
     def _gpu_summary(self, obj: Obj) -> str:
@@ -1054,7 +1054,7 @@ class Queued:
 
 class ClusterQuota:
     """A :class:`~gpuhub.jobs.backend.QuotaGate` that counts with LISTs from the service
-    itself: for a hub without gpuhub's ledger endpoints (see :mod:`gpuhub.hub_api`)."""
+    itself: for a hub without gpuhub's ledger endpoints (see :mod:`gpuhub.hub.web.api`)."""
 
     def __init__(self, backend: KubernetesBackend, limit: Fraction | None) -> None:
         self.backend = backend

@@ -4,7 +4,7 @@ the parameters and (without a shared home) the notebook.
 
 Pure functions from a validated :class:`~gpuhub.jobs.model.JobRequest` to plain dicts, so the
 manifests are checked against the official schemas in tests without a cluster. The pod of
-each follows the same GPU rules as a single-user server (:mod:`gpuhub.gpu_pod`).
+each follows the same GPU rules as a single-user server (:mod:`gpuhub.k8s.pods`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 
 from kubespawner.slugs import is_valid_label, safe_slug
 
-from ... import kueue
-from ...gpu_pod import container_resources, gpu_env, placement, shm_volume
-from ...quantity import format_memory
-from ..model import JobError, JobRequest, Kind
-from ..paths import output_path
+from gpuhub.core.quantity import format_memory
+from gpuhub.jobs.model import JobError, JobRequest, Kind
+from gpuhub.jobs.paths import output_path
+from gpuhub.k8s import kueue
+from gpuhub.k8s.pods import container_resources, gpu_env, placement, shm_volume
 
 MANAGED_BY = "gpuhub"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -52,7 +52,7 @@ PATCH_MANAGER = "gpuhub.io/jobs-service"
 
 # Kueue (https://kueue.sigs.k8s.io/docs/concepts/): a job labelled with a LocalQueue's name
 # and created suspended waits there until its ClusterQueue has quota, then Kueue unsuspends it.
-# Its names and versions live in gpuhub.kueue.
+# Its names and versions live in gpuhub.k8s.kueue.
 KUEUE_GROUP = kueue.GROUP
 KUEUE_VISIBILITY_GROUP = kueue.VISIBILITY_GROUP
 LABEL_QUEUE_NAME = kueue.LABEL_QUEUE_NAME

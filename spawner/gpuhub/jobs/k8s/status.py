@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...quantity import human_memory
-from ..model import FailedCell, Status
-from ..run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
-from .manifests import LABEL_QUEUE_NAME
+from gpuhub.core.quantity import human_memory
+from gpuhub.jobs.k8s.manifests import LABEL_QUEUE_NAME
+from gpuhub.jobs.model import FailedCell, Status
+from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 
 Obj = dict[str, Any]
 

@@ -1,0 +1,612 @@
+"""Live GPU capacity of a Kubernetes cluster, from one shared watch of nodes and pods.
+
+One :class:`ClusterCapacity` per hub process and cluster (:func:`shared_capacity`) lists and
+then watches nodes and the pods that hold resources, keeping only what the figures need: per
+node its labels, taints, allocatable GPUs/CPU/memory, and the GPUs its running pods use. Every
+change updates those counters in O(1); a form render reads a snapshot that is recomputed
+only after something changed (O(nodes) then, O(1) otherwise) — never a LIST per page view.
+
+Pods count against a node from the moment they are bound until they finish or are gone,
+exactly as the scheduler counts them (a pod being deleted still holds its GPUs).
+
+Shared GPUs (:mod:`gpuhub.core.sharing`) are counted as far as the nodes' advertised resources
+allow, and the figures say what cannot be known (:meth:`ClusterCapacity.capacity`): a node
+that advertises the type's memory resource (``nvidia.com/gpumem`` in MiB) says how much
+memory is left on it in all, never on which of its GPUs; one that does not (HAMi's own
+scheduler keeps it) says its GPU count (``nvidia.com/gpu.count``, from GPU feature
+discovery), from which the memory is the count times the type's ``sharing.memory``; a
+time-sliced node says its free replicas and, with ``nvidia.com/gpu.replicas``, its GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuhub.core.holdings import Holding, Workload, per_workload
+from gpuhub.core.policy import GPUType
+from gpuhub.core.sharing import GPU_COUNT_LABEL, MIB, REPLICAS_LABEL, Sharing
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.ledger import Ledger, holding_match
+from gpuhub.hub.ledger.tally import Part, Tally
+from gpuhub.k8s.inventory import (
+    JOBSET,
+    JOBSET_NAME_LABEL,
+    JOBSET_UID_LABEL,
+    KIND_LABEL,
+    NodeInfo,
+    PodInfo,
+    node_info,
+    node_serves,
+    parse_body,
+    pod_holding,
+    pod_info,
+)
+
+log = logging.getLogger("gpuhub.hub.ledger.capacity")
+
+# Terminal pods hold nothing; the apiserver filters them out of the watch for us.
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+# Objects per LIST page (client-go's reflector pages by 500). A real apiserver's pod is about
+# 3.5 KB of JSON (managed fields, the kubelet's status): a page of 5,000 is 17 MB, and parsing
+# one left ~130 MB more of the hub's memory in use than pages of 1,000, which sync as fast
+# (docs/benchmarks.md).
+LIST_PAGE = 1000
+
+
+SEEN_SECONDS = 3600.0  # longer than any grant lives (hub_api.GRANT_SECONDS)
+SEEN_KEPT = 10_000
+MAX_TALLIES = 64  # GPU types tallied at once (a hub has a handful)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The biggest request of a GPU type the cluster could ever run (empty cluster)."""
+
+    nodes: int  # nodes that serve the type
+    max_gpus: int  # most GPUs of the type on one such node
+    max_cpu: float  # most allocatable CPU / memory among nodes with max_gpus or more
+    max_memory: int
+
+
+class TrainJobOwners:
+    """JobSet uid -> the uid of the TrainJob that controls it, read once per JobSet.
+
+    Kubeflow Trainer makes a JobSet per TrainJob and JobSet makes the pods; a pod says its
+    JobSet (name and uid, JobSet's labels, which users cannot write: they create no pods), and
+    the JobSet's controlling ownerReference says its TrainJob. One GET per JobSet (the hub's
+    ``jobsets`` get permission), in the background; until it answers the pods count as their
+    own holding and the TrainJob's grant counts too (the safe direction). A JobSet that
+    cannot be read is asked again after a minute.
+    """
+
+    RETRY = 60.0
+
+    def __init__(self, api: Any, on_change: Any) -> None:
+        self.api = api  # a kubernetes_asyncio CoreV1Api (its api_client makes the call)
+        self.on_change = on_change
+        self.owners: dict[str, str] = {}
+        self._asked: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def note(self, pod_meta: Mapping[str, Any]) -> None:
+        """Look up the TrainJob of a TrainJob pod's JobSet, if not known or being asked."""
+        labels = pod_meta.get("labels") or {}
+        uid, name = labels.get(JOBSET_UID_LABEL), labels.get(JOBSET_NAME_LABEL)
+        if labels.get(KIND_LABEL) != "trainjob" or not uid or not name or uid in self.owners:
+            return
+        now = time.monotonic()
+        if now - self._asked.get(uid, -self.RETRY) < self.RETRY:
+            return
+        self._asked[uid] = now
+        namespace = str(pod_meta.get("namespace") or "")
+        task = asyncio.create_task(self._ask(namespace, str(name), str(uid)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self, namespace: str, name: str, uid: str) -> None:
+        from kubernetes_asyncio.client import ApiException
+
+        from gpuhub.k8s.rawapi import request_json
+
+        path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}"
+        try:
+            jobset = await request_json(
+                self.api.api_client.call_api(
+                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            log.warning("gpuhub: cannot read JobSet %s/%s: HTTP %s", namespace, name, exc.status)
+            return
+        except Exception as exc:  # network errors: asked again after RETRY
+            log.warning("gpuhub: cannot read JobSet %s/%s: %s", namespace, name, exc)
+            return
+        meta = jobset.get("metadata") or {}
+        if meta.get("uid") != uid:
+            return  # another JobSet of that name since: its own pods will ask
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("kind") == "TrainJob" and ref.get("uid"):
+                self.owners[uid] = str(ref["uid"])
+                self.on_change()
+                return
+
+    def workload(self, holding: Holding) -> Holding:
+        """``holding`` as its TrainJob's, where its JobSet's owner is known."""
+        workload = holding.workload
+        if workload is None or workload.kind != JOBSET or workload.uid not in self.owners:
+            return holding
+        return replace(holding, workload=Workload("trainjob", self.owners[workload.uid]))
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class CapacityUnavailable(RuntimeError):
+    """The cluster cannot be read now; the message says why, for the form."""
+
+
+class ClusterCapacity:
+    """A watch-backed cache of nodes and GPU-holding pods (start once, read often)."""
+
+    def __init__(self, api: Any, *, request_timeout: float = 30, watch_timeout: int = 300) -> None:
+        self.api = api  # a kubernetes_asyncio CoreV1Api
+        self.request_timeout = request_timeout
+        self.watch_timeout = watch_timeout
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[tuple[str, str], PodInfo] = {}
+        # The ledger's source: GPU-holding pods of users' servers and jobs, per user.
+        self.holders: dict[str, dict[tuple[str, str], Holding]] = {}
+        # Which user holds each pod: a pod event finds its old holding without a walk over
+        # every user's (thousands, on each of the cluster's pod events).
+        self._holder_of: dict[tuple[str, str], str] = {}
+        # Grant match -> (the most GPUs its pods held at once, when last seen): a job that ran
+        # and ended between two looks at the ledger still settles its grant (seen_most).
+        self._seen: dict[tuple[str, ...], tuple[int, float]] = {}
+        self.synced = {"nodes": False, "pods": False}
+        self.error: str | None = None
+        self.generation = 0  # bumped on every change that can move a figure
+        self.node_generation = 0  # bumped on every change of a node that a figure reads
+        self._snapshot: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        # Per GPU type (_type_key): each serving node's part and the sums (gpuhub.hub.ledger.tally),
+        # kept by deltas as pods come and go; rebuilt on a relist.
+        self._tallies: dict[tuple[str, ...], tuple[GPUType, Tally]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+        self._answered = asyncio.Event()  # the first list succeeded or failed
+        self.trainjobs = TrainJobOwners(api, self._bump)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run("nodes"), name="gpuhub-capacity-nodes"),
+                asyncio.create_task(self._run("pods"), name="gpuhub-capacity-pods"),
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.trainjobs.stop()
+
+    @property
+    def available(self) -> bool:
+        return all(self.synced.values()) and self.error is None
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait (up to ``timeout``) for the first answer from the cluster; True if all is known.
+
+        A cluster that refuses connections answers at once: the form then renders without
+        figures immediately instead of waiting out ``timeout``.
+        """
+        self.start()
+        if not self.available and not self._answered.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), timeout)
+        return self.available
+
+    # -- list + watch ------------------------------------------------------------------------
+    def _list_call(self, kind: str) -> Any:
+        if kind == "nodes":
+            return self.api.list_node, {}
+        return self.api.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}
+
+    async def _run(self, kind: str) -> None:
+        from kubernetes_asyncio import watch
+        from kubernetes_asyncio.client import ApiException
+
+        backoff = 0.5
+        while True:
+            try:
+                version = await self._relist(kind)
+                backoff = 0.5
+                method, kwargs = self._list_call(kind)
+                while True:
+                    stream = watch.Watch(return_type="object")
+                    async with stream:
+                        async for event in stream.stream(
+                            method,
+                            resource_version=version,
+                            allow_watch_bookmarks=True,
+                            timeout_seconds=self.watch_timeout,
+                            _request_timeout=self.watch_timeout + 30,
+                            **kwargs,
+                        ):
+                            version = self._apply(kind, event) or version
+                    # The server ended the watch (timeout or a dropped connection): resume.
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("Capacity watch of %s expired; listing again", kind)
+                    continue
+                self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
+            except Exception as exc:  # network errors of every kind
+                self._failed(kind, f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30)
+
+    def _failed(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            log.warning("Live GPU capacity unavailable (%s): %s", kind, detail)
+        self.error = detail
+        self.synced[kind] = False
+        self._answered.set()
+
+    async def _relist(self, kind: str) -> str:
+        """LIST in pages of ``LIST_PAGE`` (as client-go's reflector does), keeping only what
+        the figures and the ledger need from each page: a 150,000-pod cluster never sits in
+        memory as one JSON document."""
+        method, kwargs = self._list_call(kind)
+        nodes: dict[str, NodeInfo] = {}
+        pods: dict[tuple[str, str], PodInfo] = {}
+        holders: dict[str, dict[tuple[str, str], Holding]] = {}
+        version, token = "", None
+        while True:
+            page = {"limit": LIST_PAGE, **({"_continue": token} if token else {})}
+            response = await method(
+                _preload_content=False, _request_timeout=self.request_timeout, **kwargs, **page
+            )
+            # Raw JSON: deserialising into client models would cost seconds per 10,000 pods.
+            body = parse_body(await response.read())
+            meta = body.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            for item in body.get("items") or []:
+                if kind == "nodes":
+                    info = node_info(item)
+                    nodes[info.name] = info
+                    continue
+                item_meta = item.get("metadata") or {}
+                key = (item_meta.get("namespace", ""), item_meta.get("name", ""))
+                pod = pod_info(item)
+                if pod is not None:
+                    pods[key] = pod
+                holding = pod_holding(item)
+                if holding is not None:
+                    holders.setdefault(holding.user, {})[key] = holding
+                    self.trainjobs.note(item_meta)
+            token = meta.get("continue")
+            if not token:
+                break
+        if kind == "nodes":
+            self.nodes = nodes
+        else:
+            self.pods, self.holders = pods, holders
+            self._holder_of = {key: user for user, held in holders.items() for key in held}
+        self._tallies.clear()  # rebuilt from the new lists at the next view
+        self._recount()
+        self.node_generation += 1
+        self.synced[kind] = True
+        if all(self.synced.values()):
+            self.error = None
+            self._ready.set()
+            self._answered.set()
+        self._bump()
+        return version
+
+    def _apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
+        obj = event.get("raw_object") or event.get("object") or {}
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if event.get("type") == "BOOKMARK":
+            return version
+        meta = obj.get("metadata") or {}
+        if kind == "nodes":
+            name = meta.get("name", "")
+            old = self.nodes.pop(name, None)
+            if event.get("type") != "DELETED":
+                info = node_info(obj)
+                info.used = old.used if old else self._used_on(name)
+                if info == old:
+                    # A heartbeat: each kubelet posts its node's status every few minutes,
+                    # so thousands of nodes send several a second. Nothing the figures read
+                    # changed; the node and the snapshot stay (recomputing it is O(nodes)).
+                    self.nodes[name] = old
+                    return version
+                self.nodes[name] = info
+            self.node_generation += 1
+            self._retally(name)
+        else:
+            key = (meta.get("namespace", ""), meta.get("name", ""))
+            deleted = event.get("type") == "DELETED"
+            holding = None if deleted else pod_holding(obj)
+            if holding is not None:
+                self.trainjobs.note(meta)
+            self._hold(key, holding)
+            before = self.pods.pop(key, None)
+            after = None if deleted else pod_info(obj)
+            if before == after:
+                # Nothing the figures read changed: a status update, or a pod without GPUs
+                # (most of a cluster's pods and events). Holdings are read directly.
+                if before is not None:
+                    self.pods[key] = before
+                return version
+            if before is not None:
+                self._count(before, -1)
+            if after is not None:
+                self.pods[key] = after
+                self._count(after, +1)
+        self._bump()
+        return version
+
+    def _hold(self, key: tuple[str, str], holding: Holding | None) -> None:
+        user = self._holder_of.pop(key, None)
+        if user is not None and (holding is None or holding.user != user):
+            held = self.holders.get(user, {})
+            held.pop(key, None)
+            if not held:
+                self.holders.pop(user, None)
+        if holding is not None:
+            self.holders.setdefault(holding.user, {})[key] = holding
+            self._holder_of[key] = holding.user
+            self._remember(holding)
+
+    def _remember(self, holding: Holding) -> None:
+        owned = self.trainjobs.workload  # a TrainJob's node pods are its own, once known
+        match = holding_match(owned(holding))
+        if match is None:
+            return
+        now = time.time()
+        together = sum(
+            h.gpus
+            for h in self.holders.get(holding.user, {}).values()
+            if holding_match(owned(h)) == match
+        )
+        most = self._seen.get(match, (0, now))[0]
+        self._seen[match] = (max(most, together), now)
+        if len(self._seen) > SEEN_KEPT:  # forget what no grant can still be waiting for
+            cutoff = now - SEEN_SECONDS
+            self._seen = {m: v for m, v in self._seen.items() if v[1] >= cutoff}
+
+    def seen_most(self, match: tuple[str, ...]) -> int:
+        """The most GPUs the pods of the workload ``match`` (:func:`gpuhub.hub.ledger.ledger.holding_match`)
+        held at once in the last hour, running or ended since."""
+        return self._seen.get(match, (0, 0.0))[0]
+
+    def holdings(self, user: str | None = None) -> list[Holding]:
+        """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST): one
+        holding per server and one per job (its replicas' pods together)."""
+        self._require()
+        owned = self.trainjobs.workload
+        if user is not None:
+            return per_workload(owned(h) for h in self.holders.get(user, {}).values())
+        return per_workload(owned(h) for pods in self.holders.values() for h in pods.values())
+
+    def _used_on(self, node: str) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for pod in self.pods.values():
+            if pod.node == node:
+                for name, count in (*pod.gpus, *pod.extra):
+                    used[name] = used.get(name, 0) + count
+        return used
+
+    def _recount(self) -> None:
+        for node in self.nodes.values():
+            node.used = {}
+        for pod in self.pods.values():
+            self._count(pod, +1)
+
+    def _count(self, pod: PodInfo, sign: int) -> None:
+        node = self.nodes.get(pod.node)
+        if node is None:
+            return  # a pod on a node we have not seen (yet); the node's arrival recounts it
+        for name, count in (*pod.gpus, *pod.extra):
+            node.used[name] = node.used.get(name, 0) + sign * count
+        self._retally(pod.node)
+
+    def _retally(self, name: str) -> None:
+        """Node ``name``'s part in each tallied type, now (it changed, came, or went)."""
+        node = self.nodes.get(name)
+        for gpu_type, tally in self._tallies.values():
+            tally.set(name, None if node is None else node_part(node, gpu_type))
+
+    def _tally(self, gpu_type: GPUType) -> Tally:
+        """The type's running sums, made from every node the first time it is asked for."""
+        key = _type_key(gpu_type)
+        found = self._tallies.get(key)
+        if found is not None:
+            return found[1]
+        if len(self._tallies) >= MAX_TALLIES:  # types no view asks for any more
+            self._tallies.clear()
+        sharing = gpu_type.sharing
+        tally = Tally(memory=sharing is not None and sharing.memory is not None)
+        for name, node in self.nodes.items():
+            tally.set(name, node_part(node, gpu_type))
+        self._tallies[key] = (gpu_type, tally)
+        return tally
+
+    def _bump(self) -> None:
+        self.generation += 1
+
+    # -- reading -----------------------------------------------------------------------------
+    def _cached(self, key: tuple[Any, ...], compute: Any, generation: int | None = None) -> Any:
+        """``compute()``'s value, kept until ``generation`` (default: :attr:`generation`)
+        moves on."""
+        generation = self.generation if generation is None else generation
+        hit = self._snapshot.get(key)
+        if hit is not None and hit[0] == generation:
+            return hit[1]
+        value = compute()
+        if len(self._snapshot) > 256:
+            self._snapshot.clear()
+        self._snapshot[key] = (generation, value)
+        return value
+
+    def _require(self) -> None:
+        if not self.available:
+            raise CapacityUnavailable(
+                self.error or "the cluster's nodes and pods are still loading"
+            )
+
+    def capacity(self, gpu_types: Iterable[GPUType]) -> dict[str, GPUCapacity]:
+        """Free and total GPUs of each type now, and the most free together on one node."""
+        self._require()
+        types = tuple(gpu_types)
+        key = ("capacity", *map(_type_key, types))
+        return self._cached(key, lambda: {t.key: self._capacity(t) for t in types})
+
+    def _capacity(self, gpu_type: GPUType) -> GPUCapacity:
+        """From the type's running sums (:meth:`_tally`): no walk over the nodes.
+
+        A shared type's figures go as far as its nodes' resources say (module docstring):
+        units free and in all (a time-sliced type's replicas; a HAMi type's vGPU slots),
+        GPUs, and for sharing by memory the memory free and in all and the largest share one
+        node could give now (an upper bound: how it is spread over the node's GPUs is not
+        known)."""
+        tally = self._tally(gpu_type)
+        figures = GPUCapacity(free=tally.free, total=tally.total, largest_free=tally.largest_free)
+        sharing = gpu_type.sharing
+        if sharing is None:
+            return figures
+        devices = tally.devices if not tally.devices_unknown else None
+        if sharing.memory is None:
+            return replace(figures, devices=devices)
+        known = not tally.memory_unknown
+        return replace(
+            figures,
+            devices=devices,
+            memory_free=tally.memory_free if known else None,
+            memory_total=tally.memory_total if known else None,
+            largest_share=tally.largest_share if known else None,
+            spread_unknown=True,
+        )
+
+    def fit(self, gpu_type: GPUType, gpus: int = 1) -> Fit:
+        """What the biggest node serving ``gpu_type`` could hold if it were empty."""
+        self._require()
+        return self._cached(
+            ("fit", _type_key(gpu_type), gpus),
+            lambda: self._fit(gpu_type, gpus),
+            self.node_generation,  # what nodes could hold: pods do not change it
+        )
+
+    def _fit(self, gpu_type: GPUType, gpus: int) -> Fit:
+        """For a shared type, ``gpus`` counts units (replicas, vGPU slots) like whole GPUs."""
+        serving = [n for n in self.nodes.values() if node_serves(n, gpu_type)]
+        big_enough = [n for n in serving if n.gpus[gpu_type.resource_name] >= gpus]
+        return Fit(
+            nodes=len(serving),
+            max_gpus=max((n.gpus[gpu_type.resource_name] for n in serving), default=0),
+            max_cpu=max((n.cpu for n in big_enough), default=0.0),
+            max_memory=max((n.memory for n in big_enough), default=0),
+        )
+
+
+def _node_devices(node: NodeInfo, sharing: Sharing) -> int | None:
+    """How many GPUs a node shares: GPU feature discovery's ``nvidia.com/gpu.count``, else
+    a time-sliced node's units over its replicas (the node's ``nvidia.com/gpu.replicas``,
+    else the type's), else the memory it advertises over one GPU's; None: not known."""
+    label = node.labels.get(GPU_COUNT_LABEL, "")
+    if label.isdigit():
+        return int(label)
+    if sharing.replicas is not None:
+        replicas = node.labels.get(REPLICAS_LABEL, "")
+        per_gpu = int(replicas) if replicas.isdigit() and int(replicas) > 0 else sharing.replicas
+        units = sum(node.gpus.values())
+        return units // per_gpu if units % per_gpu == 0 else None
+    advertised = node.extra.get(sharing.memory_resource)
+    if advertised and sharing.memory:
+        # HAMi advertises what the GPUs really have (a "16G" T4 has 15360 MiB): near enough
+        # to a whole number of the admin's GPUs is that number.
+        count = round(advertised * MIB / sharing.memory)
+        if count and abs(advertised * MIB - count * sharing.memory) <= 0.1 * sharing.memory:
+            return count
+    return None
+
+
+def node_part(node: NodeInfo, gpu_type: GPUType) -> Part | None:
+    """``node``'s part in ``gpu_type``'s figures; None where it does not serve the type (not
+    Ready, cordoned, or its resource, labels and taints say no)."""
+    if not (node.usable and node_serves(node, gpu_type)):
+        return None
+    resource = gpu_type.resource_name
+    have = node.gpus[resource]
+    left = max(have - node.used.get(resource, 0), 0)
+    sharing = gpu_type.sharing
+    if sharing is None:
+        return Part(have, left)
+    devices = _node_devices(node, sharing)
+    if sharing.memory is None:
+        return Part(have, left, devices)
+    advertised = node.extra.get(sharing.memory_resource)
+    if advertised:
+        whole = advertised * MIB
+    elif devices is not None:
+        whole = devices * sharing.memory
+    else:
+        return Part(have, left, devices)  # its memory is not known
+    memory_left = max(whole - node.used.get(sharing.memory_resource, 0) * MIB, 0)
+    room = min(memory_left, sharing.memory) if left else 0
+    return Part(have, left, devices, whole, memory_left, room)
+
+
+def _type_key(gpu_type: GPUType) -> tuple[str, ...]:
+    """A hashable identity for what decides a type's figures."""
+    return (
+        gpu_type.key,
+        gpu_type.resource_name,
+        repr(gpu_type.sharing),
+        json.dumps(dict(gpu_type.node_selector), sort_keys=True),
+        json.dumps([dict(t) for t in gpu_type.tolerations], sort_keys=True),
+    )
+
+
+# One cache (and ledger) per event loop and API server: shared by every spawner of the hub
+# process. Keyed by the loop itself, held weakly: a loop's id() can be reused by a later loop,
+# which would then get a dead cache whose watch tasks ran on the old one.
+_SHARED: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, tuple[ClusterCapacity, Ledger]]
+] = weakref.WeakKeyDictionary()
+
+
+def _shared(api: Any) -> tuple[ClusterCapacity, Ledger]:
+    configuration = getattr(getattr(api, "api_client", None), "configuration", None)
+    host = str(getattr(configuration, "host", ""))
+    per_loop = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    if host not in per_loop:
+        cache = ClusterCapacity(api)
+        per_loop[host] = (cache, Ledger(cache))
+    cache, ledger = per_loop[host]
+    cache.start()
+    return cache, ledger
+
+
+def shared_ledger(api: Any) -> Ledger:
+    """The hub's GPU ledger on the cluster ``api`` talks to: holdings from the shared pod
+    watch, plus grants for workloads whose pods are not there yet."""
+    return _shared(api)[1]
+
+
+def shared_capacity(api: Any) -> ClusterCapacity:
+    """The process-wide capacity cache for the cluster ``api`` talks to (started lazily)."""
+    return _shared(api)[0]

@@ -1,0 +1,737 @@
+"""LocalGPUSpawner: JupyterHub servers as local processes on one shared multi-GPU workstation.
+
+Each server gets whole GPUs through ``CUDA_VISIBLE_DEVICES`` from the process-wide
+device book :data:`gpuhub.hub.ledger.device_book.ALLOCATOR`; a CPU-only server gets
+``CUDA_VISIBLE_DEVICES=""`` and so sees no GPU at all. ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+makes CUDA number devices as NVML does, so index N is the same GPU to CUDA, NVML and the
+sidebar (CUDA's own default numbers the fastest GPU first).
+
+Isolation is cooperative: a user who edits their environment can make CUDA see other GPUs.
+What gpuhub guarantees is the book: no GPU is handed to two servers, and GPUs that processes
+of a stopped server still use stay held until those processes end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import secrets
+import time
+from fractions import Fraction
+from typing import Any
+from urllib.parse import urlparse
+
+from jupyterhub.spawner import LocalProcessSpawner
+from traitlets import Bool, Int, List, Unicode, Union, default
+
+from gpuhub.core import devices as gpu_devices_mod
+from gpuhub.core import words
+from gpuhub.core.env import MACHINERY_ENV
+from gpuhub.core.holdings import QuotaExceeded
+from gpuhub.core.options import LaunchOptions
+from gpuhub.core.quantity import human_memory
+from gpuhub.core.sharing import process_share_env
+from gpuhub.hub.ledger.device_book import (
+    ALLOCATOR,
+    GPUAllocator,
+    HeldProcess,
+    Holder,
+    Owner,
+    jobs_owner,
+    server_owner,
+)
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.launches import (
+    LAUNCH_ENV,
+    SERVER_ID_ENV,
+    Launch,
+    Process,
+    command_line,
+    device_set,
+)
+from gpuhub.hub.ledger.launches import launch_key as derive_launch_key
+from gpuhub.hub.ledger.launches import sign as sign_launch
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.ledger.line import GPUQueue, Ticket
+from gpuhub.hub.monitor.gpu_monitor import holdings_changed
+from gpuhub.hub.monitor.usage import HUB_SHUTDOWN
+from gpuhub.hub.monitor.utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
+from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
+
+# The ledger of this hub's workstation: what the device book says users hold, plus the
+# spawns waiting in line for GPUs.
+QUEUE = GPUQueue(ALLOCATOR)
+LEDGER = Ledger(QUEUE)
+
+SHARED_ACCOUNT_WARNING = (
+    "All users' servers run as one OS account, so every user can read every other user's "
+    "files and API tokens (and the hub's database and cookie secret)."
+)
+
+SIMULATED_PREFIX = "simulated:"
+SIMULATED_NAME = "Simulated GPU"
+
+
+class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
+    """Local processes with GPUs handed out by index (see docs/architecture.md for the traits)."""
+
+    gpu_platform = "workstation"
+
+    gpu_devices = Union(
+        [Unicode(), List(Int())],
+        default_value="auto",
+        config=True,
+        help="""GPU indices this hub may hand out, "auto" to ask NVML (no driver: none), or
+        "simulated:N" for N simulated GPUs (demos and tests: the lab shows its CPU activity and
+        memory as the GPUs' figures, labelled "simulated" everywhere).""",
+    )
+    run_as_hub_user = Bool(
+        False,
+        config=True,
+        help="""Run every server as the hub's own OS user, each in its own directory under
+        ``home_dir_template`` (demo and tests). False: servers run as the system user named like
+        the hub user, as LocalProcessSpawner does. """
+        + SHARED_ACCOUNT_WARNING
+        + """ On an address other than loopback the hub refuses to start servers unless
+        ``run_as_hub_user_acknowledge_shared_account`` is also set.""",
+    )
+    run_as_hub_user_acknowledge_shared_account = Bool(
+        False,
+        config=True,
+        help="""True: the admin knows that with ``run_as_hub_user`` every user can read every
+        other user's files and tokens, and still wants the hub reachable beyond loopback.""",
+    )
+    home_dir_template = Unicode(
+        config=True,
+        help="""Home directory of a user's server when ``run_as_hub_user``; ``{username}`` is expanded.""",
+    )
+
+    ledger_file = Unicode(
+        "gpuhub-ledger.json",
+        config=True,
+        help="""Where the hub keeps GPUs held by processes that outlived their server (local
+        jobs), so a hub restart keeps them held; relative to the hub's working directory, like
+        its database.""",
+    )
+
+    @default("gpu_utilization_source")
+    def _utilization_default(self) -> type[UtilizationSource]:
+        # Simulated GPUs are as busy as their processes: reclaim and the fleet page see them.
+        return SimulatedUtilization if self.simulated_gpus else NVMLUtilization
+
+    @default("home_dir_template")
+    def _home_dir_template_default(self) -> str:
+        return os.path.join(os.getcwd(), "gpuhub-users", "{username}")
+
+    _told_no_gpus = False
+
+    # -- devices and policy ---------------------------------------------------------------
+    @property
+    def simulated_gpus(self) -> int:
+        """N of ``gpu_devices = "simulated:N"``, else 0."""
+        value = self.gpu_devices
+        if isinstance(value, str) and value.startswith(SIMULATED_PREFIX):
+            count = value.removeprefix(SIMULATED_PREFIX)
+            if count.isdigit():
+                return int(count)
+        return 0
+
+    def device_indices(self) -> list[int]:
+        if isinstance(self.gpu_devices, list):
+            return list(self.gpu_devices)
+        if self.simulated_gpus:
+            return list(range(self.simulated_gpus))
+        if self.gpu_devices != "auto":
+            raise ValueError(
+                'gpu_devices must be "auto", "simulated:N" or a list of indices, '
+                f"not {self.gpu_devices!r}"
+            )
+        found = gpu_devices_mod.discover()
+        if found.reason and not LocalGPUSpawner._told_no_gpus:
+            LocalGPUSpawner._told_no_gpus = True  # once per hub process, not per form view
+            self.log.warning("LocalGPUSpawner: no GPUs to hand out: %s", found.reason)
+        return [d.index for d in found.devices]
+
+    def policy_config(self) -> dict[str, Any]:
+        """With no ``gpu_types`` configured, offer the machine's GPUs as one type."""
+        config = super().policy_config()
+        indices = self.device_indices()
+        if not config["gpu_types"] and indices:
+            if self.simulated_gpus:
+                names = {SIMULATED_NAME}
+            else:
+                names = {d.name for d in gpu_devices_mod.discover().devices if d.index in indices}
+            config["gpu_types"] = {
+                "gpu": {
+                    "display_name": names.pop() if len(names) == 1 else "NVIDIA GPU",
+                    "max_gpus": len(indices),
+                    "devices": indices,
+                }
+            }
+        return config
+
+    def _devices_of(self, gpu_type_key: str) -> list[int]:
+        gpu_type = self.gpu_policy.gpu_types[gpu_type_key]
+        indices = self.device_indices()
+        if gpu_type.devices is None:
+            return indices
+        return [d for d in gpu_type.devices if d in indices]
+
+    @property
+    def _book(self) -> GPUAllocator:
+        """The hub's device book, with the job holds a previous hub process left (and those
+        of live processes its file does not list: :mod:`gpuhub.hub.ledger.launches`)."""
+        ALLOCATOR.open(self.ledger_file, self._launch_key())
+        return ALLOCATOR
+
+    def _launch_key(self) -> bytes | None:
+        """The key of the grants in servers' environments, from the hub's cookie secret."""
+        secret = self.user.settings.get("cookie_secret") if self.user is not None else None
+        return derive_launch_key(secret) if secret else None
+
+    @property
+    def _owner(self) -> Owner:
+        return server_owner(self.user.name, self.name)
+
+    @property
+    def allocated_gpus(self) -> list[int]:
+        return self._book.held_by(self._owner)
+
+    async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
+        capacity = {}
+        for key, gpu_type in self.gpu_policy.gpu_types.items():
+            candidates = self._devices_of(key)
+            sharing = gpu_type.sharing
+            if sharing is not None and sharing.memory is not None:
+                capacity[key] = self._shared_capacity(key, candidates, sharing.memory, sharing.min)
+                continue
+            free = len(self._book.free(candidates))
+            capacity[key] = GPUCapacity(
+                free=free, total=len(candidates), largest_free=None, waiting=QUEUE.waiting(key)
+            )
+        return capacity, ""
+
+    def _shared_capacity(
+        self, key: str, candidates: list[int], device_memory: int, smallest: int
+    ) -> GPUCapacity:
+        """Memory left on each GPU of a type shared by memory: a device "is free" while the
+        smallest share still fits on it."""
+        room = self._book.room(candidates, device_memory)
+        per_device = tuple((d, room[d], device_memory) for d in candidates)
+        return GPUCapacity(
+            free=sum(1 for d in candidates if room[d] >= smallest),
+            total=len(candidates),
+            waiting=QUEUE.waiting(key),
+            devices=len(candidates),
+            memory_free=sum(room.values()),
+            memory_total=device_memory * len(candidates),
+            largest_share=max(room.values(), default=0),
+            per_device=per_device,
+        )
+
+    async def gpu_ledger(self) -> Ledger:
+        """The ledger of this workstation (the hub's grants endpoint asks for it)."""
+        self._book  # noqa: B018 - opens the book's file of job holds
+        return LEDGER
+
+    # -- options --------------------------------------------------------------------------
+    async def check_launch_options(self, options: LaunchOptions) -> None:
+        # No await from here on: quota check and allocation are one step on the event loop,
+        # so concurrent spawns of one user (named servers) cannot both squeeze under the quota.
+        owner = self._owner
+        self._book.release(owner)
+        if options.gpu_type is None:
+            return
+        gpu_type = options.gpu_type
+        candidates = self._devices_of(gpu_type.key)
+        if options.gpus > len(candidates):
+            raise refusal(
+                f"This machine has {words.gpus(len(candidates), gpu_type.display_name)}, so a "
+                f"server with {options.gpus} could never start; ask for fewer."
+            )
+        try:
+            LEDGER.check(
+                self.user.name,
+                self.gpu_quota_limit(),
+                options.gpu_amount,
+                replacing=("server", self.name),
+            )
+        except QuotaExceeded as exc:
+            raise refusal(exc.message, status=exc.status) from None
+        sharing = gpu_type.sharing
+        holder = Holder(
+            self.user.name,
+            "server",
+            self.name,
+            gpu_type.display_name,
+            launch=self._server_id,
+            gpu_memory=options.gpu_memory or 0,
+            device_memory=sharing.memory if sharing is not None and sharing.memory else 0,
+        )
+        # The line comes before the book: served at once only if nobody of this type waits.
+        if QUEUE.take_now(owner, options.gpus, gpu_type.key, candidates, holder) is not None:
+            return
+        if self.gpu_queue_timeout <= 0:
+            waiting = QUEUE.waiting(gpu_type.key)
+            ahead = (
+                f" and {words.plural(waiting, 'person', 'people')} waiting for them"
+                if waiting
+                else ""
+            )
+            if holder.shared:
+                room = self._book.room(candidates, holder.device_memory)
+                raise refusal(
+                    f"Not enough free GPU memory: you asked for "
+                    f"{human_memory(holder.gpu_memory)} of one {gpu_type.display_name}, but "
+                    f"the most free on one GPU is {human_memory(max(room.values(), default=0))}"
+                    f" now{ahead}; ask for less or try again when someone stops a server.",
+                    status=409,
+                )
+            free = len(self._book.free(candidates))
+            raise refusal(
+                f"Not enough free GPUs: you asked for "
+                f"{words.gpus(options.gpus, gpu_type.display_name)} but {free} of "
+                f"{len(candidates)} are free now{ahead}; ask for fewer or try again when "
+                "someone stops a server.",
+                status=409,
+            )
+        # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
+        self._gpuhub_ticket = Ticket(
+            owner, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
+        )
+        QUEUE.join(self._gpuhub_ticket)
+        # Where it joined: the spawn page's progress moves from there to the head.
+        self._gpuhub_joined_at = QUEUE.position(self._gpuhub_ticket)
+        start: int = int(self.start_timeout)  # type: ignore[has-type]
+        base: int = self.__dict__.setdefault("_gpuhub_start_timeout", start)
+        self.start_timeout = int(base + self.gpu_queue_timeout)
+
+    def apply_launch_options(self, options: LaunchOptions) -> None:
+        # The server itself enforces nothing locally, but Jupyter reads these (CPU_LIMIT,
+        # MEM_LIMIT) and jupyter-resource-usage shows them against what the kernel uses.
+        self.cpu_limit = self.cpu_guarantee = options.cpu
+        self.mem_limit = self.mem_guarantee = options.memory
+
+    def get_env(self) -> dict[str, str]:
+        env = super().get_env()
+        gpus = self.allocated_gpus
+        # An empty value hides every GPU from CUDA; a CPU-only server must not see one.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpus)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering = NVML's = the allocator's
+        holder = self._book.holder(self._owner)
+        if holder is not None and holder.shared and gpus:
+            # A share of a GPU: what it counts as, its memory, and the MPS daemon's limit.
+            share = Fraction(holder.gpu_memory, holder.device_memory)
+            env.update(process_share_env(holder.gpu_memory, share))
+        # Marks every process this server starts (kernels, jobs, terminals), so the hub can
+        # tell which of them outlive it on its GPUs.
+        env[SERVER_ID_ENV] = self._server_id
+        env["GPUHUB_GPUS"] = str(len(gpus))
+        options = self.launch_options
+        gpu_type = options.gpu_type if options and gpus else None
+        key = self._launch_key()
+        if gpus and key is not None:
+            # What the hub gave this launch, signed: the book is rebuilt from it if its file
+            # is ever lost (gpuhub.hub.ledger.launches).
+            grant = Launch(
+                self.user.name,
+                self.name,
+                self._server_id,
+                tuple(gpus),
+                gpu_type.display_name if gpu_type else "",
+                holder.gpu_memory if holder is not None and holder.shared else 0,
+                holder.device_memory if holder is not None and holder.shared else 0,
+            )
+            env[LAUNCH_ENV] = sign_launch(key, grant)
+        env["GPUHUB_GPU_TYPE"] = gpu_type.key if gpu_type else ""
+        # The lab shows the assignment by name, driver or not (gpuhub_lab.metrics.assigned).
+        env["GPUHUB_GPU_TYPE_NAME"] = gpu_type.display_name if gpu_type else ""
+        if self.simulated_gpus:
+            # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
+            env["GPUHUB_SIMULATED_GPUS"] = str(self.simulated_gpus)
+            # The server itself does no GPU work: its kernels and jobs are the GPUs' users.
+            env[MACHINERY_ENV] = "1"
+        return env
+
+    # -- lifecycle ------------------------------------------------------------------------
+    _gpuhub_ticket: Ticket | None = None
+
+    async def start(self) -> Any:
+        await self.ensure_launch_options()
+        try:
+            await self._wait_in_line()
+            started = await super().start()
+        except BaseException:
+            self._book.release(self._owner)
+            raise
+        holdings_changed()  # the fleet page shows the new holder now, not a tick later
+        return started
+
+    async def _wait_in_line(self) -> None:
+        """Wait for GPUs if the spawn was accepted while too few were free."""
+        ticket = self._gpuhub_ticket
+        if ticket is None:
+            return
+        ticket.awaited = True
+        try:
+            await asyncio.wait_for(asyncio.shield(ticket.granted), self.gpu_queue_timeout)
+        except TimeoutError:
+            waited = words.duration(self.gpu_queue_timeout)
+            message = (
+                f"Waited {waited} in line for {words.gpus(ticket.gpus, ticket.type_name)} and "
+                "none came free; try again later or ask for fewer GPUs."
+            )
+            self.log.warning("Spawn of %s: %s", log_name(self), message)
+            raise refusal(message, 503) from None
+        finally:
+            QUEUE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
+            self._gpuhub_ticket = None
+            if "_gpuhub_start_timeout" in self.__dict__:
+                self.start_timeout = self.__dict__.pop("_gpuhub_start_timeout")
+
+    _gpuhub_joined_at = 1
+
+    async def progress(self) -> Any:
+        """Where a waiting spawn stands, in words, then which GPUs it got.
+
+        While in line, the bar moves with the place (from where the spawn joined to the head
+        of the line: 10 % to 40 %), and the message says how long gpuhub waits; the event's
+        ``gpuhub_line`` (place, deadline) is for the spawn page's "Leave the line" button
+        (``templates/hub/spawn_pending.html``)."""
+        last = ""
+        while (ticket := self._gpuhub_ticket) is not None and not ticket.granted.done():
+            message = self._line_message(ticket)
+            if message != last:
+                last = message
+                yield {
+                    "progress": self._line_progress(ticket),
+                    "message": message,
+                    # For the spawn page's "Leave the line" and its clock (spawn_pending.html).
+                    "gpuhub_line": {
+                        "place": QUEUE.position(ticket),
+                        "deadline": round(self._line_deadline(ticket)),
+                    },
+                }
+            await asyncio.sleep(0.5)
+        yield {"progress": 50, "message": self.starting_message()}
+
+    def _line_progress(self, ticket: Ticket) -> int:
+        """10 % on joining at the back, 40 % at the head of the line (50 %: GPUs given)."""
+        joined = max(self._gpuhub_joined_at, 1)
+        place = QUEUE.position(ticket) or 1
+        return round(10 + 30 * (joined - place + 1) / joined)
+
+    def _line_deadline(self, ticket: Ticket) -> float:
+        return ticket.since + self.gpu_queue_timeout
+
+    def _line_message(self, ticket: Ticket) -> str:
+        if ticket.holder.shared:
+            return self._share_line_message(ticket)
+        position = QUEUE.position(ticket)
+        held = [h for h in QUEUE.book.holdings() if set(h.devices) & set(ticket.candidates)]
+        busy = len({d for h in held for d in h.devices if d in ticket.candidates})
+        users = len({h.user for h in held})
+        free = len(ticket.candidates) - busy
+        # Enough may be free for this one while an earlier, bigger request waits: say why.
+        first = (
+            "; the line is first come, first served" if position > 1 and free >= ticket.gpus else ""
+        )
+        deadline = time.strftime("%H:%M UTC", time.gmtime(self._line_deadline(ticket)))
+        return (
+            f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
+            f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
+            f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. gpuhub "
+            f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
+        )
+
+    def _share_line_message(self, ticket: Ticket) -> str:
+        """Waiting for a share: the memory left on each GPU of the type, as the form says it."""
+        position = QUEUE.position(ticket)
+        holder = ticket.holder
+        room = QUEUE.book.room(ticket.candidates, holder.device_memory)
+        most = max(room.values(), default=0)
+        first = (
+            "; the line is first come, first served"
+            if position > 1 and most >= holder.gpu_memory
+            else ""
+        )
+        deadline = time.strftime("%H:%M UTC", time.gmtime(self._line_deadline(ticket)))
+        return (
+            f"Waiting for {human_memory(holder.gpu_memory)} of one {ticket.type_name}: you are "
+            f"{words.ordinal(position)} in line; the most free on one GPU is "
+            f"{human_memory(most)} of {human_memory(holder.device_memory)}{first}. gpuhub "
+            f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
+        )
+
+    async def poll(self) -> int | None:
+        """A spawn waiting in line is alive (None), so the hub's shutdown stops it: JupyterHub
+        calls ``stop()`` only for what ``poll()`` says runs."""
+        if self._gpuhub_ticket is not None:
+            return None
+        status: int | None = await super().poll()
+        return status
+
+    def _tell_the_line_ended(self, ticket: Ticket) -> None:
+        """Leave the user a notice when the hub itself ends a wait in line.
+
+        JupyterHub cancels a spawn it interrupts for a user or an admin before it calls
+        ``stop()``, and that cancellation already took the ticket back (``_wait_in_line``). A
+        ticket still here that ``start()`` waits for means the hub stops a waiting spawn of
+        its own accord: its shutdown (``cleanup_servers``). One that ``start()`` never
+        reached is a spawn that failed before it (a ``pre_spawn_hook``, say): JupyterHub
+        shows that failure itself, and the ticket just leaves the line. The line lives in
+        this process and cannot outlive it, so the spawn ends, and the user's next visit to
+        the hub says so (``hub_api.notice_text``).
+        With ``cleanup_servers = False`` the hub cancels the wait without stopping it, and
+        the spawn ends without a notice.
+        """
+        from gpuhub.hub.monitor.gpu_monitor import current
+        from gpuhub.hub.monitor.usage import Notice
+
+        monitor = current()
+        if monitor is None:
+            return
+        reason = (
+            f"{words.ordinal(QUEUE.position(ticket) or 1)} in line for "
+            f"{words.gpus(ticket.gpus, ticket.type_name)}"
+        )
+        notice = Notice(
+            self.name, time.time(), reason, ticket.gpus, ticket.type_name, by=HUB_SHUTDOWN
+        )
+        monitor.store.notify(self.user.name, notice)
+
+    _gpuhub_stopping = False
+
+    @property
+    def _server_id(self) -> str:
+        """A random id per server launch (kept in the hub's state across restarts)."""
+        if not self.__dict__.get("_gpuhub_server_id"):
+            self._gpuhub_server_id = secrets.token_hex(12)
+        return str(self._gpuhub_server_id)
+
+    async def stop(self, now: bool = False) -> None:
+        if (ticket := self._gpuhub_ticket) is not None:  # stopped while waiting in line
+            if ticket.awaited:
+                self._tell_the_line_ended(ticket)
+            QUEUE.leave(ticket)
+            self._gpuhub_ticket = None
+        descendants: list[Process] = []
+        uid = None
+        if self.pid and self.allocated_gpus:
+            descendants, uid = await asyncio.to_thread(_server_processes, self.pid)
+        self._gpuhub_stopping = True
+        try:
+            await super().stop(now=now)
+        finally:
+            self._gpuhub_stopping = False
+            if await self.poll() is not None:
+                await self._settle_gpus(descendants, uid)
+                holdings_changed()
+
+    def _server_gone(self) -> None:
+        """The server process has ended: its GPUs wait, held, for the look for survivors."""
+        held = self._book.hand_to_jobs(self._owner)
+        if held:
+            self._gpuhub_pending = held
+            if not self._gpuhub_stopping:  # died by itself: stop() will not settle it
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:  # no event loop (a script using the spawner): settle now
+                    asyncio.run(self._settle_gpus([], None))
+                else:
+                    self._gpuhub_settling = asyncio.ensure_future(self._settle_gpus([], None))
+
+    async def _settle_gpus(self, descendants: list[Process], uid: int | None) -> None:
+        """Give the server's GPUs back, except those its surviving processes still use."""
+        held = self.__dict__.pop("_gpuhub_pending", [])
+        if not held:
+            return
+        if uid is None:
+            uid = self._system_uid()
+        survivors = await asyncio.to_thread(_survivors, descendants, uid, self._server_id)
+        self.__dict__.pop("_gpuhub_server_id", None)  # the next launch gets a new one
+        kept = self._book.settle(jobs_owner(self.user.name, self.name), held, survivors)
+        if kept:
+            self.log.info(
+                "GPUs %s of %s stay held: processes %s outlived the server",
+                kept,
+                log_name(self),
+                [process.pid for process, _ in survivors],
+            )
+
+    def _system_uid(self) -> int | None:
+        """The OS user the server ran as (its processes are looked for among theirs)."""
+        if self.run_as_hub_user:
+            return os.getuid()
+        import pwd
+
+        try:
+            return pwd.getpwnam(self.user.name).pw_uid
+        except KeyError:
+            return None
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self.pid and self.allocated_gpus:
+            state["gpus"] = self.allocated_gpus
+            state["server_id"] = self._server_id
+            options = self.launch_options
+            if options is not None and options.gpu_type is not None:
+                state["gpu_type"] = options.gpu_type.display_name
+            holder = self._book.holder(self._owner)
+            if holder is not None and holder.shared:
+                state["gpu_memory"] = holder.gpu_memory
+                state["device_memory"] = holder.device_memory
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        if state.get("server_id"):
+            self._gpuhub_server_id = str(state["server_id"])
+        if state.get("pid") and state.get("gpus"):
+            holder = Holder(
+                self.user.name,
+                "server",
+                self.name,
+                state.get("gpu_type", ""),
+                launch=str(state.get("server_id") or ""),
+                gpu_memory=int(state.get("gpu_memory") or 0),
+                device_memory=int(state.get("device_memory") or 0),
+            )
+            self._book.claim(self._owner, state["gpus"], holder)
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        # Called once the server process is gone (poll, stop): its own hold ends, and what
+        # its surviving processes may still use is held for them.
+        self._server_gone()
+
+    # -- running as the hub's own user (demo, tests) ----------------------------------------
+    @property
+    def home_dir(self) -> str:
+        return self.home_dir_template.format(username=self.user.name)
+
+    def make_preexec_fn(self, name: str) -> Any:
+        if not self.run_as_hub_user:
+            return super().make_preexec_fn(name)
+        self.check_shared_account_exposure()  # in the hub, before anything is started
+        home = self.home_dir
+
+        def preexec() -> None:
+            # 0700: other OS accounts on the machine stay out (the hub's users share one).
+            os.makedirs(home, 0o700, exist_ok=True)
+            os.chmod(home, 0o700)
+            os.chdir(home)
+
+        return preexec
+
+    def check_shared_account_exposure(self) -> None:
+        """Refuse to start a shared-account server on a hub reachable beyond loopback, unless
+        the admin has acknowledged what that means (``SHARED_ACCOUNT_WARNING``)."""
+        if self.run_as_hub_user_acknowledge_shared_account:
+            return
+        host = public_host(self.config)
+        if is_loopback(host):
+            return
+        where = host or "every address"
+        self.log.error(
+            "Refusing to start %s: run_as_hub_user on a hub listening on %s. %s",
+            log_name(self),
+            where,
+            SHARED_ACCOUNT_WARNING,
+        )
+        raise refusal(
+            f"This hub runs every server as one shared OS account and listens on {where}, so "
+            "it will not start servers until the admin sets "
+            "LocalGPUSpawner.run_as_hub_user_acknowledge_shared_account = True or binds "
+            "JupyterHub.ip to 127.0.0.1.",
+            403,
+        )
+
+    def user_env(self, env: dict[str, str]) -> dict[str, str]:
+        if not self.run_as_hub_user:
+            return super().user_env(env)
+        env["USER"] = self.user.name
+        env["HOME"] = self.home_dir
+        env["SHELL"] = "/bin/bash"
+        return env
+
+    def get_args(self) -> list[str]:
+        args = super().get_args()
+        if self.run_as_hub_user and os.geteuid() == 0:
+            # A hub run as root (containers, CI) runs servers as root too in this mode;
+            # jupyter_server refuses that unless told it is deliberate.
+            args.append("--ServerApp.allow_root=True")
+        return args
+
+    async def move_certs(self, paths: dict[str, str]) -> dict[str, str]:
+        if self.run_as_hub_user:
+            return paths
+        return await super().move_certs(paths)
+
+
+def _server_processes(pid: int) -> tuple[list[Process], int | None]:
+    """The server's descendants (kernels, jobs, terminals' children) and its user id, taken
+    before it stops: the processes that may outlive it on its GPUs."""
+    import psutil
+
+    try:
+        server = psutil.Process(pid)
+        found = [(p.pid, p.create_time()) for p in server.children(recursive=True)]
+        return found, server.uids().real
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return [], None
+
+
+def _survivors(
+    descendants: list[Process], uid: int | None, server_id: str
+) -> list[tuple[HeldProcess, frozenset[int] | None]]:
+    """Processes of a just-stopped server that still run, with the GPUs each can see.
+
+    Found by the hub itself: the server's descendants taken before the stop, and processes
+    of the same OS user whose environment carries this launch's ``GPUHUB_SERVER_ID`` (a job
+    that detached from its parent). ``None`` for the GPUs means unreadable: keep them all.
+    """
+    import psutil
+
+    from gpuhub.hub.ledger.device_book import alive
+
+    found: dict[int, Process] = {p[0]: p for p in descendants if alive(p)}
+    if uid is not None:
+        for proc in psutil.process_iter(["pid", "create_time", "uids", "environ"]):
+            info = proc.info
+            env = info.get("environ") or {}
+            uids = info.get("uids")
+            if uids is not None and uids.real == uid and env.get(SERVER_ID_ENV) == server_id:
+                found.setdefault(info["pid"], (info["pid"], info["create_time"]))
+    survivors = []
+    for pid, started in found.values():
+        command = ""
+        try:
+            proc = psutil.Process(pid)
+            visible = proc.environ().get("CUDA_VISIBLE_DEVICES")
+            command = command_line(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            visible = None
+        held = HeldProcess(pid, started, command, server_id)
+        survivors.append((held, device_set(visible)))
+    return survivors
+
+
+def public_host(config: Any) -> str:
+    """The host JupyterHub's public proxy binds (``JupyterHub.bind_url``, else ``.ip``;
+    JupyterHub's default, "", is every address)."""
+    hub = config.get("JupyterHub", {}) if config is not None else {}
+    if "bind_url" in hub:
+        return urlparse(str(hub["bind_url"])).hostname or ""
+    return str(hub.get("ip", "") or "")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

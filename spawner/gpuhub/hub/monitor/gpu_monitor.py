@@ -1,0 +1,641 @@
+"""The hub's GPU monitor: one loop per hub process that samples every held GPU.
+
+Each tick (``gpu_monitor_interval`` seconds) it reads what is held from the GPU ledger and
+how busy those GPUs are from the utilization source, then
+
+* adds GPU-seconds per user to the usage store (persisted beside the hub database);
+* keeps 30 minutes of utilization per holding, for the fleet page's sparklines;
+* runs the idle clocks of :mod:`gpuhub.hub.monitor.reclaim` and stops servers whose warning ran out,
+  through the hub's own proxy and ``User.stop`` (as the hub's REST API does), so the
+  database, the proxy and the ledger stay right, and records why for the user's next visit.
+
+It starts with the first gpuhub spawner the hub creates (at start-up for running servers,
+else at the first page that shows one), since JupyterHub has no start-up hook for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC
+from fractions import Fraction
+from typing import Any
+
+from gpuhub.core import words
+from gpuhub.core.holdings import Holding, gpu_type_names, named
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor.overshare import ShareWatch
+from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
+from gpuhub.hub.monitor.usage import SHARE_OVERUSE, Notice, UsageStore
+from gpuhub.hub.monitor.utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
+
+log = logging.getLogger("gpuhub.hub.monitor.gpu_monitor")
+
+HISTORY_SECONDS = 30 * 60
+SAMPLE_TIMEOUT = 20.0
+
+HoldingKey = tuple[str, str, str]  # (user, kind, name)
+LaunchKey = tuple[str, str, str, str]  # (user, kind, name, since): one idle clock
+
+
+@dataclass
+class Track:
+    """What the monitor knows of one holding: recent samples and its idle clock's key."""
+
+    holding: Holding
+    # (time, mean 0..1). Tuples, replaced (never changed) each tick, like ``samples``: the
+    # fleet page reads them in a thread without copying (gpuhub.hub.web.fleet.snapshot).
+    history: tuple[tuple[float, float], ...] = ()
+    samples: tuple[GPUSample, ...] = ()
+    idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
+
+    def launch(self) -> LaunchKey:
+        """The idle clock's key: a new launch of a server (or a new job hold) starts a new
+        clock; a server and the job hold its earlier launch left never share one."""
+        h = self.holding
+        return (h.user, h.kind, h.name, f"{h.since or 0:.3f}")
+
+
+class GPUMonitor:
+    """Samples, accounts and reclaims (see the module docstring)."""
+
+    def __init__(
+        self,
+        spawner: Any,
+        ledger: Ledger,
+        source: UtilizationSource,
+        rule: ReclaimRule | None,
+        store: UsageStore,
+        interval: float,
+    ) -> None:
+        self.spawner = spawner  # for the hub's settings and the GPU types' capacity
+        self.ledger = ledger
+        self.source = source
+        self.rule = rule
+        self.clocks = IdleClocks(rule) if rule is not None else None
+        self.store = store
+        self.interval = interval
+        self.tracks: dict[HoldingKey, Track] = {}
+        # gpu type display name -> (free, total) GPUs; a shared type's free is a fraction
+        self.capacity: dict[str, tuple[float, float]] = {}
+        # a type shared by memory's display name -> (bytes free, bytes in all)
+        self.memory: dict[str, tuple[int, int]] = {}
+        self.type_names: dict[str, str] = {}  # ledger.gpu_type_names of the spawner's types
+        self._told_capacity = False
+        self.last_tick: float | None = None
+        self.version = 0  # bumped whenever what the fleet page shows may have changed
+        # Called (on the event loop, must not block) after each bump: the fleet page's cache.
+        self.after_change: list[Callable[[], None]] = []
+        # Holdings stopped or cancelled here, with the version that dropped them: a view built
+        # before that hides them at once (gpuhub.hub.web.fleet.FleetCache).
+        self.removed: dict[HoldingKey, int] = {}
+        self.tick_seconds: deque[float] = deque(maxlen=100)  # what each tick cost
+        self._task: asyncio.Task[None] | None = None
+        self._stopping: set[HoldingKey] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        # Shares of a GPU over their memory (workstation without the CUDA MPS daemon).
+        grace = float(getattr(spawner, "gpu_share_grace", 0) or 0)
+        self.shares = ShareWatch(grace) if grace > 0 else None
+
+    # -- the loop -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        ticks = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                await self.tick(time.time())
+            except Exception:
+                log.exception("gpuhub: GPU monitor tick failed")
+            self.tick_seconds.append(time.perf_counter() - started)
+            ticks += 1
+            if ticks % max(1, int(30 / self.interval)) == 0:
+                self.store.save()
+            await asyncio.sleep(self.interval)
+
+    async def tick(self, now: float) -> None:
+        """One round: holdings, samples, GPU-seconds, history, idle clocks, stops."""
+        await self._refresh_capacity()
+        holdings = [self._named(h) for h in self.ledger.holdings() if h.gpus > 0]
+        try:
+            samples = await asyncio.wait_for(self.source.sample(holdings), SAMPLE_TIMEOUT)
+        except Exception as exc:  # a broken source must not stop accounting
+            log.warning("gpuhub: cannot read GPU utilization: %s", exc)
+            samples = {}
+        # What changed while the sample was taken counts as of now: a server stopped meanwhile
+        # must not come back as a row, one started meanwhile must not go (no samples yet).
+        current = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        holdings = [h for h in holdings if holding_key(h) in current]
+        self._account(holdings, now)
+        sampled = {holding_key(h) for h in holdings}
+        holdings += [h for key, h in current.items() if key not in sampled]
+        live: dict[HoldingKey, Track] = {}
+        for holding in holdings:
+            key = holding_key(holding)
+            track = self.tracks.get(key)
+            if track is None or track.holding.since != holding.since:
+                track = Track(holding)
+            track.holding = holding
+            track.samples = tuple(samples.get(key, ()))
+            self._remember(track, now)
+            live[key] = track
+        self.tracks = live
+        if self.shares is not None:
+            self._watch_shares(now)
+        if self.clocks is not None:
+            await self._reclaim(now)
+        self._drop_read_notices()
+        self.last_tick = now
+        self._changed()
+
+    async def _refresh_now(self) -> None:
+        """After a stop or cancel: what is free, and who holds what, as of now rather than as
+        of the last tick (held and free must not lag the rows by a tick); utilization and
+        GPU-seconds wait for the tick, which samples them."""
+        await self._refresh_capacity()
+        live = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        for key in [k for k in self.tracks if k not in live]:
+            del self.tracks[key]
+        for key, holding in live.items():  # e.g. the job hold a stopped server's job left
+            if key not in self.tracks:
+                self.tracks[key] = Track(holding)
+
+    def _changed(self, removed: HoldingKey | None = None) -> None:
+        self.version += 1
+        if removed is not None and self.after_change:  # a listener clears what it has seen
+            self.removed[removed] = self.version
+        for callback in self.after_change:
+            try:
+                callback()
+            except Exception:
+                log.exception("gpuhub: a GPU monitor listener failed")
+
+    def _drop_read_notices(self) -> None:
+        """A notice is shown until its server has been started again after the stop."""
+        users = self._users() if self.store.notices else {}
+        for name, notices in list(self.store.notices.items()):
+            user = users.get(name)
+            for notice in list(notices.values()):
+                if notice.kind != "server":
+                    continue  # a cancelled job's notice is shown for a day
+                spawner = user.spawners.get(notice.server) if user is not None else None
+                started = getattr(getattr(spawner, "orm_spawner", None), "started", None)
+                if spawner is None or not spawner.ready or started is None:
+                    continue
+                if started.tzinfo is None:  # JupyterHub stores naive UTC
+                    started = started.replace(tzinfo=UTC)
+                if started.timestamp() > notice.when:
+                    self.store.clear_notice(name, notice.server)
+
+    def _named(self, holding: Holding) -> Holding:
+        """Pods name their GPUs by type key or resource; people and the metrics use the GPU
+        type's display name."""
+        return named(holding, self.type_names)
+
+    def _account(self, holdings: Sequence[Holding], now: float) -> None:
+        """GPU-seconds since the last tick, a share as its fraction of a GPU, and each device
+        of a user counted at most once (as :func:`gpuhub.core.holdings.gpus_held` counts it)."""
+        if self.last_tick is None:
+            return
+        elapsed = min(now - self.last_tick, 3 * self.interval)  # a stalled hub adds no hours
+        seen: dict[tuple[str, int], Fraction] = {}
+        for holding in holdings:
+            count = holding.amount
+            if holding.devices:
+                each, count = holding.amount / len(holding.devices), Fraction(0)
+                for device in holding.devices:
+                    key = (holding.user, device)
+                    taken = min(each, 1 - seen.get(key, Fraction(0)))
+                    seen[key] = seen.get(key, Fraction(0)) + taken
+                    count += taken
+            self.store.add(holding.user, holding.gpu_type, float(count) * elapsed, now)
+
+    def _remember(self, track: Track, now: float) -> None:
+        if not track.samples:
+            track.idle_since = None
+            return
+        mean = sum(s.utilization for s in track.samples) / len(track.samples)
+        history = (*track.history, (now, mean))
+        cut = 0
+        while history[cut][0] < now - HISTORY_SECONDS:
+            cut += 1
+        track.history = history[cut:] if cut else history
+        below = self.rule.utilization_below if self.rule is not None else 0.01
+        if all(s.utilization < below for s in track.samples):
+            if track.idle_since is None:
+                track.idle_since = now
+        else:
+            track.idle_since = None
+
+    async def _refresh_capacity(self) -> None:
+        try:
+            types = self.spawner.gpu_policy.gpu_types
+        except Exception as exc:  # an admin mistake is reported where the form renders
+            log.debug("gpuhub: no GPU types for metrics: %s", exc)
+            return
+        self.type_names = gpu_type_names(types)
+        try:
+            capacity, note = await self.spawner.gpu_capacity()
+        except Exception as exc:
+            capacity, note = {}, f"{type(exc).__name__}: {exc}"
+        if note and not self._told_capacity:
+            self._told_capacity = True  # once per hub process, not every tick
+            log.warning("gpuhub: gpuhub_gpus has no figures: %s", note)
+        if not capacity:
+            return
+        self.capacity = {
+            types[key].display_name: gpus_free(types[key], c)
+            for key, c in capacity.items()
+            if key in types
+        }
+        self.memory = {
+            types[key].display_name: (c.memory_free, c.memory_total)
+            for key, c in capacity.items()
+            if key in types and c.memory_free is not None and c.memory_total is not None
+        }
+
+    # -- reclaim --------------------------------------------------------------------------
+    def _users(self) -> dict[str, Any]:
+        """The hub's loaded users by name (every user with a running server is loaded)."""
+        users = self.spawner.user.settings.get("users")
+        if users is None:
+            return {}
+        return {u.name: u for u in users.values()}
+
+    def _user(self, name: str) -> Any:
+        """The hub's user ``name`` (loaded from the database if need be), or None."""
+        users = self.spawner.user.settings.get("users")
+        try:
+            return users[name] if users is not None else None
+        except KeyError:
+            return None
+
+    async def _reclaim(self, now: float) -> None:
+        assert self.clocks is not None and self.rule is not None
+        users = self._users()
+        launches = []
+        for track in self.tracks.values():
+            holding = track.holding
+            if holding.kind == "server":
+                user = users.get(holding.user)
+                if user is None:
+                    continue
+                spawner = user.spawners.get(holding.name)
+                if spawner is None or not spawner.ready:
+                    continue  # starting or stopping: not this loop's business now
+            elif holding.processes:
+                # A job hold: processes a stopped server left running on its GPUs. They
+                # are reclaimed like a server; a cluster job (no processes here) ends by
+                # itself or is cancelled by an admin.
+                user = users.get(holding.user) or self._user(holding.user)
+                if (holding.user, "job", holding.name) in self._stopping:
+                    continue
+            else:
+                continue
+            if user is not None and self.rule.exempt(g.name for g in user.groups):
+                continue
+            launch = track.launch()
+            launches.append(launch)
+            idle = bool(track.samples) and all(
+                s.utilization < self.rule.utilization_below for s in track.samples
+            )
+            action = self.clocks.observe(launch, idle, now)
+            if action is Action.WARN:
+                log.info(
+                    "gpuhub: %s's %s idle on %s GPUs since %.0fs; %s in %.0fs unless kept",
+                    holding.user,
+                    holding.label,
+                    holding.gpus,
+                    self.rule.after,
+                    "stops" if holding.kind == "server" else "its processes end",
+                    self.rule.warn,
+                )
+            elif action is Action.LIFT:
+                log.info(
+                    "gpuhub: %s's %s is busy again; warning lifted", holding.user, holding.label
+                )
+            elif action is Action.STOP:
+                task = asyncio.ensure_future(self._stop_idle(user, holding))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        self.clocks.forget_except(launches)
+
+    def _watch_shares(self, now: float) -> None:
+        """Warn a server whose share of a GPU is over its memory; stop it once it has been
+        over for the grace period (gpuhub.hub.monitor.overshare)."""
+        assert self.shares is not None
+        warned, stop = self.shares.observe(
+            ((key, t.holding, t.samples) for key, t in self.tracks.items()), now
+        )
+        for key in warned:
+            holding = self.tracks[key].holding
+            log.warning(
+                "gpuhub: %s's %s is over its share: %s",
+                holding.user,
+                holding.label,
+                self.shares.warning(holding, key),
+            )
+        users = self._users() if stop else {}
+        for key in stop:
+            holding = self.tracks[key].holding
+            user = users.get(holding.user)
+            if user is None:
+                continue
+            reason = self.shares.reason(holding, key)
+            task = asyncio.ensure_future(
+                self.stop_server(user, holding.name, reason, by=SHARE_OVERUSE)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def share_warnings(self, user: str) -> list[tuple[Holding, float, str]]:
+        """``user``'s servers over their share of a GPU now: (holding, when it is stopped,
+        the warning)."""
+        if self.shares is None:
+            return []
+        return [
+            (
+                self.tracks[key].holding,
+                self.shares.deadline(key),
+                self.shares.warning(self.tracks[key].holding, key),
+            )
+            for key in self.shares.over
+            if key[0] == user and key in self.tracks
+        ]
+
+    def clock_of(self, user: str, name: str, kind: str = "server") -> tuple[Track, Any] | None:
+        """The track and idle clock of ``user``'s server (or job hold) ``name`` (None: no
+        GPU holding, or none on the clock)."""
+        track = self.tracks.get((user, kind, name))
+        if track is None or self.clocks is None:
+            return None
+        clock = self.clocks.clocks.get(track.launch())
+        return (track, clock) if clock is not None else None
+
+    def postpone(self, user: str, name: str, now: float, kind: str = "server") -> str | None:
+        """ "Keep my GPUs": None when postponed, else the sentence saying why not."""
+        if self.clocks is None:
+            return "GPU reclaim is off on this hub."
+        track = self.tracks.get((user, kind, name))
+        if track is None:
+            return f"This {'server' if kind == 'server' else 'job'} holds no GPUs that are being reclaimed."
+        return self.clocks.postpone(track.launch(), now)
+
+    def warnings_for(self, user: str, now: float | None = None) -> list[tuple[Holding, float]]:
+        """``user``'s job holds that are warned now, with when their processes end: the hub
+        pages say so (a server's warning shows in its JupyterLab)."""
+        if self.clocks is None:
+            return []
+        now = time.time() if now is None else now
+        out = []
+        for (name, kind, _), track in self.tracks.items():
+            if name != user or kind != "job":
+                continue
+            clock = self.clocks.clocks.get(track.launch())
+            if clock is not None and clock.deadline is not None and not clock.reclaimed:
+                out.append((track.holding, clock.deadline))
+        return out
+
+    async def _stop_idle(self, user: Any, holding: Holding) -> None:
+        assert self.rule is not None
+        rule = self.rule
+        reason = (
+            f"{'its' if holding.kind == 'server' else 'their'} "
+            f"{_held(holding)} stayed below "
+            f"{rule.utilization_below:.0%} utilization for {words.duration(rule.after)} and "
+            f"nobody kept them during the {words.duration(rule.warn)} warning"
+        )
+        if holding.kind == "job":
+            from gpuhub.hub.monitor.cancel import CancelRefused
+
+            try:
+                await self.cancel_job(holding.user, holding.name, reason, by="idle")
+            except CancelRefused as exc:
+                log.warning(
+                    "gpuhub: could not end %s's idle %s: %s", holding.user, holding.label, exc
+                )
+                return
+        elif user is None or not await self.stop_server(user, holding.name, reason, by="idle"):
+            return
+        self.store.count_reclaim(holding.gpu_type or "GPU")
+
+    async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool:
+        """Stop ``user``'s server as the hub's REST API does, and leave the user a notice."""
+        key = (user.name, "server", server)
+        if key in self._stopping:
+            return False
+        spawner = user.spawners.get(server)
+        if spawner is None or not spawner.active or spawner.pending:
+            return False
+        held = self.tracks.get((user.name, "server", server))
+        gpus, gpu_type = (held.holding.gpus, held.holding.gpu_type) if held else (0, "")
+        self._stopping.add(key)
+        try:
+            log.warning("gpuhub: stopping %s's server %r: %s", user.name, server, reason)
+            proxy = user.settings.get("proxy")
+            if proxy is not None:
+                await proxy.delete_user(user, server)
+            await user.stop(server)
+        except Exception:
+            log.exception("gpuhub: could not stop %s's server %r", user.name, server)
+            return False
+        finally:
+            self._stopping.discard(key)
+        self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        await self._refresh_now()
+        self._changed(removed=(user.name, "server", server))
+        self.store.notify(
+            user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
+        )
+        return True
+
+    async def cancel_job(self, user: str, name: str, reason: str, *, by: str) -> list[str]:
+        """Cancel ``user``'s GPU job ``name`` (a fleet page row) with the hub's own means
+        (:mod:`gpuhub.hub.monitor.cancel`), and leave the user a notice with ``reason``. Returns the job
+        ids cancelled; raises :class:`gpuhub.hub.monitor.cancel.CancelRefused` with a sentence."""
+        from gpuhub.hub.monitor.cancel import CancelRefused, cancel_kube, cancel_local
+
+        track = self.tracks.get((user, "job", name))
+        if track is None:
+            raise CancelRefused(404, f"{user} has no job {name!r} holding GPUs.")
+        key = (user, "job", name)
+        if key in self._stopping:
+            raise CancelRefused(409, "That job is being cancelled already.")
+        holding = track.holding
+        self._stopping.add(key)
+        try:
+            log.warning("gpuhub: %s cancels %s's %s: %s", by, user, holding.label, reason)
+            core_api = getattr(self.spawner, "api", None)
+            if core_api is not None:
+                namespace = getattr(self.spawner, "namespace", None)
+                job_ids = await cancel_kube(core_api, holding, reason, by, namespace)
+            else:
+                book = getattr(self.spawner, "_book", None)
+                if book is None:
+                    raise CancelRefused(409, "This hub's spawner cannot cancel jobs.")
+                job_ids = await cancel_local(book, holding)
+        finally:
+            self._stopping.discard(key)
+        # A queued job held its GPUs by a grant; the jobs service stops renewing it once
+        # the job is gone, but it would count until it expires.
+        self.ledger.release_job_grant(user, name)
+        self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
+        await self._refresh_now()
+        self._changed(removed=(user, "job", name))
+        self.store.notify(
+            user,
+            Notice(
+                name,
+                time.time(),
+                reason,
+                holding.gpus,
+                holding.gpu_type or "GPU",
+                by,
+                kind="job",
+                jobs=tuple(job_ids),
+            ),
+        )
+        return job_ids
+
+
+def _gpus(count: int, gpu_type: str) -> str:
+    name = f"{gpu_type} GPU" if gpu_type and "GPU" not in gpu_type else (gpu_type or "GPU")
+    return f"{count} {name}{'s' if count != 1 else ''}"
+
+
+def _held(holding: Holding) -> str:
+    """ "2 A100 GPUs", "8 GB share of T4": what a holding holds, after "its"."""
+    if holding.share is None:
+        return _gpus(holding.gpus, holding.gpu_type)
+    return holding.held_words
+
+
+def gpus_free(gpu_type: Any, capacity: Any) -> tuple[float, float]:
+    """(free, total) GPUs of a type for the metrics and the fleet page: a shared type's
+    free memory (or replicas) as the fraction of its GPUs it is."""
+    sharing = getattr(gpu_type, "sharing", None)
+    if sharing is None:
+        return capacity.free, capacity.total
+    if sharing.memory is not None:
+        devices = capacity.devices
+        if devices is None and capacity.memory_total is not None:
+            devices = capacity.memory_total / sharing.memory
+        if capacity.memory_free is None or devices is None:
+            return 0.0, float(devices or 0)
+        return min(capacity.memory_free / sharing.memory, float(devices)), float(devices)
+    return capacity.free / sharing.replicas, capacity.total / sharing.replicas
+
+
+_MONITOR: GPUMonitor | None = None
+
+
+def current() -> GPUMonitor | None:
+    """This hub process's monitor, once a gpuhub spawner has started it."""
+    return _MONITOR
+
+
+def holdings_changed() -> None:
+    """A server started or stopped: the fleet page's holders, Held and Free follow at once
+    (rebuilt in the background), not at the next tick, which may be 30 s away. Utilization
+    and GPU-seconds still come with the tick."""
+    monitor = _MONITOR
+    if monitor is None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    async def refresh() -> None:
+        await monitor._refresh_now()
+        monitor._changed()
+
+    task = asyncio.ensure_future(refresh())
+    monitor._tasks.add(task)
+    task.add_done_callback(monitor._tasks.discard)
+
+
+def for_handler(handler: Any) -> GPUMonitor | None:
+    """The monitor, for a hub request handler: a gpuhub spawner starts it, so the current
+    user's is made if none has been yet (a hub just started, nobody spawned)."""
+    if _MONITOR is None and handler.current_user is not None:
+        user = handler.find_user(handler.current_user.name)
+        if user is not None:
+            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+    return _MONITOR
+
+
+def check_settings(spawner: Any) -> str | None:
+    """The admin's GPU settings, checked once when the hub starts: a mistake is one error
+    line naming the setting (the form refuses to render until it is fixed). Returns it."""
+    from gpuhub.core.policy import PolicyConfigError
+
+    try:
+        spawner.gpu_policy  # noqa: B018 - validates the policy for this spawner's platform
+        spawner.gpu_quota_limit()
+        spawner.gpu_idle_reclaim_rule()
+    except PolicyConfigError as exc:
+        log.error("gpuhub: the GPU settings in jupyterhub_config.py are invalid: %s", exc)
+        return str(exc)
+    return None
+
+
+async def _start(spawner: Any) -> None:
+    global _MONITOR
+    check_settings(spawner)
+    ledger = await spawner.gpu_ledger()
+    if _MONITOR is not None:
+        return
+    rule = spawner.gpu_idle_reclaim_rule()
+    source = spawner.gpu_utilization_source(**spawner.gpu_utilization_settings())
+    store = UsageStore(spawner.gpu_usage_file or None)
+    atexit.register(store.save)  # the hub's shutdown keeps the GPU-seconds since the last save
+    monitor = GPUMonitor(spawner, ledger, source, rule, store, spawner.gpu_monitor_interval)
+    _MONITOR = monitor
+    from gpuhub.hub.monitor.metrics import register
+
+    register(monitor)
+    monitor.start()
+    if rule is not None and isinstance(source, NoUtilization):
+        log.warning(
+            "gpuhub: gpu_idle_reclaim is set but no GPU utilization source is configured "
+            "(GPUSpawner.prometheus_url); nothing will be reclaimed"
+        )
+    log.info(
+        "gpuhub: GPU monitor every %ss with %s; idle reclaim %s",
+        monitor.interval,
+        type(source).__name__,
+        rule if rule is not None else "off",
+    )
+
+
+_STARTING: asyncio.Future[None] | None = None
+
+
+def ensure_started(spawner: Any) -> None:
+    """Start the hub's monitor from ``spawner`` once (no-op outside a running event loop)."""
+    global _STARTING
+    if _MONITOR is not None or _STARTING is not None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+
+    def done(task: asyncio.Future[None]) -> None:
+        global _STARTING
+        if task.cancelled() or task.exception() is not None:
+            if not task.cancelled():
+                log.error("gpuhub: GPU monitor did not start: %s", task.exception())
+            _STARTING = None  # try again with the next spawner
+
+    _STARTING = asyncio.ensure_future(_start(spawner))
+    _STARTING.add_done_callback(done)

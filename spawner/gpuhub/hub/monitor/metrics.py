@@ -1,0 +1,144 @@
+"""gpuhub's Prometheus metrics, in JupyterHub's own ``/hub/metrics``.
+
+JupyterHub serves ``prometheus_client``'s default registry; gpuhub adds one collector to it
+in the hub process, which reads the monitor's figures at scrape time (nothing is pushed,
+nothing goes stale between ticks):
+
+* ``gpuhub_gpus{gpu_type, state="free|held"}``
+* ``gpuhub_gpus_held{user, kind="server|job", gpu_type}``
+* ``gpuhub_gpu_seconds_total{user, gpu_type}`` (from the persisted store: never goes back)
+* ``gpuhub_gpu_utilization{user, server, gpu}`` (0-1, the last sample)
+* ``gpuhub_idle_reclaims_total{gpu_type}`` (from the persisted store too)
+* ``gpuhub_job_hold_process_info{user, server, gpu_type, pid, command}`` (1 per process that
+  keeps a workstation's job hold: a process its stopped server left on its GPUs)
+* ``gpuhub_gpu_memory_bytes{gpu_type, state="free|held"}`` and
+  ``gpuhub_gpu_memory_held_bytes{user, kind, gpu_type}``: GPU types shared by memory
+
+A share of a GPU (:mod:`gpuhub.core.sharing`) counts as its fraction of a GPU in ``gpuhub_gpus``,
+``gpuhub_gpus_held`` and ``gpuhub_gpu_seconds_total`` (half of a GPU for an hour is half a
+GPU-hour), as in the quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
+
+
+class GPUCollector(Collector):
+    def __init__(self, monitor: GPUMonitor) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        monitor = self.monitor
+        gpus = GaugeMetricFamily(
+            "gpuhub_gpus", "GPUs this hub hands out, free or held", labels=["gpu_type", "state"]
+        )
+        _free_and_held(gpus, monitor.capacity)
+        yield gpus
+
+        held = GaugeMetricFamily(
+            "gpuhub_gpus_held",
+            "GPUs held per user, by servers and by jobs",
+            labels=["user", "kind", "gpu_type"],
+        )
+        sums: dict[tuple[str, str, str], Fraction] = {}
+        memory: dict[tuple[str, str, str], int] = {}
+        for track in monitor.tracks.values():
+            h = track.holding
+            key = (h.user, h.kind, h.gpu_type or "GPU")
+            sums[key] = sums.get(key, Fraction(0)) + h.amount
+            if h.memory:
+                memory[key] = memory.get(key, 0) + h.memory
+        for labels, value in sorted(sums.items()):
+            held.add_metric(list(labels), float(value))
+        yield held
+
+        shared = GaugeMetricFamily(
+            "gpuhub_gpu_memory_bytes",
+            "Memory of GPUs shared by memory, free or held by shares",
+            labels=["gpu_type", "state"],
+        )
+        _free_and_held(shared, monitor.memory)
+        yield shared
+
+        shares = GaugeMetricFamily(
+            "gpuhub_gpu_memory_held_bytes",
+            "GPU memory held per user by shares of GPUs shared by memory",
+            labels=["user", "kind", "gpu_type"],
+        )
+        for labels, size in sorted(memory.items()):
+            shares.add_metric(list(labels), size)
+        yield shares
+
+        seconds = CounterMetricFamily(
+            "gpuhub_gpu_seconds",
+            "GPU-seconds held per user (kept across hub restarts)",
+            labels=["user", "gpu_type"],
+        )
+        for (user, gpu_type), gpu_seconds in sorted(monitor.store.totals.items()):
+            seconds.add_metric([user, gpu_type or "GPU"], gpu_seconds)
+        yield seconds
+
+        utilization = GaugeMetricFamily(
+            "gpuhub_gpu_utilization",
+            "Utilization (0-1) of each GPU a server holds, at the last sample",
+            labels=["user", "server", "gpu"],
+        )
+        for track in monitor.tracks.values():
+            if track.holding.kind != "server":
+                continue
+            for sample in track.samples:
+                utilization.add_metric(
+                    [track.holding.user, track.holding.name, sample.gpu], sample.utilization
+                )
+        yield utilization
+
+        reclaims = CounterMetricFamily(
+            "gpuhub_idle_reclaims",
+            "Servers stopped and job holds ended because their GPUs stayed idle (kept across "
+            "hub restarts)",
+            labels=["gpu_type"],
+        )
+        for gpu_type, count in sorted(monitor.store.reclaims.items()):
+            reclaims.add_metric([gpu_type], count)
+        yield reclaims
+
+        processes = GaugeMetricFamily(
+            "gpuhub_job_hold_process_info",
+            "Processes a stopped server left running that keep its GPUs held (a job hold)",
+            labels=["user", "server", "gpu_type", "pid", "command"],
+        )
+        for track in monitor.tracks.values():
+            h = track.holding
+            for pid, command in h.processes:
+                processes.add_metric([h.user, h.name, h.gpu_type or "GPU", str(pid), command], 1)
+        yield processes
+
+
+_REGISTERED: list[GPUCollector] = []
+
+
+def register(monitor: GPUMonitor) -> None:
+    """Add the collector to the default registry once per process (a new monitor replaces
+    the figures it reads)."""
+    if _REGISTERED:
+        _REGISTERED[0].monitor = monitor
+        return
+    collector = GPUCollector(monitor)
+    REGISTRY.register(collector)
+    _REGISTERED.append(collector)
+
+
+def _free_and_held(family: GaugeMetricFamily, figures: Mapping[str, tuple[Any, Any]]) -> None:
+    """One sample per GPU type and state: what is free, and what is held of its total."""
+    for gpu_type, (free, total) in sorted(figures.items()):
+        family.add_metric([gpu_type, "free"], free)
+        family.add_metric([gpu_type, "held"], max(0, total - free))

@@ -1,0 +1,558 @@
+"""What GPUSpawner and LocalGPUSpawner share: the admin traits, the form, one validation path.
+
+JupyterHub calls, in order: ``options_form`` (render), ``options_from_form`` (reshape the
+posted fields; ``options_from_query`` for a spawn link's ``?opt-…`` options), then
+``apply_user_options`` (validate and apply, JupyterHub >= 5.3). The REST API skips the first
+two and lands in the same ``apply_user_options``, so the form, links and the API cannot
+disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the user.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from tornado import web
+from traitlets import Any as TraitAny
+from traitlets import Dict, Float, Type, Unicode, Union, default, observe
+from traitlets.config import Configurable
+
+from gpuhub.core import words
+from gpuhub.core.holdings import GPUQuota
+from gpuhub.core.options import (
+    LaunchOptions,
+    OptionsError,
+    check_json_value,
+    check_options_object,
+    parse_launch_options,
+)
+from gpuhub.core.policy import Policy
+from gpuhub.core.quantity import human_memory
+from gpuhub.core.sharing import Platform
+from gpuhub.hub.form import (
+    Preset,
+    QuotaView,
+    Refusal,
+    options_from_formdata,
+    options_from_querydata,
+    render_form,
+)
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor.gpu_monitor import ensure_started
+from gpuhub.hub.monitor.reclaim import ReclaimRule
+from gpuhub.hub.monitor.utilization import NVMLUtilization, UtilizationSource
+from gpuhub.jobs.policy_env import policy_env
+
+_POLICY_CACHE: dict[str, Policy] = {}
+_QUOTA_CACHE: dict[str, GPUQuota] = {}
+_RECLAIM_CACHE: dict[str, ReclaimRule | None] = {}
+
+
+def refusal(message: str, status: int = 400) -> web.HTTPError:
+    """An HTTPError whose one sentence reaches the user in the form and the REST API alike."""
+    error = web.HTTPError(status, "%s", message)
+    error.jupyterhub_message = message  # type: ignore[attr-defined]  # read by JupyterHub's pages
+    return error
+
+
+class QuietRefusals(logging.Filter):
+    """Keep a refused request to the one warning gpuhub logs.
+
+    JupyterHub logs a spawn that ``apply_user_options`` refused up to four more times, three
+    of them as ``[E]`` with a traceback (spawner, pages, user), though a refusal is the user's
+    input, not the hub's error. Records at ERROR that carry a recent refusal's sentence, in
+    their message or their exception, are dropped; everything else passes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recent: deque[str] = deque(maxlen=64)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or not self.recent:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        texts = [record.getMessage(), str(exc) if exc is not None else ""]
+        return not any(refused in text for refused in self.recent for text in texts)
+
+
+def _quiet_refusals(log: Any) -> QuietRefusals:
+    """The filter on JupyterHub's logger (the spawner's ``log``) and on tornado's application
+    logger (JupyterHub's ``User`` logs there), added once."""
+    for existing in getattr(log, "filters", []):
+        if isinstance(existing, QuietRefusals):
+            return existing
+    quiet = QuietRefusals()
+    for logger in (log, logging.getLogger("tornado.application")):
+        if hasattr(logger, "addFilter"):
+            logger.addFilter(quiet)
+    return quiet
+
+
+# How long a refused submit is remembered for the form JupyterHub renders right after it.
+REFUSAL_SECONDS = 5.0
+
+
+def _remember_refusal(spawner: Any, options: object, problems: tuple[tuple[str, str], ...]) -> None:
+    """Keep what a refused form submit said and asked for, for the form JupyterHub renders
+    next: it renders it with the *default* server's spawner (``user.spawner``) whichever
+    server was refused, so the refused one is found among the user's spawners."""
+    typed = dict(options) if isinstance(options, Mapping) else {}
+    spawner._gpuhub_refused = Refusal(typed, problems, time.monotonic())
+
+
+def _refused_server(spawner: Any) -> tuple[Any, Refusal | None]:
+    """The user's spawner refused a moment ago (this one or a named sibling) and what it
+    was told, taken once; else ``spawner`` itself and None."""
+    user = getattr(spawner, "user", None)
+    candidates = [spawner, *getattr(user, "spawners", {}).values()] if user else [spawner]
+    now = time.monotonic()
+    recent = [
+        s
+        for s in candidates
+        if (r := getattr(s, "_gpuhub_refused", None)) is not None and now - r.when < REFUSAL_SECONDS
+    ]
+    if not recent:
+        return spawner, None
+    chosen = max(recent, key=lambda s: s._gpuhub_refused.when)
+    refused = chosen._gpuhub_refused
+    for s in recent:
+        s._gpuhub_refused = None
+    return chosen, refused
+
+
+def log_name(spawner: Any) -> str:
+    """``user`` or ``user:server``: how JupyterHub names a spawner in its log lines (as its
+    private ``Spawner._log_name`` does), from public attributes only."""
+    user = getattr(spawner, "user", None)
+    user_name = user.name if user else "(no user)"
+    name = getattr(spawner, "name", "")
+    return f"{user_name}:{name}" if name else user_name
+
+
+def _log_refusal(spawner: GPUSpawnerMixin, message: str) -> None:
+    _quiet_refusals(spawner.log).recent.append(message)
+    spawner.log.warning("Refused options for %s: %s", log_name(spawner), message)
+
+
+async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[str, Any]) -> None:
+    """Default ``Spawner.apply_user_options``: validate against the policy, then apply."""
+    try:
+        options = parse_launch_options(
+            user_options,
+            spawner.gpu_policy,
+            spawner.user_groups(),
+            presets={p.slug: p.values for p in await spawner.profile_presets()},
+            ignore=spawner.extra_option_keys(),
+        )
+    except OptionsError as exc:
+        _log_refusal(spawner, exc.message)
+        _remember_refusal(spawner, user_options, exc.problems)
+        raise refusal(exc.message) from None
+    try:
+        await check_named_server_limit(spawner)
+        await spawner.check_launch_options(options)
+    except web.HTTPError as exc:
+        message = getattr(exc, "jupyterhub_message", None)
+        if message:
+            _log_refusal(spawner, message)
+            field = "gpus" if exc.status_code in (403, 409) else ""
+            _remember_refusal(spawner, user_options, ((field, message),))
+        raise
+    spawner.launch_options = options
+    spawner.apply_launch_options(options)
+
+
+async def check_named_server_limit(spawner: Any) -> None:
+    """Refuse a named server beyond ``JupyterHub.named_server_limit_per_user`` running or
+    waiting to start (in line for GPUs too). JupyterHub checks it only when the REST API
+    creates a server's record, not when the form starts one or starts it again, so without
+    this a user could fill the GPU line with as many named servers as they like."""
+    user = getattr(spawner, "user", None)
+    if not spawner.name or user is None:
+        return
+    limit = user.settings.get("named_server_limit_per_user", 0)
+    if callable(limit):
+        handler = getattr(spawner, "handler", None)
+        if handler is None:
+            return  # JupyterHub's own check asks the callable with the request
+        limit = limit(handler)
+        if inspect.isawaitable(limit):
+            limit = await limit
+    if not isinstance(limit, int) or limit <= 0:
+        return
+    others = [
+        name
+        for name, other in getattr(user, "spawners", {}).items()
+        if name and name != spawner.name and other.active
+    ]
+    if len(others) >= limit:
+        raise refusal(
+            f"You already have {words.plural(len(others), 'named server')} running or "
+            f"waiting to start ({', '.join(sorted(others))}), the most this hub allows at "
+            f"once; stop one before starting {spawner.name!r}."
+        )
+
+
+class GPUSpawnerMixin(Configurable):
+    """Traits and behaviour common to both gpuhub spawners (mixed in before the Spawner)."""
+
+    images = Dict(
+        config=True,
+        help="""Images a user may pick: ``{key: {"display_name", "image", "description",
+        "default"}}``. The one with ``"default": True``, else the first, is the default. Empty:
+        the spawner's own ``image`` is used.""",
+    )
+    custom_image_pattern = Unicode(
+        "",
+        config=True,
+        help="""Regex a custom image reference must match as a whole; "" allows no custom images.""",
+    )
+    gpu_types = Dict(
+        config=True,
+        help="""GPU types: ``{key: {"display_name", "resource_name", "node_selector",
+        "tolerations", "max_gpus", "description"}}`` (LocalGPUSpawner also ``devices``).""",
+    )
+    cpu_range = Dict(config=True, help="""CPU cores: ``{"min", "max", "default"}``.""")
+    memory_range = Dict(
+        config=True,
+        help="""Memory as Kubernetes quantities: ``{"min": "1G", "max": "256G", "default": "8G"}``.""",
+    )
+    group_limits = Dict(
+        config=True,
+        help="""Per JupyterHub group: ``{"max_gpus", "gpu_types", "images", "custom_images"}``.
+        A request is allowed when one of the user's groups allows all of it together; a group
+        with an ``images`` list allows custom images only with ``"custom_images": True``.""",
+    )
+    default_limits = Dict(
+        {"max_gpus": 1},
+        config=True,
+        help="""Limits for users in none of ``group_limits``' groups.""",
+    )
+
+    gpu_quota = Dict(
+        config=True,
+        help="""The most GPUs one user holds at once, servers (named too) and jobs together:
+        ``{"default": 2, "groups": {"staff": 8}}``. A user's quota is the largest among their
+        groups, else ``default``; None (the default) means no quota beyond ``group_limits``.""",
+    )
+
+    # JupyterHub assigns the REST body to user_options before apply_user_options sees it, so
+    # any JSON value can arrive here; a non-object must reach the validation and be refused
+    # with 400 there, not fail this assignment with a TraitError (a 500).
+    user_options = Union(
+        [Dict(), TraitAny()],
+        help="""The options the user asked for (JupyterHub's trait, widened to any JSON value
+        so that a bad REST body is refused with 400 by the validation).""",
+    )
+
+    gpu_idle_reclaim = Dict(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Stop servers whose GPUs stay idle: ``{"after": 7200, "utilization_below": 0.05,
+        "warn": 900, "exempt_groups": ["staff"], "max_postpones": 3}``. After ``after`` seconds
+        with every GPU below ``utilization_below`` (0..1) the user is warned; ``warn`` seconds
+        later the server is stopped through the hub unless its GPUs got busy or the user kept
+        them (at most ``max_postpones`` times). Exempt groups, CPU-only servers and jobs are
+        never reclaimed. None (the default): nothing is reclaimed.""",
+    )
+    gpu_utilization_source = Type(
+        NVMLUtilization,
+        klass=UtilizationSource,
+        config=True,
+        help="""Class (or import string) the hub reads GPU utilization from, a
+        :class:`gpuhub.hub.monitor.utilization.UtilizationSource`: NVML on this machine for
+        LocalGPUSpawner, the cluster's Prometheus (dcgm-exporter) for GPUSpawner.""",
+    )
+    gpu_share_grace = Float(
+        120.0,
+        config=True,
+        help="""Workstation, GPU types shared by memory without the CUDA MPS daemon: seconds a
+        server may use more GPU memory than its share (warned at once) before it is stopped,
+        saying why. 0 turns the check off.""",
+    )
+    gpu_queue_timeout = Float(
+        1800,
+        config=True,
+        help="""Seconds a GPU spawn may wait in line for its GPUs, past ``start_timeout``; it
+        takes them as soon as they are free. LocalGPUSpawner: gpuhub's own line, first come,
+        first served per GPU type (0: refuse at once with HTTP 409 when too few are free).
+        GPUSpawner: Kueue's queue, when ``kueue_queue_name`` is set (0: within
+        ``start_timeout`` only).""",
+    )
+    gpu_monitor_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between the hub's samples of held GPUs (reclaim, metrics, GPU-hours).""",
+    )
+    gpu_usage_file = Unicode(
+        "gpuhub-usage.json",
+        config=True,
+        help="""Where the hub keeps GPU-seconds per user and reclaim notices across restarts;
+        relative to the hub's working directory, like its database. "" keeps them in memory.""",
+    )
+
+    launch_options: LaunchOptions | None = None
+    # What the spawner runs on: what the GPU types may ask of it (Policy.check_platform).
+    gpu_platform: Platform | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Only a spawner of a running hub (whose users carry the hub's settings) starts the
+        # hub's GPU monitor; spawners built in tools and unit tests do not.
+        settings = getattr(getattr(self, "user", None), "settings", None)
+        if isinstance(settings, Mapping) and settings.get("users") is not None:
+            ensure_started(self)
+
+    if TYPE_CHECKING:  # provided by jupyterhub.spawner.Spawner, which this is mixed into
+        log: Any
+        user: Any
+        name: str
+        db: Any
+        server: Any
+
+    @default("options_form")
+    def _gpuhub_options_form(self) -> Any:
+        return _render_options_form
+
+    @default("options_from_form")
+    def _gpuhub_options_from_form(self) -> Any:
+        return _options_from_form
+
+    @default("apply_user_options")
+    def _gpuhub_apply_user_options(self) -> Any:
+        return apply_gpuhub_options
+
+    def options_from_query(self, query_data: Mapping[str, list[str]]) -> dict[str, Any]:
+        """A spawn link's options (``/hub/spawn?opt-gpus=1&opt-gpu_type=a100``).
+
+        JupyterHub's own default hands them to ``options_from_form`` without the spawner, so a
+        refusal would not reach the form it renders next; and the form drops names it does
+        not know, where a link's misspelt option must be refused by name."""
+        return _reshape(options_from_querydata, query_data, self)
+
+    @observe("handler")
+    def _refuse_unstorable_body(self, change: Any) -> None:
+        """Refuse a REST body JupyterHub could not store, before it tries.
+
+        JupyterHub saves a spawn's body to its database as the user's next defaults before
+        any spawner code runs; a body nested deep enough overflows ``json.dumps`` there (a
+        500). It sets ``spawner.handler`` just before, which is the last moment to say 400.
+        JupyterHub 6 also takes a false body (``0``, ``false``, ``""``, ``[]``) for none and
+        starts a server with the last options: a body that is no object is refused here.
+        """
+        request = getattr(change["new"], "request", None)
+        if request is None or request.method != "POST" or not request.body:
+            return
+        try:
+            body = json.loads(request.body)
+        except (ValueError, RecursionError):
+            return  # JupyterHub has already refused what it could not parse
+        try:
+            if body is not None:  # JSON null: no options, the last ones are used
+                check_options_object(body)
+            check_json_value(body, "user_options")
+        except OptionsError as exc:
+            _log_refusal(self, exc.message)
+            # JupyterHub has just recorded a server for this spawn: take it back (its own
+            # setter deletes the record), so that nothing is left half-made.
+            self.server = None
+            if self.db is not None:
+                self.db.commit()
+            raise refusal(exc.message) from None
+
+    @default("progress_ready_hook")
+    def _gpuhub_progress_ready_hook(self) -> Any:
+        return _ready_event
+
+    def clear_state(self) -> None:
+        super().clear_state()  # type: ignore[misc]  # Spawner.clear_state
+        self.launch_options = None
+
+    # -- policy --------------------------------------------------------------------------
+    def policy_config(self) -> dict[str, Any]:
+        """The admin's policy settings as plain data (also what the hub service is given)."""
+        return {
+            "images": self.images,
+            "custom_image_pattern": self.custom_image_pattern,
+            "gpu_types": self.gpu_types,
+            "cpu_range": self.cpu_range,
+            "memory_range": self.memory_range,
+            "group_limits": self.group_limits,
+            "default_limits": self.default_limits,
+        }
+
+    @property
+    def gpu_policy(self) -> Policy:
+        """The validated policy, built once per distinct configuration and shared."""
+        config = self.policy_config()
+        key = json.dumps([self.gpu_platform, config], sort_keys=True, default=str)
+        policy = _POLICY_CACHE.get(key)
+        if policy is None:
+            policy = Policy.from_config(**config)
+            if self.gpu_platform is not None:
+                policy.check_platform(self.gpu_platform)
+            _POLICY_CACHE[key] = policy
+        return policy
+
+    def gpu_quota_limit(self) -> Fraction | None:
+        """This user's GPU quota (None: none). The admin's dict is checked once and shared."""
+        key = json.dumps(self.gpu_quota, sort_keys=True, default=str)
+        quota = _QUOTA_CACHE.get(key)
+        if quota is None:
+            quota = _QUOTA_CACHE[key] = GPUQuota.from_config(self.gpu_quota)
+        return quota.limit_for(self.user_groups())
+
+    def gpu_idle_reclaim_rule(self) -> ReclaimRule | None:
+        """The validated reclaim rule (None: off), checked once per distinct setting."""
+        key = json.dumps(self.gpu_idle_reclaim, sort_keys=True, default=str)
+        if key not in _RECLAIM_CACHE:
+            _RECLAIM_CACHE[key] = ReclaimRule.from_config(self.gpu_idle_reclaim)
+        return _RECLAIM_CACHE[key]
+
+    def gpu_utilization_settings(self) -> dict[str, Any]:
+        """Keyword arguments for the utilization source (the Kubernetes one's Prometheus)."""
+        return {}
+
+    def user_groups(self) -> list[str]:
+        return [group.name for group in self.user.groups]
+
+    def get_env(self) -> dict[str, str]:
+        """Hand the policy and the user's groups to the server, for its jobs API and magics."""
+        env: dict[str, str] = super().get_env()  # type: ignore[misc]  # Spawner.get_env
+        env.update(policy_env(self.policy_config(), self.user_groups()))
+        return env
+
+    # -- progress -------------------------------------------------------------------------
+    def assigned_gpus(self) -> list[int]:
+        """Device indices this server holds (LocalGPUSpawner); empty where the cluster picks."""
+        return list(getattr(self, "allocated_gpus", []) or [])
+
+    def gpus_said(self) -> str:
+        """ "GPUs 0, 1 (RTX A6000)" where the indices are known (local), else "2 NVIDIA A100
+        80GB GPUs" (the cluster picks them); "" for a CPU-only server."""
+        options = self.launch_options
+        if options is None or options.gpu_type is None or not options.gpus:
+            return ""
+        devices = self.assigned_gpus()
+        name = options.gpu_type.display_name
+        if options.gpu_memory is not None:  # a share: "8 GB of GPU 3 (RTX 4090, shared)"
+            where = words.device_list(devices, name) if devices else f"one {name}"
+            return f"{human_memory(options.gpu_memory)} of {where}"
+        if devices:
+            return words.device_list(devices, name)
+        return words.gpus(options.gpus, name)
+
+    def starting_message(self) -> str:
+        """ "GPUs 0, 1 (RTX A6000) assigned; starting your server": the spawn page's words."""
+        if self.launch_options is None:
+            return "Starting your server"
+        said = self.gpus_said()
+        return f"{said} assigned; starting your server" if said else "Starting your CPU-only server"
+
+    async def progress(self) -> Any:
+        """What JupyterHub's spawn page shows while the server starts (GPUSpawner has its own,
+        from the cluster's events)."""
+        yield {"progress": 50, "message": self.starting_message()}
+
+    # -- hooks for the concrete spawners -------------------------------------------------
+    async def profile_presets(self) -> list[Preset]:
+        """Named presets over the form's fields (KubeSpawner's ``profile_list``)."""
+        return []
+
+    def extra_option_keys(self) -> set[str]:
+        """``user_options`` keys another layer validates (KubeSpawner profile options)."""
+        return set()
+
+    async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
+        """Free/total GPUs per type for the form, and a note when figures are unavailable."""
+        return {}, ""
+
+    async def check_launch_options(self, options: LaunchOptions) -> None:
+        """Refuse (raise :func:`refusal`) what is valid but cannot run here now."""
+
+    async def gpu_ledger(self) -> Ledger:
+        """The hub's GPU ledger this spawner counts in (see :mod:`gpuhub.hub.ledger.ledger`)."""
+        raise NotImplementedError
+
+    async def quota_view(self) -> QuotaView | None:
+        """What this user holds against their quota, beside this server; None without a
+        quota or when the ledger cannot be read now (the submit is checked anyway)."""
+        limit = self.gpu_quota_limit()
+        if limit is None:
+            return None
+        try:
+            ledger = await self.gpu_ledger()
+            held = ledger.holdings(self.user.name)
+        except (web.HTTPError, RuntimeError):  # no ledger yet (cluster not answering)
+            return None
+        name = getattr(self, "name", "")
+        others = tuple(h for h in held if (h.kind, h.name) != ("server", name))
+        return QuotaView(limit, others)
+
+    def apply_launch_options(self, options: LaunchOptions) -> None:
+        """Turn validated options into spawner attributes."""
+        raise NotImplementedError
+
+    async def ensure_launch_options(self) -> LaunchOptions:
+        """Validate in ``start()`` too, in case an admin replaced ``apply_user_options``."""
+        if self.launch_options is None:
+            await apply_gpuhub_options(self, self.user_options)
+        assert self.launch_options is not None
+        return self.launch_options
+
+
+async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
+    # After a refused submit: that server's form, with what the user typed and what they
+    # hold now, each sentence next to its field.
+    target, refused = _refused_server(spawner)
+    capacity, note = await target.gpu_capacity()
+    return render_form(
+        target.gpu_policy,
+        target.user_groups(),
+        refused.options if refused else target.user_options,  # else the last ones JupyterHub kept
+        presets=await target.profile_presets(),
+        capacity=capacity,
+        capacity_note=note,
+        quota=await target.quota_view(),
+        problems=refused.problems if refused else (),
+    )
+
+
+def _ready_event(spawner: GPUSpawnerMixin, event: dict[str, Any]) -> dict[str, Any]:
+    """JupyterHub's "Server ready at …" names the GPUs too ("… with GPUs 0, 1 (RTX A6000)")."""
+    said = spawner.gpus_said() or "no GPU (CPU only)"
+    event["message"] = f"{event.get('message', 'Server ready')} with {said}"
+    if event.get("html_message"):
+        event["html_message"] = f"{event['html_message']} with {html.escape(said)}"
+    return event
+
+
+def _options_from_form(formdata: Mapping[str, list[str]], spawner: Any = None) -> dict[str, Any]:
+    return _reshape(options_from_formdata, formdata, spawner)
+
+
+def _reshape(
+    reshape: Callable[[Mapping[str, list[str]]], dict[str, Any]],
+    formdata: Mapping[str, list[str]],
+    spawner: Any,
+) -> dict[str, Any]:
+    """Posted fields or a link's options to raw ``user_options``; a refusal here (an empty
+    custom image) is said and remembered for the form as the validation's are."""
+    try:
+        return reshape(formdata)
+    except OptionsError as exc:
+        if spawner is not None:
+            _log_refusal(spawner, exc.message)
+            typed = {k: v[0] for k, v in formdata.items() if v and isinstance(v[0], str)}
+            _remember_refusal(spawner, typed, exc.problems)
+        raise refusal(exc.message) from None

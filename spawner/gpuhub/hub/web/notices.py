@@ -1,0 +1,198 @@
+"""What a user reads about their own stopped servers and cancelled jobs, and closing it.
+
+The notices themselves (why a server was stopped, by whom) live in the usage store
+(:class:`gpuhub.hub.monitor.usage.Notice`) and are worded by :func:`gpuhub.hub.web.notices.notice_text`. Here:
+
+* ``POST /hub/api/gpuhub/notices/<user>/dismiss`` body ``{"key"}`` -> 204: the user closed the
+  notice (its ``key`` from the notice); it stays closed, across hub restarts. Only the user
+  themselves (the hub page's button, with its XSRF token; or their own token). 404 when
+  there is no such notice.
+* ``GET /hub/gpuhub/notices`` -> ``{"user", "notices": [...], "servers": {name: {"active",
+  "ready"}}, "xsrf"}``: the logged-in user's open notices and whether each of their servers
+  runs, for JupyterLab when its server is gone. A page (cookie) request, not an API
+  one: JupyterLab, on the user's server's origin, has no hub XSRF token to send with a
+  request; this hands it one (``xsrf``) for the dismiss above.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.handlers.base import BaseHandler
+from tornado import web
+
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.monitor import gpu_monitor
+from gpuhub.hub.monitor.usage import HUB_SHUTDOWN, SHARE_OVERUSE
+
+
+def notices_for(user: Any) -> list[dict[str, str]]:
+    """Why the user's servers were stopped and jobs ended, and which of their job holds are
+    about to be ended for idleness, for gpuhub's ``page.html`` (template_vars)."""
+    if user is None:
+        return []
+    if gpu_monitor.current() is None:
+        user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor, which reads the store
+    monitor = gpu_monitor.current()
+    if monitor is None:
+        return []
+    warnings = [warning_text(h, deadline) for h, deadline in monitor.warnings_for(user.name)]
+    warnings += [share_warning(*w) for w in monitor.share_warnings(user.name)]
+    shown = monitor.store.notices_for(user.name, shown=True)
+    return warnings + [notice_text(n) for n in shown]
+
+
+def _at(when: float) -> str:
+    return f"on {datetime.fromtimestamp(when, UTC):%Y-%m-%d at %H:%M} UTC"
+
+
+def _left_behind(server: str) -> str:
+    """How a job hold is called at a sentence's start."""
+    if server:
+        return f"The processes your server {server!r} left running"
+    return "The processes your default server left running"
+
+
+def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
+    """A job hold about to be ended for idleness, as hub pages show it. It has no ``key``:
+    it goes by itself when the processes use their GPUs, are kept or are ended, so there is
+    nothing to close."""
+    pids = ", ".join(str(pid) for pid, _ in holding.processes)
+    gpus = f"{holding.gpus} GPU{'s' if holding.gpus != 1 else ''}"
+    minutes = max(0, round((deadline - time.time()) / 60))
+    text = (
+        f"{_left_behind(holding.name)} (process{'es' if len(holding.processes) != 1 else ''} "
+        f"{pids}) keep {gpus} idle; they will be ended {_at(deadline)} (in about {minutes} "
+        "min) unless they use the GPUs or you keep them (POST /hub/api/gpuhub/reclaim/"
+        f'<you>/keep with {{"kind": "job", "server": {json.dumps(holding.name)}}}).'
+    )
+    return {
+        "key": "",
+        "server": holding.name,
+        "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "by": "idle",
+        "kind": "warning",
+        "jobs": "",
+        "text": text,
+    }
+
+
+def share_warning(holding: Holding, deadline: float, text: str) -> dict[str, str]:
+    """A server over its share of a GPU, to be stopped at ``deadline`` (gpuhub.hub.monitor.overshare);
+    like a job hold's warning it goes by itself, so it has no ``key``."""
+    return {
+        "key": "",
+        "server": holding.name,
+        "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "by": SHARE_OVERUSE,
+        "kind": "warning",
+        "jobs": "",
+        "text": text,
+    }
+
+
+def notice_text(notice: Any) -> dict[str, str]:
+    """A notice as hub pages and ``GET /hub/api/gpuhub/notices/<user>`` show it."""
+    when = datetime.fromtimestamp(notice.when, UTC)
+    at = _at(notice.when)
+    server = f"server {notice.server!r}" if notice.server else "server"
+    if notice.kind == "job":
+        # A workstation's job row is named after the server that started its processes.
+        if notice.jobs and list(notice.jobs) != [notice.server]:
+            what = f"job{'s' if len(notice.jobs) > 1 else ''} {', '.join(notice.jobs)}"
+        else:
+            what = f"job {notice.server!r}" if notice.server else "job"
+        if notice.by == "idle":
+            text = (
+                f"{_left_behind(notice.server)} ({what}) were ended {at} because "
+                f"{notice.reason}. Their GPUs are free again."
+            )
+        else:
+            text = (
+                f"Your {what} was cancelled {at} by {notice.by}: "
+                f"{notice.reason.rstrip('.')}. Its GPUs are free again."
+            )
+    elif notice.by == HUB_SHUTDOWN:
+        text = (
+            f"Your {server} was waiting in line, {notice.reason}, when the hub shut down "
+            f"{at}; it did not start and held no GPU. Start it again to join the line."
+        )
+    else:
+        if notice.by in ("idle", SHARE_OVERUSE):
+            what = f"Your {server} was stopped {at} because {notice.reason}."
+        else:
+            what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
+        text = f"{what} Your files are safe; start the server again when you need it."
+    return {
+        "key": notice.public_key,
+        "server": notice.server,
+        "when": when.isoformat(timespec="seconds"),
+        "by": notice.by,
+        "kind": notice.kind,
+        "jobs": ",".join(notice.jobs),
+        "text": text,
+    }
+
+
+# Scopes that mean access to a user's servers (JupyterHub's own, with their filters): reaching
+# them (the user, the server's own token), or starting and stopping them (admins). A token
+# with identify scopes only (read:users:name, as OAuth gives every service a user logs in to)
+# reads nothing here.
+
+
+class DismissHandler(APIHandler):
+    """``POST /hub/api/gpuhub/notices/<user>/dismiss``: close one notice for good."""
+
+    def post(self, name: str) -> None:
+        current = self.current_user
+        if current is None or getattr(current, "kind", "user") != "user" or current.name != name:
+            raise web.HTTPError(403, f"Only {name} may close their own notices.")
+        body = self.get_json_body()
+        key = body.get("key") if isinstance(body, dict) else None
+        if not isinstance(key, str):
+            raise web.HTTPError(400, 'Send a JSON object with the notice\'s "key".')
+        monitor = gpu_monitor.for_handler(self)
+        if monitor is None or not monitor.store.dismiss(name, key):
+            raise web.HTTPError(404, f"{name} has no notice {key!r}.")
+        self.set_status(204)
+        self.finish()
+
+
+class OwnNoticesHandler(BaseHandler):
+    """``GET /hub/gpuhub/notices``: the logged-in user's open notices, as JSON."""
+
+    @web.authenticated
+    def get(self) -> None:
+        from gpuhub.hub.web.notices import notice_text
+
+        name = self.current_user.name
+        monitor = gpu_monitor.for_handler(self)
+        found = monitor.store.notices_for(name, shown=True) if monitor is not None else []
+        notices: list[dict[str, Any]] = [{**notice_text(n), "reason": n.reason} for n in found]
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        user = self.find_user(name)
+        servers = {
+            server: {"active": bool(s.active), "ready": bool(s.ready)}
+            for server, s in (user.spawners.items() if user is not None else ())
+        }
+        self.finish(
+            json.dumps(
+                {
+                    "user": name,
+                    "notices": notices,
+                    "servers": servers,
+                    "xsrf": self.xsrf_token.decode(),
+                }
+            )
+        )
+
+
+HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
+    (r"/api/gpuhub/notices/([^/]+)/dismiss", DismissHandler),
+    (r"/gpuhub/notices", OwnNoticesHandler),
+]

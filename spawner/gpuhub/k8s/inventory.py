@@ -1,0 +1,294 @@
+"""What the cluster's objects say about GPUs: what a node offers (:class:`NodeInfo`), what a
+pod asks for and holds (:func:`pod_gpus`, :func:`pod_holding`), whose workload a pod belongs to
+(:func:`pod_workload`), and whether a GPU type's pods may run on a node (:func:`node_serves`).
+
+Pure functions of the API's JSON: the hub's capacity watch (:mod:`gpuhub.hub.ledger.capacity`)
+and the jobs service's Kubernetes backend read pods through them.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuhub.core.gpu_resources import is_gpu_resource
+from gpuhub.core.holdings import Holding, Workload
+from gpuhub.core.policy import GPUType
+from gpuhub.core.quantity import QuantityError, parse_cpu, parse_memory, parse_quantity
+from gpuhub.core.sharing import share_from_env
+
+
+def parse_body(body: bytes) -> Any:
+    """``json.loads`` with the cyclic GC paused: a page of pods is hundreds of thousands of
+    fresh containers, and GC passes over them while parsing would cost more than the parse."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(body)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(float(str(value)))
+    except ValueError:
+        try:  # a quantity such as "1k"
+            return int(parse_quantity(str(value)))
+        except QuantityError:
+            return 0
+
+
+def _is_extra(name: str) -> bool:
+    """An extended resource that is not a GPU but may count a share of one (HAMi's
+    ``nvidia.com/gpumem`` and ``nvidia.com/gpucores``): domain-qualified, outside
+    ``kubernetes.io``."""
+    return "/" in name and not is_gpu_resource(name) and "kubernetes.io/" not in name
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+    gpus: dict[str, int]  # allocatable per GPU resource
+    cpu: float
+    memory: int
+    usable: bool  # Ready and not cordoned
+    used: dict[str, int] = field(default_factory=dict)  # GPUs held by pods bound here
+    # Other extended resources (a GPU sharing plugin's memory and cores), and their use by
+    # the GPU pods bound here.
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    node: str
+    gpus: tuple[tuple[str, int], ...]
+    extra: tuple[tuple[str, int], ...] = ()  # e.g. (("nvidia.com/gpumem", 8192),)
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    meta, spec, status = (
+        node.get("metadata") or {},
+        node.get("spec") or {},
+        node.get("status") or {},
+    )
+    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    gpus = {k: _int(v) for k, v in allocatable.items() if is_gpu_resource(k)}
+    extra = {k: _int(v) for k, v in allocatable.items() if _is_extra(k)}
+    try:
+        cpu = parse_cpu(allocatable.get("cpu", 0))
+    except QuantityError:
+        cpu = 0.0
+    try:
+        memory = int(parse_memory(allocatable.get("memory", 0)))
+    except QuantityError:
+        memory = 0
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return NodeInfo(
+        name=meta.get("name", ""),
+        labels=dict(meta.get("labels") or {}),
+        taints=tuple(spec.get("taints") or ()),
+        gpus=gpus,
+        cpu=cpu,
+        memory=memory,
+        usable=ready and not spec.get("unschedulable"),
+        extra=extra,
+    )
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """``((resource, count), ...)`` of the GPUs a pod holds, as the scheduler counts them."""
+    spec = pod.get("spec") or {}
+    totals: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        # Extended resources: requests == limits, and either may be given alone.
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in values.items():
+            if is_gpu_resource(name):
+                totals[name] = totals.get(name, 0) + _int(value)
+    for container in spec.get("initContainers") or []:
+        resources = container.get("resources") or {}
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in values.items():
+            if is_gpu_resource(name):
+                totals[name] = max(totals.get(name, 0), _int(value))
+    return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
+
+
+def pod_extra(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The other extended resources a GPU pod asks for (a share's memory and cores)."""
+    totals: dict[str, int] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in values.items():
+            if _is_extra(name):
+                totals[name] = totals.get(name, 0) + _int(value)
+    return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
+    """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    node = spec.get("nodeName")
+    if not node or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    gpus = pod_gpus(pod)
+    return PodInfo(node, gpus, pod_extra(pod)) if gpus else None
+
+
+# Who a pod belongs to: KubeSpawner's server pods and gpuhub's workload pods. Users cannot
+# create pods (they hold no cluster credentials), so these labels can be trusted.
+SERVER_COMPONENT = "singleuser-server"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuhub")
+JOB_ID_LABEL = "gpuhub.io/job-id"
+KIND_LABEL = "gpuhub.io/kind"
+USERNAME_ANNOTATION = "gpuhub.io/username"
+# The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds. A new kind
+# whose pods a controller of its own owns is added here; one whose pods belong to an object in
+# between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
+# uid, or its grant counts whole until it lapses: a TrainJob's pods carry their JobSet's uid
+# (JobSet's label), and the JobSet's controller is the TrainJob (:class:`TrainJobOwners`).
+CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# A TrainJob pod's workload until the hub has read its JobSet's owner: it matches no grant.
+JOBSET = "jobset"
+# Kubeflow Pipelines labels every pod of a run with the run's id.
+KFP_RUN_LABEL = "pipeline/runid"
+
+
+def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
+    """The object a gpuhub job pod belongs to, by kind and uid: its controller (Job,
+    PyTorchJob, TFJob, set by Kubernetes' and Kubeflow's controllers), or for a pipeline
+    step the run it belongs to (KFP's label)."""
+    labels = meta.get("labels") or {}
+    if labels.get(KIND_LABEL) == "pipeline":
+        run = labels.get(KFP_RUN_LABEL)
+        return Workload("pipeline", str(run)) if run else None
+    if labels.get(KIND_LABEL) == "trainjob":
+        jobset = labels.get(JOBSET_UID_LABEL)
+        return Workload(JOBSET, str(jobset)) if jobset else None
+    for ref in meta.get("ownerReferences") or []:
+        kind = CONTROLLER_KINDS.get(ref.get("kind", ""))
+        if ref.get("controller") and kind and ref.get("uid"):
+            return Workload(kind, str(ref["uid"]))
+    return None
+
+
+GPU_TYPE_ENV = "GPUHUB_GPU_TYPE"  # the GPU type's key, in every GPU pod gpuhub makes
+
+
+def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The ``GPUHUB_*`` variables of a pod's containers: the GPU type it was made for (two
+    types may ask for the same resource, A100 and H100 nodes both serving
+    ``nvidia.com/gpu``), and the share of a GPU it holds (:mod:`gpuhub.core.sharing`)."""
+    env: dict[str, str] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for var in container.get("env") or []:
+            name = var.get("name") or ""
+            if name.startswith("GPUHUB_GPU") and var.get("value") and name not in env:
+                env[name] = str(var["value"])
+    return env
+
+
+def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
+    """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
+    holds its GPUs as far as the quota is concerned); None for anything else."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    gpus = pod_gpus(pod)
+    if not gpus:
+        return None
+    labels = meta.get("labels") or {}
+    notes = meta.get("annotations") or {}
+    env = _gpuhub_env(pod)
+    resource = env.get(GPU_TYPE_ENV) or gpus[0][0]  # named for people by ledger.named
+    count = sum(n for _, n in gpus)
+    share, memory = share_from_env(env)
+    since = _epoch(meta.get("creationTimestamp"))
+    pods = ((str(meta.get("namespace") or ""), str(meta.get("name") or "")),)
+    if labels.get("component") == SERVER_COMPONENT:
+        user = notes.get("hub.jupyter.org/username") or labels.get("hub.jupyter.org/username")
+        if not user:
+            return None
+        name = notes.get("hub.jupyter.org/servername", "")
+        return Holding(
+            user,
+            "server",
+            name,
+            count,
+            resource,
+            since=since,
+            pods=pods,
+            share=share,
+            memory=memory,
+        )
+    if labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(JOB_ID_LABEL):
+        user = notes.get(USERNAME_ANNOTATION) or labels.get("gpuhub.io/user")
+        if not user:
+            return None
+        return Holding(
+            user,
+            "job",
+            labels[JOB_ID_LABEL],
+            count,
+            resource,
+            since=since,
+            pods=pods,
+            workload=pod_workload(meta),
+            share=share,
+            memory=memory,
+        )
+    return None
+
+
+def _epoch(stamp: Any) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        operator = toleration.get("operator", "Equal")
+        key = toleration.get("key")
+        if not key and operator == "Exists":
+            return True
+        if key == taint.get("key") and (
+            operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
+        ):
+            return True
+    return False
+
+
+def node_serves(node: NodeInfo, gpu_type: GPUType) -> bool:
+    """Whether pods of ``gpu_type`` may run on ``node``: its resource, labels and taints."""
+    if node.gpus.get(gpu_type.resource_name, 0) <= 0:
+        return False
+    if any(node.labels.get(k) != v for k, v in gpu_type.node_selector.items()):
+        return False
+    return all(
+        tolerates(gpu_type.tolerations, taint)
+        for taint in node.taints
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )

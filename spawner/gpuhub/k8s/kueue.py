@@ -1,0 +1,242 @@
+"""Kueue as gpuhub reads it: which API version the cluster serves, and a queue's line.
+
+Kueue (https://kueue.sigs.k8s.io/docs/concepts/) serves ``kueue.x-k8s.io/v1beta2`` since 0.15
+and keeps ``v1beta1`` (deprecated) beside it for a while; older installs serve v1beta1 only.
+gpuhub reads and writes every Kueue object in v1beta2 where the cluster serves it and falls
+back to v1beta1 where only that is served, and reads a LocalQueue's line from the visibility
+API (``visibility.kueue.x-k8s.io``) the same way. :class:`KueueAPI` asks discovery once per
+group and keeps the answer a minute, and a queue's line for :data:`LINE_TTL` seconds: every
+waiting spawn page and queued job of one queue shares one read (:func:`shared_kueue` in the hub).
+
+GPU servers wait in Kueue through its pod integration (``GPUSpawner.kueue_queue_name``): Kueue's
+webhook gives a pod carrying the queue label a scheduling gate (:data:`ADMISSION_GATE`), which
+its pod controller lifts once the pod's Workload is admitted.
+
+The shapes gpuhub reads are the same in both versions: a Workload's ``status.conditions``
+(``QuotaReserved``, ``Admitted``, ``Evicted``), its ``ownerReferences`` and the
+``kueue.x-k8s.io/job-uid`` label; a ``PendingWorkloadsSummary``'s ``items`` with
+``positionInLocalQueue`` (from 0) and ``metadata.ownerReferences``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuhub.core import words
+from gpuhub.k8s.rawapi import request_json, served_resources
+
+log = logging.getLogger("gpuhub.k8s.kueue")
+
+GROUP = "kueue.x-k8s.io"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VERSIONS = ("v1beta2", "v1beta1")  # preferred first
+LABEL_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # on a job (or pod): the LocalQueue it waits in
+LABEL_JOB_UID = "kueue.x-k8s.io/job-uid"  # on a Workload: the uid of its job
+ADMISSION_GATE = "kueue.x-k8s.io/admission"  # on a pod Kueue holds until it is admitted
+DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
+LINE_TTL = 2.0  # seconds a queue's line is shared before it is read again
+_clock = time.monotonic  # the lines' clock (a test moves it on)
+REFUSED_TTL = 60.0  # seconds a queue whose line may not be read is not asked again
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One workload waiting in a LocalQueue, as the visibility API lists it."""
+
+    name: str  # the Workload's name
+    position: int  # 1 = next to be admitted
+    owners: tuple[tuple[str, str, str], ...]  # (kind, name, uid) of its owners
+
+
+class KueueAPI:
+    """Kueue's API versions on one cluster, and a LocalQueue's line (cached discovery).
+
+    ``api``: a kubernetes_asyncio ``ApiClient``. Raw JSON throughout (no model round trip).
+    """
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self._versions: dict[str, tuple[float, str | None]] = {}
+        self._refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
+        # (namespace, queue) -> (when read, the read): one read shared by every reader
+        self._lines: dict[tuple[str, str], tuple[float, asyncio.Future[list[Pending] | None]]] = {}
+
+    async def _served(self, group: str, resource: str) -> str | None:
+        """The first of :data:`VERSIONS` whose discovery lists ``resource`` in ``group``."""
+        now = time.monotonic()
+        cached = self._versions.get(group)
+        if cached is not None and now - cached[0] < DISCOVERY_TTL:
+            return cached[1]
+        found = None
+        for version in VERSIONS:
+            names = await served_resources(self.api, group, version, missing=(403, 404, 503))
+            if names is not None and resource in names:
+                found = version
+                break
+        if cached is None or cached[1] != found:
+            log.info("gpuhub: Kueue's %s is served in %s", group, found or "no version")
+        self._versions[group] = (now, found)
+        return found
+
+    async def version(self) -> str | None:
+        """``v1beta2`` or ``v1beta1`` for Kueue's own objects (Workloads, LocalQueues); None
+        where the cluster serves no Kueue."""
+        return await self._served(GROUP, "workloads")
+
+    async def visibility_version(self) -> str | None:
+        """The visibility API's version (``localqueues/pendingworkloads``), or None."""
+        return await self._served(VISIBILITY_GROUP, "localqueues/pendingworkloads")
+
+    async def workloads(self, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        """Kueue's Workloads in ``namespace`` (matching ``selector``); empty without Kueue or
+        when they may not be read (logged)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        version = await self.version()
+        if version is None:
+            return []
+        query = [("labelSelector", selector)] if selector else []
+        try:
+            answer = await request_json(
+                self.api.call_api(
+                    f"/apis/{GROUP}/{version}/namespaces/{namespace}/workloads",
+                    "GET",
+                    query_params=query,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.warning("gpuhub: cannot read Kueue's Workloads: HTTP %s", exc.status)
+            return []
+        return list(answer.get("items") or [])
+
+    async def line(self, namespace: str, queue: str) -> list[Pending] | None:
+        """The workloads waiting in LocalQueue ``queue``, in order; None when the line cannot
+        be read (no visibility API, or not allowed: then not asked again for a minute).
+
+        Readers within :data:`LINE_TTL` seconds of each other share one read (one in flight
+        at a time), so a hundred waiting spawn pages cost the apiserver one request a tick."""
+        key = (namespace, queue)
+        now = _clock()
+        cached = self._lines.get(key)
+        if cached is None or not _reusable(*cached, now):
+            cached = (now, asyncio.ensure_future(self._read_line(namespace, queue)))
+            self._lines[key] = cached
+        return await asyncio.shield(cached[1])
+
+    async def _read_line(self, namespace: str, queue: str) -> list[Pending] | None:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        now = time.monotonic()
+        if now - self._refused.get((namespace, queue), -REFUSED_TTL) < REFUSED_TTL:
+            return None
+        version = await self.visibility_version()
+        if version is None:
+            return None
+        path = (
+            f"/apis/{VISIBILITY_GROUP}/{version}/namespaces/{namespace}"
+            f"/localqueues/{queue}/pendingworkloads"
+        )
+        try:
+            summary = await request_json(
+                self.api.call_api(
+                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 404, 503):
+                raise
+            self._refused[(namespace, queue)] = now
+            log.info("gpuhub: Kueue's visibility API answered %s for %s", exc.status, queue)
+            return None
+        line = []
+        for item in summary.get("items") or []:
+            place = item.get("positionInLocalQueue")
+            if not isinstance(place, int) or isinstance(place, bool) or place < 0:
+                continue
+            meta = item.get("metadata") or {}
+            owners = tuple(
+                (str(r.get("kind") or ""), str(r.get("name") or ""), str(r.get("uid") or ""))
+                for r in meta.get("ownerReferences") or []
+            )
+            line.append(Pending(str(meta.get("name") or ""), place + 1, owners))
+        return sorted(line, key=lambda p: p.position)
+
+
+def positions(line: list[Pending] | None) -> dict[str, int]:
+    """Owner uid -> place in line (1 = next), from :meth:`KueueAPI.line`."""
+    out: dict[str, int] = {}
+    for pending in line or []:
+        for _kind, _name, uid in pending.owners:
+            if uid:
+                out[uid] = pending.position
+    return out
+
+
+def _reusable(when: float, read: asyncio.Future[Any], now: float) -> bool:
+    """A read of a line still in flight, or done well and recent enough to share."""
+    if not read.done():
+        return True
+    return not read.cancelled() and read.exception() is None and now - when < LINE_TTL
+
+
+def gated(pod: Mapping[str, Any] | None) -> bool:
+    """Whether Kueue holds ``pod`` (a pod's JSON) back until its Workload is admitted."""
+    gates = ((pod or {}).get("spec") or {}).get("schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE for g in gates)
+
+
+# What a workload's owner is, as a person waiting behind it would say it.
+_OWNER_WORDS = {
+    "Pod": "server",
+    "Job": "job",
+    "PyTorchJob": "job",
+    "TFJob": "job",
+    "TrainJob": "job",
+    "JobSet": "job",
+    "RayJob": "job",
+    "MPIJob": "job",
+}
+
+
+def in_front(line: list[Pending], place: int) -> str:
+    """ "2 servers and 1 job": the workloads ahead of ``place`` in ``line``, by what they are
+    (a pod waiting on its own is a server: the pods gpuhub queues are its servers)."""
+    counts: dict[str, int] = {}
+    for pending in line:
+        if pending.position >= place:
+            continue
+        kinds = [_OWNER_WORDS.get(kind, "workload") for kind, _name, _uid in pending.owners]
+        what = kinds[0] if kinds else "workload"
+        counts[what] = counts.get(what, 0) + 1
+    parts = [words.plural(n, what) for what, n in sorted(counts.items(), key=_server_first)]
+    return " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _server_first(item: tuple[str, int]) -> tuple[int, str]:
+    return ({"server": 0, "job": 1}.get(item[0], 2), item[0])
+
+
+# One KueueAPI per event loop and API server in the hub: its discovery answers and shared
+# lines serve every spawner of the process (held weakly by loop, as the capacity cache is).
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, KueueAPI]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_kueue(api: Any) -> KueueAPI:
+    """The hub process's :class:`KueueAPI` for the cluster ``api`` (an ``ApiClient``) talks to."""
+    host = str(getattr(getattr(api, "configuration", None), "host", ""))
+    per_loop = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    if host not in per_loop:
+        per_loop[host] = KueueAPI(api)
+    return per_loop[host]

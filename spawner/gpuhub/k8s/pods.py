@@ -1,0 +1,108 @@
+"""GPU rules every gpuhub pod follows, single-user servers and jobs alike.
+
+:class:`gpuhub.hub.gpu_spawner.GPUSpawner` and the Kubernetes job backends build their pods from these,
+so a job gets exactly what a server with the same options would: GPU limit == request,
+the GPU type's node selector and tolerations, a memory-backed ``/dev/shm``, and for a
+CPU-only pod an environment that hides every GPU of the node. Every job kind's manifest
+(Job, PyTorchJob, TFJob, and any kind added later) builds its containers from here, so a
+share of a GPU (:mod:`gpuhub.core.sharing`) reaches each of them the same way: one device of the
+type's resource plus its memory (and cores) resources for a type shared by memory, whole
+replicas for a time-sliced one, and ``GPUHUB_GPU_SHARE`` / ``GPUHUB_GPU_MEMORY`` in the
+environment, which the hub's ledger reads back from the pods it watches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuhub.core.options import LaunchOptions
+from gpuhub.core.quantity import format_cpu, format_memory
+from gpuhub.core.sharing import SHARE_ENV, SHARE_MEMORY_ENV, Sharing
+
+# Where the memory-backed /dev/shm goes; PyTorch DataLoader workers need far more than 64M.
+SHM_VOLUME = "gpuhub-dshm"
+
+
+def gpu_resources(options: LaunchOptions) -> dict[str, str]:
+    """``{resource_name: count}`` of the chosen GPU type; empty for a CPU-only pod."""
+    if options.gpu_type is None or options.gpus == 0:
+        return {}
+    gpu_type = options.gpu_type
+    sharing = gpu_type.sharing
+    if sharing is None or sharing.memory is None or options.gpu_memory is None:
+        # Whole GPUs, or whole replicas of a time-sliced GPU.
+        return {gpu_type.resource_name: str(options.gpus)}
+    # One device, and its share of the device's memory in MiB (HAMi's unit) and compute.
+    amounts = {
+        gpu_type.resource_name: "1",
+        sharing.memory_resource: str(Sharing.mib(options.gpu_memory)),
+    }
+    if sharing.cores_resource:
+        amounts[sharing.cores_resource] = str(sharing.cores(options.gpu_memory))
+    return amounts
+
+
+def container_resources(options: LaunchOptions) -> dict[str, dict[str, str]]:
+    """A container's ``resources``: requests == limits (Guaranteed QoS; extended resources
+    must have request == limit in Kubernetes anyway)."""
+    amounts = {
+        "cpu": format_cpu(options.cpu),
+        "memory": format_memory(options.memory),
+        **gpu_resources(options),
+    }
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def gpu_env(options: LaunchOptions | None) -> dict[str, str]:
+    """Environment that says which GPUs the pod has, and hides all of them when none.
+
+    On a GPU node the NVIDIA runtime would otherwise expose every GPU to images that set
+    ``NVIDIA_VISIBLE_DEVICES=all`` (all CUDA images do): ``void`` exposes none.
+    """
+    if options is None or options.gpu_type is None or options.gpus == 0:
+        return {
+            "NVIDIA_VISIBLE_DEVICES": "void",
+            "CUDA_VISIBLE_DEVICES": "",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "GPUHUB_GPUS": "0",
+            "GPUHUB_GPU_TYPE": "",
+            "GPUHUB_GPU_TYPE_NAME": "",
+        }
+    env = {
+        "GPUHUB_GPUS": str(options.gpus),
+        "GPUHUB_GPU_TYPE": options.gpu_type.key,
+        # What the lab calls the GPUs it was given (gpuhub_lab.metrics.assigned).
+        "GPUHUB_GPU_TYPE_NAME": options.gpu_type.display_name,
+    }
+    env.update(share_env(options))
+    return env
+
+
+def share_env(options: LaunchOptions) -> dict[str, str]:
+    """What a share of a GPU counts as and its memory, for the hub's ledger (which reads it
+    back from the pod) and the lab ("your share: 8 GB of GPU 0"); empty for whole GPUs."""
+    share = options.share
+    if share is None:
+        return {}
+    env = {SHARE_ENV: str(share)}
+    if options.gpu_memory is not None:
+        env[SHARE_MEMORY_ENV] = str(options.gpu_memory)
+    return env
+
+
+def shm_volume(options: LaunchOptions) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The ``/dev/shm`` volume and mount of a GPU pod (half its memory), None without GPUs."""
+    if options.gpu_type is None or options.gpus == 0:
+        return None
+    volume = {
+        "name": SHM_VOLUME,
+        "emptyDir": {"medium": "Memory", "sizeLimit": format_memory(options.memory // 2)},
+    }
+    return volume, {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
+
+
+def placement(options: LaunchOptions) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Node selector and tolerations of the chosen GPU type (empty for CPU-only)."""
+    if options.gpu_type is None or options.gpus == 0:
+        return {}, []
+    return dict(options.gpu_type.node_selector), [dict(t) for t in options.gpu_type.tolerations]
