@@ -33,7 +33,9 @@ def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
             f"Read {what} in this kernel, as its Jupyter server did not answer ({exc}); "
             "notebook names are not known here."
         )
-    job = os.environ.get("GPUHUB_JOB_ID")
+    from gpuhub.core.env import JOB_ID_ENV
+
+    job = os.environ.get(JOB_ID_ENV)
     return _for_job(data, job) if job else data
 
 
@@ -67,11 +69,13 @@ def _from_server(timeout: float) -> dict[str, Any]:
 
 
 def _from_nvml() -> dict[str, Any]:
+    from gpuhub.core.env import NVML_MODULE_ENV
+
     from .metrics.assigned import assignment
     from .metrics.nvml import NVMLSource
     from .metrics.simulated import module_name
 
-    module = os.environ.get("GPUHUB_NVML_MODULE") or module_name() or "pynvml"
+    module = os.environ.get(NVML_MODULE_ENV) or module_name() or "pynvml"
     if module == module_name():
         from gpuhub.core.simulated import TRACKER
 

@@ -9,7 +9,8 @@ JupyterHub that token is empty and the server accepts its own ``JUPYTERHUB_API_T
 ``GPUHUB_SERVER_TOKEN``) overrides discovery. Going through the server means the magics
 get exactly the server's validation and messages.
 
-Standard library only, imported lazily: ``%load_ext gpuhub_lab`` stays fast.
+Standard library only (and gpuhub's variable names, :mod:`gpuhub.core.env`), imported lazily:
+``%load_ext gpuhub_lab`` stays fast.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from gpuhub.core.env import SERVER_PID_ENV, SERVER_ROOT_ENV, SERVER_TOKEN_ENV, SERVER_URL_ENV
 
 
 class JobsClientError(Exception):
@@ -42,12 +45,10 @@ def find_server(environ: dict[str, str] | None = None) -> ServerInfo:
     """The Jupyter server that started this kernel, or :class:`JobsClientError` saying why not."""
     env = dict(os.environ if environ is None else environ)
     hub_token = env.get("JUPYTERHUB_API_TOKEN", "")
-    if env.get("GPUHUB_SERVER_URL"):
-        url = env["GPUHUB_SERVER_URL"].rstrip("/") + "/"
-        return ServerInfo(
-            url, env.get("GPUHUB_SERVER_TOKEN") or hub_token, env.get("GPUHUB_SERVER_ROOT")
-        )
-    pid = env.get("GPUHUB_SERVER_PID") or env.get("JPY_PARENT_PID", "")
+    if env.get(SERVER_URL_ENV):
+        url = env[SERVER_URL_ENV].rstrip("/") + "/"
+        return ServerInfo(url, env.get(SERVER_TOKEN_ENV) or hub_token, env.get(SERVER_ROOT_ENV))
+    pid = env.get(SERVER_PID_ENV) or env.get("JPY_PARENT_PID", "")
     if not pid.isdigit():
         raise JobsClientError(
             "This kernel was not started by a Jupyter server, so it has no jobs API to talk to; "

@@ -21,12 +21,12 @@ from typing import Any
 from traitlets import Dict, Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from gpuhub.core.env import GPU_TYPE_ENV, JOBS_URL_ENV
 from gpuhub.core.policy import Policy
 from gpuhub.jobs.backend import JobBackend, JobRouter, RemoteBackend
 from gpuhub.jobs.model import KIND_NAMES, KINDS, MAX_NOTEBOOK_BYTES, MAX_WORKERS
 from gpuhub.jobs.policy_env import read_policy_env
 
-JOBS_URL_ENV = "GPUHUB_JOBS_URL"
 DEFAULT_REMOTE = "gpuhub.jobs.remote.HubServiceBackend"
 
 
@@ -190,7 +190,7 @@ class GPUHubJobs(LoggingConfigurable):
             root_dir,
             owner=self.owner,
             gpu_ids=local_gpu_ids,
-            gpu_type=os.environ.get("GPUHUB_GPU_TYPE") or None,
+            gpu_type=os.environ.get(GPU_TYPE_ENV) or None,
         )
         off_cluster = (
             "A {} runs on a Kubernetes cluster, and this server is not connected to one"

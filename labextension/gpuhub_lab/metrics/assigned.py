@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.devices import visible_devices
+from gpuhub.core.env import GPU_TYPE_NAME_ENV, GPUS_ENV, SIMULATED_GPUS_ENV
 from gpuhub.core.quantity import human_memory
 from gpuhub.core.sharing import share_from_env
 
@@ -29,15 +30,15 @@ def assignment(environ: Mapping[str, str] | None = None) -> dict[str, Any] | Non
     server given GPUs (the last three None unless it holds a share of one), else None."""
     env = os.environ if environ is None else environ
     try:
-        wanted = int(env.get("GPUHUB_GPUS", "0") or "0")
+        wanted = int(env.get(GPUS_ENV, "0") or "0")
     except ValueError:
         wanted = 0
     if wanted <= 0:
         return None
     visible = visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
     devices: list[int | str] = list(visible) if visible else list(range(wanted))
-    simulated = bool(env.get("GPUHUB_SIMULATED_GPUS"))
-    name = env.get("GPUHUB_GPU_TYPE_NAME") or ("Simulated GPU" if simulated else "GPU")
+    simulated = bool(env.get(SIMULATED_GPUS_ENV))
+    name = env.get(GPU_TYPE_NAME_ENV) or ("Simulated GPU" if simulated else "GPU")
     share, memory = share_from_env(env)
     text = None
     if share is not None and memory:

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-# The processes behind each simulated GPU are counted in gpuhub, which the hub reads too.
-from gpuhub.core.simulated import ENV, TRACKER, visible_indices
+from gpuhub.core.env import SIMULATED_GPUS_ENV
 
-__all__ = ["ENV", "NAME", "count", "module_name", "visible_indices"]
+# The processes behind each simulated GPU are counted in gpuhub, which the hub reads too.
+from gpuhub.core.simulated import TRACKER, visible_indices
+
+__all__ = ["NAME", "SIMULATED_GPUS_ENV", "count", "module_name", "visible_indices"]
 
 NAME = "Simulated GPU"
 MEMORY_TOTAL = 16 * 2**30  # bytes per simulated GPU
@@ -62,7 +64,7 @@ class NVMLError(Exception):
 def count() -> int:
     """Simulated GPUs on this machine, from ``$GPUHUB_SIMULATED_GPUS`` (0 when unset or bad)."""
     try:
-        return max(0, int(os.environ.get(ENV, "0")))
+        return max(0, int(os.environ.get(SIMULATED_GPUS_ENV, "0")))
     except ValueError:
         return 0
 

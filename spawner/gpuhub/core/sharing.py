@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from gpuhub.core.env import MPS_MEMORY_LIMIT_ENV, SHARE_ENV, SHARE_MEMORY_ENV
 from gpuhub.core.quantity import QuantityError, format_memory, human_memory, parse_memory
 
 MIB = 1 << 20
@@ -38,16 +39,12 @@ HAMI_CORES = "nvidia.com/gpucores"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
-# In the environment of every process or pod given a share: the GPUs it counts as ("1/2")
-# and, shared by memory, its memory in bytes. Pods carry them for the hub's ledger (users
-# cannot create pods, so they can be trusted there); the lab shows them.
-SHARE_ENV = "GPUHUB_GPU_SHARE"
-SHARE_MEMORY_ENV = "GPUHUB_GPU_MEMORY"
-
-# Where the admin runs the CUDA MPS control daemon, it caps each client's device memory at
-# this (NVIDIA's pinned device memory limit, "<ordinal>=<size>"); elsewhere the hub's monitor
-# watches the share.
-MPS_MEMORY_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+# In the environment of every process or pod given a share (gpuhub.core.env): the GPUs it
+# counts as ("1/2") and, shared by memory, its memory in bytes. Pods carry them for the hub's
+# ledger (users cannot create pods, so they can be trusted there); the lab shows them. Where
+# the admin runs the CUDA MPS control daemon, it caps each client's device memory at
+# MPS_MEMORY_LIMIT_ENV (NVIDIA's pinned device memory limit, "<ordinal>=<size>"); elsewhere the
+# hub's monitor watches the share.
 
 Platform = Literal["kubernetes", "workstation"]
 _KEYS = ("memory", "min", "max", "default", "memory_resource", "cores_resource", "replicas")

@@ -24,16 +24,14 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpuhub.core.devices import visible_devices
-from gpuhub.core.env import MACHINERY_ENV, server_of
+from gpuhub.core.env import MACHINERY_ENV, SIMULATED_GPUS_ENV, server_of
 
-#: Set by LocalGPUSpawner: how many simulated GPUs the machine has (their indices 0..N-1).
-ENV = "GPUHUB_SIMULATED_GPUS"
 #: Seconds of CPU activity one utilization figure covers (NVML: 1/6 s to 1 s).
 WINDOW = 1.0
 Known = tuple[psutil.Process, frozenset[int], tuple[str, str] | None]
 
 __all__ = [
-    "ENV",
+    "SIMULATED_GPUS_ENV",
     "TRACKER",
     "WINDOW",
     "Tracker",
@@ -46,7 +44,7 @@ __all__ = [
 def uses_simulated_gpus(environ: dict[str, str]) -> frozenset[int]:
     """The simulated GPUs a process with this (initial) environment uses: none unless it was
     started under a server with simulated GPUs, and none for Jupyter's machinery itself."""
-    if ENV not in environ or environ.get(MACHINERY_ENV) == "1":
+    if SIMULATED_GPUS_ENV not in environ or environ.get(MACHINERY_ENV) == "1":
         return frozenset()
     return visible_indices(environ.get("CUDA_VISIBLE_DEVICES"))
 

@@ -27,7 +27,15 @@ from traitlets import Bool, Int, List, Unicode, Union, default
 
 from gpuhub.core import devices as gpu_devices_mod
 from gpuhub.core import words
-from gpuhub.core.env import MACHINERY_ENV
+from gpuhub.core.env import (
+    GPU_TYPE_ENV,
+    GPU_TYPE_NAME_ENV,
+    GPUS_ENV,
+    LAUNCH_ENV,
+    MACHINERY_ENV,
+    SERVER_ID_ENV,
+    SIMULATED_GPUS_ENV,
+)
 from gpuhub.core.holdings import QuotaExceeded
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import human_memory
@@ -42,14 +50,7 @@ from gpuhub.hub.ledger.device_book import (
     server_owner,
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
-from gpuhub.hub.ledger.launches import (
-    LAUNCH_ENV,
-    SERVER_ID_ENV,
-    Launch,
-    Process,
-    command_line,
-    device_set,
-)
+from gpuhub.hub.ledger.launches import Launch, Process, command_line, device_set
 from gpuhub.hub.ledger.launches import launch_key as derive_launch_key
 from gpuhub.hub.ledger.launches import sign as sign_launch
 from gpuhub.hub.ledger.ledger import Ledger
@@ -327,7 +328,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         # Marks every process this server starts (kernels, jobs, terminals), so the hub can
         # tell which of them outlive it on its GPUs.
         env[SERVER_ID_ENV] = self._server_id
-        env["GPUHUB_GPUS"] = str(len(gpus))
+        env[GPUS_ENV] = str(len(gpus))
         options = self.launch_options
         gpu_type = options.gpu_type if options and gpus else None
         key = self._launch_key()
@@ -344,12 +345,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 holder.device_memory if holder is not None and holder.shared else 0,
             )
             env[LAUNCH_ENV] = sign_launch(key, grant)
-        env["GPUHUB_GPU_TYPE"] = gpu_type.key if gpu_type else ""
+        env[GPU_TYPE_ENV] = gpu_type.key if gpu_type else ""
         # The lab shows the assignment by name, driver or not (gpuhub_lab.metrics.assigned).
-        env["GPUHUB_GPU_TYPE_NAME"] = gpu_type.display_name if gpu_type else ""
+        env[GPU_TYPE_NAME_ENV] = gpu_type.display_name if gpu_type else ""
         if self.simulated_gpus:
             # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
-            env["GPUHUB_SIMULATED_GPUS"] = str(self.simulated_gpus)
+            env[SIMULATED_GPUS_ENV] = str(self.simulated_gpus)
             # The server itself does no GPU work: its kernels and jobs are the GPUs' users.
             env[MACHINERY_ENV] = "1"
         return env

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhub.core.env import GPU_ENV_PREFIX, GPU_TYPE_ENV
 from gpuhub.core.gpu_resources import is_gpu_resource
 from gpuhub.core.holdings import Holding, Workload
 from gpuhub.core.policy import GPUType
@@ -186,9 +187,6 @@ def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
     return None
 
 
-GPU_TYPE_ENV = "GPUHUB_GPU_TYPE"  # the GPU type's key, in every GPU pod gpuhub makes
-
-
 def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
     """The ``GPUHUB_*`` variables of a pod's containers: the GPU type it was made for (two
     types may ask for the same resource, A100 and H100 nodes both serving
@@ -197,7 +195,7 @@ def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
     for container in (pod.get("spec") or {}).get("containers") or []:
         for var in container.get("env") or []:
             name = var.get("name") or ""
-            if name.startswith("GPUHUB_GPU") and var.get("value") and name not in env:
+            if name.startswith(GPU_ENV_PREFIX) and var.get("value") and name not in env:
                 env[name] = str(var["value"])
     return env
 

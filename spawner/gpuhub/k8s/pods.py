@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuhub.core.env import GPU_TYPE_ENV, GPU_TYPE_NAME_ENV, GPUS_ENV, SHARE_ENV, SHARE_MEMORY_ENV
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import format_cpu, format_memory
-from gpuhub.core.sharing import SHARE_ENV, SHARE_MEMORY_ENV, Sharing
+from gpuhub.core.sharing import Sharing
 
 # Where the memory-backed /dev/shm goes; PyTorch DataLoader workers need far more than 64M.
 SHM_VOLUME = "gpuhub-dshm"
@@ -64,15 +65,15 @@ def gpu_env(options: LaunchOptions | None) -> dict[str, str]:
             "NVIDIA_VISIBLE_DEVICES": "void",
             "CUDA_VISIBLE_DEVICES": "",
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "GPUHUB_GPUS": "0",
-            "GPUHUB_GPU_TYPE": "",
-            "GPUHUB_GPU_TYPE_NAME": "",
+            GPUS_ENV: "0",
+            GPU_TYPE_ENV: "",
+            GPU_TYPE_NAME_ENV: "",
         }
     env = {
-        "GPUHUB_GPUS": str(options.gpus),
-        "GPUHUB_GPU_TYPE": options.gpu_type.key,
+        GPUS_ENV: str(options.gpus),
+        GPU_TYPE_ENV: options.gpu_type.key,
         # What the lab calls the GPUs it was given (gpuhub_lab.metrics.assigned).
-        "GPUHUB_GPU_TYPE_NAME": options.gpu_type.display_name,
+        GPU_TYPE_NAME_ENV: options.gpu_type.display_name,
     }
     env.update(share_env(options))
     return env

@@ -23,11 +23,10 @@ import logging
 from dataclasses import dataclass
 
 from gpuhub.core.devices import visible_devices
+from gpuhub.core.env import LAUNCH_ENV
 
 log = logging.getLogger(__name__)
 
-LAUNCH_ENV = "GPUHUB_LAUNCH"
-SERVER_ID_ENV = "GPUHUB_SERVER_ID"
 _VERSION = "1"
 
 Process = tuple[int, float]  # (pid, psutil create_time): a pid alone may be reused
