@@ -47,20 +47,20 @@ demo: install
 # under the Helm chart's RBAC, Kueue's queue, servers and jobs on the process node's 4
 # simulated GPUs. Same users, password and GPUHUB_DEMO_PORT as `make demo`.
 demo-k8s: install
-	$(BIN)/python -m tests.cluster.demo
+	$(BIN)/python -m localk8s.demo
 
 # A real Kubernetes on loopback (docs/cluster.md): etcd, kube-apiserver, controller-manager,
 # scheduler, kwok's fake GPU nodes, the process node local-0, Kueue, JobSet, Trainer and the
 # Training Operator, each built with `go build` from its Go module (cached in
 # ~/.cache/gpuhub-cluster) on the first run. GPUHUB_CLUSTER_NODES=file picks the fake nodes.
 cluster: install
-	$(BIN)/python -m tests.cluster up
+	$(BIN)/python -m localk8s up
 
 cluster-down:
-	@if [ -x $(BIN)/python ]; then $(BIN)/python -m tests.cluster down; else echo "no cluster (no .venv)"; fi
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m localk8s down; else echo "no cluster (no .venv)"; fi
 
 cluster-status: install
-	$(BIN)/python -m tests.cluster status
+	$(BIN)/python -m localk8s status
 
 # The frontend too: stylelint, prettier and eslint over labextension/ (package.json "lint:check";
 # `npm run lint` fixes what they can).
@@ -77,7 +77,7 @@ typecheck: install
 TEST_KUBECONFIG = $(or $(GPUHUB_TEST_KUBECONFIG),$(CURDIR)/.cluster/kubeconfig)
 
 test-cluster: install
-	@if [ -z "$(GPUHUB_TEST_KUBECONFIG)" ]; then $(BIN)/python -m tests.cluster up; fi
+	@if [ -z "$(GPUHUB_TEST_KUBECONFIG)" ]; then $(BIN)/python -m localk8s up; fi
 
 pytest: install test-cluster
 	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest

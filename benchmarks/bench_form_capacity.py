@@ -44,7 +44,7 @@ from benchmarks.kube_cluster import (
     load_pod,
     rss_line,
 )
-from tests.cluster.kubeapi import wait_for
+from localk8s.kubeapi import wait_for
 from tests.support.hub.kube import GPU_TYPES
 from tests.support.hub.process import Hub, spawn_json, start_hub
 
@@ -372,7 +372,7 @@ def main(argv: list[str]) -> int:
         "",
         f"`python -m benchmarks form_capacity --renders {args.renders} --spawns {args.spawns}` on "
         f"{platform.machine()}, Python {platform.python_version()}, 2 CPUs shared with the other "
-        "work on this machine (figures are noisy). Cluster: a real one (`tests/cluster`: "
+        "work on this machine (figures are noisy). Cluster: a real one (`localk8s`: "
         "kube-apiserver 1.36, controllers, scheduler, Kueue and the Kubeflow operators), grown "
         "to each size with eight-GPU A100 kwok nodes carrying 20 Running pods each (bound by "
         "name, run by kwok); on node *n*, *n* mod 9 of them hold one GPU each. Peak memory of "

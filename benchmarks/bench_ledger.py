@@ -50,7 +50,7 @@ from benchmarks.kube_cluster import (
     load_pod,
     rss_line,
 )
-from tests.cluster.kubeapi import wait_for
+from localk8s.kubeapi import wait_for
 
 USERS = 2000
 BUDGETS = {"sync_s": 20.0, "rss_mb": 300.0, "quota_ms": 1.0, "form_ms": 10.0}
@@ -283,7 +283,7 @@ def main(argv: list[str]) -> int:
         f"`python -m benchmarks ledger --nodes {args.nodes} --pods-per-node "
         f"{args.pods_per_node}` on {platform.machine()}, Python {platform.python_version()}, "
         "2 CPUs shared with other work. The cluster is real: etcd 3.6, kube-apiserver 1.36 "
-        f"and kwok (a bare cluster of `tests/cluster`), holding {r['nodes']:,} eight-GPU "
+        f"and kwok (a bare cluster of `localk8s`), holding {r['nodes']:,} eight-GPU "
         f"nodes and {r['pods']:,} Running pods"
         + (
             f" (of the {r['wanted_pods']:,} asked for: filling stopped because {r['stopped']})"

@@ -1,11 +1,11 @@
 """A real Kubernetes for the benchmarks, filled fast, with its memory watched.
 
-The test cluster's launcher (``tests/cluster``, docs/cluster.md) starts one at a root of its
+The test cluster's launcher (``localk8s``, docs/cluster.md) starts one at a root of its
 own, with no nodes of its own file: a full cluster (controllers, scheduler, the process node,
 the operators) where spawns must really run, or a *bare* one (etcd, kube-apiserver and kwok,
 no node leases) for a scale run, where every other component would cache every pod too.
 
-Nodes are kwok's (:func:`tests.cluster.nodes.node_object`); pods are created already bound
+Nodes are kwok's (:func:`localk8s.nodes.node_object`); pods are created already bound
 (``spec.nodeName``), so no scheduler stands in the way, and kwok marks them Running. Objects go
 through the apiserver's REST API with many requests in flight, as the cluster's admin (whom
 API Priority and Fairness exempts). While it grows, :class:`MemoryWatch` samples the RSS of
@@ -28,9 +28,9 @@ from typing import Any
 
 import psutil
 
-from tests.cluster.kubeapi import wait_for
-from tests.cluster.launcher import Launcher, down
-from tests.cluster.nodes import KWOK_TOLERATION, node_object, schedulable
+from localk8s.kubeapi import wait_for
+from localk8s.launcher import Launcher, down
+from localk8s.nodes import KWOK_TOLERATION, node_object, schedulable
 from tests.support.cluster import A100_PRODUCT, GPU_TOLERATION
 
 NAMESPACE = "bench"

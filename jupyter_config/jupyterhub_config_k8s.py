@@ -1,7 +1,7 @@
 """JupyterHub config for the Kubernetes demo (`make demo-k8s`): GPUSpawner and the jobs service
 on the local cluster (docs/cluster.md), as the Helm chart runs them.
 
-`python -m tests.cluster.demo` (which `make demo-k8s` runs) starts the cluster, makes what the
+`python -m localk8s.demo` (which `make demo-k8s` runs) starts the cluster, makes what the
 chart would in the namespace ``gpuhub-demo`` (RBAC, Kueue's queue ``gpus``), and runs this with
 KUBECONFIG holding a token of z2jh's ``hub`` ServiceAccount and GPUHUB_DEMO_SERVICE_KUBECONFIG
 one of the chart's ``gpuhub-service``: neither is the cluster's admin.

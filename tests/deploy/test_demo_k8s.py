@@ -1,5 +1,5 @@
 """`make demo-k8s`, walked as a researcher would: its jupyterhub_config_k8s.py on the test
-cluster, prepared by tests/cluster/demo.py (the chart's RBAC, Kueue's queue) in a namespace of
+cluster, prepared by localk8s/demo.py (the chart's RBAC, Kueue's queue) in a namespace of
 its own. Log in, get a GPU server that is a real pod, submit the notebook as a Job, a
 PyTorchJob with two workers and a TFJob, and read back each run's output notebook and log."""
 
@@ -21,8 +21,8 @@ import nbformat
 import pytest
 import requests
 
-from tests.cluster import demo
-from tests.cluster.kubeapi import KubeAPI, KubeError
+from localk8s import demo
+from localk8s.kubeapi import KubeAPI, KubeError
 from tests.support.hub.process import _env, free_port
 
 pytestmark = pytest.mark.e2e

@@ -578,7 +578,7 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
     while the namespace quota refuses GPUs beyond it; and the RBAC, evaluated by the
     apiserver's own authorizer, lets the hub and the jobs service do what gpuhub does there
     and not more."""
-    from tests.cluster.kubeapi import KubeError
+    from localk8s.kubeapi import KubeError
 
     objects = render(
         chart,

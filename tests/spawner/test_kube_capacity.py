@@ -1,6 +1,6 @@
 """gpuhub.hub.ledger.capacity: live GPU figures from a watch of the cluster's nodes and pods, exactly right.
 
-The A100 and MIG nodes are kwok's (tests/cluster/nodes.yaml); the process node local-0 adds 4
+The A100 and MIG nodes are kwok's (localk8s/nodes.yaml); the process node local-0 adds 4
 simulated ``nvidia.com/gpu`` that no A100 selector matches."""
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube
 
 
 async def test_unreachable_cluster_says_so(tmp_path):
-    from tests.cluster.kubeapi import kubeconfig
+    from localk8s.kubeapi import kubeconfig
     from tests.support.hub.process import free_port
 
     path = tmp_path / "kubeconfig"

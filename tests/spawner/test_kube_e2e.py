@@ -443,7 +443,7 @@ def test_form_while_the_hub_still_reads_the_cluster_says_so(
 def test_form_without_a_reachable_cluster_says_so(
     kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.cluster.kubeapi import kubeconfig
+    from localk8s.kubeapi import kubeconfig
 
     dead = tmp_path / "kubeconfig"
     dead.write_text(kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "none", token="x"))

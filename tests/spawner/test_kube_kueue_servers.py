@@ -1,5 +1,5 @@
 """GPU servers wait in Kueue's queue: a real JupyterHub with ``GPUSpawner.kueue_queue_name`` on
-the test cluster with the real Kueue (its pod integration, tests/cluster/addons.py).
+the test cluster with the real Kueue (its pod integration, localk8s/addons.py).
 
 The ClusterQueue has one simulated GPU of quota on the process node, so the first GPU server
 starts and the next ones wait: Kueue gates their pods, the spawn page's progress says the

@@ -16,7 +16,7 @@ Fixtures (registered by ``tests/conftest.py``):
 ``kube_api``      an async ``kubernetes_asyncio`` ApiClient for the cluster.
 ``kube_faults``   a :class:`~tests.support.kube_faults.FaultProxy` in front of the apiserver.
 
-The local cluster's fake GPU nodes are those of ``tests/cluster/nodes.yaml``: ``cpu-0``,
+The local cluster's fake GPU nodes are those of ``localk8s/nodes.yaml``: ``cpu-0``,
 ``a100-0`` and ``a100-1`` (8 ``nvidia.com/gpu`` each) and ``a100-mig-0`` (7
 ``nvidia.com/mig-1g.10gb``), all with kwok's taint; pods that should land there tolerate it
 (:data:`KWOK_TOLERATION`). The process node ``local-0`` (4 simulated ``nvidia.com/gpu``,
@@ -39,8 +39,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from tests.cluster.kubeapi import KubeAPI, KubeError
-from tests.cluster.nodes import (
+from localk8s.kubeapi import KubeAPI, KubeError
+from localk8s.nodes import (
     EXIT_CODE_ANNOTATION,
     KWOK_TOLERATION,
     MISSING_IMAGE_SUFFIX,
@@ -109,8 +109,8 @@ def kubeconfig_path() -> Path:
     named = os.environ.get("GPUHUB_TEST_KUBECONFIG")
     if named:
         return Path(named)
-    from tests.cluster.launcher import DEFAULT_ROOT, ClusterError, Launcher
-    from tests.cluster.nodes import DEFAULT_NODES_FILE
+    from localk8s.launcher import DEFAULT_ROOT, ClusterError, Launcher
+    from localk8s.nodes import DEFAULT_NODES_FILE
 
     launcher = Launcher(DEFAULT_ROOT, DEFAULT_NODES_FILE, gpus=4, quiet=True)
     try:

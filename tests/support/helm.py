@@ -207,7 +207,7 @@ def localized(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``obj`` placed in the test's namespace if it is namespaced (the chart's
     namespaces, ``jhub``, ``jupyter-users``, ``kubeflow``, do not exist on the test cluster).
     Raises AssertionError if the cluster does not serve its kind."""
-    from tests.cluster.kubeapi import KubeError
+    from localk8s.kubeapi import KubeError
 
     obj = copy.deepcopy(obj)
     try:

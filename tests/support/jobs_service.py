@@ -1,7 +1,7 @@
 """Shared by the Kubernetes-mode job tests: notebooks, requests, the manifests' checks
 (offline schemas and the real apiserver's dry run) and the jobs service as its own process.
 
-Job pods really run on the test cluster's process node (tests/cluster/agent), so the runner,
+Job pods really run on the test cluster's process node (localk8s/agent), so the runner,
 papermill and the service's log parsing are exercised end to end there.
 """
 
@@ -55,7 +55,7 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     return path
 
 
-# The Kubeflow Trainer runtime the test cluster has (tests/cluster/addons.py), offered to
+# The Kubeflow Trainer runtime the test cluster has (localk8s/addons.py), offered to
 # the requests made here so that a TrainJob request parses.
 RUNTIMES = Runtimes(("torch-distributed",), "torch-distributed")
 

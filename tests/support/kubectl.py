@@ -1,5 +1,5 @@
 """The real kubectl, as an admin runs the commands of docs/admin-guide.md against the test
-cluster: the one built with the cluster (tests/cluster, same Kubernetes release), else the
+cluster: the one built with the cluster (localk8s, same Kubernetes release), else the
 first on PATH."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from tests.support.cluster import Kube
 
 
 def kubectl_binary() -> Path:
-    from tests.cluster.build import binary_path
-    from tests.cluster.components import BY_NAME
+    from localk8s.build import binary_path
+    from localk8s.components import BY_NAME
 
     built = binary_path(BY_NAME["kubectl"])
     if built.exists():

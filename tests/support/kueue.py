@@ -1,5 +1,5 @@
 """Kueue's objects as the admin guide sets them up, created on the test cluster (real Kueue,
-tests/cluster/addons.py) for the queue tests.
+localk8s/addons.py) for the queue tests.
 
 gpuhub speaks ``kueue.x-k8s.io/v1beta1`` (Kueue serves it beside v1beta2 through its
 conversion webhook), so the objects are written in v1beta1, as the admin guide shows them.

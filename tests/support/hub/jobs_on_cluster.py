@@ -28,7 +28,7 @@ from typing import Any
 
 import requests
 
-from tests.cluster.kubeapi import kubeconfig
+from localk8s.kubeapi import kubeconfig
 from tests.support.cluster import Kube
 from tests.support.helm import make_chart, render
 from tests.support.hub.kube import hub_config

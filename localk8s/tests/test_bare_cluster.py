@@ -1,4 +1,4 @@
-"""`python -m tests.cluster up --bare` (docs/cluster.md, "A bare cluster for scale runs"): only
+"""`python -m localk8s up --bare` (docs/cluster.md, "A bare cluster for scale runs"): only
 etcd, kube-apiserver and kwok, whose nodes are nevertheless schedulable and run pods bound to
 them by name; `down` leaves nothing behind. The scale benchmark (benchmarks/kube_cluster.py)
 stands on this."""
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster import processes
-from tests.cluster.kubeapi import wait_for
-from tests.cluster.launcher import Launcher, down
-from tests.cluster.nodes import schedulable
+from localk8s import processes
+from localk8s.kubeapi import wait_for
+from localk8s.launcher import Launcher, down
+from localk8s.nodes import schedulable
 
 pytestmark = pytest.mark.e2e  # a real etcd, kube-apiserver and kwok
 

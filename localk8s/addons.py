@@ -9,7 +9,7 @@ YAML is made from), changed only where running the operator as a local process n
   conversion webhooks and APIServices that name it get the local port and the cluster CA
   (kube-apiserver resolves an ExternalName service to ``https://<name>:<port>`` and still
   checks the certificate for ``<service>.<namespace>.svc``, which the serving certificate
-  names: :mod:`tests.cluster.pki`);
+  names: :mod:`localk8s.pki`);
 - the operators' own certificate management is off; the serving certificate is given
   to each, at the paths they read it from (Kueue and the Kubeflow operators hard-code some,
   so each runs in a private mount namespace where those paths are bind mounts).
@@ -85,7 +85,7 @@ class Operator:
     name: str
     version: str
     namespace: str
-    binary: str  # component name (tests/cluster/components.py)
+    binary: str  # component name (localk8s/components.py)
     manifests: list[Obj]
     ports: dict[str, int]  # webhook, metrics, health (+ visibility for Kueue)
     argv: list[str] = field(default_factory=list)
@@ -317,7 +317,7 @@ def operators(
     # the rotator's into the folder (cert_secret), and the webhook server reloads it.
     # A PyTorchJob's workers first wait for the master's name; the operator's own init
     # container asks DNS with busybox's nslookup. The process node has neither (its pods find
-    # each other through their hosts files: tests/cluster/agent/hosts.py), so this one asks
+    # each other through their hosts files: localk8s/agent/hosts.py), so this one asks
     # the resolver (getent) the same question, as often.
     init_template = folder / "pytorch-init-container.yaml"
     init_template.write_text(_PYTORCH_INIT_CONTAINER)

@@ -1,11 +1,11 @@
 """``make cluster``: a real Kubernetes control plane on loopback, built from Go modules.
 
-``python -m tests.cluster up|down|status`` (the Makefile's ``cluster``, ``cluster-down`` and
-``cluster-status``). ``up`` builds what is missing (:mod:`tests.cluster.build`), then starts
+``python -m localk8s up|down|status`` (the Makefile's ``cluster``, ``cluster-down`` and
+``cluster-status``). ``up`` builds what is missing (:mod:`localk8s.build`), then starts
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with the fake GPU nodes
 of a nodes file, the process node agent (``local-0``), JobSet, Kueue, Kubeflow Trainer and
 the Training Operator, and writes ``<root>/kubeconfig`` (admin). Everything it starts is
-marked (:mod:`tests.cluster.processes`), so ``down`` ends all of it. A cluster that is
+marked (:mod:`localk8s.processes`), so ``down`` ends all of it. A cluster that is
 already up is reused. docs/cluster.md describes the whole.
 """
 
@@ -36,7 +36,7 @@ from .kubeapi import KubeAPI, KubeError, kubeconfig, wait_for
 from .nodes import DEFAULT_NODES_FILE, kwok_module_dir, load_nodes, schedulable, stages
 from .pki import ClusterPKI
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO / ".cluster"
 SERVICE_CIDR = "10.96.0.0/16"  # virtual: no kube-proxy, nothing ever dials it
 POD_CIDR_KWOK = "127.64.0.0/12"  # fake pods get loopback addresses nothing listens on
@@ -437,7 +437,7 @@ class Launcher:
                 [
                     sys.executable,
                     "-m",
-                    "tests.cluster.agent",
+                    "localk8s.agent",
                     f"--server={api.server}",
                     f"--pki={root / 'pki'}",
                     f"--state={root / 'node-agent'}",
@@ -604,7 +604,7 @@ def status(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m localk8s", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument(
         "--root", type=Path, default=Path(os.environ.get("GPUHUB_CLUSTER_ROOT", DEFAULT_ROOT))

@@ -22,11 +22,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.kubeapi import KubeAPI, kubeconfig
-from tests.cluster.launcher import DEFAULT_ROOT, ClusterError, Launcher
-from tests.cluster.nodes import DEFAULT_NODES_FILE
+from localk8s.kubeapi import KubeAPI, kubeconfig
+from localk8s.launcher import DEFAULT_ROOT, ClusterError, Launcher
+from localk8s.nodes import DEFAULT_NODES_FILE
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuhub-demo"
 QUEUE = "gpus"
 KUEUE = "kueue.x-k8s.io/v1beta2"

@@ -379,8 +379,8 @@ def test_a_trainjob_runs_on_the_process_node(kube: Kube) -> None:
 
 def test_make_cluster_reuses_a_running_cluster(kube: Kube) -> None:
     kube.require_local("the local cluster")
-    from tests.cluster.launcher import Launcher
-    from tests.cluster.nodes import DEFAULT_NODES_FILE
+    from localk8s.launcher import Launcher
+    from localk8s.nodes import DEFAULT_NODES_FILE
 
     root = kube.kubeconfig.parent
     started = time.monotonic()

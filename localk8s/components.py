@@ -1,13 +1,13 @@
 """What the local cluster is made of: each component, the Go module and version it is built
 from, and the binary it becomes.
 
-Two wrapper modules hold the pins (``tests/cluster/go/k8s`` and ``tests/cluster/go/etcd``,
+Two wrapper modules hold the pins (``localk8s/go/k8s`` and ``localk8s/go/etcd``,
 with their ``go.sum``). Every Kubernetes-side component lives in the one ``k8s`` module on
 purpose: Kueue, JobSet, Trainer, the Training Operator and kwok are all built against the
 0.36 client libraries, so one module graph lets them share one compiled copy of
 ``k8s.io/*`` with the control plane instead of five (the cold build is most of CI's
 budget). etcd keeps its own module so its client libraries never skew the apiserver's.
-``python -m tests.cluster.build --update`` rewrites both modules from the pins below.
+``python -m localk8s.build --update`` rewrites both modules from the pins below.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Component:
     module: str
     version: str
     package: str  # the main package
-    family: str  # the wrapper module under tests/cluster/go/ it builds in
+    family: str  # the wrapper module under localk8s/go/ it builds in
     ldflags: tuple[str, ...] = ()
 
     @property

@@ -1,7 +1,7 @@
 """Build the cluster's binaries from their Go modules, cached by version outside the work tree.
 
-``python -m tests.cluster.build`` builds what is missing (``--update`` first rewrites the
-wrapper modules from the pins in :mod:`tests.cluster.components`). Each binary lands in
+``python -m localk8s.build`` builds what is missing (``--update`` first rewrites the
+wrapper modules from the pins in :mod:`localk8s.components`). Each binary lands in
 ``$GPUHUB_CLUSTER_CACHE`` (default ``~/.cache/gpuhub-cluster``) under a folder named by a
 hash of its wrapper module, package and link flags, so a second run finds it and a new pin
 builds beside the old one. Go's own module and build caches (``GOMODCACHE``, ``GOCACHE``)
@@ -143,7 +143,7 @@ def update_modules() -> None:
     go = _go()
     staging_version = "v0." + KUBERNETES.split(".", 1)[1]  # v1.36.3 -> v0.36.3
     k8s_tools = [c.package for c in COMPONENTS if c.family == "k8s"]
-    lines = ["module gpuhub.hub.local_gpu_spawner/cluster/k8s", "", "go 1.26.0", "", "require ("]
+    lines = ["module gpuhub.local/cluster/k8s", "", "go 1.26.0", "", "require ("]
     lines += [f"\t{m} {v}" for m, v in K8S_FAMILY_MODULES.items()]
     lines += [")", "", "tool ("] + [f"\t{t}" for t in k8s_tools] + [")", "", "replace ("]
     lines += [f"\t{m} => {m} {staging_version}" for m in _staging_modules(go)]
@@ -152,7 +152,7 @@ def update_modules() -> None:
     modules = {
         "k8s": "\n".join(lines),
         "etcd": (
-            f"module gpuhub.hub.local_gpu_spawner/cluster/etcd\n\ngo 1.26.0\n\nrequire {etcd.module} "
+            f"module gpuhub.local/cluster/etcd\n\ngo 1.26.0\n\nrequire {etcd.module} "
             f"{etcd.version}\n\ntool {etcd.package}\n"
         ),
     }
@@ -164,7 +164,7 @@ def update_modules() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster.build", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m localk8s.build", description=__doc__)
     parser.add_argument("components", nargs="*", help="only these (default: all)")
     parser.add_argument("--update", action="store_true", help="rewrite the wrapper modules first")
     args = parser.parse_args(argv)

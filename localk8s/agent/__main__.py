@@ -1,9 +1,9 @@
-"""The process node agent: ``python -m tests.cluster.agent --kubeconfig-dir ... --port ...``.
+"""The process node agent: ``python -m localk8s.agent --kubeconfig-dir ... --port ...``.
 
 It registers the Node (``local-0`` by default, label ``gpuhub.io/node-agent=process``,
 simulated ``nvidia.com/gpu``), renews its Lease in ``kube-node-lease`` as a kubelet does,
 runs the pods bound to it (:mod:`.pods`) and serves their logs (:mod:`.server`). The
-launcher (``tests/cluster/launcher.py``) starts it; see docs/cluster.md.
+launcher (``localk8s/launcher.py``) starts it; see docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def _died(task: asyncio.Task[None], stop: asyncio.Event) -> None:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster.agent", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m localk8s.agent", description=__doc__)
     parser.add_argument("--server", required=True, help="https://127.0.0.1:<apiserver port>")
     parser.add_argument("--pki", required=True, help="the cluster's certificate folder")
     parser.add_argument("--state", required=True, help="where pods' files and logs go")

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# Services whose webhooks or APIs the apiserver calls (tests/cluster/addons.py makes them).
+# Services whose webhooks or APIs the apiserver calls (localk8s/addons.py makes them).
 WEBHOOK_SERVICES = (
     "kueue-webhook-service.kueue-system",
     "kueue-visibility-server.kueue-system",
