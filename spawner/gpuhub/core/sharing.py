@@ -34,10 +34,6 @@ MIB = 1 << 20
 # HAMi's default resource names (its chart's devicePlugin.resourceMem / resourceCores).
 HAMI_MEMORY = "nvidia.com/gpumem"
 HAMI_CORES = "nvidia.com/gpucores"
-# NVIDIA's GPU feature discovery labels a node with how many GPUs it has and how many units
-# (replicas) each is advertised as when shared.
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
 # In the environment of every process or pod given a share (gpuhub.core.env): the GPUs it
 # counts as ("1/2") and, shared by memory, its memory in bytes. Pods carry them for the hub's

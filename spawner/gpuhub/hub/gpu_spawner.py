@@ -28,7 +28,8 @@ from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
-from gpuhub.k8s.kueue import LABEL_QUEUE_NAME, Pending, gated, in_front, shared_kueue
+from gpuhub.k8s.kueue import Pending, gated, in_front, shared_kueue
+from gpuhub.k8s.labels import QUEUE_NAME_LABEL
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
@@ -223,7 +224,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         self.extra_resource_guarantees = guarantees
         if self._queued(options):
             # Kueue's webhook gates the pod until its Workload is admitted (gpuhub.k8s.kueue).
-            self.extra_labels = {**self.extra_labels, LABEL_QUEUE_NAME: self.kueue_queue_name}
+            self.extra_labels = {**self.extra_labels, QUEUE_NAME_LABEL: self.kueue_queue_name}
 
     def _queued(self, options: LaunchOptions | None) -> bool:
         """Whether this spawn's pod waits in Kueue's queue: a GPU server, with a queue set."""

@@ -3,7 +3,8 @@ pod asks for and holds (:func:`pod_gpus`, :func:`pod_holding`), whose workload a
 (:func:`pod_workload`), and whether a GPU type's pods may run on a node (:func:`node_serves`).
 
 Pure functions of the API's JSON: the hub's capacity watch (:mod:`gpuhub.hub.ledger.capacity`)
-and the jobs service's Kubernetes backend read pods through them.
+and the jobs service's Kubernetes backend read pods through them. Who a pod belongs to is read
+from KubeSpawner's and gpuhub's labels (:mod:`gpuhub.k8s.labels`), which users cannot write.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ from gpuhub.core.holdings import Holding, Workload
 from gpuhub.core.policy import GPUType
 from gpuhub.core.quantity import QuantityError, parse_cpu, parse_memory, parse_quantity
 from gpuhub.core.sharing import share_from_env
+from gpuhub.k8s.labels import (
+    COMPONENT_LABEL,
+    HUB_SERVERNAME_ANNOTATION,
+    HUB_USERNAME_KEY,
+    JOB_ID_LABEL,
+    KIND_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    SERVER_COMPONENT,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 
 
 def parse_body(body: bytes) -> Any:
@@ -148,13 +161,6 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     return PodInfo(node, gpus, pod_extra(pod)) if gpus else None
 
 
-# Who a pod belongs to: KubeSpawner's server pods and gpuhub's workload pods. Users cannot
-# create pods (they hold no cluster credentials), so these labels can be trusted.
-SERVER_COMPONENT = "singleuser-server"
-MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuhub")
-JOB_ID_LABEL = "gpuhub.io/job-id"
-KIND_LABEL = "gpuhub.io/kind"
-USERNAME_ANNOTATION = "gpuhub.io/username"
 # The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds. A new kind
 # whose pods a controller of its own owns is added here; one whose pods belong to an object in
 # between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
@@ -217,11 +223,11 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
     share, memory = share_from_env(env)
     since = _epoch(meta.get("creationTimestamp"))
     pods = ((str(meta.get("namespace") or ""), str(meta.get("name") or "")),)
-    if labels.get("component") == SERVER_COMPONENT:
-        user = notes.get("hub.jupyter.org/username") or labels.get("hub.jupyter.org/username")
+    if labels.get(COMPONENT_LABEL) == SERVER_COMPONENT:
+        user = notes.get(HUB_USERNAME_KEY) or labels.get(HUB_USERNAME_KEY)
         if not user:
             return None
-        name = notes.get("hub.jupyter.org/servername", "")
+        name = notes.get(HUB_SERVERNAME_ANNOTATION, "")
         return Holding(
             user,
             "server",
@@ -233,8 +239,8 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
             share=share,
             memory=memory,
         )
-    if labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(JOB_ID_LABEL):
-        user = notes.get(USERNAME_ANNOTATION) or labels.get("gpuhub.io/user")
+    if labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(JOB_ID_LABEL):
+        user = notes.get(USERNAME_ANNOTATION) or labels.get(USER_LABEL)
         if not user:
             return None
         return Holding(

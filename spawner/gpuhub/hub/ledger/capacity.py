@@ -32,7 +32,7 @@ from typing import Any
 
 from gpuhub.core.holdings import Holding, Workload, per_workload
 from gpuhub.core.policy import GPUType
-from gpuhub.core.sharing import GPU_COUNT_LABEL, MIB, REPLICAS_LABEL, Sharing
+from gpuhub.core.sharing import MIB, Sharing
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger, holding_match
 from gpuhub.hub.ledger.tally import Part, Tally
@@ -49,6 +49,7 @@ from gpuhub.k8s.inventory import (
     pod_holding,
     pod_info,
 )
+from gpuhub.k8s.labels import GPU_COUNT_LABEL, GPU_REPLICAS_LABEL
 
 log = logging.getLogger("gpuhub.hub.ledger.capacity")
 
@@ -530,7 +531,7 @@ def _node_devices(node: NodeInfo, sharing: Sharing) -> int | None:
     if label.isdigit():
         return int(label)
     if sharing.replicas is not None:
-        replicas = node.labels.get(REPLICAS_LABEL, "")
+        replicas = node.labels.get(GPU_REPLICAS_LABEL, "")
         per_gpu = int(replicas) if replicas.isdigit() and int(replicas) > 0 else sharing.replicas
         units = sum(node.gpus.values())
         return units // per_gpu if units % per_gpu == 0 else None
