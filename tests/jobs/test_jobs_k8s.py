@@ -26,8 +26,6 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.k8s.status import FINISHING, job_phase, training_phase
 from gpuhub.jobs.model import JobError, JobNotFound
-from tests.spawner.test_kube_shares import GPU_TYPES as SHARED_TYPES
-from tests.spawner.test_kube_shares import HAMI_NODE, add_nodes
 from tests.support.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
@@ -47,6 +45,8 @@ from tests.support.jobs_service import (
 from tests.support.jobs_service import make_request as request_under
 from tests.support.messages import problems
 from tests.support.policies import DESIGN_CONFIG, cluster_policy
+from tests.support.shared_gpus import GPU_TYPES as SHARED_TYPES
+from tests.support.shared_gpus import HAMI_NODE, add_nodes
 
 # A real kube-apiserver, controllers and operators (tests/support/cluster.py).
 pytestmark = pytest.mark.e2e

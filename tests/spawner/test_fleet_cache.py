@@ -12,7 +12,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from jinja2 import Environment, FileSystemLoader
 
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
@@ -23,6 +22,7 @@ from gpuhub.hub.monitor.usage import UsageStore
 from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, holding_key
 from gpuhub.hub.web import fleet
 from gpuhub.hub.web.fleet import FleetCache, snapshot
+from tests.support.hub.templates import hub_templates
 
 USERS = ("ann", "bob", "cat")
 
@@ -58,11 +58,6 @@ def make_monitor() -> tuple[GPUMonitor, Load]:
     return GPUMonitor(spawner, Ledger(book), source, None, UsageStore(None), 30.0), source
 
 
-def env() -> Environment:
-    templates = fleet.__file__.rsplit("/", 1)[0] + "/templates/hub"
-    return Environment(loader=FileSystemLoader(templates), autoescape=True, enable_async=True)
-
-
 def users(built: fleet.Built) -> set[str]:
     return {key[0] for key, _ in built.rows}
 
@@ -82,7 +77,7 @@ def test_a_request_never_waits_for_a_build_and_stopped_rows_go_at_once(
     async def scenario() -> None:
         monitor, source = make_monitor()
         await monitor.tick(time.time())
-        cache = FleetCache(monitor, env(), "/hub/", lambda: {"ann": ["students"]})
+        cache = FleetCache(monitor, hub_templates(), "/hub/", lambda: {"ann": ["students"]})
         first = await cache.current()  # the first view waits for the first build
         assert first.version == monitor.version and users(first) == set(USERS)
         view, parts = cache.page(first, "ann", see_all=False)
@@ -146,13 +141,15 @@ def test_a_groups_gpu_hours_are_its_members_exact_sum_rounded_with_the_unit() ->
         for user in ("ann", "bob"):
             monitor.store.add(user, "A100", 0.14 * 3600, now)
         await monitor.tick(now)
-        cache = FleetCache(monitor, env(), "/hub/", lambda: {u: ["students"] for u in USERS})
+        cache = FleetCache(
+            monitor, hub_templates(), "/hub/", lambda: {u: ["students"] for u in USERS}
+        )
         view, parts = cache.page(await cache.current(), "root", see_all=True)
         (group,) = view.groups
         assert group[0] == "students" and abs(group[2] - 0.28) < 1e-9
         for user in ("ann", "bob"):
             assert f'<td>{user}</td><td class="text-end">0.14 GPU-h</td>' in parts["hours_html"]
-        html = env().from_string(
+        html = hub_templates().from_string(
             '{% from "gpuhub_fleet_hours.html" import gpu_hours %}{{ gpu_hours(value) }}'
         )
         assert await html.render_async(value=group[2]) == "0.28 GPU-h"
@@ -173,7 +170,7 @@ def test_after_a_stop_the_page_waits_for_a_build_with_held_and_free_as_of_now() 
 
         monitor.spawner.gpu_capacity = capacity
         await monitor.tick(time.time())
-        cache = FleetCache(monitor, env(), "/hub/", lambda: {})
+        cache = FleetCache(monitor, hub_templates(), "/hub/", lambda: {})
         before = await cache.current()
         assert before.view.types == [("A100", 3, 1, 4)]
         book = monitor.ledger.source

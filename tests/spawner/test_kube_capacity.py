@@ -15,6 +15,7 @@ from gpuhub.core.policy import Policy
 from gpuhub.hub.ledger.capacity import CapacityUnavailable, ClusterCapacity
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from tests.support.cluster import A100_PRODUCT, GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
+from tests.support.wait import eventually
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler and kwok
 
@@ -78,22 +79,6 @@ async def cache(kube_api):
     assert await capacity.wait_ready(10)
     yield capacity
     await capacity.stop()
-
-
-async def eventually(check, timeout: float = 10):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except AssertionError:
-            if loop.time() > deadline:
-                raise
-        if loop.time() > deadline:
-            raise AssertionError("condition not met")
-        await asyncio.sleep(0.05)
 
 
 async def test_initial_figures_per_type(cache):

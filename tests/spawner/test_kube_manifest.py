@@ -2,68 +2,16 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-import kubernetes_validate
 import pytest
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import kube_config
-from kubespawner import clients as kubespawner_clients
+from kubernetes_asyncio.client import ApiClient
 from tornado import web
-from traitlets.config import Config
 
-from gpuhub import GPUSpawner
 from gpuhub.hub.spawner_mixin import apply_gpuhub_options
-from tests.support.policies import DESIGN_CONFIG
+from tests.support.manifests import make_spawner, manifest
 
-K8S_VERSION = "1.31"
-
-# KubeSpawner loads a kubeconfig when constructed; these tests never reach a cluster.
-UNREACHABLE_KUBECONFIG = """
-apiVersion: v1
-kind: Config
-clusters: [{name: none, cluster: {server: "http://127.0.0.1:9"}}]
-users: [{name: none, user: {token: unused}}]
-contexts: [{name: none, context: {cluster: none, user: none, namespace: jupyter}}]
-current-context: none
-"""
-
-
-@pytest.fixture(autouse=True)
-def no_cluster(tmp_path, monkeypatch):
-    path = tmp_path / "kubeconfig"
-    path.write_text(UNREACHABLE_KUBECONFIG)
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
-    default = Configuration.get_default_copy()
-    kubespawner_clients.load_config.cache_clear()
-    yield
-    kubespawner_clients.load_config.cache_clear()  # leave no process-wide client config behind
-    Configuration.set_default(default)
-
-
-def make_spawner(groups: list[str], **extra: Any) -> GPUSpawner:
-    config = Config()
-    for key, value in {**DESIGN_CONFIG, **extra}.items():
-        setattr(config.GPUSpawner, key, value)
-    user = SimpleNamespace(
-        name="alice",
-        id=1,
-        url="/user/alice/",
-        groups=[SimpleNamespace(name=g) for g in groups],
-    )
-    return GPUSpawner(_mock=True, user=user, config=config)
-
-
-async def manifest(spawner: GPUSpawner, options: dict[str, Any]) -> dict[str, Any]:
-    spawner.user_options = options
-    await apply_gpuhub_options(spawner, options)
-    pod = await spawner.get_pod_manifest()
-    body = ApiClient().sanitize_for_serialization(pod)
-    body.setdefault("apiVersion", "v1")
-    body.setdefault("kind", "Pod")
-    kubernetes_validate.validate(body, K8S_VERSION, strict=True)
-    return body
+pytestmark = pytest.mark.usefixtures("no_cluster")
 
 
 def container(body: dict[str, Any]) -> dict[str, Any]:

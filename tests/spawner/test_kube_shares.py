@@ -18,67 +18,16 @@ from kubernetes_asyncio import client
 from gpuhub.core.holdings import gpus_held
 from gpuhub.core.sharing import MIB
 from gpuhub.hub.ledger.capacity import ClusterCapacity
-from tests.spawner.test_kube_capacity import eventually
-from tests.spawner.test_kube_manifest import make_spawner, manifest, no_cluster  # noqa: F401
-from tests.support.cluster import GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
+from tests.support.manifests import make_spawner, manifest
+from tests.support.shared_gpus import GPU_TYPES, HAMI_NODE, TS_NODE, add_nodes
+from tests.support.wait import eventually
 
-pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler and kwok
-# GPUSpawner is built as test_kube_manifest builds it; its autouse no_cluster fixture keeps
-# the spawner's own client off any cluster (the test's pods go through ``kube``).
-
-HAMI_NODE, TS_NODE = "t4-hami-shares", "a10-ts-shares"
-T4, A10 = "Tesla-T4-shares-test", "NVIDIA-A10-shares-test"
-TOLERATE = [GPU_TOLERATION, KWOK_TOLERATION]
-GPU_TYPES = {
-    "t4-shared": {
-        "display_name": "T4, shared",
-        "resource_name": "nvidia.com/gpu",
-        "node_selector": {"nvidia.com/gpu.product": T4},
-        "tolerations": TOLERATE,
-        "sharing": {
-            "memory": "16Gi",
-            "min": "1Gi",
-            "memory_resource": "nvidia.com/gpumem",
-            "cores_resource": "nvidia.com/gpucores",
-        },
-        "max_gpus": 1,
-    },
-    "a10-ts": {
-        "display_name": "A10, time-sliced",
-        "resource_name": "nvidia.com/gpu.shared",
-        "node_selector": {"nvidia.com/gpu.product": A10},
-        "tolerations": TOLERATE,
-        "sharing": {"replicas": 4},
-        "max_gpus": 2,
-    },
-}
-
-
-def add_nodes(kube: Any) -> None:
-    """Two T4s under HAMi (10 vGPU slots each, 16 GiB each), two A10s time-sliced 4 ways."""
-    kube.add_node(
-        HAMI_NODE,
-        {
-            "cpu": "16",
-            "memory": "64Gi",
-            "pods": "110",
-            "nvidia.com/gpu": "20",
-            "nvidia.com/gpumem": str(2 * 16384),
-            "nvidia.com/gpucores": "200",
-        },
-        labels={"nvidia.com/gpu.product": T4},
-        taints=[GPU_TAINT],
-    )
-    kube.add_node(
-        TS_NODE,
-        {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu.shared": "8"},
-        labels={
-            "nvidia.com/gpu.product": A10,
-            "nvidia.com/gpu.count": "2",
-            "nvidia.com/gpu.replicas": "4",
-        },
-        taints=[GPU_TAINT],
-    )
+pytestmark = [
+    pytest.mark.e2e,  # a real kube-apiserver, scheduler and kwok
+    # GPUSpawner is built as the manifest tests build it; no_cluster keeps the spawner's own
+    # client off any cluster (the test's pods go through ``kube``).
+    pytest.mark.usefixtures("no_cluster"),
+]
 
 
 async def written(server: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,7 @@ from gpuhub.hub.monitor.metrics import GPUCollector
 from gpuhub.hub.monitor.usage import UsageStore
 from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, holding_key
 from gpuhub.hub.web.fleet import FleetCache
-
-from .test_fleet_cache import env
+from tests.support.hub.templates import hub_templates
 
 GB = 10**9
 DEVICE = 16 * GB
@@ -74,7 +73,9 @@ def test_fleet_page_counts_shares_as_fractions_and_shows_their_memory() -> None:
     async def scenario() -> None:
         monitor = shared_monitor()
         await monitor.tick(time.time())
-        cache = FleetCache(monitor, env(), "/hub/", lambda: {"ann": ["class"], "bob": ["class"]})
+        cache = FleetCache(
+            monitor, hub_templates(), "/hub/", lambda: {"ann": ["class"], "bob": ["class"]}
+        )
         view, parts = cache.page(await cache.current(), "root", see_all=True)
         by_user = {row.user: row for row in view.rows}
         assert by_user["ann"].gpus_text == "8 GB of GPU 0 (T4), 0.5 GPU"

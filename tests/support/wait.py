@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,3 +15,22 @@ def until(what: str, check: Callable[[], Any], timeout: float = 60, every: float
         assert time.monotonic() < deadline, f"no {what} in {timeout} s"
         time.sleep(every)
     return found
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 10) -> Any:
+    """``check()``'s first true answer, polled without blocking the event loop (a watch the
+    test reads keeps running); an ``AssertionError`` it raises counts as not yet, and the last
+    one is raised after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except AssertionError:
+            if loop.time() > deadline:
+                raise
+        if loop.time() > deadline:
+            raise AssertionError("condition not met")
+        await asyncio.sleep(0.05)
