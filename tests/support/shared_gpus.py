@@ -2,7 +2,7 @@
 (``nvidia.com/gpu`` vGPU slots, ``nvidia.com/gpumem`` in MiB, ``nvidia.com/gpucores``) and
 time-slicing's (``nvidia.com/gpu.shared`` with GPU feature discovery's labels), and the GPU
 types of an admin's config that place shares on them. Servers' shares use them
-(tests/spawner/test_kube_shares.py), and so do jobs' (tests/jobs/test_jobs_k8s.py)."""
+(tests/k8s/test_kube_shares.py), and so do jobs' (tests/jobs/test_jobs_k8s.py)."""
 
 from __future__ import annotations
 

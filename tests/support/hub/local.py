@@ -90,7 +90,7 @@ c.LocalGPUSpawner.cpu_range = {"min": 0.5, "max": 4, "default": 1}
 c.LocalGPUSpawner.memory_range = {"min": "512Mi", "max": "8G", "default": "1G"}
 c.LocalGPUSpawner.group_limits = {"staff": {"max_gpus": 3}, "students": {"max_gpus": 1}}
 c.LocalGPUSpawner.default_limits = {"max_gpus": 0}
-c.LocalGPUSpawner.gpu_queue_timeout = 0  # refuse at once (test_queue_local.py covers the line)
+c.LocalGPUSpawner.gpu_queue_timeout = 0  # refuse at once (test_line_local.py covers the line)
 """
 
 

@@ -1,6 +1,6 @@
 """A share of a GPU on the fleet page, in GPU-hours and in /hub/metrics (issue 24, item 4):
 it counts as its fraction of a GPU and shows its memory, in-process from a workstation's
-device book (the hub-level checks are in test_book_shares.py)."""
+device book (the hub-level checks are in tests/hub/ledger/test_device_book_shares.py)."""
 
 from __future__ import annotations
 

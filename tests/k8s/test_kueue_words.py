@@ -1,6 +1,6 @@
 """What a spawn page says is in front of a server waiting in Kueue's line, and when Kueue
 holds a pod back (pure functions of gpuhub.k8s.kueue; the real line is in
-test_kube_kueue_servers.py)."""
+tests/hub/test_kube_kueue_servers.py)."""
 
 from __future__ import annotations
 

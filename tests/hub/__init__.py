@@ -1,0 +1,1 @@
+"""Tests of the JupyterHub process (spawner/gpuhub/hub): both spawners, the form, progress."""

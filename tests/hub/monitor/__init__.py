@@ -1,0 +1,2 @@
+"""Tests of the hub's monitor (spawner/gpuhub/hub/monitor): utilization, usage, reclaim,
+over-shares, metrics."""
