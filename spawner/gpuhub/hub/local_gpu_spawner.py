@@ -27,19 +27,11 @@ from traitlets import Bool, Int, List, Unicode, Union, default
 
 from gpuhub.core import devices as gpu_devices_mod
 from gpuhub.core import words
-from gpuhub.core.env import (
-    GPU_TYPE_ENV,
-    GPU_TYPE_NAME_ENV,
-    GPUS_ENV,
-    LAUNCH_ENV,
-    MACHINERY_ENV,
-    SERVER_ID_ENV,
-    SIMULATED_GPUS_ENV,
-)
+from gpuhub.core.env import LAUNCH_ENV, MACHINERY_ENV, SERVER_ID_ENV, SIMULATED_GPUS_ENV
+from gpuhub.core.holder_env import holder_env
 from gpuhub.core.holdings import QuotaExceeded
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import human_memory
-from gpuhub.core.sharing import process_share_env
 from gpuhub.hub.ledger.device_book import (
     ALLOCATOR,
     GPUAllocator,
@@ -317,20 +309,27 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         gpus = self.allocated_gpus
-        # An empty value hides every GPU from CUDA; a CPU-only server must not see one.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in gpus)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering = NVML's = the allocator's
+        options = self.launch_options
+        gpu_type = options.gpu_type if options and gpus else None
         holder = self._book.holder(self._owner)
+        share, memory = None, None
         if holder is not None and holder.shared and gpus:
-            # A share of a GPU: what it counts as, its memory, and the MPS daemon's limit.
-            share = Fraction(holder.gpu_memory, holder.device_memory)
-            env.update(process_share_env(holder.gpu_memory, share))
+            share, memory = Fraction(holder.gpu_memory, holder.device_memory), holder.gpu_memory
+        # Which GPUs, by index (a CPU-only server gets none and sees none), their type, and a
+        # share's part of one GPU with the MPS daemon's limit: as a pod is told (gpuhub.k8s.pods).
+        env.update(
+            holder_env(
+                len(gpus),
+                gpu_type.key if gpu_type else "",
+                gpu_type.display_name if gpu_type else "",
+                devices=gpus,
+                share=share,
+                gpu_memory=memory,
+            )
+        )
         # Marks every process this server starts (kernels, jobs, terminals), so the hub can
         # tell which of them outlive it on its GPUs.
         env[SERVER_ID_ENV] = self._server_id
-        env[GPUS_ENV] = str(len(gpus))
-        options = self.launch_options
-        gpu_type = options.gpu_type if options and gpus else None
         key = self._launch_key()
         if gpus and key is not None:
             # What the hub gave this launch, signed: the book is rebuilt from it if its file
@@ -345,9 +344,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 holder.device_memory if holder is not None and holder.shared else 0,
             )
             env[LAUNCH_ENV] = sign_launch(key, grant)
-        env[GPU_TYPE_ENV] = gpu_type.key if gpu_type else ""
-        # The lab shows the assignment by name, driver or not (gpuhub_lab.metrics.assigned).
-        env[GPU_TYPE_NAME_ENV] = gpu_type.display_name if gpu_type else ""
         if self.simulated_gpus:
             # The lab reads these indices through gpuhub_lab.metrics.simulated, not NVML.
             env[SIMULATED_GPUS_ENV] = str(self.simulated_gpus)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhub.core.env import GPU_TYPE_ENV, GPU_TYPE_NAME_ENV, GPUS_ENV, SHARE_ENV, SHARE_MEMORY_ENV
+from gpuhub.core.holder_env import holder_env
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import format_cpu, format_memory
 from gpuhub.core.sharing import Sharing
@@ -55,40 +55,18 @@ def container_resources(options: LaunchOptions) -> dict[str, dict[str, str]]:
 
 
 def gpu_env(options: LaunchOptions | None) -> dict[str, str]:
-    """Environment that says which GPUs the pod has, and hides all of them when none.
-
-    On a GPU node the NVIDIA runtime would otherwise expose every GPU to images that set
-    ``NVIDIA_VISIBLE_DEVICES=all`` (all CUDA images do): ``void`` exposes none.
-    """
+    """Environment that says which GPUs the pod has, and hides all of them when none
+    (:func:`gpuhub.core.holder_env.holder_env`, as for a workstation's servers)."""
     if options is None or options.gpu_type is None or options.gpus == 0:
-        return {
-            "NVIDIA_VISIBLE_DEVICES": "void",
-            "CUDA_VISIBLE_DEVICES": "",
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            GPUS_ENV: "0",
-            GPU_TYPE_ENV: "",
-            GPU_TYPE_NAME_ENV: "",
-        }
-    env = {
-        GPUS_ENV: str(options.gpus),
-        GPU_TYPE_ENV: options.gpu_type.key,
-        # What the lab calls the GPUs it was given (gpuhub_lab.metrics.assigned).
-        GPU_TYPE_NAME_ENV: options.gpu_type.display_name,
-    }
-    env.update(share_env(options))
-    return env
-
-
-def share_env(options: LaunchOptions) -> dict[str, str]:
-    """What a share of a GPU counts as and its memory, for the hub's ledger (which reads it
-    back from the pod) and the lab ("your share: 8 GB of GPU 0"); empty for whole GPUs."""
-    share = options.share
-    if share is None:
-        return {}
-    env = {SHARE_ENV: str(share)}
-    if options.gpu_memory is not None:
-        env[SHARE_MEMORY_ENV] = str(options.gpu_memory)
-    return env
+        return holder_env(0, devices=(), container=True)
+    return holder_env(
+        options.gpus,
+        options.gpu_type.key,
+        options.gpu_type.display_name,
+        share=options.share,
+        gpu_memory=options.gpu_memory,
+        container=True,
+    )
 
 
 def shm_volume(options: LaunchOptions) -> tuple[dict[str, Any], dict[str, Any]] | None:
