@@ -7,8 +7,9 @@ Response::
                    "since"}]}
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,
-:mod:`gpuhub.hub.web.api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``. One
-answer is shared for a few seconds, so many polling tabs cost one hub request per period.
+:mod:`gpuhub.hub.web.api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``
+(:class:`gpuhub.core.hub_client.HubClient`). One answer is shared for a few seconds, so many
+polling tabs cost one hub request per period.
 Outside JupyterHub (a plain ``jupyter lab``) the answer says there is no hub to ask.
 """
 
@@ -16,15 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from typing import Any
-from urllib.parse import quote
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+from gpuhub.core.hub_client import HubClient, HubUnreachable
 
 SETTINGS_KEY = "gpuhub_holdings"
 TTL = 5.0  # seconds an answer is shared
@@ -38,41 +38,33 @@ class HubHoldings:
     """Asks the hub's ledger, at most once per ``ttl``, whatever the number of callers."""
 
     def __init__(self, environ: dict[str, str] | None = None, ttl: float = TTL) -> None:
-        env = os.environ if environ is None else environ
-        self.api_url = env.get("JUPYTERHUB_API_URL", "").rstrip("/")
-        self.user = env.get("JUPYTERHUB_USER", "")
-        self.token = env.get("JUPYTERHUB_API_TOKEN", "")
+        self.hub = HubClient.from_env(environ)
         self.ttl = ttl
         self._answer: tuple[float, dict[str, Any]] | None = None
         self._lock = asyncio.Lock()
 
     async def get(self) -> dict[str, Any]:
-        if not (self.api_url and self.user and self.token):
+        if self.hub is None:
             return _unavailable("This server was not started by JupyterHub: no hub to ask.")
         async with self._lock:
             if self._answer is not None and time.monotonic() - self._answer[0] < self.ttl:
                 return self._answer[1]
-            answer = await self._ask()
+            answer = await self._ask(self.hub)
             self._answer = (time.monotonic(), answer)
             return answer
 
-    async def _ask(self) -> dict[str, Any]:
-        request = HTTPRequest(
-            f"{self.api_url}/gpuhub/holdings/{quote(self.user, safe='')}",
-            headers={"Authorization": f"token {self.token}"},
-            request_timeout=10,
-        )
+    async def _ask(self, hub: HubClient) -> dict[str, Any]:
         try:
-            response = await AsyncHTTPClient().fetch(request, raise_error=False)
-        except OSError:
+            response = await hub.call("GET", "holdings")
+        except HubUnreachable:
             return _unavailable("The hub did not answer; your GPUs are shown again soon.")
         if response.code == 404:
             return _unavailable(
                 "This hub does not publish GPU holdings (gpuhub's hub endpoints are off)."
             )
-        if response.code != 200:
+        data = response.json()
+        if response.code != 200 or not isinstance(data, dict):
             return _unavailable("The hub cannot say what you hold right now.")
-        data = json.loads(response.body)
         return {
             "available": True,
             "reason": None,
