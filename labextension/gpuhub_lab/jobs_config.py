@@ -18,11 +18,12 @@ import os
 from importlib import import_module
 from typing import Any
 
-from traitlets import Dict, Int, List, Unicode, default
+from traitlets import Int, List, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from gpuhub.core.env import GPU_TYPE_ENV, JOBS_URL_ENV
 from gpuhub.core.policy import Policy
+from gpuhub.core.policy_traits import PolicyTraits
 from gpuhub.jobs.backend import JobBackend, JobRouter, RemoteBackend
 from gpuhub.jobs.model import KIND_NAMES, KINDS, MAX_NOTEBOOK_BYTES, MAX_WORKERS
 from gpuhub.jobs.policy_env import read_policy_env
@@ -30,20 +31,12 @@ from gpuhub.jobs.policy_env import read_policy_env
 DEFAULT_REMOTE = "gpuhub.jobs.remote.HubServiceBackend"
 
 
-class GPUHubJobs(LoggingConfigurable):
-    """Settings for ``/gpuhub/api/jobs`` (same policy keys as the spawners)."""
+class GPUHubJobs(PolicyTraits, LoggingConfigurable):
+    """Settings for ``/gpuhub/api/jobs``: the spawners' policy traits
+    (:class:`gpuhub.core.policy_traits.PolicyTraits`, defaulting to the spawner's policy), and
+    the deployment. ``gpu_types`` empty on a machine with GPUs: this server's GPUs are offered
+    as one type, as LocalGPUSpawner does."""
 
-    images = Dict(config=True, help="Images jobs may use (as ``GPUSpawner.images``).")
-    custom_image_pattern = Unicode(config=True, help="As ``GPUSpawner.custom_image_pattern``.")
-    gpu_types = Dict(
-        config=True,
-        help="""GPU types (as ``GPUSpawner.gpu_types``). Empty on a machine with GPUs: this
-        server's GPUs are offered as one type, as LocalGPUSpawner does.""",
-    )
-    cpu_range = Dict(config=True, help="As ``GPUSpawner.cpu_range``.")
-    memory_range = Dict(config=True, help="As ``GPUSpawner.memory_range``.")
-    group_limits = Dict(config=True, help="As ``GPUSpawner.group_limits``.")
-    default_limits = Dict(config=True, help="As ``GPUSpawner.default_limits``.")
     groups = List(Unicode(), config=True, help="The user's groups (env ``GPUHUB_GROUPS``).")
     owner = Unicode(config=True, help="Whose jobs these are (env ``JUPYTERHUB_USER``).")
     jobs_url = Unicode(
@@ -136,13 +129,7 @@ class GPUHubJobs(LoggingConfigurable):
                 for key, spec in gpu_types.items()
             }
         return Policy.from_config(
-            images=self.images,
-            custom_image_pattern=self.custom_image_pattern,
-            gpu_types=gpu_types,
-            cpu_range=self.cpu_range,
-            memory_range=self.memory_range,
-            group_limits=self.group_limits,
-            default_limits=default_limits,
+            **{**self.policy_config(), "gpu_types": gpu_types, "default_limits": default_limits}
         )
 
     def request_defaults(

@@ -25,7 +25,8 @@ def readme_rows() -> dict[str, str]:
 
 
 def test_every_admin_trait_is_in_the_readme_and_nothing_else() -> None:
-    shared = set(GPUSpawnerMixin.class_own_traits(config=True))
+    # The mixin's own and the policy's (gpuhub.core.policy_traits): what both spawners share.
+    shared = set(GPUSpawnerMixin.class_traits(config=True))
     local = {
         f"LocalGPUSpawner.{name}"
         for name in LocalGPUSpawner.class_own_traits(config=True)
@@ -39,7 +40,7 @@ def test_every_admin_trait_is_in_the_readme_and_nothing_else() -> None:
 
 def test_readme_and_help_agree_on_defaults_and_rules() -> None:
     rows = readme_rows()
-    help_of = {n: t.help for n, t in GPUSpawnerMixin.class_own_traits(config=True).items()}
+    help_of = {n: t.help for n, t in GPUSpawnerMixin.class_traits(config=True).items()}
     # The default image: an explicit "default": True wins, else the first.
     assert '"default": True' in rows["images"] and '"default": True' in help_of["images"]
     # Group limits: one group must allow the whole request; custom images need the flag.

@@ -34,6 +34,7 @@ from gpuhub.core.options import (
     parse_launch_options,
 )
 from gpuhub.core.policy import Policy
+from gpuhub.core.policy_traits import HubPolicyTraits
 from gpuhub.core.quantity import human_memory
 from gpuhub.core.sharing import Platform
 from gpuhub.hub.form import (
@@ -202,48 +203,9 @@ async def check_named_server_limit(spawner: Any) -> None:
         )
 
 
-class GPUSpawnerMixin(Configurable):
-    """Traits and behaviour common to both gpuhub spawners (mixed in before the Spawner)."""
-
-    images = Dict(
-        config=True,
-        help="""Images a user may pick: ``{key: {"display_name", "image", "description",
-        "default"}}``. The one with ``"default": True``, else the first, is the default. Empty:
-        the spawner's own ``image`` is used.""",
-    )
-    custom_image_pattern = Unicode(
-        "",
-        config=True,
-        help="""Regex a custom image reference must match as a whole; "" allows no custom images.""",
-    )
-    gpu_types = Dict(
-        config=True,
-        help="""GPU types: ``{key: {"display_name", "resource_name", "node_selector",
-        "tolerations", "max_gpus", "description"}}`` (LocalGPUSpawner also ``devices``).""",
-    )
-    cpu_range = Dict(config=True, help="""CPU cores: ``{"min", "max", "default"}``.""")
-    memory_range = Dict(
-        config=True,
-        help="""Memory as Kubernetes quantities: ``{"min": "1G", "max": "256G", "default": "8G"}``.""",
-    )
-    group_limits = Dict(
-        config=True,
-        help="""Per JupyterHub group: ``{"max_gpus", "gpu_types", "images", "custom_images"}``.
-        A request is allowed when one of the user's groups allows all of it together; a group
-        with an ``images`` list allows custom images only with ``"custom_images": True``.""",
-    )
-    default_limits = Dict(
-        {"max_gpus": 1},
-        config=True,
-        help="""Limits for users in none of ``group_limits``' groups.""",
-    )
-
-    gpu_quota = Dict(
-        config=True,
-        help="""The most GPUs one user holds at once, servers (named too) and jobs together:
-        ``{"default": 2, "groups": {"staff": 8}}``. A user's quota is the largest among their
-        groups, else ``default``; None (the default) means no quota beyond ``group_limits``.""",
-    )
+class GPUSpawnerMixin(HubPolicyTraits, Configurable):
+    """Traits and behaviour common to both gpuhub spawners (mixed in before the Spawner); the
+    admin's policy traits are :class:`gpuhub.core.policy_traits.HubPolicyTraits`."""
 
     # JupyterHub assigns the REST body to user_options before apply_user_options sees it, so
     # any JSON value can arrive here; a non-object must reach the validation and be refused
@@ -254,17 +216,6 @@ class GPUSpawnerMixin(Configurable):
         so that a bad REST body is refused with 400 by the validation).""",
     )
 
-    gpu_idle_reclaim = Dict(
-        None,
-        allow_none=True,
-        config=True,
-        help="""Stop servers whose GPUs stay idle: ``{"after": 7200, "utilization_below": 0.05,
-        "warn": 900, "exempt_groups": ["staff"], "max_postpones": 3}``. After ``after`` seconds
-        with every GPU below ``utilization_below`` (0..1) the user is warned; ``warn`` seconds
-        later the server is stopped through the hub unless its GPUs got busy or the user kept
-        them (at most ``max_postpones`` times). Exempt groups, CPU-only servers and jobs are
-        never reclaimed. None (the default): nothing is reclaimed.""",
-    )
     gpu_utilization_source = Type(
         NVMLUtilization,
         klass=UtilizationSource,
@@ -378,19 +329,7 @@ class GPUSpawnerMixin(Configurable):
         super().clear_state()  # type: ignore[misc]  # Spawner.clear_state
         self.launch_options = None
 
-    # -- policy --------------------------------------------------------------------------
-    def policy_config(self) -> dict[str, Any]:
-        """The admin's policy settings as plain data (also what the hub service is given)."""
-        return {
-            "images": self.images,
-            "custom_image_pattern": self.custom_image_pattern,
-            "gpu_types": self.gpu_types,
-            "cpu_range": self.cpu_range,
-            "memory_range": self.memory_range,
-            "group_limits": self.group_limits,
-            "default_limits": self.default_limits,
-        }
-
+    # -- policy (its settings: HubPolicyTraits.policy_config) ------------------------------
     @property
     def gpu_policy(self) -> Policy:
         """The validated policy, built once per distinct configuration and shared."""
