@@ -10,7 +10,7 @@ GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
 .PHONY: install lock demo demo-k8s test lint typecheck pytest pytest-fast benchmarks clean wheel images \
-	cluster cluster-down cluster-status test-cluster
+	cluster cluster-down cluster-status test-cluster jstest
 
 install: $(VENV)/.installed
 
@@ -72,6 +72,11 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# The frontend's unit tests: jest in jsdom over labextension/src/__tests__ (jest.config.js,
+# JupyterLab's @jupyterlab/testing setup), in well under a minute.
+jstest: install
+	npm test --silent
+
 # The Kubernetes-facing tests run on the cluster GPUHUB_TEST_KUBECONFIG names, else on the
 # local one (make cluster; started here, or reused when it runs, and left running).
 TEST_KUBECONFIG = $(or $(GPUHUB_TEST_KUBECONFIG),$(CURDIR)/.cluster/kubeconfig)
@@ -87,7 +92,7 @@ pytest: install test-cluster
 pytest-fast: install
 	$(BIN)/python -m pytest -m "not e2e"
 
-test: lint typecheck pytest
+test: lint typecheck jstest pytest
 
 # Container images (needs Docker with BuildKit): the hub image, the CUDA notebook image (also
 # the default job image) and the CPU notebook image, each installing the wheel built here.

@@ -1,0 +1,176 @@
+import { requestAPI } from '../../api';
+import {
+  HoldingsSection,
+  IHolding,
+  IHoldings,
+  holderLabel,
+  summary
+} from '../../gpu/holdings';
+import { settle } from '../utils';
+
+jest.mock('../../api', () => ({
+  ...jest.requireActual('../../api'),
+  requestAPI: jest.fn()
+}));
+
+const request = requestAPI as jest.MockedFunction<typeof requestAPI>;
+
+function holding(over: Partial<IHolding> = {}): IHolding {
+  return {
+    kind: 'server',
+    name: '',
+    label: '',
+    gpus: 1,
+    gpu_type: 'A100',
+    devices: [0],
+    since: null,
+    ...over
+  };
+}
+
+function holdings(over: Partial<IHoldings> = {}): IHoldings {
+  return {
+    available: true,
+    reason: null,
+    quota: 4,
+    held: 0,
+    holdings: [],
+    ...over
+  };
+}
+
+describe('holderLabel', () => {
+  it("capitalises the hub's label", () => {
+    expect(holderLabel(holding({ label: "jobs of server 'b'" }))).toBe(
+      "Jobs of server 'b'"
+    );
+  });
+
+  it('builds a label from kind and name when the hub gives none', () => {
+    expect(holderLabel(holding({ kind: 'job', name: 'train-x1' }))).toBe(
+      "Job 'train-x1'"
+    );
+  });
+
+  it("calls the unnamed server 'default'", () => {
+    expect(holderLabel(holding({ kind: 'server', name: '' }))).toBe(
+      "Server 'default'"
+    );
+  });
+});
+
+describe('summary', () => {
+  it("gives the hub's reason when the ledger is unavailable", () => {
+    expect(
+      summary(holdings({ available: false, reason: 'The hub is down.' }))
+    ).toBe('The hub is down.');
+    expect(summary(holdings({ available: false }))).toBe(
+      'The hub cannot say what you hold right now.'
+    );
+  });
+
+  it('says when nothing is held, with and without a quota', () => {
+    expect(summary(holdings({ held: 0, quota: 4 }))).toBe(
+      'You hold none of your 4 GPUs.'
+    );
+    expect(summary(holdings({ held: 0, quota: 1 }))).toBe(
+      'You hold none of your 1 GPU.'
+    );
+    expect(summary(holdings({ held: 0, quota: 0 }))).toBe(
+      'You hold none of your 0 GPUs.'
+    );
+    expect(summary(holdings({ held: 0, quota: null }))).toBe(
+      'You hold no GPUs on this hub.'
+    );
+  });
+
+  it('counts what is held against the quota', () => {
+    expect(summary(holdings({ held: 3, quota: 4 }))).toBe(
+      'You hold 3 of your 4 GPUs.'
+    );
+    expect(summary(holdings({ held: 1, quota: null }))).toBe(
+      'You hold 1 GPU on this hub.'
+    );
+    expect(summary(holdings({ held: 2, quota: null }))).toBe(
+      'You hold 2 GPUs on this hub.'
+    );
+  });
+});
+
+describe('HoldingsSection', () => {
+  let section: HoldingsSection;
+
+  afterEach(() => {
+    section.dispose();
+    request.mockReset();
+  });
+
+  /** Resolves after the section has asked for, and drawn, the holdings once more. */
+  async function shown(data: IHoldings): Promise<void> {
+    let asked!: () => void;
+    const done = new Promise<void>(resolve => (asked = resolve));
+    request.mockImplementation(async () => {
+      setTimeout(asked);
+      return data as any;
+    });
+    section.setActive(true);
+    await done;
+  }
+
+  it('does not ask the hub while inactive', async () => {
+    section = new HoldingsSection();
+    await settle(20);
+    expect(request).not.toHaveBeenCalled();
+  });
+
+  it('lists every holding with its GPUs and devices', async () => {
+    section = new HoldingsSection();
+    await shown(
+      holdings({
+        held: 3,
+        holdings: [
+          holding({ label: "server 'default'", gpus: 2, devices: [0, 1] }),
+          holding({
+            kind: 'job',
+            name: 'train-1',
+            gpus: 1,
+            gpu_type: '',
+            devices: []
+          }),
+          holding({
+            kind: 'job',
+            name: 'share',
+            share: 0.5,
+            text: '8 GB of GPU 3 (T4)',
+            devices: [3]
+          })
+        ]
+      })
+    );
+    expect(request).toHaveBeenCalledWith('holdings');
+    const node = section.node;
+    expect(node.querySelector('.gpuhub-Holdings-summary')!.textContent).toBe(
+      'You hold 3 of your 4 GPUs.'
+    );
+    const rows = Array.from(node.querySelectorAll('.gpuhub-Holdings-item'));
+    expect(
+      rows.map(row => [
+        row.querySelector('.gpuhub-Holdings-name')!.textContent,
+        row.querySelector('.gpuhub-Holdings-detail')!.textContent
+      ])
+    ).toEqual([
+      ["Server 'default'", '2 x A100 (GPUs 0, 1)'],
+      ["Job 'train-1'", '1 x'],
+      ["Job 'share'", '8 GB of GPU 3 (T4)']
+    ]);
+    expect(node.classList.contains('gpuhub-mod-empty')).toBe(false);
+  });
+
+  it('marks itself empty when nothing is held', async () => {
+    section = new HoldingsSection();
+    await shown(holdings({ held: 0, quota: null }));
+    expect(section.node.classList.contains('gpuhub-mod-empty')).toBe(true);
+    expect(section.node.querySelectorAll('li')).toHaveLength(0);
+    expect(section.node.textContent).toContain('You hold no GPUs on this hub.');
+  });
+});

@@ -1,0 +1,202 @@
+import { showDialog } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
+
+import {
+  INotice,
+  NOT_RUNNING,
+  ServerGone,
+  hubServer,
+  startAgainUrl
+} from '../../hub/stopped';
+
+jest.mock('@jupyterlab/apputils', () => ({
+  ...jest.requireActual('@jupyterlab/apputils'),
+  showDialog: jest.fn()
+}));
+
+const dialog = showDialog as jest.MockedFunction<typeof showDialog>;
+const fetchMock = jest.fn();
+
+function notice(over: Partial<INotice> = {}): INotice {
+  return {
+    key: 'n1',
+    kind: 'server',
+    server: 'gpu',
+    when: '2025-01-01T10:00:00Z',
+    by: 'admin',
+    reason: 'maintenance',
+    text: 'An admin stopped your server gpu for maintenance.',
+    ...over
+  };
+}
+
+/** The hub's `gpuhub/notices` answer. */
+function hubAnswer(body: unknown, status = 200): Response {
+  return new Response(JSON.stringify(body), { status });
+}
+
+function inHub(server = 'gpu', user = 'ann', prefix = '/hub/'): void {
+  PageConfig.setOption('hubPrefix', prefix);
+  PageConfig.setOption('hubUser', user);
+  PageConfig.setOption('hubServerName', server);
+}
+
+beforeEach(() => {
+  (globalThis as any).fetch = fetchMock;
+  fetchMock.mockReset();
+  dialog.mockReset();
+  dialog.mockResolvedValue({
+    button: { accept: false },
+    isChecked: null,
+    value: null
+  } as any);
+  PageConfig.setOption('hubPrefix', '');
+  PageConfig.setOption('hubUser', '');
+  PageConfig.setOption('hubServerName', '');
+});
+
+describe('hubServer and startAgainUrl', () => {
+  it('are null and the root outside a hub', () => {
+    expect(hubServer()).toBeNull();
+    expect(startAgainUrl()).toBe('/');
+    PageConfig.setOption('hubPrefix', '/hub/'); // a prefix, but no user
+    expect(hubServer()).toBeNull();
+  });
+
+  it("name this server and its spawn page under the hub's prefix", () => {
+    inHub('gpu', 'ann', '/jupyter/hub/');
+    expect(hubServer()).toEqual({
+      prefix: '/jupyter/hub/',
+      user: 'ann',
+      server: 'gpu'
+    });
+    expect(startAgainUrl()).toBe('/jupyter/hub/spawn/ann/gpu');
+  });
+
+  it('spawn the default server without a server segment', () => {
+    inHub('', 'ann');
+    expect(startAgainUrl()).toBe('/hub/spawn/ann');
+  });
+
+  it('encode user and server names', () => {
+    inHub('my server', 'a@b.org');
+    expect(startAgainUrl()).toBe('/hub/spawn/a%40b.org/my%20server');
+  });
+});
+
+describe('ServerGone', () => {
+  it('treats 424 and 503 as "not running"', () => {
+    expect(Array.from(NOT_RUNNING).sort()).toEqual([424, 503]);
+  });
+
+  it('asks the hub only about a "not running" answer, and only in a hub', async () => {
+    const gone = new ServerGone();
+    const check = jest.spyOn(gone, 'check').mockResolvedValue(false);
+    gone.report(424);
+    expect(check).not.toHaveBeenCalled(); // outside a hub
+    inHub();
+    gone.report(500);
+    gone.report(404);
+    expect(check).not.toHaveBeenCalled();
+    gone.report(503);
+    gone.report(424);
+    expect(check).toHaveBeenCalledTimes(2);
+  });
+
+  it('is not gone outside a hub', async () => {
+    const gone = new ServerGone();
+    expect(await gone.check()).toBe(false);
+    expect(fetchMock).not.toHaveBeenCalled();
+  });
+
+  it('is not gone while the hub says the server is active', async () => {
+    inHub();
+    fetchMock.mockResolvedValue(
+      hubAnswer({
+        user: 'ann',
+        notices: [],
+        xsrf: 'x',
+        servers: { gpu: { active: true, ready: false } }
+      })
+    );
+    const gone = new ServerGone();
+    expect(await gone.check()).toBe(false);
+    expect(gone.gone).toBe(false);
+    const [url, init] = fetchMock.mock.calls[0];
+    expect(url).toBe('/hub/gpuhub/notices');
+    expect(init.credentials).toBe('same-origin');
+    expect(dialog).not.toHaveBeenCalled();
+  });
+
+  it('says nothing when the hub cannot answer', async () => {
+    inHub();
+    const gone = new ServerGone();
+    fetchMock.mockResolvedValue(hubAnswer({}, 500));
+    expect(await gone.check()).toBe(false);
+    fetchMock.mockRejectedValue(new TypeError('offline'));
+    expect(await gone.check()).toBe(false);
+    expect(gone.gone).toBe(false);
+  });
+
+  it("is gone when the hub lists it inactive, with the server's own notice", async () => {
+    inHub('gpu');
+    const mine = notice();
+    fetchMock.mockResolvedValue(
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [
+          notice({ kind: 'job', key: 'j', text: 'A job was cancelled.' }),
+          notice({ server: 'other', key: 'o', text: 'Another server.' }),
+          mine
+        ],
+        servers: { gpu: { active: false, ready: false } }
+      })
+    );
+    const gone = new ServerGone();
+    let emitted = 0;
+    gone.changed.connect(() => emitted++);
+    expect(await gone.check()).toBe(true);
+    expect(gone.gone).toBe(true);
+    expect(gone.notice).toEqual(mine);
+    expect(emitted).toBe(1);
+    expect(dialog).toHaveBeenCalledTimes(1);
+    const options = dialog.mock.calls[0][0]!;
+    expect(options.title).toBe('Your server was stopped');
+    expect(options.body).toBe(mine.text);
+    // Once gone, always gone: no more questions to the hub.
+    expect(await gone.check()).toBe(true);
+    expect(fetchMock).toHaveBeenCalledTimes(1);
+  });
+
+  it('is gone without a notice when the hub no longer lists the server', async () => {
+    inHub('gpu');
+    fetchMock.mockResolvedValue(
+      hubAnswer({ user: 'ann', xsrf: 'x', notices: [], servers: {} })
+    );
+    const gone = new ServerGone();
+    expect(await gone.check()).toBe(true);
+    expect(gone.notice).toBeNull();
+    expect(dialog.mock.calls[0][0]!.title).toBe('Your server is not running');
+  });
+
+  it('asks the hub once for checks that overlap', async () => {
+    inHub('gpu');
+    let reply!: (r: Response) => void;
+    fetchMock.mockReturnValue(new Promise<Response>(r => (reply = r)));
+    const gone = new ServerGone();
+    const first = gone.check();
+    const second = gone.check();
+    reply(
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [],
+        servers: { gpu: { active: true, ready: true } }
+      })
+    );
+    expect(await first).toBe(false);
+    expect(await second).toBe(false);
+    expect(fetchMock).toHaveBeenCalledTimes(1);
+  });
+});
