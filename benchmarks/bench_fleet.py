@@ -31,7 +31,7 @@ from markupsafe import Markup
 
 from benchmarks import percentile, write_section
 from gpuhub.core.holdings import Holding
-from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_key
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
@@ -68,9 +68,7 @@ def build() -> tuple[GPUMonitor, dict[str, list[str]]]:
     for i in range(HOLDERS):
         user = f"user{i:04d}"
         devices = range(i * GPUS_EACH, (i + 1) * GPUS_EACH)
-        book.claim(
-            server_owner(user, ""), devices, Holder(user, "server", "", "NVIDIA A100", start)
-        )
+        book.claim(server_key(user, ""), devices, Holder(user, "server", "", "NVIDIA A100", start))
     groups = {f"user{i:04d}": [f"group{i % GROUPS}"] for i in range(HOLDERS)}
     users = {
         name: SimpleNamespace(

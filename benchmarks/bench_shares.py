@@ -20,7 +20,7 @@ the process holds nothing but what gpuhub keeps.
   users. The pods' resources and ``GPUHUB_*`` environment come from :mod:`gpuhub.k8s.pods`,
   which writes GPUSpawner's and the job backends' pods.
 * Timed: the capacity snapshot unchanged and after a change (a share's pod arriving or
-  leaving through the watch), the quota check as ``GPUSpawner.check_launch_options`` makes it
+  leaving through the watch), the quota check as ``GPUSpawner.reserve_launch`` makes it
   (the ledger's per-user lock, then :meth:`gpuhub.hub.ledger.ledger.Ledger.check`) for a user holding
   several shares of both types, and the spawn form (snapshot, the user's holdings,
   :func:`gpuhub.hub.form.render_form`); the memory the caches add to the process (RSS).
@@ -399,7 +399,7 @@ async def cluster(args: argparse.Namespace) -> dict[str, Any]:
         shares = [h for h in holdings if h.share is not None]
         assert shares and len(shares) == len(holdings), holdings
 
-        # The quota check, as GPUSpawner.check_launch_options makes it for a 4 GiB share.
+        # The quota check, as GPUSpawner.reserve_launch makes it for a 4 GiB share.
         wanted = Fraction(4, 16)
         quota = []
         for _ in range(args.rounds):
@@ -488,7 +488,7 @@ async def workstation(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
     from gpuhub import LocalGPUSpawner
     from gpuhub.core.quantity import human_memory
-    from gpuhub.hub.ledger.device_book import Holder, Owner
+    from gpuhub.hub.ledger.device_book import Holder, HolderKey
 
     config = Config()
     config.LocalGPUSpawner.gpu_devices = "simulated:8"
@@ -518,10 +518,10 @@ async def workstation(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         )
 
     for i, size in enumerate(sizes):
-        book.allocate(Owner(f"user-{i}", "server", ""), 1, devices, holder(str(i), size))
+        book.allocate(HolderKey(f"user-{i}", "server", ""), 1, devices, holder(str(i), size))
     room = book.room(devices, WORKSTATION_MEMORY)
     assert sum(room.values()) == 8 * WORKSTATION_MEMORY - sum(sizes), room
-    newcomer = Owner("ada", "server", "")
+    newcomer = HolderKey("ada", "server", "")
     choose = []
     for _ in range(args.rounds):
         t = time.perf_counter()
@@ -543,7 +543,7 @@ async def workstation(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     missing = [line for line in lines if line not in page]
     assert not missing, f"the local form lacks {missing}"
     for i in range(WORKSTATION_SHARES):
-        book.release(Owner(f"user-{i}", "server", ""))
+        book.release(HolderKey(f"user-{i}", "server", ""))
     return {"choose": choose, "form": form, "room": room, "line": lines[0]}
 
 

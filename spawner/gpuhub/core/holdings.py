@@ -94,7 +94,9 @@ class Workload:
 
 @dataclass(frozen=True)
 class Holding:
-    """GPUs one server or job of one user holds now."""
+    """GPUs one server or job of one user holds now: what the ledger counts against the quota
+    and the fleet page lists. Not to be confused with a workstation's ``Holder``
+    (:mod:`gpuhub.hub.ledger.device_book`): who holds devices there, as the book keeps it."""
 
     user: str
     kind: HolderKind

@@ -188,9 +188,14 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         "extra_labels",
     )
 
+    # The admin's values of _BASE_ATTRS, taken before this spawner object's first spawn.
+    _gpuhub_configured: dict[str, Any] | None = None
+
     def _configured(self, attr: str) -> Any:
         """The admin's value of ``attr``, before any spawn of this spawner object changed it."""
-        base = self.__dict__.setdefault("_gpuhub_configured", {})
+        if self._gpuhub_configured is None:
+            self._gpuhub_configured = {}
+        base = self._gpuhub_configured
         if attr not in base:
             base[attr] = copy.deepcopy(getattr(self, attr))
         return copy.deepcopy(base[attr])
@@ -315,9 +320,10 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             raise refusal(_unavailable(cache, QUOTA_LOADING, QUOTA_UNAVAILABLE), 503)
         return shared_ledger(self.api)
 
-    async def check_launch_options(self, options: LaunchOptions) -> None:
+    async def reserve_launch(self, options: LaunchOptions) -> None:
         """Refuse, before any pod exists, a request no node of the cluster could ever hold,
-        or one that would put the user over their GPU quota."""
+        or one that would put the user over their GPU quota; else reserve its GPUs in the
+        hub's ledger (a grant, until its pod shows in the watch)."""
         gpu_type = options.gpu_type
         if gpu_type is None or options.gpus == 0:
             return
@@ -326,8 +332,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             await self._expect_kueue()
             # The time in Kueue's line comes on top of the time to start, and JupyterHub
             # waits for start() that long too (set before it starts waiting).
-            base = self.__dict__.setdefault("_gpuhub_start_timeout", int(self.start_timeout))
-            self.start_timeout = int(base + self.gpu_queue_timeout)
+            self.extend_start_timeout()
         limit = self.gpu_quota_limit()
         if limit is None:
             return
@@ -578,15 +583,13 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         self._gpuhub_joined_at = 0
         # End before JupyterHub's own start_timeout, so that the user reads why, not "Timeout";
         # time in Kueue's line counts against gpu_queue_timeout instead.
-        base = self.__dict__.get("_gpuhub_start_timeout", self.start_timeout)
         try:
-            return await self._start_within(max(base - 2, 1))
+            return await self._start_within(max(self.admin_start_timeout - 2, 1))
         except BaseException:
             self._release_grant()  # no pod will hold these GPUs
             raise
         finally:
-            if "_gpuhub_start_timeout" in self.__dict__:
-                self.start_timeout = self.__dict__.pop("_gpuhub_start_timeout")
+            self.restore_start_timeout()
 
     async def _start_within(self, limit: float) -> Any:
         """KubeSpawner's start, given ``limit`` seconds outside Kueue's line and

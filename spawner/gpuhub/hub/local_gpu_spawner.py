@@ -37,16 +37,16 @@ from gpuhub.hub.ledger.device_book import (
     GPUAllocator,
     HeldProcess,
     Holder,
-    Owner,
-    jobs_owner,
-    server_owner,
+    HolderKey,
+    jobs_key,
+    server_key,
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.launches import Launch, Process, command_line, device_set
 from gpuhub.hub.ledger.launches import launch_key as derive_launch_key
 from gpuhub.hub.ledger.launches import sign as sign_launch
 from gpuhub.hub.ledger.ledger import Ledger
-from gpuhub.hub.ledger.line import GPUQueue, Ticket
+from gpuhub.hub.ledger.line import GPULine, Ticket
 from gpuhub.hub.monitor.gpu_monitor import holdings_changed
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN
 from gpuhub.hub.monitor.utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
@@ -54,8 +54,8 @@ from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
 
 # The ledger of this hub's workstation: what the device book says users hold, plus the
 # spawns waiting in line for GPUs.
-QUEUE = GPUQueue(ALLOCATOR)
-LEDGER = Ledger(QUEUE)
+LINE = GPULine(ALLOCATOR)
+LEDGER = Ledger(LINE)
 
 SHARED_ACCOUNT_WARNING = (
     "All users' servers run as one OS account, so every user can read every other user's "
@@ -184,12 +184,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return derive_launch_key(secret) if secret else None
 
     @property
-    def _owner(self) -> Owner:
-        return server_owner(self.user.name, self.name)
+    def _holder_key(self) -> HolderKey:
+        """This server, as the device book keys it."""
+        return server_key(self.user.name, self.name)
 
     @property
     def allocated_gpus(self) -> list[int]:
-        return self._book.held_by(self._owner)
+        return self._book.held_by(self._holder_key)
 
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
         capacity = {}
@@ -201,7 +202,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 continue
             free = len(self._book.free(candidates))
             capacity[key] = GPUCapacity(
-                free=free, total=len(candidates), largest_free=None, waiting=QUEUE.waiting(key)
+                free=free, total=len(candidates), largest_free=None, waiting=LINE.waiting(key)
             )
         return capacity, ""
 
@@ -215,7 +216,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return GPUCapacity(
             free=sum(1 for d in candidates if room[d] >= smallest),
             total=len(candidates),
-            waiting=QUEUE.waiting(key),
+            waiting=LINE.waiting(key),
             devices=len(candidates),
             memory_free=sum(room.values()),
             memory_total=device_memory * len(candidates),
@@ -229,11 +230,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return LEDGER
 
     # -- options --------------------------------------------------------------------------
-    async def check_launch_options(self, options: LaunchOptions) -> None:
-        # No await from here on: quota check and allocation are one step on the event loop,
-        # so concurrent spawns of one user (named servers) cannot both squeeze under the quota.
-        owner = self._owner
-        self._book.release(owner)
+    async def reserve_launch(self, options: LaunchOptions) -> None:
+        """Take the GPUs from the device book now, or a place in its type's line; refuse what
+        could never run here, would go over the quota, or finds too few free with no line.
+
+        No await from here on: quota check and allocation are one step on the event loop, so
+        concurrent spawns of one user (named servers) cannot both squeeze under the quota."""
+        key = self._holder_key
+        self._book.release(key)
         if options.gpu_type is None:
             return
         gpu_type = options.gpu_type
@@ -263,10 +267,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             device_memory=sharing.memory if sharing is not None and sharing.memory else 0,
         )
         # The line comes before the book: served at once only if nobody of this type waits.
-        if QUEUE.take_now(owner, options.gpus, gpu_type.key, candidates, holder) is not None:
+        if LINE.take_now(key, options.gpus, gpu_type.key, candidates, holder) is not None:
             return
         if self.gpu_queue_timeout <= 0:
-            waiting = QUEUE.waiting(gpu_type.key)
+            waiting = LINE.waiting(gpu_type.key)
             ahead = (
                 f" and {words.plural(waiting, 'person', 'people')} waiting for them"
                 if waiting
@@ -291,14 +295,12 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             )
         # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
         self._gpuhub_ticket = Ticket(
-            owner, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
+            key, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
         )
-        QUEUE.join(self._gpuhub_ticket)
+        LINE.join(self._gpuhub_ticket)
         # Where it joined: the spawn page's progress moves from there to the head.
-        self._gpuhub_joined_at = QUEUE.position(self._gpuhub_ticket)
-        start: int = int(self.start_timeout)  # type: ignore[has-type]
-        base: int = self.__dict__.setdefault("_gpuhub_start_timeout", start)
-        self.start_timeout = int(base + self.gpu_queue_timeout)
+        self._gpuhub_joined_at = LINE.position(self._gpuhub_ticket)
+        self.extend_start_timeout()
 
     def apply_launch_options(self, options: LaunchOptions) -> None:
         # The server itself enforces nothing locally, but Jupyter reads these (CPU_LIMIT,
@@ -311,7 +313,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         gpus = self.allocated_gpus
         options = self.launch_options
         gpu_type = options.gpu_type if options and gpus else None
-        holder = self._book.holder(self._owner)
+        holder = self._book.holder(self._holder_key)
         share, memory = None, None
         if holder is not None and holder.shared and gpus:
             share, memory = Fraction(holder.gpu_memory, holder.device_memory), holder.gpu_memory
@@ -360,7 +362,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             await self._wait_in_line()
             started = await super().start()
         except BaseException:
-            self._book.release(self._owner)
+            self._book.release(self._holder_key)
             raise
         holdings_changed()  # the fleet page shows the new holder now, not a tick later
         return started
@@ -382,10 +384,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self.log.warning("Spawn of %s: %s", log_name(self), message)
             raise refusal(message, 503) from None
         finally:
-            QUEUE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
+            LINE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
             self._gpuhub_ticket = None
-            if "_gpuhub_start_timeout" in self.__dict__:
-                self.start_timeout = self.__dict__.pop("_gpuhub_start_timeout")
+            self.restore_start_timeout()
 
     _gpuhub_joined_at = 1
 
@@ -406,7 +407,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                     "message": message,
                     # For the spawn page's "Leave the line" and its clock (spawn_pending.html).
                     "gpuhub_line": {
-                        "place": QUEUE.position(ticket),
+                        "place": LINE.position(ticket),
                         "deadline": round(self._line_deadline(ticket)),
                     },
                 }
@@ -416,7 +417,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def _line_progress(self, ticket: Ticket) -> int:
         """10 % on joining at the back, 40 % at the head of the line (50 %: GPUs given)."""
         joined = max(self._gpuhub_joined_at, 1)
-        place = QUEUE.position(ticket) or 1
+        place = LINE.position(ticket) or 1
         return round(10 + 30 * (joined - place + 1) / joined)
 
     def _line_deadline(self, ticket: Ticket) -> float:
@@ -425,8 +426,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def _line_message(self, ticket: Ticket) -> str:
         if ticket.holder.shared:
             return self._share_line_message(ticket)
-        position = QUEUE.position(ticket)
-        held = [h for h in QUEUE.book.holdings() if set(h.devices) & set(ticket.candidates)]
+        position = LINE.position(ticket)
+        held = [h for h in LINE.book.holdings() if set(h.devices) & set(ticket.candidates)]
         busy = len({d for h in held for d in h.devices if d in ticket.candidates})
         users = len({h.user for h in held})
         free = len(ticket.candidates) - busy
@@ -444,9 +445,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     def _share_line_message(self, ticket: Ticket) -> str:
         """Waiting for a share: the memory left on each GPU of the type, as the form says it."""
-        position = QUEUE.position(ticket)
+        position = LINE.position(ticket)
         holder = ticket.holder
-        room = QUEUE.book.room(ticket.candidates, holder.device_memory)
+        room = LINE.book.room(ticket.candidates, holder.device_memory)
         most = max(room.values(), default=0)
         first = (
             "; the line is first come, first served"
@@ -490,7 +491,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         if monitor is None:
             return
         reason = (
-            f"{words.ordinal(QUEUE.position(ticket) or 1)} in line for "
+            f"{words.ordinal(LINE.position(ticket) or 1)} in line for "
             f"{words.gpus(ticket.gpus, ticket.type_name)}"
         )
         notice = Notice(
@@ -499,19 +500,21 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         monitor.store.notify(self.user.name, notice)
 
     _gpuhub_stopping = False
+    _gpuhub_server_id = ""  # this launch's id; "" until the first use after a launch ends
+    _gpuhub_pending: list[int] | None = None  # the devices a gone server left to settle
 
     @property
     def _server_id(self) -> str:
         """A random id per server launch (kept in the hub's state across restarts)."""
-        if not self.__dict__.get("_gpuhub_server_id"):
+        if not self._gpuhub_server_id:
             self._gpuhub_server_id = secrets.token_hex(12)
-        return str(self._gpuhub_server_id)
+        return self._gpuhub_server_id
 
     async def stop(self, now: bool = False) -> None:
         if (ticket := self._gpuhub_ticket) is not None:  # stopped while waiting in line
             if ticket.awaited:
                 self._tell_the_line_ended(ticket)
-            QUEUE.leave(ticket)
+            LINE.leave(ticket)
             self._gpuhub_ticket = None
         descendants: list[Process] = []
         uid = None
@@ -528,7 +531,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     def _server_gone(self) -> None:
         """The server process has ended: its GPUs wait, held, for the look for survivors."""
-        held = self._book.hand_to_jobs(self._owner)
+        held = self._book.hand_to_jobs(self._holder_key)
         if held:
             self._gpuhub_pending = held
             if not self._gpuhub_stopping:  # died by itself: stop() will not settle it
@@ -541,14 +544,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     async def _settle_gpus(self, descendants: list[Process], uid: int | None) -> None:
         """Give the server's GPUs back, except those its surviving processes still use."""
-        held = self.__dict__.pop("_gpuhub_pending", [])
+        held, self._gpuhub_pending = self._gpuhub_pending, None
         if not held:
             return
         if uid is None:
             uid = self._system_uid()
         survivors = await asyncio.to_thread(_survivors, descendants, uid, self._server_id)
-        self.__dict__.pop("_gpuhub_server_id", None)  # the next launch gets a new one
-        kept = self._book.settle(jobs_owner(self.user.name, self.name), held, survivors)
+        self._gpuhub_server_id = ""  # the next launch gets a new one
+        kept = self._book.settle(jobs_key(self.user.name, self.name), held, survivors)
         if kept:
             self.log.info(
                 "GPUs %s of %s stay held: processes %s outlived the server",
@@ -576,7 +579,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             options = self.launch_options
             if options is not None and options.gpu_type is not None:
                 state["gpu_type"] = options.gpu_type.display_name
-            holder = self._book.holder(self._owner)
+            holder = self._book.holder(self._holder_key)
             if holder is not None and holder.shared:
                 state["gpu_memory"] = holder.gpu_memory
                 state["device_memory"] = holder.device_memory
@@ -596,7 +599,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 gpu_memory=int(state.get("gpu_memory") or 0),
                 device_memory=int(state.get("device_memory") or 0),
             )
-            self._book.claim(self._owner, state["gpus"], holder)
+            self._book.claim(self._holder_key, state["gpus"], holder)
 
     def clear_state(self) -> None:
         super().clear_state()

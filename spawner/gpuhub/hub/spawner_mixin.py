@@ -160,7 +160,7 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         raise refusal(exc.message) from None
     try:
         await check_named_server_limit(spawner)
-        await spawner.check_launch_options(options)
+        await spawner.reserve_launch(options)
     except web.HTTPError as exc:
         message = getattr(exc, "jupyterhub_message", None)
         if message:
@@ -270,6 +270,32 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         name: str
         db: Any
         server: Any
+        start_timeout: Any
+
+    # JupyterHub waits for start() at most start_timeout seconds. A spawn accepted to wait in
+    # line for its GPUs gets gpu_queue_timeout more until start() is done waiting; meanwhile
+    # this is the admin's own start_timeout (None: not extended).
+    _gpuhub_start_timeout: int | None = None
+
+    def extend_start_timeout(self) -> None:
+        """Let JupyterHub wait for ``start()`` through a wait in line too: ``gpu_queue_timeout``
+        seconds on top of the admin's ``start_timeout``."""
+        if self._gpuhub_start_timeout is None:
+            self._gpuhub_start_timeout = int(self.start_timeout)
+        self.start_timeout = int(self._gpuhub_start_timeout + self.gpu_queue_timeout)
+
+    def restore_start_timeout(self) -> None:
+        """Put the admin's ``start_timeout`` back once ``start()`` is done waiting."""
+        if self._gpuhub_start_timeout is not None:
+            self.start_timeout = self._gpuhub_start_timeout
+            self._gpuhub_start_timeout = None
+
+    @property
+    def admin_start_timeout(self) -> Any:
+        """The admin's ``start_timeout``, whether this spawn's is extended or not."""
+        if self._gpuhub_start_timeout is None:
+            return self.start_timeout
+        return self._gpuhub_start_timeout
 
     @default("options_form")
     def _gpuhub_options_form(self) -> Any:
@@ -416,8 +442,9 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         """Free/total GPUs per type for the form, and a note when figures are unavailable."""
         return {}, ""
 
-    async def check_launch_options(self, options: LaunchOptions) -> None:
-        """Refuse (raise :func:`refusal`) what is valid but cannot run here now."""
+    async def reserve_launch(self, options: LaunchOptions) -> None:
+        """Reserve what valid options need to run here (GPUs, a place in line, a quota grant),
+        or refuse (raise :func:`refusal`) what cannot run here now."""
 
     async def gpu_ledger(self) -> Ledger:
         """The hub's GPU ledger this spawner counts in (see :mod:`gpuhub.hub.ledger.ledger`)."""

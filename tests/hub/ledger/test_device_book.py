@@ -14,8 +14,8 @@ from gpuhub.hub.ledger.device_book import (
     GPUAllocator,
     Holder,
     NotEnoughGPUs,
-    jobs_owner,
-    server_owner,
+    jobs_key,
+    server_key,
 )
 from tests.support.processes import identity, sleeping_process
 
@@ -33,12 +33,12 @@ def process(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
 
 def test_allocation_is_disjoint_and_refuses_what_is_not_free() -> None:
     book = GPUAllocator()
-    alice = server_owner("alice", "")
-    bob = server_owner("bob", "")
+    alice = server_key("alice", "")
+    bob = server_key("bob", "")
     assert book.allocate(alice, 2, [0, 1, 2], Holder("alice", "server", "")) == [0, 1]
     assert book.allocate(bob, 1, [0, 1, 2], Holder("bob", "server", "")) == [2]
     with pytest.raises(NotEnoughGPUs) as refused:
-        book.allocate(server_owner("carol", ""), 1, [0, 1, 2])
+        book.allocate(server_key("carol", ""), 1, [0, 1, 2])
     assert (refused.value.free, refused.value.total) == (0, 3)
     # A server started again gives back what it had before taking anew.
     assert book.allocate(alice, 1, [0, 1, 2], Holder("alice", "server", "")) == [0]
@@ -49,9 +49,9 @@ def test_survivors_keep_the_gpus_they_can_see_until_they_end(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
     book = GPUAllocator()
-    owner, jobs = server_owner("alice", ""), jobs_owner("alice", "")
-    book.allocate(owner, 3, [0, 1, 2, 3], Holder("alice", "server", "", "A6000"))
-    pending = book.hand_to_jobs(owner)
+    key, jobs = server_key("alice", ""), jobs_key("alice", "")
+    book.allocate(key, 3, [0, 1, 2, 3], Holder("alice", "server", "", "A6000"))
+    pending = book.hand_to_jobs(key)
     assert pending == [0, 1, 2] and book.free([0, 1, 2, 3]) == [3]  # held while looked for
     kept = book.settle(jobs, pending, [(process(sleeper), {1})])
     assert kept == [1] and book.free([0, 1, 2, 3]) == [0, 2, 3]
@@ -67,9 +67,9 @@ def test_a_survivor_whose_devices_cannot_be_read_keeps_them_all(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
     book = GPUAllocator()
-    owner, jobs = server_owner("bob", "x"), jobs_owner("bob", "x")
-    book.allocate(owner, 2, [0, 1], Holder("bob", "server", "x"))
-    assert book.settle(jobs, book.hand_to_jobs(owner), [(process(sleeper), None)]) == [0, 1]
+    key, jobs = server_key("bob", "x"), jobs_key("bob", "x")
+    book.allocate(key, 2, [0, 1], Holder("bob", "server", "x"))
+    assert book.settle(jobs, book.hand_to_jobs(key), [(process(sleeper), None)]) == [0, 1]
 
 
 def test_job_holds_survive_a_new_book_and_end_with_their_processes(
@@ -77,9 +77,9 @@ def test_job_holds_survive_a_new_book_and_end_with_their_processes(
 ) -> None:
     store = tmp_path / "ledger.json"
     first = GPUAllocator(store)
-    owner, jobs = server_owner("alice", ""), jobs_owner("alice", "")
-    first.allocate(owner, 2, [0, 1], Holder("alice", "server", ""))
-    first.settle(jobs, first.hand_to_jobs(owner), [(process(sleeper), {0})])
+    key, jobs = server_key("alice", ""), jobs_key("alice", "")
+    first.allocate(key, 2, [0, 1], Holder("alice", "server", ""))
+    first.settle(jobs, first.hand_to_jobs(key), [(process(sleeper), {0})])
     # A restarted hub reads the book again: the job's GPU is still taken.
     second = GPUAllocator(store)
     assert second.free([0, 1]) == [1]
@@ -93,11 +93,11 @@ def test_job_holds_survive_a_new_book_and_end_with_their_processes(
 
 def test_a_reused_pid_does_not_keep_a_hold(tmp_path: Path) -> None:
     book = GPUAllocator()
-    owner, jobs = server_owner("alice", ""), jobs_owner("alice", "")
-    book.allocate(owner, 1, [0], Holder("alice", "server", ""))
+    key, jobs = server_key("alice", ""), jobs_key("alice", "")
+    book.allocate(key, 1, [0], Holder("alice", "server", ""))
     me = psutil.Process()
     # Our own pid, but with another start time: a different process that got the same pid.
-    book.settle(jobs, book.hand_to_jobs(owner), [((me.pid, me.create_time() - 100), {0})])
+    book.settle(jobs, book.hand_to_jobs(key), [((me.pid, me.create_time() - 100), {0})])
     assert book.free([0]) == [0]
 
 
@@ -108,10 +108,10 @@ def test_no_server_name_stands_for_another_holder(
     """Holders are keyed by (user, kind, name): a server named like a job hold's old string
     key ("x#jobs") is just another server, and never frees the job hold's GPU."""
     book = GPUAllocator()
-    owner = server_owner("alice", server)
-    book.allocate(owner, 1, [0, 1, 2], Holder("alice", "server", server))
-    book.settle(jobs_owner("alice", server), book.hand_to_jobs(owner), [(process(sleeper), {0})])
-    taken = server_owner("alice", other)
+    key = server_key("alice", server)
+    book.allocate(key, 1, [0, 1, 2], Holder("alice", "server", server))
+    book.settle(jobs_key("alice", server), book.hand_to_jobs(key), [(process(sleeper), {0})])
+    taken = server_key("alice", other)
     assert book.allocate(taken, 1, [0, 1, 2], Holder("alice", "server", other)) == [1]
     book.release(taken)
     book.hand_to_jobs(taken)

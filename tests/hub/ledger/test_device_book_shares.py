@@ -15,8 +15,8 @@ from gpuhub.hub.ledger.device_book import (
     GPUAllocator,
     Holder,
     NotEnoughGPUs,
-    jobs_owner,
-    server_owner,
+    jobs_key,
+    server_key,
 )
 from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
 from tests.support.processes import identity, sleeping_process
@@ -31,7 +31,7 @@ def share(user: str, name: str, memory: int) -> Holder:
 
 def test_a_device_holds_shares_while_their_memory_fits() -> None:
     book = GPUAllocator()
-    alice, bob, carol = (server_owner(u, "") for u in ("alice", "bob", "carol"))
+    alice, bob, carol = (server_key(u, "") for u in ("alice", "bob", "carol"))
     # Each share goes where the most memory is left: alice and bob get a GPU each.
     assert book.allocate(alice, 1, [3, 4], share("alice", "", 10 * G)) == [3]
     assert book.allocate(bob, 1, [3, 4], share("bob", "", 8 * G)) == [4]
@@ -39,12 +39,12 @@ def test_a_device_holds_shares_while_their_memory_fits() -> None:
     assert book.allocate(carol, 1, [3, 4], share("carol", "", 6 * G)) == [4]
     assert book.room([3, 4], DEVICE) == {3: 6 * G, 4: 2 * G}
     with pytest.raises(NotEnoughGPUs):
-        book.allocate(server_owner("dan", ""), 1, [3, 4], share("dan", "", 7 * G))
+        book.allocate(server_key("dan", ""), 1, [3, 4], share("dan", "", 7 * G))
     # A shared device is never handed out whole, and a whole device never shared.
     assert book.free([3, 4, 5]) == [5]
-    book.allocate(server_owner("erin", ""), 1, [5], Holder("erin", "server", ""))
+    book.allocate(server_key("erin", ""), 1, [5], Holder("erin", "server", ""))
     with pytest.raises(NotEnoughGPUs):
-        book.allocate(server_owner("dan", ""), 1, [5], share("dan", "", G))
+        book.allocate(server_key("dan", ""), 1, [5], share("dan", "", G))
     # What the ledger reads: the device, the share of a GPU it counts as, and its memory.
     (held,) = book.holdings("alice")
     assert (held.devices, held.share, held.memory) == ((3,), Fraction(10, 16), 10 * G)
@@ -60,11 +60,11 @@ def test_a_share_its_processes_outlive_stays_held_and_comes_back_with_the_book(
 ) -> None:
     store = tmp_path / "ledger.json"
     book = GPUAllocator(store)
-    owner, jobs = server_owner("alice", "nb"), jobs_owner("alice", "nb")
-    book.allocate(owner, 1, [0, 1], share("alice", "nb", 8 * G))
-    book.allocate(server_owner("bob", ""), 1, [0, 1], share("bob", "", 4 * G))
+    key, jobs = server_key("alice", "nb"), jobs_key("alice", "nb")
+    book.allocate(key, 1, [0, 1], share("alice", "nb", 8 * G))
+    book.allocate(server_key("bob", ""), 1, [0, 1], share("bob", "", 4 * G))
     with sleeping_process() as job:
-        pending = book.hand_to_jobs(owner)
+        pending = book.hand_to_jobs(key)
         assert pending == [0]
         assert book.settle(jobs, pending, [(identity(job), {0})]) == [0]
         (hold,) = book.holdings("alice")
@@ -105,23 +105,23 @@ def test_a_share_waiting_in_line_counts_as_its_fraction_until_it_is_served() -> 
     GPU, and serves it once enough memory is free on its GPU."""
     import asyncio
 
-    from gpuhub.hub.ledger.line import GPUQueue, Ticket
+    from gpuhub.hub.ledger.line import GPULine, Ticket
 
     async def scenario() -> None:
         book = GPUAllocator()
-        queue = GPUQueue(book)
-        alice = server_owner("alice", "")
-        assert queue.take_now(alice, 1, "t4", [3], share("alice", "", 12 * G)) == [3]
-        bob, holder = server_owner("bob", ""), share("bob", "", 8 * G)
-        assert queue.take_now(bob, 1, "t4", [3], holder) is None  # 4 GB left: bob waits
+        line = GPULine(book)
+        alice = server_key("alice", "")
+        assert line.take_now(alice, 1, "t4", [3], share("alice", "", 12 * G)) == [3]
+        bob, holder = server_key("bob", ""), share("bob", "", 8 * G)
+        assert line.take_now(bob, 1, "t4", [3], holder) is None  # 4 GB left: bob waits
         ticket = Ticket(bob, holder, "t4", "T4, shared", 1, [3])
-        queue.join(ticket)
-        [waiting] = queue.holdings("bob")
+        line.join(ticket)
+        [waiting] = line.holdings("bob")
         assert (waiting.share, waiting.memory) == (Fraction(1, 2), 8 * G)
         assert "waiting in line" in waiting.label and gpus_held([waiting]) == Fraction(1, 2)
         book.release(alice)
-        queue.serve()
+        line.serve()
         assert await asyncio.wait_for(ticket.granted, 5) == [3]
-        queue.leave(ticket)
+        line.leave(ticket)
 
     asyncio.run(scenario())

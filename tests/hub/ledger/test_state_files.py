@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuhub.hub.ledger import statefile
-from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, jobs_owner, server_owner
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, jobs_key, server_key
 from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
 from gpuhub.hub.monitor.usage import UsageStore
 from tests.support.processes import identity, sleeping_process
@@ -130,12 +130,12 @@ def test_a_lost_ledger_is_rebuilt_from_the_grants_live_processes_carry(tmp_path:
         # When the server itself comes back from JupyterHub's state, its processes are its
         # own again, not a job hold.
         book.claim(
-            server_owner("alice", "train"),
+            server_key("alice", "train"),
             [1, 2],
             Holder("alice", "server", "train", "A6000", launch="L1"),
         )
         assert [h.kind for h in book.holdings()] == ["server"]
-        assert book.holder(jobs_owner("alice", "train")) is None
+        assert book.holder(jobs_key("alice", "train")) is None
     assert verify(key, forged) is None
 
 

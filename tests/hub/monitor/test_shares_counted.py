@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuhub.core.holdings import Holding
 from gpuhub.core.sharing import Sharing
-from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_key
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
@@ -40,7 +40,7 @@ def shared_monitor() -> GPUMonitor:
     for user, memory in (("ann", 8 * GB), ("bob", 4 * GB)):
         holder = Holder(user, "server", "", "t4", time.time(), gpu_memory=memory)
         holder.device_memory = DEVICE
-        book.claim(server_owner(user, ""), [0], holder)
+        book.claim(server_key(user, ""), [0], holder)
 
     async def capacity() -> tuple[dict[str, GPUCapacity], str]:
         room = DEVICE - 12 * GB

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpuhub.core.holdings import Holding
-from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_owner
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_key
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
@@ -42,7 +42,7 @@ class Load(UtilizationSource):
 def make_monitor() -> tuple[GPUMonitor, Load]:
     book = GPUAllocator()
     for i, user in enumerate(USERS):
-        book.claim(server_owner(user, ""), [i], Holder(user, "server", "", "A100", time.time()))
+        book.claim(server_key(user, ""), [i], Holder(user, "server", "", "A100", time.time()))
 
     async def capacity() -> tuple[dict[str, GPUCapacity], str]:
         return {"a100": GPUCapacity(free=1, total=4, largest_free=None)}, ""
@@ -174,7 +174,7 @@ def test_after_a_stop_the_page_waits_for_a_build_with_held_and_free_as_of_now() 
         before = await cache.current()
         assert before.view.types == [("A100", 3, 1, 4)]
         book = monitor.ledger.source
-        book.release(server_owner("bob", ""))  # as stop_server's user.stop leaves the book
+        book.release(server_key("bob", ""))  # as stop_server's user.stop leaves the book
         free["value"] = 2
         monitor.tracks.pop(("bob", "server", ""))
         await monitor._refresh_now()

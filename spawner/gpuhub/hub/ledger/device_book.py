@@ -1,7 +1,8 @@
 """The device book of one workstation: which server or job holds each GPU.
 
 One book per hub process (all LocalGPUSpawners share :data:`ALLOCATOR`). It is the
-:class:`gpuhub.core.holdings.HoldingsSource` of local mode. Allocation happens on the event loop
+:class:`gpuhub.hub.ledger.ledger.HoldingsSource` of local mode (through its line,
+:class:`gpuhub.hub.ledger.line.GPULine`). Allocation happens on the event loop
 without awaiting, so two spawns cannot take the same GPU.
 
 A GPU is never handed out twice:
@@ -18,8 +19,12 @@ A GPU is never handed out twice:
   (:mod:`gpuhub.hub.ledger.launches`) and holds what they were given. Holding too long is the safe
   direction.
 
-Holders are keyed by :class:`Owner`, a (user, kind, name) record, never a joined string, so
-no server name a user picks can stand for another holder.
+The words: a *holder* (:class:`Holder`) is who holds devices in the book, a server or the
+processes its server left running (a *job hold*), with what the book must know about it;
+holders are found by their :class:`HolderKey`, a (user, kind, name) record, never a joined
+string, so no server name a user picks can stand for another holder. What a holder holds, as
+the ledger counts it against the quota, is a :class:`gpuhub.core.holdings.Holding`
+(:meth:`GPUAllocator.holdings`).
 
 A GPU type shared by memory (:mod:`gpuhub.core.sharing`) puts several holders on one device: the
 book keeps, per shared device, what each holder was given of its memory, and a device holds
@@ -60,9 +65,10 @@ class NotEnoughGPUs(Exception):
 
 
 @dataclass(frozen=True)
-class Owner:
-    """Who holds devices in the book: a user's server, or the processes one of their servers
-    left running (``kind="job"``, named after that server)."""
+class HolderKey:
+    """Which holder: the book's key of a user's server, or of the processes one of their
+    servers left running (``kind="job"``, named after that server). :attr:`Holder.key` is
+    its holder's."""
 
     user: str
     kind: HolderKind
@@ -89,7 +95,10 @@ class HeldProcess:
 
 @dataclass
 class Holder:
-    """Who holds a set of devices: a server, or the processes its server left running."""
+    """Who holds a set of devices, as the book keeps it: a server, or the processes its server
+    left running (a job hold), with its GPU type, its processes and its share of a device.
+    Not to be confused with a :class:`~gpuhub.core.holdings.Holding`: what a holder holds now,
+    as the ledger counts it."""
 
     user: str
     kind: HolderKind
@@ -105,20 +114,26 @@ class Holder:
     device_memory: int = 0
 
     @property
-    def owner(self) -> Owner:
-        return Owner(self.user, self.kind, self.name)
+    def key(self) -> HolderKey:
+        return HolderKey(self.user, self.kind, self.name)
 
     @property
     def shared(self) -> bool:
         return self.gpu_memory > 0 and self.device_memory > 0
 
 
-def server_owner(user: str, server: str) -> Owner:
-    return Owner(user, "server", server)
+def server_key(user: str, server: str) -> HolderKey:
+    """The key of a user's server."""
+    return HolderKey(user, "server", server)
 
 
-def jobs_owner(user: str, server: str) -> Owner:
-    return Owner(user, "job", server)
+def jobs_key(user: str, server: str) -> HolderKey:
+    """The key of the job hold of a user's server: what its processes kept when it stopped."""
+    return HolderKey(user, "job", server)
+
+
+# The name gpuhub.hub.monitor.cancel still imports (it is being rewritten): jobs_key.
+jobs_owner = jobs_key
 
 
 def alive(process: Process) -> bool:
@@ -141,12 +156,12 @@ class GPUAllocator:
     def __init__(
         self, store: str | os.PathLike[str] | None = None, key: bytes | None = None
     ) -> None:
-        self._owner_of: dict[int, Owner] = {}  # devices handed out whole
+        self._holder_of: dict[int, HolderKey] = {}  # devices handed out whole
         # Devices shared by memory: device -> holder -> bytes of its memory they were given.
-        self._shares: dict[int, dict[Owner, int]] = {}
-        self._holders: dict[Owner, Holder] = {}
+        self._shares: dict[int, dict[HolderKey, int]] = {}
+        self._holders: dict[HolderKey, Holder] = {}
         self.store: Path | None = None
-        self.key: bytes | None = None  # checks the grants in processes' environments
+        self.launch_key: bytes | None = None  # checks the grants in processes' environments
         self._unsaved = False  # the last write failed: try again at the next change
         self._retry_at = 0.0
         if store is not None:
@@ -159,7 +174,7 @@ class GPUAllocator:
         path = Path(store).resolve()
         if self.store == path:
             return
-        self.store, self.key = path, key
+        self.store, self.launch_key = path, key
         data, damage = read_json(path)
         if data is not None:
             problems = self._restore(data)
@@ -202,13 +217,13 @@ class GPUAllocator:
             self._claim_job(holder, devices)
         return problems
 
-    def _rebuild(self, key: bytes) -> list[Owner]:
+    def _rebuild(self, launch_key: bytes) -> list[HolderKey]:
         """Hold, for every live process with a grant from this hub that no job hold lists,
         the devices it was given and can see (its server's job hold)."""
         known = {p.process for h in self._holders.values() for p in h.processes}
-        rebuilt: list[Owner] = []
+        rebuilt: list[HolderKey] = []
         try:
-            found = launches.running(key)
+            found = launches.running(launch_key)
         except Exception as exc:  # psutil cannot look: nothing more to hold, say so
             log.error("gpuhub: cannot look for processes holding GPUs: %s", exc)
             return []
@@ -231,19 +246,19 @@ class GPUAllocator:
                 device_memory=grant.device_memory,
             )
             self._claim_job(holder, sorted(devices))
-            if holder.owner not in rebuilt:
-                rebuilt.append(holder.owner)
+            if holder.key not in rebuilt:
+                rebuilt.append(holder.key)
         return rebuilt
 
     def _claim_job(self, holder: Holder, devices: Iterable[int]) -> None:
         """Add a job hold's processes and devices to what the book already has for it."""
-        current = self._holders.get(holder.owner)
+        current = self._holders.get(holder.key)
         if current is not None and current.kind == "job":
             seen = {p.process for p in current.processes}
             current.processes += [p for p in holder.processes if p.process not in seen]
             current.since = min(current.since, holder.since)
             holder = current
-        self.claim(holder.owner, devices, holder)
+        self.claim(holder.key, devices, holder)
 
     def _save(self) -> None:
         """Write the job holds (atomically). A failure is logged and tried again at the next
@@ -256,7 +271,7 @@ class GPUAllocator:
                 "name": holder.name,
                 "gpu_type": holder.gpu_type,
                 "since": holder.since,
-                "devices": self.held_by(owner),
+                "devices": self.held_by(key),
                 "processes": [[p.pid, p.started, p.command, p.launch] for p in holder.processes],
                 **(
                     {"gpu_memory": holder.gpu_memory, "device_memory": holder.device_memory}
@@ -264,7 +279,7 @@ class GPUAllocator:
                     else {}
                 ),
             }
-            for owner, holder in self._holders.items()
+            for key, holder in self._holders.items()
             if holder.kind == "job"
         ]
         try:
@@ -285,21 +300,21 @@ class GPUAllocator:
             self._unsaved = False
 
     # -- reading ------------------------------------------------------------------------------
-    def held_by(self, owner: Owner) -> list[int]:
-        whole = [d for d, o in self._owner_of.items() if o == owner]
-        return sorted(whole + [d for d, held in self._shares.items() if owner in held])
+    def held_by(self, key: HolderKey) -> list[int]:
+        whole = [d for d, o in self._holder_of.items() if o == key]
+        return sorted(whole + [d for d, held in self._shares.items() if key in held])
 
-    def memory_of(self, owner: Owner) -> int:
-        """Bytes of GPU memory ``owner`` was given on shared devices (0: whole devices)."""
-        return sum(held.get(owner, 0) for held in self._shares.values())
+    def memory_of(self, key: HolderKey) -> int:
+        """Bytes of GPU memory ``key`` was given on shared devices (0: whole devices)."""
+        return sum(held.get(key, 0) for held in self._shares.values())
 
-    def holder(self, owner: Owner) -> Holder | None:
-        return self._holders.get(owner)
+    def holder(self, key: HolderKey) -> Holder | None:
+        return self._holders.get(key)
 
     def free(self, candidates: Iterable[int]) -> list[int]:
         """Devices nobody holds, whole or in part."""
         self.prune()
-        return [d for d in candidates if d not in self._owner_of and not self._shares.get(d)]
+        return [d for d in candidates if d not in self._holder_of and not self._shares.get(d)]
 
     def room(self, candidates: Iterable[int], device_memory: int) -> dict[int, int]:
         """Bytes of memory left to share on each candidate device of ``device_memory`` bytes
@@ -307,7 +322,7 @@ class GPUAllocator:
         self.prune()
         return {
             d: 0
-            if d in self._owner_of
+            if d in self._holder_of
             else max(device_memory - sum(self._shares.get(d, {}).values()), 0)
             for d in candidates
         }
@@ -315,22 +330,22 @@ class GPUAllocator:
     def holdings(self, user: str | None = None) -> list[Holding]:
         """What each server and job hold now (the ledger's source in local mode)."""
         self.prune()
-        by_owner: dict[Owner, list[int]] = {}  # one pass, not one per owner (4,000 GPUs)
-        for device, owner in self._owner_of.items():
-            by_owner.setdefault(owner, []).append(device)
-        memory_of: dict[Owner, int] = {}
+        by_key: dict[HolderKey, list[int]] = {}  # one pass, not one per key (4,000 GPUs)
+        for device, key in self._holder_of.items():
+            by_key.setdefault(key, []).append(device)
+        memory_of: dict[HolderKey, int] = {}
         for device, held in self._shares.items():
-            for owner, memory in held.items():
-                by_owner.setdefault(owner, []).append(device)
-                memory_of[owner] = memory_of.get(owner, 0) + memory
+            for key, memory in held.items():
+                by_key.setdefault(key, []).append(device)
+                memory_of[key] = memory_of.get(key, 0) + memory
         out = []
-        for owner, holder in self._holders.items():
+        for key, holder in self._holders.items():
             if user is not None and holder.user != user:
                 continue
-            devices = tuple(sorted(by_owner.get(owner, ())))
+            devices = tuple(sorted(by_key.get(key, ())))
             share, memory = None, 0
             if holder.shared:
-                memory = memory_of.get(owner, 0)
+                memory = memory_of.get(key, 0)
                 share = Fraction(memory, holder.device_memory)
             if devices:
                 # A job hold is what a stopped server's processes (its jobs) still use.
@@ -358,25 +373,25 @@ class GPUAllocator:
 
     # -- changing -----------------------------------------------------------------------------
     def allocate(
-        self, owner: Owner, count: int, candidates: Sequence[int], holder: Holder | None = None
+        self, key: HolderKey, count: int, candidates: Sequence[int], holder: Holder | None = None
     ) -> list[int]:
-        """Take ``count`` free devices from ``candidates`` for ``owner`` (lowest first); for a
+        """Take ``count`` free devices from ``candidates`` for ``key`` (lowest first); for a
         ``holder`` with a share (:attr:`Holder.shared`), its memory on one device."""
-        self.release(owner)  # a restarting server gives back what it had
+        self.release(key)  # a restarting server gives back what it had
         if holder is not None and holder.shared:
-            return [self._share(owner, candidates, holder)]
+            return [self._share(key, candidates, holder)]
         free = self.free(candidates)
         if count > len(free):
             raise NotEnoughGPUs(count, len(free), len(candidates))
         chosen = sorted(free)[:count]
         for device in chosen:
-            self._owner_of[device] = owner
+            self._holder_of[device] = key
         if holder is not None:
-            self._holders[owner] = holder
-        log.info("GPUs %s -> %s", chosen, owner)
+            self._holders[key] = holder
+        log.info("GPUs %s -> %s", chosen, key)
         return chosen
 
-    def _share(self, owner: Owner, candidates: Sequence[int], holder: Holder) -> int:
+    def _share(self, key: HolderKey, candidates: Sequence[int], holder: Holder) -> int:
         """Give ``holder`` its memory on the candidate with the most memory left (each holder
         gets as much of a GPU's compute as can be had; the lowest index on a tie)."""
         room = self.room(candidates, holder.device_memory)
@@ -384,95 +399,95 @@ class GPUAllocator:
         if not fits:
             raise NotEnoughGPUs(1, 0, len(candidates))
         device = min(fits, key=lambda d: (-room[d], d))
-        self._shares.setdefault(device, {})[owner] = holder.gpu_memory
-        self._holders[owner] = holder
-        log.info("GPU %s (%s bytes) -> %s", device, holder.gpu_memory, owner)
+        self._shares.setdefault(device, {})[key] = holder.gpu_memory
+        self._holders[key] = holder
+        log.info("GPU %s (%s bytes) -> %s", device, holder.gpu_memory, key)
         return device
 
-    def claim(self, owner: Owner, devices: Iterable[int], holder: Holder | None = None) -> None:
+    def claim(self, key: HolderKey, devices: Iterable[int], holder: Holder | None = None) -> None:
         """Record devices already in use (state restored after a restart)."""
         devices = list(devices)
         if holder is not None and holder.kind == "server" and holder.launch:
             self._take_back(holder, devices)
         if holder is not None and holder.shared:
             for device in devices:
-                if device in self._owner_of:
+                if device in self._holder_of:
                     log.warning(
                         "GPU %s is held whole by %s and shared by %s; keeping both",
                         device,
-                        self._owner_of[device],
-                        owner,
+                        self._holder_of[device],
+                        key,
                     )
                 # The safe direction: a share comes back even if the device's memory is over
                 # its size now (the holders are there; nothing new fits until some end).
-                self._shares.setdefault(device, {})[owner] = holder.gpu_memory
-            self._holders[owner] = holder
+                self._shares.setdefault(device, {})[key] = holder.gpu_memory
+            self._holders[key] = holder
             return
         for device in devices:
-            current = self._owner_of.get(device)
-            if current not in (None, owner):
+            current = self._holder_of.get(device)
+            if current not in (None, key):
                 log.warning(
                     "GPU %s is claimed by both %s and %s; keeping %s",
                     device,
                     current,
-                    owner,
+                    key,
                     current,
                 )
                 continue
-            self._owner_of[device] = owner
+            self._holder_of[device] = key
         if holder is not None:
-            self._holders[owner] = holder
+            self._holders[key] = holder
 
     def _take_back(self, server: Holder, devices: list[int]) -> None:
         """A running server's state came back after the book found its processes: those
         processes are the server's, not a job hold (the server hands them over when it
         stops, as ever)."""
-        jobs = jobs_owner(server.user, server.name)
+        jobs = jobs_key(server.user, server.name)
         hold = self._holders.get(jobs)
         if hold is None or not any(p.launch == server.launch for p in hold.processes):
             return
         hold.processes = [p for p in hold.processes if p.launch != server.launch]
         for device in devices:
-            if self._owner_of.get(device) == jobs:
-                del self._owner_of[device]
+            if self._holder_of.get(device) == jobs:
+                del self._holder_of[device]
             self._drop_share(device, jobs)
         if not hold.processes or not self.held_by(jobs):
             self.release(jobs)
         else:
             self._save()
 
-    def _drop_share(self, device: int, owner: Owner) -> None:
+    def _drop_share(self, device: int, key: HolderKey) -> None:
         held = self._shares.get(device)
-        if held is not None and held.pop(owner, None) is not None and not held:
+        if held is not None and held.pop(key, None) is not None and not held:
             del self._shares[device]
 
-    def release(self, owner: Owner) -> list[int]:
-        released = self.held_by(owner)
+    def release(self, key: HolderKey) -> list[int]:
+        released = self.held_by(key)
         for device in released:
-            if self._owner_of.get(device) == owner:
-                del self._owner_of[device]
-            self._drop_share(device, owner)
-        holder = self._holders.pop(owner, None)
+            if self._holder_of.get(device) == key:
+                del self._holder_of[device]
+            self._drop_share(device, key)
+        holder = self._holders.pop(key, None)
         if released:
-            log.info("GPUs %s released by %s", released, owner)
+            log.info("GPUs %s released by %s", released, key)
         if holder is not None and holder.kind == "job":
             self._save()
         return released
 
-    def hand_to_jobs(self, owner: Owner) -> list[int]:
-        """The server ``owner`` is gone: its devices move to its job hold, pending until
+    def hand_to_jobs(self, key: HolderKey) -> list[int]:
+        """The server ``key`` is gone: its devices move to its job hold, pending until
         :meth:`settle` says which of them its surviving processes still use."""
-        devices = self.held_by(owner)
-        server = self._holders.get(owner)
-        self.release(owner)
+        devices = self.held_by(key)
+        server = self._holders.get(key)
+        self.release(key)
         if not devices:
             return []
-        jobs = jobs_owner(owner.user, owner.name)
+        jobs = jobs_key(key.user, key.name)
         previous = self._holders.get(jobs)
         holder = Holder(
-            user=owner.user,
+            user=key.user,
             kind="job",
-            name=owner.name,
+            name=key.name,
             gpu_type=server.gpu_type if server else "",
             processes=previous.processes if previous else [],
             pending=True,
@@ -484,7 +499,7 @@ class GPUAllocator:
 
     def settle(
         self,
-        jobs: Owner,
+        jobs: HolderKey,
         devices: Iterable[int],
         survivors: Sequence[tuple[HeldProcess | Process, Iterable[int] | None]],
     ) -> list[int]:
@@ -498,8 +513,8 @@ class GPUAllocator:
         for _, visible in survivors:
             kept |= devices if visible is None else devices & set(visible)
         for device in devices - kept:
-            if self._owner_of.get(device) == jobs:
-                del self._owner_of[device]
+            if self._holder_of.get(device) == jobs:
+                del self._holder_of[device]
             self._drop_share(device, jobs)
         seen = {p.process for p in holder.processes}
         holder.processes = [
@@ -517,14 +532,14 @@ class GPUAllocator:
     def prune(self) -> None:
         """Release job holds whose processes have all ended (and write a failed save again)."""
         ended = [
-            owner
-            for owner, holder in self._holders.items()
+            key
+            for key, holder in self._holders.items()
             if holder.kind == "job"
             and not holder.pending
             and not any(alive(p.process) for p in holder.processes)
         ]
-        for owner in ended:
-            self.release(owner)
+        for key in ended:
+            self.release(key)
         if self._unsaved and not ended and time.monotonic() >= self._retry_at:
             self._save()
 

@@ -1,6 +1,6 @@
 """Wait in line for GPUs on one workstation: first come, first served per GPU type.
 
-Every spawn that asks for GPUs comes here first (:meth:`GPUQueue.take_now`); the line
+Every spawn that asks for GPUs comes here first (:meth:`GPULine.take_now`); the line
 hands its head to the device book (:mod:`gpuhub.hub.ledger.device_book`) when enough is free, and
 nothing reaches the book around it: a request that finds GPUs free while others of its type
 wait joins the line behind them (docs/architecture.md, "The line comes before the book").
@@ -10,8 +10,9 @@ head of a line is served, so a big request is never overtaken by small ones. The
 served whenever GPUs may have come back (a server stopped, a job hold ended, checked every
 second), so a GPU is still never handed out twice.
 
-The queue is also the local ledger's source of holdings (:mod:`gpuhub.hub.ledger.ledger`): a spawn
+The line is also the local ledger's source of holdings (:mod:`gpuhub.hub.ledger.ledger`): a spawn
 waiting in line counts against its user's quota, so waiting cannot be used to get around it.
+gpuhub's own wait is always a *line*; a *queue* is Kueue's (:mod:`gpuhub.k8s.kueue`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpuhub.core.holdings import Holding
-from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, NotEnoughGPUs, Owner
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, HolderKey, NotEnoughGPUs
 
 SERVE_EVERY = 1.0  # seconds between looks at the book while anyone waits
 
@@ -32,7 +33,7 @@ SERVE_EVERY = 1.0  # seconds between looks at the book while anyone waits
 class Ticket:
     """One spawn waiting for ``gpus`` GPUs of type ``type_key`` among ``candidates``."""
 
-    owner: Owner  # the server, as the device book knows it
+    key: HolderKey  # the server, as the device book keys it
     holder: Holder
     type_key: str
     type_name: str
@@ -45,8 +46,8 @@ class Ticket:
     awaited: bool = False  # the spawn's start() waits for it (not only accepted yet)
 
 
-class GPUQueue:
-    """The lines of one workstation, over its device book."""
+class GPULine:
+    """The lines of one workstation (one per GPU type), over its device book."""
 
     def __init__(self, book: GPUAllocator) -> None:
         self.book = book
@@ -83,14 +84,14 @@ class GPUQueue:
 
     # -- the lines ------------------------------------------------------------------------------
     def take_now(
-        self, owner: Owner, gpus: int, type_key: str, candidates: list[int], holder: Holder
+        self, key: HolderKey, gpus: int, type_key: str, candidates: list[int], holder: Holder
     ) -> list[int] | None:
         """The devices, if this request is served at once: nobody of its type waits and
         enough are free. None: it must wait in line (:meth:`join`)."""
         if self.lines.get(type_key):
             return None  # first come, first served: behind those already waiting
         try:
-            return self.book.allocate(owner, gpus, candidates, holder)
+            return self.book.allocate(key, gpus, candidates, holder)
         except NotEnoughGPUs:
             return None
 
@@ -123,9 +124,7 @@ class GPUQueue:
             while line:
                 head = line[0]
                 try:
-                    devices = self.book.allocate(
-                        head.owner, head.gpus, head.candidates, head.holder
-                    )
+                    devices = self.book.allocate(head.key, head.gpus, head.candidates, head.holder)
                 except NotEnoughGPUs:
                     break
                 line.pop(0)
