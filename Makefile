@@ -84,8 +84,15 @@ TEST_KUBECONFIG = $(or $(GPUHUB_TEST_KUBECONFIG),$(CURDIR)/.cluster/kubeconfig)
 test-cluster: install
 	@if [ -z "$(GPUHUB_TEST_KUBECONFIG)" ]; then $(BIN)/python -m localk8s up; fi
 
+# Side by side (pytest-xdist): most tests wait on a hub, a kernel, a browser or the cluster,
+# so PYTEST_WORKERS run at once, each with its own ports, folders and namespaces; the tests
+# on the cluster take turns on one of them (tests/conftest.py). The few that measure CPU
+# activity (marked `alone`) run afterwards, one at a time.
+PYTEST_WORKERS ?= 4
 pytest: install test-cluster
-	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest
+	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
+		--dist loadgroup -m "not alone"
+	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m alone
 
 # The tests that start no real hub, Jupyter server, service, browser or cluster
 # (tests/support/e2e.py).

@@ -200,6 +200,7 @@ def fleet_row(hub: Hub, session: requests.Session, user: str) -> str:
     return found.group(0) if found else ""
 
 
+@pytest.mark.alone  # it measures CPU activity: neighbours would skew it
 def test_the_sidebar_and_the_fleet_page_show_the_same_figures(hub: Hub, browser: Any) -> None:
     """A busy notebook on bob's simulated GPU: its memory and "now" utilization read the same
     in his sidebar and on the admin's fleet page (one rule, gpuhub.core.simulated)."""

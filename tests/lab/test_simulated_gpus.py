@@ -100,6 +100,7 @@ def test_the_sampler_picks_simulated_gpus_only_when_told(
     assert sampler.nvml_module == simulated.__name__ and sampler.simulated
 
 
+@pytest.mark.alone  # it measures CPU activity: neighbours would skew it
 def test_a_busy_process_moves_only_its_simulated_gpu(
     simulated_env: None, busy_on_gpu0: int, stray_on_gpu0: int
 ):

@@ -127,6 +127,7 @@ def test_an_idle_server_is_warned_then_stopped_and_its_gpu_handed_out_again(
     stop(hub, "bob")
 
 
+@pytest.mark.alone  # it measures CPU activity: neighbours would skew it
 def test_a_busy_server_is_kept(hub: Hub, workdir: Path) -> None:
     # carol's GPU 0 is busy (set above); an unread GPU would count as busy too.
     if not hub.user_model("carol")["servers"]:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.monitor.utilization import SimulatedUtilization, holding_key
 
@@ -20,6 +22,7 @@ def start(code: str, device: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code], env=env)
 
 
+@pytest.mark.alone  # it measures CPU activity: neighbours would skew it
 def test_a_busy_process_makes_its_simulated_gpu_busy_and_an_idle_one_idle() -> None:
     busy, idle = start(BUSY, 1), start(IDLE, 0)
     try:
