@@ -74,6 +74,12 @@ def test_urls_are_per_user_and_quoted() -> None:
     assert hub.url("reclaim", "keep") == (
         "http://127.0.0.1:{port}/hub/api/gpuhub/reclaim/ada%20lovelace/keep"
     )
+    # A service's client names no one user; every part of a path is quoted.
+    service = HubClient("http://hub:8081/hub/api", "service-token")
+    assert service.url("grants") == "http://hub:8081/hub/api/gpuhub/grants"
+    assert HubClient(service.api_url, service.token, "ada").url("grants", "a/b") == (
+        "http://hub:8081/hub/api/gpuhub/grants/ada/a%2Fb"
+    )
 
 
 async def test_calls_carry_the_servers_token_and_json() -> None:

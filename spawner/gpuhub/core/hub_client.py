@@ -49,7 +49,7 @@ class HubClient:
 
     api_url: str  # JUPYTERHUB_API_URL, without a trailing "/"
     token: str
-    user: str
+    user: str = ""  # whose server calls ("": a service, whose calls name no one user)
     server: str = ""  # this server's name ("" for the default server)
 
     @classmethod
@@ -67,9 +67,11 @@ class HubClient:
         return cls(api.rstrip("/"), token, user, env.get("JUPYTERHUB_SERVER_NAME", ""))
 
     def url(self, endpoint: str, *rest: str) -> str:
-        """``<api>/gpuhub/<endpoint>/<user>[/<rest>...]``: every gpuhub endpoint a server
-        calls is about its own user."""
-        return "/".join((self.api_url, "gpuhub", endpoint, quote(self.user, safe=""), *rest))
+        """``<api>/gpuhub/<endpoint>/<user>[/<rest>...]``, each part quoted: every gpuhub
+        endpoint a server calls is about its own user (a client without a user leaves it
+        out)."""
+        parts = (self.user, *rest) if self.user else rest
+        return "/".join((self.api_url, "gpuhub", endpoint, *(quote(p, safe="") for p in parts)))
 
     def _headers(self, body: object) -> dict[str, str]:
         headers = {"Authorization": f"token {self.token}"}
