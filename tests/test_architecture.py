@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import configparser
 import re
-from pathlib import Path
 
 from tests.support.paths import REPO
 
