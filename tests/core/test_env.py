@@ -22,9 +22,6 @@ HOMES = {"spawner/gpuhub/core/env.py", "spawner/gpuhub/jobs/run_notebook.py"}
 # Modules still being rewritten elsewhere (the job kinds) that still spell names out; each
 # should use gpuhub.core.env's constant instead, and leave this list when it does.
 NOT_YET = {
-    "spawner/gpuhub/hub/monitor/cancel.py",  # JOB_ID_ENV
-    "spawner/gpuhub/jobs/k8s/backend.py",  # GPU_TYPE_ENV
-    "spawner/gpuhub/jobs/k8s/manifests.py",  # INPUT_ENV ... JOB_ID_ENV, SECONDARY_OUTPUT_ENV
     "spawner/gpuhub/jobs/local.py",  # JOB_ID_ENV, SERVER_PID_ENV, GPUS_ENV
     "spawner/gpuhub/jobs/policy_env.py",  # POLICY_ENV, GROUPS_ENV
     "spawner/gpuhub/service/__main__.py",  # LOG_LEVEL_ENV

@@ -24,7 +24,8 @@ from kubernetes_asyncio import config
 from gpuhub.core.policy import Policy
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
-from gpuhub.jobs.k8s.status import FINISHING, job_phase, training_phase
+from gpuhub.jobs.kinds import workload_kind
+from gpuhub.jobs.kinds.phase import FINISHING
 from gpuhub.jobs.model import JobError, JobNotFound
 from tests.support.cluster import (
     A100_PRODUCT,
@@ -361,6 +362,7 @@ def test_the_failing_pod_is_named_before_the_controllers_rule():
         "message": "Job has reached the specified backoff limit",
     }
     job = {"metadata": {"name": "j"}, "status": {"conditions": [failed]}}
+    job_phase = workload_kind("job").phase
     assert job_phase(job, [pod(137, "OOMKilled", "t1")], "CPU only").error == (
         "The job failed: its pod exited with code 137 (OOMKilled); Job has reached the "
         "specified backoff limit."
@@ -376,7 +378,7 @@ def test_the_failing_pod_is_named_before_the_controllers_rule():
         pod(2, "Error", "t2", **{replica: "worker", "training.kubeflow.org/replica-index": "0"}),
         pod(1, "Error", "t1", **{replica: "worker", "training.kubeflow.org/replica-index": "1"}),
     ]
-    error = training_phase(job, pods, "CPU only", "PyTorchJob").error
+    error = workload_kind("pytorchjob").phase(job, pods, "CPU only").error
     assert error.startswith("The PyTorchJob failed: worker 1 exited with code 1; Job has")
     assert not problems(error)
 

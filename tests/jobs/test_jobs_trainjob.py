@@ -274,7 +274,9 @@ def _node(index: int, phase: str, exit_code: int | None = None) -> dict[str, Any
 
 
 def test_trainjob_status_follows_its_conditions_and_trainers_progress():
-    from gpuhub.jobs.k8s.status import train_job_phase
+    from gpuhub.jobs.kinds import workload_kind
+
+    train_job_phase = workload_kind("trainjob").phase
 
     gpu = "2 workers, 1 x NVIDIA A100 80GB each"
     running = train_job_phase(_trainjob(), [_node(0, "Running"), _node(1, "Running")], gpu)

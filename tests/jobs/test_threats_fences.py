@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from gpuhub.jobs.k8s import manifests as m
-from gpuhub.jobs.k8s.status import ROOT_IMAGE, job_phase, pod_waiting, training_phase
+from gpuhub.jobs.kinds import of_object, workload_kind
+from gpuhub.jobs.kinds.phase import ROOT_IMAGE, pod_waiting
 from gpuhub.jobs.pipeline import compile_pipeline
 from tests.support.cluster import Kube
 from tests.support.jobs_service import (
@@ -44,10 +45,7 @@ def root(tmp_path):
 
 
 def pod_templates(workload: dict[str, Any]) -> list[dict[str, Any]]:
-    if workload["kind"] == "Job":
-        return [workload["spec"]["template"]]
-    custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == workload["kind"])
-    return [replica["template"] for replica in workload["spec"][custom.specs_key].values()]
+    return [template for template, _ in of_object(workload).pod_templates(workload)]
 
 
 def restricted(kube: Kube) -> None:
@@ -126,10 +124,10 @@ def test_threat_root_image_fails_with_a_sentence_saying_why(kubelet_says):
     expected = ROOT_IMAGE.format(image=image)
     assert pod_waiting([pod], "1 x NVIDIA A100 80GB") == expected
     job = {"metadata": {"name": "train-x7k2p"}, "status": {}}
-    phase = job_phase(job, [pod], "1 x NVIDIA A100 80GB")
+    phase = workload_kind("job").phase(job, [pod], "1 x NVIDIA A100 80GB")
     assert (phase.status, phase.message) == ("pending", expected)
     tfjob = {"metadata": {"name": "train-x7k2p"}, "status": {"conditions": []}}
-    assert training_phase(tfjob, [pod], "CPU only", "TFJob").message == expected
+    assert workload_kind("tfjob").phase(tfjob, [pod], "CPU only").message == expected
     assert expected.startswith(f"Cannot start {image}: it runs as root")
 
 

@@ -22,7 +22,7 @@ import kubernetes_validate
 import nbformat
 
 from gpuhub.core.policy import Policy
-from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.kinds import of_object
 from gpuhub.jobs.model import JobRequest, Runtimes
 from tests.support import e2e
 from tests.support.cluster import Kube
@@ -102,10 +102,8 @@ def accepted(kube: Kube, manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def container_of(obj: dict[str, Any]) -> dict[str, Any]:
-    if obj["kind"] == "Job":
-        return obj["spec"]["template"]["spec"]["containers"][0]
-    custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
-    return obj["spec"][custom.specs_key][custom.master]["template"]["spec"]["containers"][0]
+    """The primary pod's container, as the object says it."""
+    return of_object(obj).primary_container(obj)
 
 
 @dataclass(frozen=True)

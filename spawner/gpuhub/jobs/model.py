@@ -30,19 +30,15 @@ from gpuhub.core.options import (
 )
 from gpuhub.core.policy import Policy
 from gpuhub.core.quantity import format_cpu, format_memory, human_memory
+from gpuhub.jobs.kinds import DISPLAY_NAMES, KINDS
+from gpuhub.jobs.kinds.base import JobKind
 
-Kind = Literal["job", "pytorchjob", "tfjob", "trainjob", "pipeline"]
-KINDS: tuple[Kind, ...] = ("job", "pytorchjob", "tfjob", "trainjob", "pipeline")
-# Kinds whose notebook runs on several pods at once: PyTorchJob/TFJob replicas (Training
-# Operator v1), a TrainJob's nodes (Kubeflow Trainer v2).
-DISTRIBUTED_KINDS = frozenset({"pytorchjob", "tfjob", "trainjob"})
-KIND_NAMES = {
-    "job": "training job",
-    "pytorchjob": "PyTorchJob",
-    "tfjob": "TFJob",
-    "trainjob": "TrainJob",
-    "pipeline": "pipeline step",
-}
+# A job kind's name: one registered in gpuhub.jobs.kinds ("job", "pytorchjob", "tfjob",
+# "trainjob", "pipeline"), which says all that is particular to it.
+Kind = str
+# The kinds gpuhub knows are KINDS, in gpuhub's order: the registry itself, so a kind
+# registered later is offered too. How sentences name them:
+KIND_NAMES = DISPLAY_NAMES
 
 # "queued": waiting in a queue before it may start at all (a Kubernetes job held by Kueue,
 # docs/architecture.md); "pending": allowed to start, waiting for its pods or processes.
@@ -185,9 +181,9 @@ class JobRequest:
     kind: Kind
     name: str  # DNS-1123 label
     resources: LaunchOptions  # per worker for distributed kinds
-    workers: int  # 1 unless kind is pytorchjob/tfjob/trainjob (a TrainJob's numNodes)
+    workers: int  # 1 unless the kind is distributed (replicas, a TrainJob's numNodes)
     parameters: Mapping[str, Any]  # papermill parameters, JSON-serialisable
-    runtime: str | None = None  # a TrainJob's ClusterTrainingRuntime; None for other kinds
+    runtime: str | None = None  # for kinds that take one (a TrainJob's ClusterTrainingRuntime)
 
     @property
     def total_gpus(self) -> int:
@@ -286,13 +282,14 @@ def parse_kind(value: Any, offered: Collection[str] | None = None) -> Kind:
 
 
 def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:
-    """A TrainJob's runtime: one the admin offers, else the default. Other kinds take none."""
-    if kind != "trainjob":
+    """The runtime of a kind that runs through one: one the admin offers, else the default.
+    Other kinds take none."""
+    if not KINDS[kind].takes_runtime:
         if value not in (None, ""):
             raise JobError(
                 "runtime",
-                f"A runtime applies only to a TrainJob; a {KIND_NAMES[kind]} takes none "
-                f"(you gave {_short(value)}).",
+                f"A runtime applies only to {_any_of(k for k in KINDS.values() if k.takes_runtime)}"
+                f"; a {KIND_NAMES[kind]} takes none (you gave {_short(value)}).",
             )
         return None
     offered = ", ".join(_short(r) for r in runtimes.offered)
@@ -300,7 +297,8 @@ def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:
         if runtimes.default is None:
             raise JobError(
                 "runtime",
-                "No training runtime is offered for TrainJobs here; ask your admin to offer one.",
+                f"No training runtime is offered for {KIND_NAMES[kind]}s here; ask your admin "
+                "to offer one.",
             )
         return runtimes.default
     if not isinstance(value, str) or value not in runtimes.offered:
@@ -310,6 +308,12 @@ def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:
             f"{offered or 'none'}.",
         )
     return value
+
+
+def _any_of(kinds: Iterable[JobKind]) -> str:
+    """The kinds as a sentence lists them: "a PyTorchJob, a TFJob or a TrainJob"."""
+    names = [f"a {k.display_name}" for k in kinds]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def resolve_notebook(
@@ -384,12 +388,12 @@ def parse_workers(value: Any, kind: Kind, max_workers: int = MAX_WORKERS) -> int
             "workers", f"The number of workers must be a whole number (you gave {_short(value)})."
         )
     value = count
-    if kind not in DISTRIBUTED_KINDS:
+    if not KINDS[kind].distributed:
         if value != 1:
             raise JobError(
                 "workers",
-                "Workers apply only to a PyTorchJob, a TFJob or a TrainJob; a "
-                f"{KIND_NAMES[kind]} runs once.",
+                f"Workers apply only to {_any_of(k for k in KINDS.values() if k.distributed)}; "
+                f"a {KIND_NAMES[kind]} runs once.",
             )
         return 1
     if not 1 <= value <= max_workers:

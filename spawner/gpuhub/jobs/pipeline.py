@@ -33,6 +33,7 @@ from gpuhub.core.options import GPU_MEMORY
 from gpuhub.core.quantity import format_cpu, format_memory
 from gpuhub.jobs.backend import JobBackend, QuotaGate
 from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.kinds.pipeline import PIPELINE
 from gpuhub.jobs.model import (
     JobError,
     JobNotFound,
@@ -42,6 +43,7 @@ from gpuhub.jobs.model import (
     parse_iso,
     utcnow,
 )
+from gpuhub.k8s.labels import CANCELLED_ANNOTATION, RUN_ID_ANNOTATION
 from gpuhub.k8s.pods import gpu_env, placement
 from gpuhub.k8s.rawapi import request_json
 
@@ -164,7 +166,7 @@ def compile_pipeline(
         for key, value in gpu_env(options).items():
             task.set_env_variable(key, value)
         if owner is not None and pipeline_name is not None:
-            for key, value in m.labels(owner, pipeline_name, "pipeline").items():
+            for key, value in m.labels(owner, pipeline_name, PIPELINE.name).items():
                 kubernetes.add_pod_label(task, label_key=key, label_value=value)
             kubernetes.add_pod_annotation(
                 task, annotation_key=m.ANNOTATION_USERNAME, annotation_value=owner
@@ -224,7 +226,7 @@ class KFPBackend(JobBackend):
     """Pipeline steps on Kubeflow Pipelines; records as ConfigMaps in the service namespace."""
 
     name = "kfp"
-    kinds = frozenset({"pipeline"})
+    kinds = frozenset({PIPELINE.name})
 
     def __init__(self, api: Any, settings: m.KubeJobSettings, kfp: KFPSettings) -> None:
         from kubernetes_asyncio import client
@@ -277,14 +279,14 @@ class KFPBackend(JobBackend):
         if notebook is None:
             raise JobError("notebook", "The notebook's content did not reach the jobs service.")
         key = key or secrets.token_hex(16)
-        job_id = m.make_job_id(request.name, owner, key, "pipeline")
+        job_id = m.make_job_id(request.name, owner, key, PIPELINE.name)
         async with self._locks.setdefault(owner, asyncio.Lock()):
             existing = await self._read(job_id)
             if existing is not None:
                 notes = existing["metadata"].get("annotations") or {}
                 if notes.get(m.ANNOTATION_USERNAME) != owner or notes.get(m.ANNOTATION_KEY) != key:
                     raise JobError("name", f'A job named "{job_id}" already exists.', 409)
-                if notes.get("gpuhub.io/run-id"):
+                if notes.get(RUN_ID_ANNOTATION):
                     return await self._record(existing)
                 # A first attempt died between the record and the run: finish it below.
                 configmap = existing
@@ -305,7 +307,7 @@ class KFPBackend(JobBackend):
                     self.core.patch_namespaced_config_map(
                         _configmap_name(job_id),
                         self.namespace,
-                        {"metadata": {"annotations": {"gpuhub.io/run-id": run_id}}},
+                        {"metadata": {"annotations": {RUN_ID_ANNOTATION: run_id}}},
                         _preload_content=False,
                     )
                 )
@@ -339,7 +341,7 @@ class KFPBackend(JobBackend):
             "metadata": {
                 "name": _configmap_name(job_id),
                 "namespace": self.namespace,
-                "labels": m.labels(owner, job_id, "pipeline"),
+                "labels": m.labels(owner, job_id, PIPELINE.name),
                 "annotations": {
                     m.ANNOTATION_USERNAME: owner,
                     m.ANNOTATION_KEY: key,
@@ -427,10 +429,10 @@ class KFPBackend(JobBackend):
     async def _record(self, obj: dict[str, Any]) -> JobRecord:
         notes = obj["metadata"].get("annotations") or {}
         record = JobRecord.from_json(json.loads(notes[m.ANNOTATION_RECORD]))
-        run_id = notes.get("gpuhub.io/run-id")
-        if notes.get("gpuhub.io/cancelled"):
+        run_id = notes.get(RUN_ID_ANNOTATION)
+        if notes.get(CANCELLED_ANNOTATION):
             record.status = "cancelled"
-            record.finished = parse_iso(notes["gpuhub.io/cancelled"])
+            record.finished = parse_iso(notes[CANCELLED_ANNOTATION])
         if run_id:
             record.url = self.kfp.run_url(run_id)
             if record.status != "cancelled":
@@ -456,7 +458,7 @@ class KFPBackend(JobBackend):
     async def list(self, owner: str) -> list[JobRecord]:
         selector = (
             f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)},"
-            f"{m.LABEL_KIND}=pipeline"
+            f"{m.LABEL_KIND}={PIPELINE.name}"
         )
         items = await request_json(
             self.core.list_namespaced_config_map(
@@ -488,7 +490,7 @@ class KFPBackend(JobBackend):
         record = await self._record(obj)
         if record.is_final:
             return record
-        run_id = (obj["metadata"].get("annotations") or {}).get("gpuhub.io/run-id")
+        run_id = (obj["metadata"].get("annotations") or {}).get(RUN_ID_ANNOTATION)
         if run_id:
             try:
                 await asyncio.to_thread(self.kfp_client().terminate_run, run_id)
@@ -502,7 +504,7 @@ class KFPBackend(JobBackend):
             self.core.patch_namespaced_config_map(
                 _configmap_name(job_id),
                 self.namespace,
-                {"metadata": {"annotations": {"gpuhub.io/cancelled": when}}},
+                {"metadata": {"annotations": {CANCELLED_ANNOTATION: when}}},
                 _preload_content=False,
             )
         )

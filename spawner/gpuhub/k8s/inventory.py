@@ -1,6 +1,6 @@
 """What the cluster's objects say about GPUs: what a node offers (:class:`NodeInfo`), what a
-pod asks for and holds (:func:`pod_gpus`, :func:`pod_holding`), whose workload a pod belongs to
-(:func:`pod_workload`), and whether a GPU type's pods may run on a node (:func:`node_serves`).
+pod asks for and holds (:func:`pod_gpus`, :func:`pod_holding`), and whether a GPU type's pods
+may run on a node (:func:`node_serves`).
 
 Pure functions of the API's JSON: the hub's capacity watch (:mod:`gpuhub.hub.ledger.capacity`)
 and the jobs service's Kubernetes backend read pods through them. Who a pod belongs to is read
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,6 @@ from gpuhub.k8s.labels import (
     HUB_SERVERNAME_ANNOTATION,
     HUB_USERNAME_KEY,
     JOB_ID_LABEL,
-    KIND_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     SERVER_COMPONENT,
@@ -151,6 +150,10 @@ def pod_extra(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
 
 
+# Whose workload a job's pod belongs to, by the pod's metadata.
+WorkloadOf = Callable[[Mapping[str, Any]], Workload | None]
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -159,38 +162,6 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
         return None
     gpus = pod_gpus(pod)
     return PodInfo(node, gpus, pod_extra(pod)) if gpus else None
-
-
-# The controllers of gpuhub's job pods, by their kind, as gpuhub names the kinds. A new kind
-# whose pods a controller of its own owns is added here; one whose pods belong to an object in
-# between (Kubeflow Trainer's TrainJob -> JobSet -> Job) needs its own way to the TrainJob's
-# uid, or its grant counts whole until it lapses: a TrainJob's pods carry their JobSet's uid
-# (JobSet's label), and the JobSet's controller is the TrainJob (:class:`TrainJobOwners`).
-CONTROLLER_KINDS = {"Job": "job", "PyTorchJob": "pytorchjob", "TFJob": "tfjob"}
-JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-# A TrainJob pod's workload until the hub has read its JobSet's owner: it matches no grant.
-JOBSET = "jobset"
-# Kubeflow Pipelines labels every pod of a run with the run's id.
-KFP_RUN_LABEL = "pipeline/runid"
-
-
-def pod_workload(meta: Mapping[str, Any]) -> Workload | None:
-    """The object a gpuhub job pod belongs to, by kind and uid: its controller (Job,
-    PyTorchJob, TFJob, set by Kubernetes' and Kubeflow's controllers), or for a pipeline
-    step the run it belongs to (KFP's label)."""
-    labels = meta.get("labels") or {}
-    if labels.get(KIND_LABEL) == "pipeline":
-        run = labels.get(KFP_RUN_LABEL)
-        return Workload("pipeline", str(run)) if run else None
-    if labels.get(KIND_LABEL) == "trainjob":
-        jobset = labels.get(JOBSET_UID_LABEL)
-        return Workload(JOBSET, str(jobset)) if jobset else None
-    for ref in meta.get("ownerReferences") or []:
-        kind = CONTROLLER_KINDS.get(ref.get("kind", ""))
-        if ref.get("controller") and kind and ref.get("uid"):
-            return Workload(kind, str(ref["uid"]))
-    return None
 
 
 def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -206,9 +177,11 @@ def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
-def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
+def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -> Holding | None:
     """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
-    holds its GPUs as far as the quota is concerned); None for anything else."""
+    holds its GPUs as far as the quota is concerned); None for anything else. ``workload_of``
+    says whose object a job's pod belongs to, from its metadata: that depends on the job's
+    kind, which this layer does not know (the hub passes :func:`gpuhub.jobs.kinds.pod_workload`)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
@@ -251,7 +224,7 @@ def pod_holding(pod: Mapping[str, Any]) -> Holding | None:
             resource,
             since=since,
             pods=pods,
-            workload=pod_workload(meta),
+            workload=workload_of(meta) if workload_of is not None else None,
             share=share,
             memory=memory,
         )

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhub.core import words
-from gpuhub.k8s.labels import KUEUE_JOB_UID_LABEL, QUEUE_NAME_LABEL
 from gpuhub.k8s.rawapi import request_json, served_resources
 
 log = logging.getLogger("gpuhub.k8s.kueue")
@@ -37,9 +36,6 @@ log = logging.getLogger("gpuhub.k8s.kueue")
 GROUP = "kueue.x-k8s.io"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 VERSIONS = ("v1beta2", "v1beta1")  # preferred first
-# Kueue's labels (gpuhub.k8s.labels), under the names the job manifests still import them by.
-LABEL_QUEUE_NAME = QUEUE_NAME_LABEL  # on a job (or pod): the LocalQueue it waits in
-LABEL_JOB_UID = KUEUE_JOB_UID_LABEL  # on a Workload: the uid of its job
 ADMISSION_GATE = "kueue.x-k8s.io/admission"  # on a pod Kueue holds until it is admitted
 DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 LINE_TTL = 2.0  # seconds a queue's line is shared before it is read again

@@ -33,6 +33,9 @@ from tornado import web
 from gpuhub.jobs.backend import JobBackend, JobRouter
 from gpuhub.jobs.http import JobsJSONMixin
 from gpuhub.jobs.k8s.backend import KubernetesBackend
+from gpuhub.jobs.kinds import KINDS
+from gpuhub.jobs.kinds.base import WorkloadKind
+from gpuhub.jobs.kinds.pipeline import PIPELINE
 from gpuhub.jobs.model import KIND_NAMES, JobError, JobRecord, JobRequest, parse_kind
 from gpuhub.jobs.pipeline import NOT_CONFIGURED, KFPBackend
 from gpuhub.service.config import ServiceConfig
@@ -54,7 +57,7 @@ class Jobs:
         self.config = config
         self.kube = kube
         self.kfp = kfp
-        self.router = JobRouter({**{k: kube for k in kube.kinds}, "pipeline": kfp})
+        self.router = JobRouter({**{k: kube for k in kube.kinds}, **{k: kfp for k in kfp.kinds}})
 
     @property
     def max_body_bytes(self) -> int:
@@ -62,7 +65,7 @@ class Jobs:
         return self.config.jobs.max_notebook_bytes + BODY_SLACK
 
     def backend(self, kind: str) -> JobBackend:
-        return self.kfp if kind == "pipeline" else self.kube
+        return self.kfp if kind in self.kfp.kinds else self.kube
 
     async def kinds(self) -> list[dict[str, Any]]:
         """The kinds the admin offers (``kinds``), each with whether it runs here and, when
@@ -71,15 +74,13 @@ class Jobs:
         queue_problem = await self.kube.queue_problem()
         out = []
         for kind in self.config.kinds:
-            reason = None
-            if kind != "pipeline" and queue_problem is not None:
+            reason, runs = None, KINDS[kind]
+            if kind in self.kfp.kinds:
+                reason = None if self.config.kfp.configured else NOT_CONFIGURED
+            elif queue_problem is not None:
                 reason = queue_problem
-            elif kind in ("pytorchjob", "tfjob") and kind not in served:
-                reason = f"This cluster does not run {KIND_NAMES[kind]}s (no Kubeflow training operator)."
-            elif kind == "trainjob" and kind not in served:
-                reason = "This cluster does not run TrainJobs (no Kubeflow Trainer)."
-            if kind == "pipeline" and not self.config.kfp.configured:
-                reason = NOT_CONFIGURED
+            elif isinstance(runs, WorkloadKind) and runs.operator and kind not in served:
+                reason = runs.not_served()
             out.append(
                 {
                     "kind": kind,
@@ -95,7 +96,7 @@ class Jobs:
         # The executed notebook comes back through GET jobs/<id>/output when no shared home
         # volume put it next to the source; the forwarder fetches it into the user's files.
         data["output_ready"] = bool(
-            record.kind != "pipeline"
+            record.kind not in self.kfp.kinds
             and record.status in ("succeeded", "failed")
             and not self.config.jobs.home_volume.shared
         )
@@ -184,7 +185,7 @@ class JobsHandler(JobsJSONMixin, HubAuthenticated, web.RequestHandler):
             content,
             max_bytes=limit,
             mount_path=config.jobs.home_volume.mount_path,
-            required=kind == "pipeline" or not shared,
+            required=kind in self.jobs.kfp.kinds or not shared,
         )
         request = JobRequest.parse(
             body,
@@ -255,7 +256,7 @@ class CompileHandler(JobsHandler):
     async def post(self) -> None:
         async def action() -> None:
             body = self.json_object()
-            body["kind"] = "pipeline"
+            body["kind"] = PIPELINE.name
             request, data = self.parse(body)
             assert data is not None
             text = await asyncio.to_thread(self.jobs.kfp.compile, request, data)
@@ -303,7 +304,7 @@ class OutputHandler(JobsHandler):
     async def get(self, job_id: str) -> None:
         async def action() -> None:
             record = await self.jobs.router.get(self.owner, job_id)
-            if record.kind == "pipeline":
+            if record.kind in self.jobs.kfp.kinds:
                 raise JobError(
                     "id",
                     "A pipeline step's executed notebook is its output artifact "

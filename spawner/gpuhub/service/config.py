@@ -50,7 +50,7 @@ class ServiceConfig:
     quota: GPUQuota
     jobs: KubeJobSettings
     kfp: KFPSettings
-    kinds: tuple[str, ...] = KINDS  # offered, in gpuhub's order
+    kinds: tuple[str, ...] = field(default_factory=lambda: tuple(KINDS))  # in gpuhub's order
     runtimes: Runtimes = field(
         default_factory=lambda: Runtimes(("torch-distributed",), "torch-distributed")
     )
@@ -129,7 +129,7 @@ class ServiceConfig:
         extra_trainer = sorted(set(trainer) - {"runtimes", "default_runtime", "service_account"})
         if extra_trainer:
             raise ServiceConfigError(f"trainer.{extra_trainer[0]} is not a trainer setting")
-        runtimes = _runtimes(trainer, "trainjob" in kinds)
+        runtimes = _runtimes(trainer, [k for k in kinds if KINDS[k].takes_runtime])
         account = _text(trainer, "service_account", "", "trainer.")
         if account and not _DNS_SUBDOMAIN.fullmatch(account):
             raise ServiceConfigError("trainer.service_account must name a ServiceAccount")
@@ -194,9 +194,10 @@ def _kinds(value: Any) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in value)
 
 
-def _runtimes(trainer: Mapping[str, Any], offered: bool) -> Runtimes:
-    """The ClusterTrainingRuntimes offered for TrainJobs, and the default (the first if
-    unset). A cluster that offers TrainJobs offers at least one runtime."""
+def _runtimes(trainer: Mapping[str, Any], runtime_kinds: list[str]) -> Runtimes:
+    """The ClusterTrainingRuntimes offered for the kinds that take one (``runtime_kinds``,
+    those offered: a TrainJob), and the default (the first if unset). A cluster that offers
+    such a kind offers at least one runtime."""
     names = trainer.get("runtimes", ["torch-distributed"])
     if not isinstance(names, list) or not all(
         isinstance(n, str) and _DNS_SUBDOMAIN.fullmatch(n) for n in names
@@ -204,10 +205,11 @@ def _runtimes(trainer: Mapping[str, Any], offered: bool) -> Runtimes:
         raise ServiceConfigError(
             f"trainer.runtimes must list ClusterTrainingRuntime names; got {names!r}"
         )
-    if offered and not names:
+    if runtime_kinds and not names:
+        kind = runtime_kinds[0]
         raise ServiceConfigError(
-            "trainer.runtimes is empty while kinds offers trainjob; name a "
-            "ClusterTrainingRuntime (such as torch-distributed) or stop offering trainjob"
+            f"trainer.runtimes is empty while kinds offers {kind}; name a "
+            f"ClusterTrainingRuntime (such as torch-distributed) or stop offering {kind}"
         )
     default = trainer.get("default_runtime") or (names[0] if names else None)
     if default is not None and default not in names:

@@ -36,11 +36,9 @@ from gpuhub.core.sharing import MIB, Sharing
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger, holding_match
 from gpuhub.hub.ledger.tally import Part, Tally
+from gpuhub.jobs.kinds import of_pod, pod_workload
+from gpuhub.jobs.kinds.base import Between, WorkloadKind
 from gpuhub.k8s.inventory import (
-    JOBSET,
-    JOBSET_NAME_LABEL,
-    JOBSET_UID_LABEL,
-    KIND_LABEL,
     NodeInfo,
     PodInfo,
     node_info,
@@ -77,15 +75,16 @@ class Fit:
     max_memory: int
 
 
-class TrainJobOwners:
-    """JobSet uid -> the uid of the TrainJob that controls it, read once per JobSet.
+class BetweenOwners:
+    """The workload of pods that belong to their kind's object through an object in between
+    (a TrainJob's pods belong to its JobSet), read once per such object.
 
-    Kubeflow Trainer makes a JobSet per TrainJob and JobSet makes the pods; a pod says its
-    JobSet (name and uid, JobSet's labels, which users cannot write: they create no pods), and
-    the JobSet's controlling ownerReference says its TrainJob. One GET per JobSet (the hub's
-    ``jobsets`` get permission), in the background; until it answers the pods count as their
-    own holding and the TrainJob's grant counts too (the safe direction). A JobSet that
-    cannot be read is asked again after a minute.
+    A pod names the object in between (a TrainJob's pod its JobSet, by JobSet's labels, which
+    users cannot write: they create no pods), and that object's controlling ownerReference
+    names the kind's object (:meth:`gpuhub.jobs.kinds.base.WorkloadKind.between`). One GET
+    per object (the hub's RBAC: the kind's ``rbac.hub``), in the background; until it
+    answers the pods count as their own holding and the job's grant counts too (the safe
+    direction). An object that cannot be read is asked again after a minute.
     """
 
     RETRY = 60.0
@@ -93,58 +92,58 @@ class TrainJobOwners:
     def __init__(self, api: Any, on_change: Any) -> None:
         self.api = api  # a kubernetes_asyncio CoreV1Api (its api_client makes the call)
         self.on_change = on_change
-        self.owners: dict[str, str] = {}
+        # (the pods' workload kind, the object between's uid) -> the kind's object
+        self.owners: dict[tuple[str, str], Workload] = {}
         self._asked: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def note(self, pod_meta: Mapping[str, Any]) -> None:
-        """Look up the TrainJob of a TrainJob pod's JobSet, if not known or being asked."""
-        labels = pod_meta.get("labels") or {}
-        uid, name = labels.get(JOBSET_UID_LABEL), labels.get(JOBSET_NAME_LABEL)
-        if labels.get(KIND_LABEL) != "trainjob" or not uid or not name or uid in self.owners:
+        """Look up the owner of a pod's object in between, if not known or being asked."""
+        kind = of_pod(pod_meta)
+        if not isinstance(kind, WorkloadKind) or kind.between_kind is None:
+            return
+        between = kind.between(pod_meta)
+        if between is None or (kind.between_kind, between.uid) in self.owners:
             return
         now = time.monotonic()
-        if now - self._asked.get(uid, -self.RETRY) < self.RETRY:
+        if now - self._asked.get(between.uid, -self.RETRY) < self.RETRY:
             return
-        self._asked[uid] = now
-        namespace = str(pod_meta.get("namespace") or "")
-        task = asyncio.create_task(self._ask(namespace, str(name), str(uid)))
+        self._asked[between.uid] = now
+        task = asyncio.create_task(self._ask(kind, between))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _ask(self, namespace: str, name: str, uid: str) -> None:
+    async def _ask(self, kind: WorkloadKind, between: Between) -> None:
         from kubernetes_asyncio.client import ApiException
 
         from gpuhub.k8s.rawapi import request_json
 
-        path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}"
+        what = f"{between.resource.kind} {between.namespace}/{between.name}"
         try:
-            jobset = await request_json(
+            obj = await request_json(
                 self.api.api_client.call_api(
-                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
+                    between.path, "GET", auth_settings=["BearerToken"], _preload_content=False
                 )
             )
         except ApiException as exc:
-            log.warning("gpuhub: cannot read JobSet %s/%s: HTTP %s", namespace, name, exc.status)
+            log.warning("gpuhub: cannot read %s: HTTP %s", what, exc.status)
             return
         except Exception as exc:  # network errors: asked again after RETRY
-            log.warning("gpuhub: cannot read JobSet %s/%s: %s", namespace, name, exc)
+            log.warning("gpuhub: cannot read %s: %s", what, exc)
             return
-        meta = jobset.get("metadata") or {}
-        if meta.get("uid") != uid:
-            return  # another JobSet of that name since: its own pods will ask
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("controller") and ref.get("kind") == "TrainJob" and ref.get("uid"):
-                self.owners[uid] = str(ref["uid"])
-                self.on_change()
-                return
+        if (obj.get("metadata") or {}).get("uid") != between.uid:
+            return  # another object of that name since: its own pods will ask
+        uid = kind.owner_uid(obj)
+        if uid and kind.between_kind is not None:
+            self.owners[(kind.between_kind, between.uid)] = Workload(kind.name, uid)
+            self.on_change()
 
     def workload(self, holding: Holding) -> Holding:
-        """``holding`` as its TrainJob's, where its JobSet's owner is known."""
+        """``holding`` as its kind's object's, where the owner of its object in between is
+        known."""
         workload = holding.workload
-        if workload is None or workload.kind != JOBSET or workload.uid not in self.owners:
-            return holding
-        return replace(holding, workload=Workload("trainjob", self.owners[workload.uid]))
+        owner = self.owners.get((workload.kind, workload.uid)) if workload else None
+        return holding if owner is None else replace(holding, workload=owner)
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -184,7 +183,8 @@ class ClusterCapacity:
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
         self._answered = asyncio.Event()  # the first list succeeded or failed
-        self.trainjobs = TrainJobOwners(api, self._bump)
+        # Pods whose kind's object owns them through another (a TrainJob's, its JobSet).
+        self.owners = BetweenOwners(api, self._bump)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -199,7 +199,7 @@ class ClusterCapacity:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        await self.trainjobs.stop()
+        await self.owners.stop()
 
     @property
     def available(self) -> bool:
@@ -293,10 +293,10 @@ class ClusterCapacity:
                 pod = pod_info(item)
                 if pod is not None:
                     pods[key] = pod
-                holding = pod_holding(item)
+                holding = pod_holding(item, pod_workload)
                 if holding is not None:
                     holders.setdefault(holding.user, {})[key] = holding
-                    self.trainjobs.note(item_meta)
+                    self.owners.note(item_meta)
             token = meta.get("continue")
             if not token:
                 break
@@ -340,9 +340,9 @@ class ClusterCapacity:
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
             deleted = event.get("type") == "DELETED"
-            holding = None if deleted else pod_holding(obj)
+            holding = None if deleted else pod_holding(obj, pod_workload)
             if holding is not None:
-                self.trainjobs.note(meta)
+                self.owners.note(meta)
             self._hold(key, holding)
             before = self.pods.pop(key, None)
             after = None if deleted else pod_info(obj)
@@ -373,7 +373,7 @@ class ClusterCapacity:
             self._remember(holding)
 
     def _remember(self, holding: Holding) -> None:
-        owned = self.trainjobs.workload  # a TrainJob's node pods are its own, once known
+        owned = self.owners.workload  # a TrainJob's node pods are its own, once known
         match = holding_match(owned(holding))
         if match is None:
             return
@@ -398,7 +398,7 @@ class ClusterCapacity:
         """What ``user`` (everyone if None) holds in pods now, from the watch (no LIST): one
         holding per server and one per job (its replicas' pods together)."""
         self._require()
-        owned = self.trainjobs.workload
+        owned = self.owners.workload
         if user is not None:
             return per_workload(owned(h) for h in self.holders.get(user, {}).values())
         return per_workload(owned(h) for pods in self.holders.values() for h in pods.values())

@@ -10,35 +10,35 @@ the jobs service (which acts for users, not for admins):
   cancel does), and the hold is released once they are gone. The local job ids come from
   those processes' ``GPUHUB_JOB_ID``, so the user's server can mark their records cancelled
   with the admin's reason (:func:`gpuhub.core.hub_client.cancel_notice_for_job`).
-* **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the Job, PyTorchJob,
-  TFJob or TrainJob of that user with that ``gpuhub.io/job-id`` (selected by owner as well as id, the
-  exact owner checked in its annotation, and, where the ledger knows it, only the object of
-  that kind and uid, deleted with the uid as a precondition), in foreground (the object
-  stays until its pods are gone), with the Kubernetes client it already uses for its pod
-  watch. A job without pods yet (waiting in a Kueue queue: the ledger counts its grant) is
-  looked for in the hub's own namespace, the chart's default for jobs too.
-  Pipeline runs are not Kubernetes workloads the hub can stop safely (Kubeflow Pipelines
-  would retry or mark them failed on its own terms): refused with one sentence saying so.
+* **Kubernetes**: a job row is a gpuhub workload's pods. The hub deletes the object of that
+  user with that ``gpuhub.io/job-id`` through the jobs service's own cancel
+  (:func:`gpuhub.jobs.k8s.cancel.cancel`: selected by owner as well as id, the exact owner
+  checked in its annotation, and, where the ledger knows it, only the object of that kind
+  and uid, deleted with the uid as a precondition, in foreground), noting who cancelled it
+  and why, with the Kubernetes client it already uses for its pod watch. A job without pods
+  yet (waiting in a Kueue queue: the ledger counts its grant) is looked for in the hub's own
+  namespace, the chart's default for jobs too. Runs of kinds that live elsewhere (a pipeline's,
+  in Kubeflow Pipelines, which would retry or mark them failed on its own terms) are not the
+  hub's to stop: refused with one sentence saying where they are cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+from gpuhub.core.env import JOB_ID_ENV
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, alive, jobs_owner
 from gpuhub.hub.ledger.launches import Process
-from gpuhub.jobs.k8s import manifests as m
-from gpuhub.k8s.rawapi import request_json
+from gpuhub.jobs import kinds
+from gpuhub.k8s.labels import CANCEL_REASON_ANNOTATION, CANCELLED_BY_ANNOTATION
 
 log = logging.getLogger("gpuhub.hub.monitor.cancel")
 
-JOB_ID_ENV = "GPUHUB_JOB_ID"
 KILL_GRACE = 5.0
 
 
@@ -110,31 +110,14 @@ async def cancel_local(book: GPUAllocator, holding: Holding) -> list[str]:
 
 
 # -- Kubernetes ---------------------------------------------------------------------------------
-# (gpuhub's kind, Kubernetes kind, group, version, plural); None group: batch/v1 Job
-_KINDS = tuple(
-    (kind, r.kind, None if r.group == "batch" else r.group, r.version, r.plural)
-    for kind, r in m.RESOURCES.items()
-)
-
-
-def _is_the_job(obj: dict[str, Any], holding: Holding) -> bool:
-    """Whether a listed object is ``holding``'s job: the exact owner (labels carry a slug),
-    and its uid where the ledger knows the job by it."""
-    meta = obj.get("metadata") or {}
-    if (meta.get("annotations") or {}).get(m.ANNOTATION_USERNAME) != holding.user:
-        return False
-    workload = holding.workload
-    return workload is None or not workload.uid or meta.get("uid") == workload.uid
-
-
 async def cancel_kube(
     core_api: Any, holding: Holding, reason: str, by: str, namespace: str | None = None
 ) -> list[str]:
     """Delete the gpuhub workload behind ``holding``: in its pods' namespace, else (a job
     that has no pod yet, e.g. waiting in a Kueue queue, known to the ledger by its grant)
     in ``namespace``, the hub's servers' namespace."""
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
+    from gpuhub.jobs.k8s.cancel import CancelFailed, cancel
+    from gpuhub.jobs.k8s.objects import Objects
 
     if holding.pods:
         namespace = holding.pods[0][0]
@@ -142,115 +125,47 @@ async def cancel_kube(
         raise CancelRefused(
             409, f"The hub has not seen a pod of job {holding.name!r} yet; try again in a moment."
         )
-    if holding.workload is not None and holding.workload.kind == "pipeline":
-        raise CancelRefused(
-            409,
-            f"Job {holding.name!r} is a pipeline run: cancel it in Kubeflow Pipelines.",
-        )
-    selector = (
-        f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(holding.user)},"
-        f"{m.LABEL_JOB_ID}={holding.name}"
-    )
-    batch = client.BatchV1Api(core_api.api_client)
-    custom = client.CustomObjectsApi(core_api.api_client)
-    note: Any = {
-        "metadata": {
-            "annotations": {"gpuhub.io/cancelled-by": by, "gpuhub.io/cancel-reason": reason}
-        }
-    }
-    deleted = []
-    wanted = holding.workload.kind if holding.workload is not None else None
-    if wanted == "jobset":
-        # A TrainJob's node pods whose JobSet's owner the ledger has not read yet
-        # (gpuhub.hub.ledger.capacity.TrainJobOwners): the TrainJob by its labels and exact owner.
-        wanted, holding = "trainjob", dataclasses.replace(holding, workload=None)
-    for ours, kind, group, version, plural in _KINDS:
-        if wanted is not None and ours != wanted:
-            continue
-        try:
-            if group is None:
-                found = await request_json(
-                    batch.list_namespaced_job(
-                        namespace, label_selector=selector, _preload_content=False
-                    )
-                )
-            else:
-                found = await request_json(
-                    custom.list_namespaced_custom_object(
-                        group,
-                        version,
-                        namespace,
-                        plural,
-                        label_selector=selector,
-                        _preload_content=False,
-                    )
-                )
-        except ApiException as exc:
-            if exc.status == 404 and group is not None:
-                continue  # the training operator (or Trainer) is not installed
+    kind, uid = None, None
+    workload = holding.workload
+    if workload is not None:
+        other = kinds.KINDS.get(workload.kind)
+        if other is not None and other.runs_in:
             raise CancelRefused(
-                502 if exc.status >= 500 else 409,
-                f"Kubernetes refused to list {kind}s in {namespace}: {exc.reason}.",
-            ) from None
-        for obj in found.get("items") or []:
-            if not _is_the_job(obj, holding):
-                continue
-            name = obj["metadata"]["name"]
-            # Deleted only if it is still that very object (not one made since by that name).
-            body: Any = {
-                "propagationPolicy": "Foreground",
-                "preconditions": {"uid": obj["metadata"]["uid"]},
-            }
-            try:
-                if group is None:
-                    await request_json(
-                        batch.patch_namespaced_job(name, namespace, note, _preload_content=False)
-                    )
-                    await request_json(
-                        batch.delete_namespaced_job(
-                            name, namespace, body=body, _preload_content=False
-                        )
-                    )
-                else:
-                    await request_json(
-                        custom.patch_namespaced_custom_object(  # type: ignore[call-arg]
-                            group,
-                            version,
-                            namespace,
-                            plural,
-                            name,
-                            note,
-                            # The client's default for custom objects is a JSON Patch (a list);
-                            # the note is a merge patch (400 Bad Request otherwise). Taken at
-                            # run time, missing from the method's typed signature.
-                            _content_type="application/merge-patch+json",
-                            _preload_content=False,
-                        )
-                    )
-                    await request_json(
-                        custom.delete_namespaced_custom_object(
-                            group,
-                            version,
-                            namespace,
-                            plural,
-                            name,
-                            body=body,
-                            _preload_content=False,
-                        )
-                    )
-            except ApiException as exc:
-                if exc.status in (404, 409):
-                    continue  # gone meanwhile (409: replaced by another object of that name)
-                raise CancelRefused(
-                    502 if exc.status >= 500 else 409,
-                    f"Kubernetes refused to delete {kind} {namespace}/{name}: {exc.reason}.",
-                ) from None
-            log.warning("gpuhub: deleted %s %s/%s for %s: %s", kind, namespace, name, by, reason)
-            deleted.append(holding.name)
-    if not deleted:
+                409,
+                f"Job {holding.name!r} is a {other.run_name}: cancel it in {other.runs_in}.",
+            )
+        kind = kinds.owning_kind(workload)
+        if kind is None:
+            raise CancelRefused(409, _not_ours(holding.name))
+        # Pods counted by the object between (a TrainJob's JobSet, whose owner the ledger
+        # has not read yet: gpuhub.hub.ledger.capacity): the kind's object by its labels and
+        # exact owner alone.
+        uid = workload.uid if workload.kind == kind.name else None
+    note = {CANCELLED_BY_ANNOTATION: by, CANCEL_REASON_ANNOTATION: reason}
+    objects = Objects(core_api.api_client, namespace)
+    try:
+        deleted = await cancel(objects, holding.user, holding.name, kind=kind, uid=uid, note=note)
+    except CancelFailed as exc:
+        status = exc.error.status or 0
         raise CancelRefused(
-            409,
-            f"Job {holding.name!r} is no Job, PyTorchJob, TFJob or TrainJob that gpuhub made (a "
-            "pipeline run is cancelled in Kubeflow Pipelines).",
+            502 if status >= 500 else 409,
+            f"Kubernetes refused to {exc.doing}: {exc.error.reason}.",
+        ) from None
+    for obj in deleted:
+        meta = obj["metadata"]
+        log.warning(
+            "gpuhub: deleted %s %s/%s for %s: %s", obj["kind"], namespace, meta["name"], by, reason
         )
+    if not deleted:
+        raise CancelRefused(409, _not_ours(holding.name))
     return [holding.name]
+
+
+def _not_ours(job: str) -> str:
+    """``job`` is no object of a kind gpuhub makes (where kinds that are not, say so)."""
+    names = [k.resource.kind for k in kinds.workload_kinds()]
+    made = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+    elsewhere = "; ".join(
+        f"a {k.run_name} is cancelled in {k.runs_in}" for k in kinds.KINDS.values() if k.runs_in
+    )
+    return f"Job {job!r} is no {made} that gpuhub made" + (f" ({elsewhere})." if elsewhere else ".")

@@ -1,6 +1,7 @@
-"""The Kubernetes backend: kind ``job`` as a batch/v1 Job, ``pytorchjob``/``tfjob`` as Kubeflow
-Training Operator v1 objects, ``trainjob`` as a Kubeflow Trainer v2 TrainJob, created with the
-hub service's own credentials.
+"""The Kubernetes backend: every kind whose job is a Kubernetes object of gpuhub's
+(:func:`gpuhub.jobs.kinds.workload_kinds`: a batch/v1 Job, Kubeflow's PyTorchJob, TFJob and
+TrainJob), created with the hub service's own credentials. What differs between kinds is
+asked of the kind; nothing here names one.
 
 State lives in the cluster, not in the service: a job is its workload object (labels
 ``gpuhub.io/user`` and ``gpuhub.io/job-id``, annotations with the exact owner and the
@@ -33,28 +34,29 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from gpuhub.core.env import GPU_TYPE_ENV
 from gpuhub.core.gpu_resources import is_gpu_resource
 from gpuhub.core.holdings import Holding, gpus_held, quota_sentence
 from gpuhub.core.quantity import format_memory, human_memory
 from gpuhub.core.sharing import share_from_env
 from gpuhub.jobs.backend import JobBackend, QuotaGate
 from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.cancel import CancelFailed, cancel
+from gpuhub.jobs.k8s.objects import Objects
 from gpuhub.jobs.k8s.status import (
     LOST_OUTPUT,
     Obj,
-    Phase,
     PodLog,
-    job_phase,
     parse_pod_log,
     parse_time,
     queue_of,
     queue_phase,
     refusal_text,
-    train_job_phase,
-    training_phase,
 )
+from gpuhub.jobs.kinds import of_object, workload_kind, workload_kinds
+from gpuhub.jobs.kinds.base import Needed
+from gpuhub.jobs.kinds.phase import Phase
 from gpuhub.jobs.model import (
-    KIND_NAMES,
     JobError,
     JobNotFound,
     JobRecord,
@@ -65,17 +67,30 @@ from gpuhub.jobs.model import (
 )
 from gpuhub.k8s.inventory import pod_holding
 from gpuhub.k8s.kueue import KueueAPI, positions
+from gpuhub.k8s.labels import (
+    COMPONENT_LABEL,
+    HUB_USERNAME_KEY,
+    IDEMPOTENCY_KEY_ANNOTATION,
+    JOB_ID_LABEL,
+    KIND_LABEL,
+    KUEUE_JOB_UID_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUEUE_NAME_LABEL,
+    RECORD_ANNOTATION,
+    SERVER_COMPONENT,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 from gpuhub.k8s.rawapi import request_body as _body
 from gpuhub.k8s.rawapi import request_json as _json
 from gpuhub.k8s.rawapi import served_resources
 
 log = logging.getLogger(__name__)
 
-SERVER_SELECTOR = "component=singleuser-server"  # KubeSpawner's label on user server pods
+SERVER_SELECTOR = f"{COMPONENT_LABEL}={SERVER_COMPONENT}"  # KubeSpawner's, on server pods
 DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 MAX_LOG_BYTES = 1024 * 1024
-# The Job controller's label (and annotation) of an Indexed Job's pod: a TrainJob's node rank.
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 _FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a few KB each)
 _TOMBSTONE_SECONDS = 24 * 3600
 
@@ -88,28 +103,9 @@ def _pod_gpus(pod: Obj) -> int:
     return total
 
 
-def _templates(obj: Obj) -> list[tuple[Obj, int]]:
-    """Each pod template of a workload, with how many pods run it (a TrainJob: its nodes'
-    container as Trainer makes it from ``spec.trainer``, ``numNodes`` times)."""
-    if obj["kind"] == "TrainJob":
-        trainer = (obj.get("spec") or {}).get("trainer") or {}
-        container = {
-            "resources": trainer.get("resourcesPerNode") or {},
-            "env": trainer.get("env") or [],
-        }
-        return [({"spec": {"containers": [container]}}, int(trainer.get("numNodes") or 1))]
-    if obj["kind"] == "Job":
-        parallelism = int(obj.get("spec", {}).get("parallelism") or 1)
-        return [(obj["spec"]["template"], parallelism)]
-    return [
-        (replica.get("template") or {}, int(replica.get("replicas") or 1))
-        for spec in m.CUSTOM_KINDS.values()
-        for replica in (obj.get("spec") or {}).get(spec.specs_key, {}).values()
-    ]
-
-
 def _workload_gpus(obj: Obj) -> int:
-    return sum(_pod_gpus(template) * count for template, count in _templates(obj))
+    templates = of_object(obj).pod_templates(obj)
+    return sum(_pod_gpus(template) * count for template, count in templates)
 
 
 def _workload_share(obj: Obj) -> tuple[Fraction | None, int]:
@@ -117,7 +113,7 @@ def _workload_share(obj: Obj) -> tuple[Fraction | None, int]:
     :mod:`gpuhub.core.sharing`, from the environment gpuhub gave its pods); ``(None, 0)`` for
     whole GPUs."""
     total, memory, shared = Fraction(0), 0, False
-    for template, count in _templates(obj):
+    for template, count in of_object(obj).pod_templates(obj):
         containers = (template.get("spec") or {}).get("containers") or []
         env = {e["name"]: e.get("value") for c in containers for e in c.get("env") or []}
         share, size = share_from_env(env)
@@ -130,34 +126,9 @@ def _workload_share(obj: Obj) -> tuple[Fraction | None, int]:
     return (total, memory) if shared else (None, 0)
 
 
-def _replicas(obj: Obj) -> int:
-    """How many pods the workload runs at once: 1 for a Job, all replicas for the others."""
-    if obj["kind"] == "Job":
-        return 1
-    if obj["kind"] == "TrainJob":
-        return int(((obj.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
-    kind = obj["metadata"].get("labels", {}).get(m.LABEL_KIND, "job")
-    return sum(
-        int(r.get("replicas") or 1) for r in obj["spec"][m.CUSTOM_KINDS[kind].specs_key].values()
-    )
-
-
 def _resources(obj: Obj) -> dict[str, Any]:
     """image, cpu, memory, gpu type resource and count of the (primary) container."""
-    if obj["kind"] == "TrainJob":
-        trainer = obj["spec"].get("trainer") or {}
-        container = {
-            "image": trainer.get("image"),
-            "resources": trainer.get("resourcesPerNode") or {},
-            "env": trainer.get("env") or [],
-        }
-        template: Obj = {"spec": {"containers": [container]}}
-    elif obj["kind"] == "Job":
-        template = obj["spec"]["template"]
-    else:
-        custom = next(c for c in m.CUSTOM_KINDS.values() if c.kind == obj["kind"])
-        template = obj["spec"][custom.specs_key][custom.master]["template"]
-    container = template["spec"]["containers"][0]
+    container = of_object(obj).primary_container(obj)
     limits = (container.get("resources") or {}).get("limits") or {}
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
     return {
@@ -165,17 +136,15 @@ def _resources(obj: Obj) -> dict[str, Any]:
         "cpu": limits.get("cpu"),
         "memory": limits.get("memory"),
         "gpus": sum(int(v) for k, v in limits.items() if is_gpu_resource(k)),
-        "gpu_type": env.get("GPUHUB_GPU_TYPE") or None,
+        "gpu_type": env.get(GPU_TYPE_ENV) or None,
         "gpu_memory": share_from_env(env)[1] or None,  # a share's, per pod
     }
 
 
 class KubernetesBackend(JobBackend):
-    """Jobs, PyTorchJobs, TFJobs and TrainJobs in one namespace, for many users (the hub
-    service)."""
+    """The jobs of every Kubernetes kind in one namespace, for many users (the hub service)."""
 
     name = "kubernetes"
-    kinds = frozenset(m.RESOURCES)
 
     def __init__(
         self,
@@ -189,13 +158,14 @@ class KubernetesBackend(JobBackend):
         # Typed Any: the generated stubs want models, the apiserver takes the plain dicts
         # these manifests are (and validated as such).
         self.core: Any = client.CoreV1Api(api)
-        self.batch: Any = client.BatchV1Api(api)
-        self.custom: Any = client.CustomObjectsApi(api)
+        self.objects = Objects(api, settings.namespace)
+        # Every kind whose jobs are Kubernetes objects, as registered when it starts.
+        self.kinds = frozenset(k.name for k in workload_kinds())  # type: ignore[misc]
         self.networking: Any = client.NetworkingV1Api(api)
         self.gpu_names = dict(gpu_names or {})  # gpu type key -> display name
         self._locks: dict[str, asyncio.Lock] = {}
         self._discovered: tuple[float, frozenset[str]] | None = None
-        self._runtimes_seen: dict[str, float] = {}  # runtime -> when it was last found
+        self._needed_seen: dict[str, float] = {}  # Needed.path -> when it was last found
         self.kueue = KueueAPI(api)
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
@@ -206,21 +176,22 @@ class KubernetesBackend(JobBackend):
 
     # -- discovery ------------------------------------------------------------------------
     async def served_custom_kinds(self) -> frozenset[str]:
-        """Which of pytorchjob/tfjob (``/apis/kubeflow.org/v1``) and trainjob
-        (``/apis/trainer.kubeflow.org/v1alpha1``) the cluster serves, cached."""
+        """Which kinds served by an operator a cluster may lack (Kubeflow's) this cluster
+        serves, by discovery of their groups, cached."""
         now = time.monotonic()
         if self._discovered and now - self._discovered[0] < DISCOVERY_TTL:
             return self._discovered[1]
+        optional = [k for k in workload_kinds() if k.operator is not None]
         served: set[str] = set()
-        groups = {(r.group, r.version) for k, r in m.RESOURCES.items() if k != "job"}
-        for group, version in sorted(groups):
+        for group, version in sorted({(k.resource.group, k.resource.version) for k in optional}):
             plurals = await served_resources(self.api, group, version)
             if plurals is None:
                 continue
             served |= {
-                kind
-                for kind, r in m.RESOURCES.items()
-                if (r.group, r.version) == (group, version) and r.plural in plurals
+                k.name
+                for k in optional
+                if (k.resource.group, k.resource.version) == (group, version)
+                and k.resource.plural in plurals
             }
         self._discovered = (now, frozenset(served))
         return self._discovered[1]
@@ -246,62 +217,29 @@ class KubernetesBackend(JobBackend):
         problem = await self.queue_problem()
         if problem is not None:
             raise JobError("kind", problem, 422)
-        if request.kind == "trainjob":
-            await self._check_trainjob(request)
-        elif request.kind in m.CUSTOM_KINDS:
-            served = await self.served_custom_kinds() & set(m.CUSTOM_KINDS)
-            if request.kind not in served:
-                if served:
-                    other = ", ".join(sorted(KIND_NAMES[k] for k in served))
-                    message = (
-                        f"This cluster does not run {KIND_NAMES[request.kind]}s (the Kubeflow "
-                        f"training operator serves only {other} here)."
-                    )
-                else:
-                    message = (
-                        f"This cluster cannot run a {KIND_NAMES[request.kind]}: the Kubeflow "
-                        "training operator is not installed (no kubeflow.org/v1 PyTorchJob or "
-                        "TFJob resource); submit a training job (kind job) instead."
-                    )
-                raise JobError("kind", message, 422)
+        kind = workload_kind(request.kind)
+        if kind.operator is not None:
+            served = await self.served_custom_kinds()
+            if kind.name not in served:
+                raise JobError("kind", kind.unserved([workload_kind(k) for k in served]), 422)
+        for needed in kind.needs(request):
+            await self._check_needed(needed)
 
-    async def _check_trainjob(self, request: JobRequest) -> None:
-        """A TrainJob needs Kubeflow Trainer and the ClusterTrainingRuntime it names."""
-        if "trainjob" not in await self.served_custom_kinds():
-            raise JobError(
-                "kind",
-                "This cluster cannot run a TrainJob: Kubeflow Trainer is not installed (no "
-                "trainer.kubeflow.org/v1alpha1 TrainJob resource); ask your admin.",
-                422,
-            )
-        runtime = request.runtime or ""
+    async def _check_needed(self, needed: Needed) -> None:
+        """A cluster object a request needs exists (looked up at most once a minute)."""
         now = time.monotonic()
-        if now - self._runtimes_seen.get(runtime, -DISCOVERY_TTL) < DISCOVERY_TTL:
+        if now - self._needed_seen.get(needed.path, -DISCOVERY_TTL) < DISCOVERY_TTL:
             return
         try:
-            await _json(
-                self.custom.get_cluster_custom_object(
-                    m.TRAINER_GROUP,
-                    m.TRAINER_VERSION,
-                    "clustertrainingruntimes",
-                    runtime,
-                    _preload_content=False,
-                )
-            )
+            await self.objects.read_cluster(needed.resource, needed.name)
         except ApiException as exc:
             if exc.status == 404:
-                raise JobError(
-                    "runtime",
-                    f'The training runtime "{runtime}" is offered here but this cluster has no '
-                    "ClusterTrainingRuntime of that name; ask your admin to install it or to "
-                    "stop offering it.",
-                    422,
-                ) from None
+                raise JobError(needed.field, needed.missing, 422) from None
             if exc.status != 403:
                 raise
-            log.warning("gpuhub: may not read ClusterTrainingRuntime %s (403)", runtime)
+            log.warning("gpuhub: may not read %s %s (403)", needed.resource.kind, needed.name)
             return
-        self._runtimes_seen[runtime] = now
+        self._needed_seen[needed.path] = now
 
     # -- quota (the service alone; with the hub's ledger, see gpuhub.service.quota) -------
     async def holdings(self, owner: str) -> list[Holding]:
@@ -310,7 +248,7 @@ class KubernetesBackend(JobBackend):
         pods = await _json(
             self.core.list_namespaced_pod(
                 self.namespace,
-                label_selector=f"{SERVER_SELECTOR},hub.jupyter.org/username={slug}",
+                label_selector=f"{SERVER_SELECTOR},{HUB_USERNAME_KEY}={slug}",
                 _preload_content=False,
             )
         )
@@ -398,9 +336,9 @@ class KubernetesBackend(JobBackend):
         annotations = obj["metadata"].get("annotations") or {}
         labels = obj["metadata"].get("labels") or {}
         if (
-            annotations.get(m.ANNOTATION_USERNAME) != owner
-            or annotations.get(m.ANNOTATION_KEY) != key
-            or labels.get(m.LABEL_KIND) != kind
+            annotations.get(USERNAME_ANNOTATION) != owner
+            or annotations.get(IDEMPOTENCY_KEY_ANNOTATION) != key
+            or labels.get(KIND_LABEL) != kind
         ):
             raise JobError("name", f"A job named {job_id!r} already exists.", 409)
         return obj
@@ -427,7 +365,10 @@ class KubernetesBackend(JobBackend):
                 )
             )
             notes = mine["metadata"].get("annotations") or {}
-            if notes.get(m.ANNOTATION_USERNAME) != owner or notes.get(m.ANNOTATION_KEY) != key:
+            if (
+                notes.get(USERNAME_ANNOTATION) != owner
+                or notes.get(IDEMPOTENCY_KEY_ANNOTATION) != key
+            ):
                 raise JobError("name", f"A job named {name!r} already exists.", 409) from None
         made: Obj | None = None
         try:
@@ -475,32 +416,18 @@ class KubernetesBackend(JobBackend):
             raise
 
     async def _create_workload(self, workload: Obj) -> Obj:
-        if workload["kind"] == "Job":
-            return await _json(
-                self.batch.create_namespaced_job(self.namespace, workload, _preload_content=False)
-            )
-        res = m.RESOURCES[m.KIND_OF[workload["kind"]]]
-        return await _json(
-            self.custom.create_namespaced_custom_object(
-                res.group,
-                res.version,
-                self.namespace,
-                res.plural,
-                workload,
-                _preload_content=False,
-            )
-        )
+        return await self.objects.create(of_object(workload).resource, workload)
 
     async def _roll_back(self, configmap: str, workload: Obj | None) -> None:
         """Delete what a failed submit made; log (never raise) if that fails too."""
         if workload is not None:
+            name = workload["metadata"]["name"]
             try:
-                await self._delete_workload(workload, "Background")
+                options = {"propagationPolicy": "Background"}
+                await self.objects.delete(of_object(workload).resource, name, options)
             except ApiException as exc:
                 if exc.status != 404:
-                    log.error(
-                        "gpuhub: could not roll back %s: %s", workload["metadata"]["name"], exc
-                    )
+                    log.error("gpuhub: could not roll back %s: %s", name, exc)
         try:
             await _json(
                 self.core.delete_namespaced_config_map(
@@ -528,28 +455,12 @@ class KubernetesBackend(JobBackend):
         )
 
     # -- reading ----------------------------------------------------------------------------
-    async def _read_workload(self, job_id: str, kind: str | None = None) -> Obj:
-        kinds = [kind] if kind else list(m.RESOURCES)
+    async def _read_workload(self, job_id: str) -> Obj:
+        """The object named ``job_id``, of whichever kind it is (ApiException 404: none)."""
         last: ApiException | None = None
-        for k in kinds:
+        for kind in workload_kinds():
             try:
-                if k == "job":
-                    return await _json(
-                        self.batch.read_namespaced_job(
-                            job_id, self.namespace, _preload_content=False
-                        )
-                    )
-                res = m.RESOURCES[k]
-                return await _json(
-                    self.custom.get_namespaced_custom_object(
-                        res.group,
-                        res.version,
-                        self.namespace,
-                        res.plural,
-                        job_id,
-                        _preload_content=False,
-                    )
-                )
+                return await self.objects.read(kind.resource, job_id)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -558,42 +469,27 @@ class KubernetesBackend(JobBackend):
         raise last
 
     async def _workloads(self, owner: str) -> list[Obj]:
-        selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)}"
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{USER_LABEL}={m.user_label(owner)}"
         return [o for o in await self._list_workloads(selector) if self._owned(o, owner)]
 
     async def _list_workloads(self, selector: str) -> list[Obj]:
-        """Jobs and every served Kubeflow kind (Training Operator, Trainer) in the namespace
-        matching ``selector``."""
-        jobs = await _json(
-            self.batch.list_namespaced_job(
-                self.namespace, label_selector=selector, _preload_content=False
-            )
-        )
-        items = [{"kind": "Job", "apiVersion": "batch/v1", **o} for o in jobs.get("items") or []]
-        for kind in sorted(await self.served_custom_kinds()):
-            res = m.RESOURCES[kind]
-            listed = await _json(
-                self.custom.list_namespaced_custom_object(
-                    res.group,
-                    res.version,
-                    self.namespace,
-                    res.plural,
-                    label_selector=selector,
-                    _preload_content=False,
-                )
-            )
-            items.extend(listed.get("items") or [])
+        """The objects matching ``selector`` of every kind the cluster serves."""
+        served = await self.served_custom_kinds()
+        always = [k for k in workload_kinds() if k.operator is None]
+        items = []
+        for kind in [*always, *(workload_kind(k) for k in sorted(served))]:
+            items.extend(await self.objects.list(kind.resource, selector))
         return items
 
     @staticmethod
     def _owned(obj: Obj, owner: str) -> bool:
         annotations = obj["metadata"].get("annotations") or {}
-        return annotations.get(m.ANNOTATION_USERNAME) == owner
+        return annotations.get(USERNAME_ANNOTATION) == owner
 
     async def _pods(self, owner: str, job_id: str | None = None) -> list[Obj]:
-        selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)}"
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{USER_LABEL}={m.user_label(owner)}"
         if job_id:
-            selector += f",{m.LABEL_JOB_ID}={job_id}"
+            selector += f",{JOB_ID_LABEL}={job_id}"
         pods = await _json(
             self.core.list_namespaced_pod(
                 self.namespace, label_selector=selector, _preload_content=False
@@ -619,26 +515,16 @@ class KubernetesBackend(JobBackend):
         queue = queue_of(obj)
         if queue is not None:
             return queue_phase(queue, workload)
-        gpu = self._gpu_summary(obj)
-        if obj["kind"] == "Job":
-            return job_phase(obj, pods, gpu, refused)
-        if obj["kind"] == "TrainJob":
-            return train_job_phase(obj, pods, gpu, refused)
-        return training_phase(obj, pods, gpu, obj["kind"], refused)
+        return of_object(obj).phase(obj, pods, self._gpu_summary(obj), refused)
 
     async def _refused(self, obj: Obj, pods: list[Obj]) -> str | None:
         """Why Kubernetes refused to create the pods a pending workload still lacks (a quota,
         a missing PriorityClass, ...): its controller's newest FailedCreate event. Asked only
         when pods are missing, so a healthy job costs no extra request."""
-        if len(pods) >= _replicas(obj) or self._phase(obj, pods).status != "pending":
+        kind = of_object(obj)
+        if len(pods) >= kind.replicas(obj) or self._phase(obj, pods).status != "pending":
             return None
-        if obj["kind"] == "TrainJob":
-            # Its pods are made by the Job of its runtime's "node" step (JobSet names it).
-            name = f"{obj['metadata']['name']}-{m.TRAINER_NODE}-0"
-            selector = f"involvedObject.kind=Job,involvedObject.name={name},reason=FailedCreate"
-        else:
-            reason = "FailedCreate" if obj["kind"] == "Job" else "FailedCreatePod"
-            selector = f"involvedObject.uid={obj['metadata']['uid']},reason={reason}"
+        selector = kind.failed_create_events(obj)
         try:
             events = await _json(
                 self.core.list_namespaced_event(
@@ -664,11 +550,11 @@ class KubernetesBackend(JobBackend):
     async def queued_jobs(self) -> list[QueuedJob]:
         """Every gpuhub job in the namespace that waits in Kueue's queue and asks for GPUs
         (all users: the service keeps their places against the hub's quota)."""
-        selector = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_QUEUE_NAME}"
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{QUEUE_NAME_LABEL}"
         items = await self._list_workloads(selector)
         out = []
         for obj in items:
-            owner = (obj["metadata"].get("annotations") or {}).get(m.ANNOTATION_USERNAME)
+            owner = (obj["metadata"].get("annotations") or {}).get(USERNAME_ANNOTATION)
             gpus = _workload_gpus(obj)
             if owner and gpus and queue_of(obj) is not None:
                 key = _resources(obj)["gpu_type"] or ""
@@ -677,7 +563,7 @@ class KubernetesBackend(JobBackend):
                     QueuedJob(
                         owner=owner,
                         job_id=obj["metadata"]["name"],
-                        kind=(obj["metadata"].get("labels") or {}).get(m.LABEL_KIND, "job"),
+                        kind=(obj["metadata"].get("labels") or {}).get(KIND_LABEL, "job"),
                         gpus=gpus,
                         gpu_type=self.gpu_names.get(key, key),
                         uid=obj["metadata"].get("uid") or "",
@@ -716,11 +602,11 @@ class KubernetesBackend(JobBackend):
                     for r in item["metadata"].get("ownerReferences") or []
                     if r.get("controller")
                 }
-                owners.add((item["metadata"].get("labels") or {}).get(m.LABEL_KUEUE_JOB_UID))
+                owners.add((item["metadata"].get("labels") or {}).get(KUEUE_JOB_UID_LABEL))
                 for uid in owners & uids:
                     found.setdefault(str(uid), item)
 
-        match(await listed(f"{m.LABEL_KUEUE_JOB_UID} in ({','.join(sorted(uids))})"))
+        match(await listed(f"{KUEUE_JOB_UID_LABEL} in ({','.join(sorted(uids))})"))
         if uids - set(found):
             match(await listed(None))
         return found
@@ -748,13 +634,13 @@ class KubernetesBackend(JobBackend):
         queued: Queued | None = None,
     ) -> JobRecord:
         meta = obj["metadata"]
-        saved = json.loads((meta.get("annotations") or {}).get(m.ANNOTATION_RECORD) or "{}")
+        saved = json.loads((meta.get("annotations") or {}).get(RECORD_ANNOTATION) or "{}")
         res = _resources(obj)
         queued = queued or Queued({}, {})
         uid = meta.get("uid", "")
         phase = self._phase(obj, pods, refused, queued.workloads.get(uid))
-        kind = meta.get("labels", {}).get(m.LABEL_KIND, "job")
-        workers = _replicas(obj)
+        kind = meta.get("labels", {}).get(KIND_LABEL, "job")
+        workers = of_object(obj).replicas(obj)
         summary = self._gpu_summary(obj)
         record = JobRecord(
             id=meta["name"],
@@ -762,7 +648,7 @@ class KubernetesBackend(JobBackend):
             kind=kind,
             backend=self.name,
             status=phase.status,
-            owner=meta["annotations"][m.ANNOTATION_USERNAME],
+            owner=meta["annotations"][USERNAME_ANNOTATION],
             notebook=saved.get("notebook") or "",
             created=parse_time(saved.get("created") or meta.get("creationTimestamp")) or utcnow(),
             started=parse_time(phase.started),
@@ -844,24 +730,9 @@ class KubernetesBackend(JobBackend):
         mine = [
             p
             for p in pods
-            if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == obj["metadata"]["name"]
+            if p["metadata"].get("labels", {}).get(JOB_ID_LABEL) == obj["metadata"]["name"]
         ]
-        if obj["kind"] == "TrainJob":
-            # Node 0: the Job controller's completion index (Trainer's PET_NODE_RANK).
-            mine = [
-                p
-                for p in mine
-                if (p["metadata"].get("labels") or {}).get(COMPLETION_INDEX) == "0"
-                or (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX) == "0"
-            ]
-        elif obj["kind"] != "Job":
-            masters = [
-                p
-                for p in mine
-                if p["metadata"].get("labels", {}).get("training.kubeflow.org/replica-type")
-                in ("master", "chief")
-            ]
-            mine = masters or mine
+        mine = of_object(obj).primary_pods(mine)
         if not mine:
             return None
         return max(mine, key=lambda p: p["metadata"].get("creationTimestamp") or "")
@@ -903,7 +774,7 @@ class KubernetesBackend(JobBackend):
         for obj in objects:
             name = obj["metadata"]["name"]
             seen.add(name)
-            mine = [p for p in pods if p["metadata"].get("labels", {}).get(m.LABEL_JOB_ID) == name]
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get(JOB_ID_LABEL) == name]
             phase = self._phase(obj, mine)
             pod_log = await self._final_log(obj, mine) if self._wants_log(phase) else None
             refused = await self._refused(obj, mine)
@@ -982,42 +853,19 @@ class KubernetesBackend(JobBackend):
         record = self._record(obj, pods)
         if record.is_final:
             return record
-        # Foreground: the workload stays (with deletionTimestamp) until its pods are gone,
-        # so nothing keeps running unseen; its ConfigMap goes with it (ownerReference).
+        # The one cancel, the fleet page's too (gpuhub.jobs.k8s.cancel): that very object.
         try:
-            await self._delete_workload(obj, "Foreground")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise self._refusal("cancel the job", exc) from None
+            await cancel(
+                self.objects, owner, job_id, kind=of_object(obj), uid=obj["metadata"]["uid"]
+            )
+        except CancelFailed as exc:
+            raise self._refusal("cancel the job", exc.error) from None
         record.status = "cancelled"
         record.finished = utcnow()
         record.message = "Cancelled."
         self._tombstones[job_id] = (time.monotonic(), record)
         log.info("gpuhub: %s cancelled %s/%s", owner, self.namespace, job_id)
         return record
-
-    async def _delete_workload(self, obj: Obj, propagation: str) -> None:
-        name = obj["metadata"]["name"]
-        body = {"propagationPolicy": propagation}
-        if obj["kind"] == "Job":
-            await _json(
-                self.batch.delete_namespaced_job(
-                    name, self.namespace, body=body, _preload_content=False
-                )
-            )
-            return
-        res = m.RESOURCES[m.KIND_OF[obj["kind"]]]
-        await _json(
-            self.custom.delete_namespaced_custom_object(
-                res.group,
-                res.version,
-                self.namespace,
-                res.plural,
-                name,
-                body=body,
-                _preload_content=False,
-            )
-        )
 
     async def close(self) -> None:
         await self.api.close()

@@ -1,6 +1,6 @@
-"""Kubernetes objects for a job: a batch/v1 Job, a Kubeflow PyTorchJob / TFJob (Training
-Operator v1) or a TrainJob (Kubeflow Trainer v2), plus the ConfigMap that carries the runner,
-the parameters and (without a shared home) the notebook.
+"""Kubernetes objects for a job: its kind's object (:mod:`gpuhub.jobs.kinds`) made of the parts
+every kind shares (labels, the exact owner, the runner's pod), plus the ConfigMap that carries
+the runner, the parameters and (without a shared home) the notebook.
 
 Pure functions from a validated :class:`~gpuhub.jobs.model.JobRequest` to plain dicts, so the
 manifests are checked against the official schemas in tests without a cluster. The pod of
@@ -20,87 +20,54 @@ from typing import Any
 
 from kubespawner.slugs import is_valid_label, safe_slug
 
+from gpuhub.core.env import (
+    CWD_ENV,
+    INPUT_ENV,
+    JOB_ID_ENV,
+    OUTPUT_ENV,
+    PARAMETERS_ENV,
+    PRINT_OUTPUT_ENV,
+)
 from gpuhub.core.quantity import format_memory
+from gpuhub.jobs.kinds import kind_for, workload_kind
 from gpuhub.jobs.model import JobError, JobRequest, Kind
 from gpuhub.jobs.paths import output_path
 from gpuhub.k8s import kueue
+from gpuhub.k8s.labels import (
+    IDEMPOTENCY_KEY_ANNOTATION,
+    JOB_ID_LABEL,
+    KIND_LABEL,
+    KUEUE_JOB_UID_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUEUE_NAME_LABEL,
+    RECORD_ANNOTATION,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 from gpuhub.k8s.pods import container_resources, gpu_env, placement, shm_volume
 
-MANAGED_BY = "gpuhub"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_USER = "gpuhub.io/user"
-LABEL_JOB_ID = "gpuhub.io/job-id"
-LABEL_KIND = "gpuhub.io/kind"
-ANNOTATION_USERNAME = "gpuhub.io/username"  # the exact name; the label is a slug of it
-ANNOTATION_RECORD = "gpuhub.io/record"
-ANNOTATION_KEY = "gpuhub.io/idempotency-key"
+# gpuhub.k8s.labels' keys by the names the job modules and their tests use.
+LABEL_MANAGED_BY = MANAGED_BY_LABEL
+LABEL_USER = USER_LABEL
+LABEL_JOB_ID = JOB_ID_LABEL
+LABEL_KIND = KIND_LABEL
+ANNOTATION_USERNAME = USERNAME_ANNOTATION  # the exact name; the label is a slug of it
+ANNOTATION_RECORD = RECORD_ANNOTATION
+ANNOTATION_KEY = IDEMPOTENCY_KEY_ANNOTATION
 
 RUN_DIR = "/var/run/gpuhub"  # the ConfigMap, read-only
 WORK_DIR = "/var/run/gpuhub-work"  # an emptyDir for the output when there is no shared home
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes refuses ConfigMaps whose data exceed 1 MiB
 _CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
 
-KUBEFLOW_GROUP = "kubeflow.org"
-KUBEFLOW_VERSION = "v1"
-# Kubeflow Trainer v2: a TrainJob runs a ClusterTrainingRuntime's JobSet; its nodes are the
-# pods of the runtime's "node" replicated job (one Job, numNodes pods, Indexed).
-TRAINER_GROUP = "trainer.kubeflow.org"
-TRAINER_VERSION = "v1alpha1"
-TRAINER_NODE = "node"  # the replicated job and container Trainer's torch runtimes train in
-# Who patches the runtime for a TrainJob (spec.runtimePatches[].manager).
-PATCH_MANAGER = "gpuhub.io/jobs-service"
-
 # Kueue (https://kueue.sigs.k8s.io/docs/concepts/): a job labelled with a LocalQueue's name
 # and created suspended waits there until its ClusterQueue has quota, then Kueue unsuspends it.
-# Its names and versions live in gpuhub.k8s.kueue.
+# Its API's names and versions live in gpuhub.k8s.kueue.
 KUEUE_GROUP = kueue.GROUP
 KUEUE_VISIBILITY_GROUP = kueue.VISIBILITY_GROUP
-LABEL_QUEUE_NAME = kueue.LABEL_QUEUE_NAME
-LABEL_KUEUE_JOB_UID = kueue.LABEL_JOB_UID  # on the Workload: the uid of its job
-
-
-@dataclass(frozen=True)
-class CustomKind:
-    """How the Training Operator names things for one kind."""
-
-    kind: str
-    plural: str
-    specs_key: str
-    master: str
-    container: str
-
-
-CUSTOM_KINDS: dict[str, CustomKind] = {
-    "pytorchjob": CustomKind(
-        "PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", "Master", "pytorch"
-    ),
-    "tfjob": CustomKind("TFJob", "tfjobs", "tfReplicaSpecs", "Chief", "tensorflow"),
-}
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where the API serves the object of one gpuhub kind (``group`` "batch" for Jobs)."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
-
-
-# The object of each gpuhub kind that runs on Kubernetes itself (pipelines run in KFP): the one
-# home of these names for the jobs service, the hub's ledger and the fleet page's cancel.
-RESOURCES: dict[str, Resource] = {
-    "job": Resource("Job", "batch", "v1", "jobs"),
-    "pytorchjob": Resource("PyTorchJob", KUBEFLOW_GROUP, KUBEFLOW_VERSION, "pytorchjobs"),
-    "tfjob": Resource("TFJob", KUBEFLOW_GROUP, KUBEFLOW_VERSION, "tfjobs"),
-    "trainjob": Resource("TrainJob", TRAINER_GROUP, TRAINER_VERSION, "trainjobs"),
-}
-KIND_OF = {r.kind: kind for kind, r in RESOURCES.items()}  # Kubernetes kind -> gpuhub's
+LABEL_QUEUE_NAME = QUEUE_NAME_LABEL
+LABEL_KUEUE_JOB_UID = KUEUE_JOB_UID_LABEL  # on the Workload: the uid of its job
 
 
 @dataclass(frozen=True)
@@ -168,22 +135,18 @@ def make_job_id(name: str, owner: str, key: str, kind: Kind) -> str:
     digest = hashlib.sha256(f"{owner}\0{kind}\0{key}".encode()).digest()
     suffix = base64.b32encode(digest).decode().lower()[:ID_DIGEST]
     tail = ID_DIGEST + 1
-    # A TrainJob's node pods are named <id>-node-0-<index>, a DNS label as well.
-    distributed = kind in CUSTOM_KINDS or kind == "trainjob"
-    room = 63 - len("-worker-63") - tail if distributed else 63 - tail
-    stem = name[:room].rstrip("-") or "job"
-    if kind == "trainjob" and not stem[0].isalpha():
-        # Trainer wants an RFC 1035 label (a letter first): "2024-run" -> "t-2024-run".
-        stem = f"t-{stem}"[:room].rstrip("-")
+    # Pods of distributed kinds are named <id>-worker-<index> (or <id>-node-0-<index>).
+    room = 63 - len("-worker-63") - tail if kind_for(kind).distributed else 63 - tail
+    stem = kind_for(kind).name_stem(name[:room].rstrip("-") or "job", room)
     return f"{stem}-{suffix}"
 
 
 def labels(owner: str, job_id: str, kind: str) -> dict[str, str]:
     return {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_USER: user_label(owner),
-        LABEL_JOB_ID: job_id,
-        LABEL_KIND: kind,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        USER_LABEL: user_label(owner),
+        JOB_ID_LABEL: job_id,
+        KIND_LABEL: kind,
     }
 
 
@@ -234,7 +197,7 @@ def input_configmap(
             "name": configmap_name(job_id),
             "namespace": settings.namespace,
             "labels": labels(owner, job_id, request.kind),
-            "annotations": {ANNOTATION_USERNAME: owner, ANNOTATION_KEY: key},
+            "annotations": {USERNAME_ANNOTATION: owner, IDEMPOTENCY_KEY_ANNOTATION: key},
         },
         "data": data,
     }
@@ -299,12 +262,12 @@ def _runner(
         volumes.append(shm[0])
         mounts.append(shm[1])
     env = {
-        "GPUHUB_INPUT": source,
-        "GPUHUB_OUTPUT": output,
-        "GPUHUB_PARAMETERS": f"{RUN_DIR}/parameters.json",
-        "GPUHUB_CWD": cwd,
-        "GPUHUB_PRINT_OUTPUT": "1" if primary and not home.shared else "0",
-        "GPUHUB_JOB_ID": job_id,
+        INPUT_ENV: source,
+        OUTPUT_ENV: output,
+        PARAMETERS_ENV: f"{RUN_DIR}/parameters.json",
+        CWD_ENV: cwd,
+        PRINT_OUTPUT_ENV: "1" if primary and not home.shared else "0",
+        JOB_ID_ENV: job_id,
         "JUPYTERHUB_USER": owner,
         "PYTHONUNBUFFERED": "1",
         **gpu_env(options),
@@ -321,7 +284,7 @@ def _pod_spec(
     container_name: str,
     primary: bool,
 ) -> dict[str, Any]:
-    """The pod of one replica of a Job, PyTorchJob or TFJob."""
+    """The pod of one replica of a job."""
     options = request.resources
     runner = _runner(request, owner, job_id, settings, primary=primary)
     volumes, mounts, env, cwd = runner.volumes, runner.mounts, runner.env, runner.cwd
@@ -370,9 +333,6 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
-DISTRIBUTED = frozenset({*CUSTOM_KINDS, "trainjob"})
-
-
 def replica_network_policy(
     request: JobRequest, owner: str, job_id: str, settings: KubeJobSettings
 ) -> dict[str, Any] | None:
@@ -383,15 +343,15 @@ def replica_network_policy(
     between pods of this job. None for single-pod jobs. Owned by the workload (set by the
     backend once it exists), so it goes when the job goes.
     """
-    if request.kind not in DISTRIBUTED or request.workers < 2:
+    if not kind_for(request.kind).distributed or request.workers < 2:
         return None
     # The owner as well as the id: pods of another user's job never match it.
     same_job = {
         "podSelector": {
             "matchLabels": {
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_USER: user_label(owner),
-                LABEL_JOB_ID: job_id,
+                MANAGED_BY_LABEL: MANAGED_BY,
+                USER_LABEL: user_label(owner),
+                JOB_ID_LABEL: job_id,
             }
         }
     }
@@ -402,7 +362,7 @@ def replica_network_policy(
             "name": f"{job_id}-replicas",
             "namespace": settings.namespace,
             "labels": labels(owner, job_id, request.kind),
-            "annotations": {ANNOTATION_USERNAME: owner},
+            "annotations": {USERNAME_ANNOTATION: owner},
         },
         "spec": {
             **copy.deepcopy(same_job),
@@ -429,6 +389,38 @@ def record_annotation(request: JobRequest, created: str, shared: bool, job_id: s
     )
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """What every kind's object is made of (:class:`gpuhub.jobs.kinds.base.Parts`)."""
+
+    request: JobRequest
+    metadata: dict[str, Any]
+    owner: str
+    job_id: str
+    settings: KubeJobSettings
+
+    @property
+    def service_account(self) -> str:
+        return self.settings.job_service_account
+
+    def pod_metadata(self) -> dict[str, Any]:
+        return {
+            "labels": labels(self.owner, self.job_id, self.request.kind),
+            # The exact owner (the label is a slug): the hub's ledger reads it.
+            "annotations": {USERNAME_ANNOTATION: self.owner},
+        }
+
+    def pod_spec(self, container: str, *, primary: bool) -> dict[str, Any]:
+        return _pod_spec(
+            self.request,
+            self.owner,
+            self.job_id,
+            self.settings,
+            container_name=container,
+            primary=primary,
+        )
+
+
 def workload(
     request: JobRequest,
     owner: str,
@@ -438,189 +430,24 @@ def workload(
     key: str,
     created: str,
 ) -> dict[str, Any]:
-    """The Job, PyTorchJob, TFJob or TrainJob for ``request``."""
-    meta_labels = labels(owner, job_id, request.kind)
+    """The object of ``request``'s kind; created suspended when jobs wait in Kueue's queue
+    (Kueue resumes it once admitted)."""
+    kind = workload_kind(request.kind)
     # The queue label is the workload's only, as Kueue reads it; pods carry gpuhub's labels.
-    queued = {LABEL_QUEUE_NAME: settings.kueue_queue} if settings.kueue_queue else {}
+    queued = {QUEUE_NAME_LABEL: settings.kueue_queue} if settings.kueue_queue else {}
     metadata = {
         "name": job_id,
         "namespace": settings.namespace,
-        "labels": {**meta_labels, **queued},
+        "labels": {**labels(owner, job_id, request.kind), **queued},
         "annotations": {
-            ANNOTATION_USERNAME: owner,
-            ANNOTATION_KEY: key,
-            ANNOTATION_RECORD: record_annotation(
+            USERNAME_ANNOTATION: owner,
+            IDEMPOTENCY_KEY_ANNOTATION: key,
+            RECORD_ANNOTATION: record_annotation(
                 request, created, settings.home_volume.shared, job_id
             ),
         },
     }
-    if request.kind == "trainjob":
-        return train_job(request, owner, job_id, settings, metadata, queued=bool(queued))
-    if request.kind == "job":
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": metadata,
-            "spec": {
-                # A notebook that failed would fail again: no retries.
-                "backoffLimit": 0,
-                # Through Kueue: created suspended; Kueue resumes it once admitted.
-                **({"suspend": True} if queued else {}),
-                "template": {
-                    "metadata": {
-                        "labels": dict(meta_labels),
-                        # The exact owner (the label is a slug): the hub's ledger reads it.
-                        "annotations": {ANNOTATION_USERNAME: owner},
-                    },
-                    "spec": _pod_spec(
-                        request, owner, job_id, settings, container_name="notebook", primary=True
-                    ),
-                },
-            },
-        }
-    custom = CUSTOM_KINDS[request.kind]
-
-    def replica(replicas: int, primary: bool) -> dict[str, Any]:
-        return {
-            "replicas": replicas,
-            "restartPolicy": "Never",
-            "template": {
-                "metadata": {
-                    "labels": dict(meta_labels),
-                    # The exact owner (the label is a slug): the hub's ledger reads it.
-                    "annotations": {ANNOTATION_USERNAME: owner},
-                },
-                "spec": _pod_spec(
-                    request,
-                    owner,
-                    job_id,
-                    settings,
-                    container_name=custom.container,
-                    primary=primary,
-                ),
-            },
-        }
-
-    specs = {custom.master: replica(1, True)}
-    if request.workers > 1:
-        specs["Worker"] = replica(request.workers - 1, False)
-    spec: dict[str, Any] = {
-        # Keep finished pods: their logs are the job's logs. Cancel deletes everything.
-        "runPolicy": {
-            "cleanPodPolicy": "None",
-            "backoffLimit": 0,
-            **({"suspend": True} if queued else {}),
-        },
-        custom.specs_key: specs,
-    }
-    if request.kind == "pytorchjob":
-        # torchrun's processes per node: one per GPU of each worker.
-        spec["nprocPerNode"] = str(max(request.resources.gpus, 1))
-    return {
-        "apiVersion": f"{KUBEFLOW_GROUP}/{KUBEFLOW_VERSION}",
-        "kind": custom.kind,
-        "metadata": metadata,
-        "spec": spec,
-    }
-
-
-# The node rank Trainer's torch runtime gives each node (PET_NODE_RANK, from the Job's
-# completion index); the runner writes the executed notebook on node 0 only.
-SECONDARY_OUTPUT_ENV = "GPUHUB_SECONDARY_OUTPUT"
-
-
-def train_job(
-    request: JobRequest,
-    owner: str,
-    job_id: str,
-    settings: KubeJobSettings,
-    metadata: dict[str, Any],
-    *,
-    queued: bool,
-) -> dict[str, Any]:
-    """A Kubeflow Trainer v2 TrainJob: ``numNodes`` = the workers, ``resourcesPerNode`` = the
-    GPUs, CPU and memory asked, through the ClusterTrainingRuntime the request names.
-
-    What the Trainer API has no field for goes in a runtime patch of the "node" pods
-    (``spec.runtimePatches``): gpuhub's labels and owner (the hub's ledger, the fences and
-    cancel select the pods by them), the runner's volumes, the GPU type's placement and the
-    restricted security context. Every node runs the notebook; node 0 is the primary.
-    """
-    assert request.runtime, "a TrainJob names its runtime (JobRequest.parse sets it)"
-    options = request.resources
-    runner = _runner(request, owner, job_id, settings, primary=True)
-    env = dict(runner.env)
-    # The other nodes keep their copy of the executed notebook to themselves.
-    env[SECONDARY_OUTPUT_ENV] = f"{WORK_DIR}/{PurePosixPath(request.notebook.path).name}"
-    selector, tolerations = placement(options)
-    pod_meta = {
-        "labels": labels(owner, job_id, request.kind),
-        # The exact owner (the label is a slug): the hub's ledger reads it.
-        "annotations": {ANNOTATION_USERNAME: owner},
-    }
-    pod_patch: dict[str, Any] = {
-        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
-        "volumes": runner.volumes,
-        "containers": [
-            {
-                "name": TRAINER_NODE,
-                "volumeMounts": runner.mounts,
-                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
-            }
-        ],
-    }
-    if settings.job_service_account:
-        pod_patch["serviceAccountName"] = settings.job_service_account
-    if selector:
-        pod_patch["nodeSelector"] = selector
-    if tolerations:
-        pod_patch["tolerations"] = tolerations
-    trainer: dict[str, Any] = {
-        "image": options.image or settings.job_image,
-        "command": ["python", f"{RUN_DIR}/run.py"],
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-        "numNodes": request.workers,
-        "resourcesPerNode": container_resources(options),
-    }
-    if options.gpus:
-        # torchrun's processes per node: one per GPU.
-        trainer["numProcPerNode"] = options.gpus
-    return {
-        "apiVersion": RESOURCES["trainjob"].api_version,
-        "kind": "TrainJob",
-        "metadata": metadata,
-        "spec": {
-            "runtimeRef": {
-                "name": request.runtime,
-                "apiGroup": TRAINER_GROUP,
-                "kind": "ClusterTrainingRuntime",
-            },
-            # Through Kueue: created suspended; Kueue resumes it once admitted.
-            **({"suspend": True} if queued else {}),
-            "trainer": trainer,
-            "runtimePatches": [
-                {
-                    "manager": PATCH_MANAGER,
-                    "trainingRuntimeSpec": {
-                        "template": {
-                            "spec": {
-                                "replicatedJobs": [
-                                    {
-                                        "name": TRAINER_NODE,
-                                        "template": {
-                                            "spec": {
-                                                "template": {
-                                                    "metadata": pod_meta,
-                                                    "spec": pod_patch,
-                                                }
-                                            }
-                                        },
-                                    }
-                                ]
-                            }
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    obj = kind.manifest(_Parts(request, metadata, owner, job_id, settings))
+    if queued:
+        kind.suspend(obj)
+    return obj

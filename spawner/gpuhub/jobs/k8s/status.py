@@ -1,8 +1,9 @@
-"""A job's status in human terms, from its Kubernetes objects and its pod's log.
+"""A job's status in human terms where it is no one kind's: its place in Kueue's queue, and
+its primary pod's log (the runner's result line and the executed notebook). Each kind reads
+its own phase (:meth:`gpuhub.jobs.kinds.base.WorkloadKind.phase`).
 
 Pure functions over plain object dicts (as the apiserver returns them), so every case is
-tested without a cluster: Job conditions, Training Operator conditions, pod phases, the
-scheduler's ``Unschedulable`` message, image pull errors, and the runner's result line.
+tested without a cluster.
 """
 
 from __future__ import annotations
@@ -16,28 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from gpuhub.core.quantity import human_memory
-from gpuhub.jobs.k8s.manifests import LABEL_QUEUE_NAME
-from gpuhub.jobs.model import FailedCell, Status
+from gpuhub.jobs.kinds import of_object
+from gpuhub.jobs.kinds.phase import Phase
+from gpuhub.jobs.model import FailedCell
 from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
+from gpuhub.k8s.labels import QUEUE_NAME_LABEL
 
 Obj = dict[str, Any]
 
-
-@dataclass
-class Phase:
-    status: Status
-    message: str | None = None
-    error: str | None = None
-    started: str | None = None
-    finished: str | None = None
-
-
-ROOT_IMAGE = (
-    "Cannot start {image}: it runs as root (or as a user name the cluster cannot check), and "
-    "jobs run as a non-root user; use an image whose USER is a numeric non-root id, such as "
-    "the Jupyter images (USER 1000)."
-)
-FINISHING = "Its pod has ended; Kubernetes is recording the result."
 DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 LOST_OUTPUT = (
     "The executed notebook did not come back whole: without a shared home it travels in the "
@@ -211,48 +198,6 @@ def _too_big(limit: int) -> str:
     )
 
 
-def _condition(obj: Obj, kind: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return dict(cond)
-    return None
-
-
-def pod_waiting(pods: list[Obj], gpu: str) -> str | None:
-    """Why the newest pod is not running yet, in words (None if nothing to say)."""
-    if not pods:
-        return None
-    pod = newest(pods)
-    status = pod.get("status") or {}
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            why = cond.get("message") or "no node fits it yet"
-            if "persistentvolumeclaim" in why.lower():
-                # A missing or unbound claim: no node can take the pod, freed GPUs or not.
-                return f"Waiting for the volume it mounts: {why}"
-            if gpu != "CPU only":
-                return f"Waiting for a free GPU ({gpu}): {why}"
-            return f"Waiting for a node with room: {why}"
-    for cs in status.get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
-            return f"Cannot pull the image {cs.get('image')}: {waiting.get('message') or reason}"
-        if reason == "CreateContainerConfigError" and "runAsNonRoot" in (
-            waiting.get("message") or ""
-        ):
-            return ROOT_IMAGE.format(image=cs.get("image") or "the image")
-        if reason == "ContainerCreating":
-            return "Starting: pulling the image and preparing the container."
-    if status.get("phase") == "Pending" and pod.get("spec", {}).get("nodeName"):
-        return f"Starting on {pod['spec']['nodeName']}."
-    return None
-
-
-def newest(pods: list[Obj]) -> Obj:
-    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-
-
 _FORBIDDEN = re.compile(r'^(?:Error creating: )?(?:pods "[^"]*" is forbidden: )?')
 
 
@@ -262,21 +207,12 @@ def refusal_text(event_message: str) -> str:
     return _FORBIDDEN.sub("", event_message.strip(), count=1)
 
 
-def suspended(obj: Obj) -> bool:
-    """A Job's or TrainJob's ``spec.suspend``, a Training Operator job's
-    ``spec.runPolicy.suspend``."""
-    spec = obj.get("spec") or {}
-    if obj.get("kind") in ("Job", "TrainJob"):
-        return bool(spec.get("suspend"))
-    return bool((spec.get("runPolicy") or {}).get("suspend"))
-
-
 def queue_of(obj: Obj) -> str | None:
     """The Kueue LocalQueue a job waits in: it carries Kueue's queue-name label and is
     suspended (Kueue resumes it once admitted, and suspends it again if it is evicted).
     None for a job that is not waiting in a queue, or is being deleted."""
-    queue = (obj["metadata"].get("labels") or {}).get(LABEL_QUEUE_NAME)
-    if not queue or obj["metadata"].get("deletionTimestamp") or not suspended(obj):
+    queue = (obj["metadata"].get("labels") or {}).get(QUEUE_NAME_LABEL)
+    if not queue or obj["metadata"].get("deletionTimestamp") or not of_object(obj).suspended(obj):
         return None
     return str(queue)
 
@@ -311,181 +247,6 @@ def queue_phase(queue: str, workload: Obj | None) -> Phase:
     if reserved and reserved.get("status") == "False" and reserved.get("message"):
         return Phase("queued", _sentence(str(reserved["message"])))
     return Phase("queued", f"Waiting for its turn in the queue {queue}.")
-
-
-def job_phase(job: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:
-    """A batch/v1 Job's status; ``refused``: why Kubernetes refused to create its pod."""
-    status = job.get("status") or {}
-    if job["metadata"].get("deletionTimestamp"):
-        return Phase("cancelled", "Cancelled; stopping its pods.", started=status.get("startTime"))
-    complete = _condition(job, "Complete")
-    if complete:
-        return Phase(
-            "succeeded",
-            started=status.get("startTime"),
-            finished=status.get("completionTime") or complete.get("lastTransitionTime"),
-        )
-    failed = _condition(job, "Failed")
-    if failed:
-        message = _failure(failed, pods, "the job failed")
-        return Phase(
-            "failed",
-            error=f"The job failed: {message}.",
-            started=status.get("startTime"),
-            finished=failed.get("lastTransitionTime"),
-        )
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    if running:
-        return Phase("running", "Running.", started=_started(running) or status.get("startTime"))
-    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-    if ended and len(ended) == len(pods):
-        # The Job controller batches pod updates: for about a second after its pod ends, a
-        # Job has neither Complete nor Failed. It is not waiting for a pod again.
-        return Phase("running", FINISHING, started=_started(ended) or status.get("startTime"))
-    if refused and not pods:
-        return Phase("pending", f"Kubernetes refused to create the job's pod: {refused}")
-    waiting = pod_waiting(pods, gpu)
-    return Phase("pending", waiting or "Waiting for Kubernetes to create the job's pod.")
-
-
-def training_phase(
-    obj: Obj, pods: list[Obj], gpu: str, kind_name: str, refused: str | None = None
-) -> Phase:
-    """A PyTorchJob's or TFJob's status (Training Operator v1 conditions); ``refused``: why
-    Kubernetes refused to create one of its pods."""
-    status = obj.get("status") or {}
-    if obj["metadata"].get("deletionTimestamp"):
-        return Phase("cancelled", "Cancelled; stopping its pods.", started=status.get("startTime"))
-    succeeded = _condition(obj, "Succeeded")
-    if succeeded:
-        return Phase(
-            "succeeded",
-            started=status.get("startTime"),
-            finished=status.get("completionTime") or succeeded.get("lastTransitionTime"),
-        )
-    failed = _condition(obj, "Failed")
-    if failed:
-        message = _failure(failed, pods, f"the {kind_name} failed")
-        return Phase(
-            "failed",
-            error=f"The {kind_name} failed: {message}.",
-            started=status.get("startTime"),
-            finished=status.get("completionTime") or failed.get("lastTransitionTime"),
-        )
-    if _condition(obj, "Running"):
-        return Phase("running", "Running.", started=status.get("startTime") or _started(pods))
-    if _condition(obj, "Restarting"):
-        return Phase("running", "Restarting a replica.", started=status.get("startTime"))
-    if refused:
-        return Phase("pending", f"Kubernetes refused to create the {kind_name}'s pods: {refused}")
-    waiting = pod_waiting(pods, gpu)
-    if waiting:
-        return Phase("pending", waiting)
-    if _condition(obj, "Created"):
-        return Phase("pending", "Created; the training operator is starting its pods.")
-    return Phase(
-        "pending", f"Waiting for the Kubeflow training operator to pick up the {kind_name}."
-    )
-
-
-def train_job_phase(obj: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:
-    """A TrainJob's status (Kubeflow Trainer v2): its ``Complete``/``Failed`` conditions
-    (taken from its JobSet), its nodes' pods meanwhile, and Trainer's progress
-    (``status.trainerStatus``) where the runtime reports it; ``refused``: why Kubernetes
-    refused to create a node's pod."""
-    status = obj.get("status") or {}
-    started = _started(pods)
-    if obj["metadata"].get("deletionTimestamp"):
-        return Phase("cancelled", "Cancelled; stopping its pods.", started=started)
-    complete = _condition(obj, "Complete")
-    if complete:
-        return Phase("succeeded", started=started, finished=complete.get("lastTransitionTime"))
-    failed = _condition(obj, "Failed")
-    if failed:
-        message = _failure(failed, pods, "the TrainJob failed")
-        return Phase(
-            "failed",
-            error=f"The TrainJob failed: {message}.",
-            started=started,
-            finished=failed.get("lastTransitionTime"),
-        )
-    if suspended(obj):
-        return Phase("pending", "Suspended; it starts when it is resumed.")
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    if running:
-        return Phase("running", _trainer_progress(status) or "Running.", started=started)
-    ended = [p for p in pods if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
-    if ended and len(ended) == len(pods):
-        return Phase("running", FINISHING, started=started)
-    if refused and not pods:
-        return Phase("pending", f"Kubernetes refused to create the TrainJob's pods: {refused}")
-    waiting = pod_waiting(pods, gpu)
-    if waiting:
-        return Phase("pending", waiting)
-    return Phase("pending", "Waiting for Kubeflow Trainer to start its nodes.")
-
-
-def _trainer_progress(status: Obj) -> str | None:
-    """Trainer's own progress, in words: "Running: 40% done, about 3 minutes left."."""
-    trainer = status.get("trainerStatus") or {}
-    percent = trainer.get("progressPercentage")
-    if not isinstance(percent, int) or isinstance(percent, bool):
-        return None
-    text = f"Running: {percent}% done"
-    left = trainer.get("estimatedRemainingSeconds")
-    if isinstance(left, int) and not isinstance(left, bool) and left >= 0:
-        minutes = max(1, round(left / 60))
-        text += f", about {minutes} minute{'s' if minutes != 1 else ''} left"
-    return text + "."
-
-
-def _failure(condition: Obj, pods: list[Obj], default: str) -> str:
-    """Why a job failed, without the final stop. The controllers' own message names the rule
-    that ended the job ("reached the specified backoff limit"); which pod failed, and how,
-    is what the user can act on, so it comes first."""
-    message = str(condition.get("message") or condition.get("reason") or default).rstrip(".")
-    pod = _pod_failure(pods)
-    return f"{pod}; {message}" if pod else message
-
-
-def _pod_failure(pods: list[Obj]) -> str | None:
-    """The first pod whose container failed, in words: ``worker 1 exited with code 137
-    (OOMKilled)`` for a replica of a training job, ``its pod exited with code 1`` for a
-    Job's pod; None when none did."""
-    failures = []
-    for pod in pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            ended = (cs.get("state") or {}).get("terminated") or {}
-            if ended.get("exitCode"):
-                failures.append((ended.get("finishedAt") or "", pod, ended))
-    if not failures:
-        return None
-    _, pod, ended = min(failures, key=lambda f: f[0])
-    labels = pod["metadata"].get("labels") or {}
-    role = labels.get("training.kubeflow.org/replica-type")
-    index = labels.get("training.kubeflow.org/replica-index")
-    who = f"{role} {index}" if role and index is not None else "its pod"
-    node = labels.get("batch.kubernetes.io/job-completion-index")
-    if labels.get("jobset.sigs.k8s.io/replicatedjob-name") and node is not None:
-        who = f"node {node}"  # a TrainJob's
-    reason = ended.get("reason")
-    why = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
-    return f"{who} exited with code {ended['exitCode']}{why}"
-
-
-def _started(pods: list[Obj]) -> str | None:
-    """When the first of ``pods``' containers started (running, or ended since)."""
-    times = [
-        (
-            (cs.get("state") or {}).get("running")
-            or (cs.get("state") or {}).get("terminated")
-            or {}
-        ).get("startedAt")
-        for p in pods
-        for cs in (p.get("status") or {}).get("containerStatuses") or []
-    ]
-    known = [t for t in times if t]
-    return min(known) if known else None
 
 
 def parse_time(value: str | None) -> datetime | None:
