@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 
+import nbformat
 import pytest
 import requests
 
@@ -66,6 +67,25 @@ def test_submit_follow_and_open_the_result(standalone):
     assert len(tail["logs"].splitlines()) == 2
     listed = standalone.api("GET", "gpuhub/api/jobs").json()["jobs"]
     assert created["id"] in [j["id"] for j in listed]
+
+
+def test_a_notebook_that_names_no_kernel_runs_on_the_default_one(standalone):
+    """A notebook written by a tool (no kernelspec, no language_info) is taken by the API and
+    run on the default kernel, its parameters injected (papermill alone refuses it)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("lr = 0.5", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import sys\nprint('lr', lr, 'on', sys.implementation.name)"),
+    ]
+    notebook.metadata = {}
+    nbformat.write(notebook, standalone.root / "bare.ipynb")
+    answer = standalone.api(
+        "POST", "gpuhub/api/jobs", json={"notebook": "bare.ipynb", "parameters": {"lr": 0.25}}
+    )
+    assert answer.status_code == 201, answer.text
+    job = wait_final(standalone, answer.json()["id"])
+    assert job["status"] == "succeeded", job["error"]
+    assert "lr 0.25 on cpython" in read_outputs(standalone.root / job["output"])
 
 
 def test_cancel_over_rest(standalone):

@@ -64,6 +64,9 @@ ERROR_LINES = 8  # the error's last lines kept in the result: where it was raise
 _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)):\s*(.*)$")
 
 INJECTED = "injected-parameters"  # papermill's tag on the cell it adds
+# The kernel of a notebook that names none: jupyter_client's own (NATIVE_KERNEL_NAME), the
+# Python that ipykernel installs in every job image.
+DEFAULT_KERNEL = "python3"
 # "1" in the environment of a process that does no GPU work itself (a Jupyter server, this
 # runner): simulated GPUs do not count it (gpuhub.core.simulated). Each takes it out of its own
 # environment at start, so what it starts (the job's kernel) counts again.
@@ -193,6 +196,38 @@ def _engine(progress_path: str) -> type:
     return ProgressEngine
 
 
+def kernel_of(metadata: Any) -> tuple[str | None, str | None]:
+    """papermill's ``kernel_name`` and ``language`` for a notebook with this metadata: None
+    for what the notebook says itself. A notebook written by a tool rather than by Jupyter
+    may name no kernel and no language, which papermill refuses: it runs on the default
+    kernel (:data:`DEFAULT_KERNEL`), in that kernel's language."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    spec = metadata.get("kernelspec")
+    spec = spec if isinstance(spec, dict) else {}
+    info = metadata.get("language_info")
+    info = info if isinstance(info, dict) else {}
+    named = spec.get("name") if isinstance(spec.get("name"), str) and spec["name"] else None
+    kernel = None if named else DEFAULT_KERNEL
+    said = spec.get("language") or info.get("name")
+    if isinstance(said, str) and said:
+        return kernel, None
+    return kernel, _language_of(named or DEFAULT_KERNEL)
+
+
+def _language_of(kernel: str) -> str | None:
+    """The language of an installed kernel (its kernel.json), None when it is not installed;
+    the default kernel is Python's, installed or not (papermill then names the problem)."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        language = KernelSpecManager().get_kernel_spec(kernel).language
+    except Exception:  # no such kernel, unreadable spec: papermill says so when it starts it
+        language = None
+    if not language and kernel == DEFAULT_KERNEL:
+        return "python"
+    return str(language) if language else None
+
+
 def execute(
     source: str,
     output: str,
@@ -214,8 +249,7 @@ def execute(
         papermill_engines.register("gpuhub", _engine(progress))
         engine_name = "gpuhub"
     nb = nbformat.read(source, as_version=4)
-    # papermill refuses a notebook without a kernel name.
-    kernel_name = None if nb.metadata.get("kernelspec", {}).get("name") else "python3"
+    kernel_name, language = kernel_of(nb.metadata)
     try:
         papermill.execute_notebook(
             source,
@@ -223,6 +257,7 @@ def execute(
             parameters=parameters or None,
             engine_name=engine_name,
             kernel_name=kernel_name,
+            language=language,
             cwd=cwd,
             log_output=True,
             progress_bar=False,
@@ -248,7 +283,12 @@ def execute(
     except Exception as exc:  # kernel died, notebook unreadable, ...: still one sentence
         log.exception("papermill could not run the notebook")
         error = f"The notebook could not run: {type(exc).__name__}: {_first_line(exc)}"
-        return 1, {"status": "failed", "error": error.rstrip(": ") + ".", "failed_cell": None}
+        error = error.rstrip(": ")
+        return 1, {
+            "status": "failed",
+            "error": error if error.endswith(".") else error + ".",
+            "failed_cell": None,
+        }
     return 0, {"status": "succeeded", "error": None, "failed_cell": None}
 
 
