@@ -24,6 +24,13 @@ GIB = 2**30
 def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
     """Metrics from this kernel's Jupyter server, else from NVML in this process; in a job,
     of the job's GPUs only."""
+    from gpuhub.core.env import JOB_ID_ENV
+
+    job = os.environ.get(JOB_ID_ENV)
+    if job and in_own_pod():
+        # A cluster job's pod has no Jupyter server to ask (the kernel's parent is the job's
+        # runner): its GPUs are the pod's, read here.
+        return _for_job(_from_nvml(), job)
     try:
         data = _from_server(timeout)
     except Exception as exc:  # no server, no gpuhub there, refused...: fall back
@@ -33,10 +40,17 @@ def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
             f"Read {what} in this kernel, as its Jupyter server did not answer ({exc}); "
             "notebook names are not known here."
         )
-    from gpuhub.core.env import JOB_ID_ENV
-
-    job = os.environ.get(JOB_ID_ENV)
     return _for_job(data, job) if job else data
+
+
+def in_own_pod(environ: dict[str, str] | None = None) -> bool:
+    """Whether this job's kernel runs in a pod of its own (a Kubernetes job) rather than under
+    its user's server: a local job is told its server's pid, and a server's address may be
+    given outright; a cluster job's pod gets neither."""
+    from gpuhub.core.env import SERVER_PID_ENV, SERVER_URL_ENV
+
+    env = os.environ if environ is None else environ
+    return not (env.get(SERVER_PID_ENV) or env.get(SERVER_URL_ENV))
 
 
 def _for_job(data: dict[str, Any], job: str) -> dict[str, Any]:
