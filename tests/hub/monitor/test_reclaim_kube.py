@@ -347,3 +347,59 @@ def test_a_queued_job_without_pods_is_cancelled_through_its_grant(hub: Hub, clus
     holdings = hub.api("GET", "/gpuhub/holdings/carol").json()["holdings"]
     assert job_id not in {h["name"] for h in holdings}
     wait_for("the queued job's row to go", lambda: job_id not in rows(), hub)
+
+
+def fleet_row(hub: Hub, session: requests.Session, user: str, name: str) -> str:
+    """The fleet page's row of ``user``'s job ``name``, as HTML ("" while there is none)."""
+    html = session.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+    found = re.search(
+        rf'<tr class="gpuhub-holder[^"]*" data-user="{user}" data-kind="job" '
+        rf'data-name="{re.escape(name)}".*?</tr>',
+        html,
+        re.S,
+    )
+    return found.group(0) if found else ""
+
+
+def granted(hub: Hub, user: str, job_id: str) -> None:
+    """A GPU job the jobs service asked the ledger for, with no pod yet (queued, starting)."""
+    grant = hub.api(
+        "POST",
+        "/gpuhub/grants",
+        json={"user": user, "kind": "job", "name": job_id, "gpus": 1, "gpu_type": "A100"},
+    )
+    assert grant.status_code == 201, grant.text
+
+
+def test_the_fleet_page_says_why_a_row_has_no_samples(
+    hub: Hub, cluster: Kube, tmp_path: Path
+) -> None:
+    """A holding without utilization samples says why in the utilization column: with
+    Prometheus, a job with no pod yet has nothing to sample; without a utilization source,
+    the admin reads which setting is missing."""
+    granted(hub, "carol", "waiting-1a2b3c")
+    root = hub.login("root")
+    row = wait_for("the job's row", lambda: fleet_row(hub, root, "carol", "waiting-1a2b3c"), hub)
+    assert "no samples: no pod to sample yet (starting, or waiting in a queue)" in row, row
+    assert hub.api("DELETE", "/gpuhub/grants/carol/waiting-1a2b3c").status_code == 204
+
+    extra = """
+        from gpuhub.hub.web.api import configure_hub
+        configure_hub(c)
+        c.Authenticator.admin_users = {"root"}
+        c.JupyterHub.load_roles.append(
+            {"name": "grants", "services": ["gpuhub-test"], "scopes": ["custom:gpuhub:grants"]}
+        )
+        c.GPUSpawner.gpu_monitor_interval = 0.5
+        """
+    bare = start_chart_hub(cluster, tmp_path, extra)
+    try:
+        assert bare.api("POST", "/users/carol").status_code == 201
+        granted(bare, "carol", "unwatched-4d5e6f")
+        admin = bare.login("root")
+        row = wait_for(
+            "the job's row", lambda: fleet_row(bare, admin, "carol", "unwatched-4d5e6f"), bare
+        )
+        assert "no samples: no utilization source configured: set prometheus_url" in row, row
+    finally:
+        bare.stop()

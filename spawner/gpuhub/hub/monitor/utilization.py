@@ -73,6 +73,10 @@ class UtilizationSource:
     async def close(self) -> None:
         """Release what the source opened (HTTP sessions)."""
 
+    def unsampled(self, holding: Holding) -> str:
+        """Why ``holding`` has no samples, for the fleet page's utilization column."""
+        return "no samples yet"
+
 
 class NoUtilization(UtilizationSource):
     """Nothing is known: reclaim stays off (Kubernetes without ``prometheus_url``)."""
@@ -81,6 +85,9 @@ class NoUtilization(UtilizationSource):
         self, holdings: Sequence[Holding]
     ) -> dict[tuple[str, str, str], list[GPUSample]]:
         return {}
+
+    def unsampled(self, holding: Holding) -> str:
+        return "no utilization source configured: set prometheus_url"
 
 
 class NVMLUtilization(UtilizationSource):
@@ -163,6 +170,7 @@ class PrometheusUtilization(UtilizationSource):
         super().__init__(url=url, timeout=timeout, **settings)
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.problem: str | None = None  # why the last read gave nothing, for the fleet page
 
     async def _query(self, promql: str) -> list[dict[str, Any]]:
         from urllib.parse import urlencode
@@ -183,7 +191,16 @@ class PrometheusUtilization(UtilizationSource):
     ) -> dict[tuple[str, str, str], list[GPUSample]]:
         if not self.url or not any(h.pods for h in holdings):
             return {}
-        utilization, memory = await asyncio.gather(self._query(self.UTIL), self._query(self.MEMORY))
+        # Until it answers (the monitor gives up on a read that takes too long).
+        self.problem = f"Prometheus at {self.url} did not answer"
+        try:
+            utilization, memory = await asyncio.gather(
+                self._query(self.UTIL), self._query(self.MEMORY)
+            )
+        except Exception as exc:
+            self.problem = f"Prometheus at {self.url} did not answer: {exc}"
+            raise
+        self.problem = None
         per_pod: dict[tuple[str, str], dict[str, list[Any]]] = {}
         for series, scale, slot in ((utilization, 0.01, 0), (memory, 1 << 20, 1)):
             for item in series:
@@ -209,6 +226,15 @@ class PrometheusUtilization(UtilizationSource):
             if samples and len(samples) >= holding.gpus:  # a GPU not reported is unknown
                 out[holding_key(holding)] = samples
         return out
+
+    def unsampled(self, holding: Holding) -> str:
+        if not self.url:
+            return "no utilization source configured: set prometheus_url"
+        if not holding.pods:
+            return "no pod to sample yet (starting, or waiting in a queue)"
+        if self.problem:
+            return self.problem
+        return "Prometheus has no samples for this pod yet"
 
 
 def _nvml_read(

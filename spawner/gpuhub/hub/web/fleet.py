@@ -64,6 +64,7 @@ class Row:
     memory_text: str = "—"
     util_text: str = ""
     left_text: str = ""
+    unsampled_text: str = "no samples"  # why there is no sparkline
     # A workstation's job hold: the processes that keep it, "1234 python train.py".
     processes: tuple[str, ...] = ()
     amount: float = 0.0  # the GPUs it counts as (a share: its fraction)
@@ -114,6 +115,7 @@ class TrackCopy(NamedTuple):
     samples: tuple[GPUSample, ...]
     idle_since: float | None
     deadline: float | None  # a warned server's stop time (a job hold's: its processes' end)
+    unsampled: str = ""  # why it has no samples (the utilization source's words), "" if it has
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,8 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         h = track.holding
         clock = clocks.get(track.launch()) if clocks else None
         deadline = clock.deadline if clock is not None else None
-        tracks.append(TrackCopy(h, track.history, track.samples, track.idle_since, deadline))
+        why = "" if track.samples else monitor.source.unsampled(h)
+        tracks.append(TrackCopy(h, track.history, track.samples, track.idle_since, deadline, why))
     return Snapshot(
         version=monitor.version,
         now=monitor.last_tick or time.time(),
@@ -176,6 +179,7 @@ def _row(track: TrackCopy, now: float) -> Row:
         # As the lab's sidebar says it (Math.round), and what it is: the last sample.
         util_text=f"{round(utilization * 100)} % now" if utilization is not None else "",
         left_text=ago(left) if left is not None else "",
+        unsampled_text=f"no samples: {track.unsampled}" if track.unsampled else "no samples",
         user=h.user,
         kind=h.kind,
         name=h.name,
