@@ -123,3 +123,44 @@ def test_form_hides_what_does_not_apply_and_starts_a_server(hub: Hub) -> None:
         holder.wait_for(timeout=30_000)
         page.wait_for_timeout(3000)  # a few more samples on the chart
         page.screenshot(path=str(artifact("gpu-panel-simulated.png")))
+
+
+def test_a_gpu_link_on_another_site_asks_before_it_starts_anything(hub: Hub) -> None:
+    """Issue 31: a link to ``/hub/spawn?opt-gpus=1…`` on another site is followed with the
+    hub's login cookie. Chromium says it comes from another site (``Sec-Fetch-Site``): the
+    form asks, filled in, and nothing holds a GPU until alice presses Start. The same link
+    followed from the hub's own page starts the server at once, as before."""
+    link = f"{hub.url}/hub/spawn?opt-gpus=1&opt-gpu_type=gpu&opt-memory=2G"
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1000, "height": 900})  # type: ignore[attr-defined]
+        hub.log_in_browser(page, "alice")
+        try:
+            # Another site, served by the test: https://elsewhere.example/ with the link.
+            bait = f'<p>Free GPUs! <a id="bait" href="{link}">Try it</a></p>'
+            page.route(
+                "https://elsewhere.example/**",
+                lambda route: route.fulfill(body=bait, content_type="text/html"),
+            )
+            page.goto("https://elsewhere.example/")
+            page.click("#bait")
+            notice = page.locator("#gpuhub-link-notice")
+            notice.wait_for(timeout=30_000)
+            assert "Nothing has started yet" in notice.inner_text()
+            assert page.input_value("#gpuhub-gpus") == "1"
+            assert page.input_value("#gpuhub-memory") == "2G"
+            assert "3 of 3 free now" in page.locator("#gpuhub-gpu-type-group").inner_text()
+            assert not hub.user_model("alice")["servers"]
+            page.screenshot(path=str(artifact("spawn-link-from-elsewhere.png")), full_page=True)
+
+            page.click("button[type=submit]")  # alice confirms: the form's own post
+            page.wait_for_url("**/user/alice/**", timeout=90_000)
+            assert server_env(hub, "alice")["CUDA_VISIBLE_DEVICES"] == "0"
+            hub.stop_server("alice")
+
+            page.goto(f"{hub.url}/hub/home")
+            page.evaluate("(url) => { window.location.href = url; }", link)
+            page.wait_for_url("**/user/alice/**", timeout=90_000)
+            assert server_env(hub, "alice")["CUDA_VISIBLE_DEVICES"] == "0"
+        finally:
+            hub.api("DELETE", "/users/alice/server")
+            hub.wait_for_server("alice", ready=False)

@@ -94,14 +94,19 @@ def test_refused_form_rerenders_with_the_message_and_values(hub: Hub) -> None:
     assert "Traceback" not in log
 
 
+# What Chromium sends with a navigation from one of the hub's own pages, and from another site.
+FROM_THE_HUB = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate"}
+FROM_ELSEWHERE = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+LINK = "opt-gpus=2&opt-gpu_type=gpu&opt-cpu=1.5&opt-memory=1G"
+
+
 def test_a_spawn_link_with_opt_options_starts_that_server(hub: Hub) -> None:
-    """JupyterHub 6's spawn links: ``/hub/spawn?opt-<field>=…`` starts the server with those
-    options, through the same reshaping and validation as the form."""
+    """JupyterHub 6's spawn links: ``/hub/spawn?opt-<field>=…``, followed from the hub's own
+    pages, starts the server with those options, through the same reshaping and validation
+    as the form."""
     session = hub.login("alice")
     response = session.get(
-        f"{hub.url}/hub/spawn?opt-gpus=2&opt-gpu_type=gpu&opt-cpu=1.5&opt-memory=1G",
-        allow_redirects=False,
-        timeout=60,
+        f"{hub.url}/hub/spawn?{LINK}", headers=FROM_THE_HUB, allow_redirects=False, timeout=60
     )
     assert response.status_code == 302, response.text
     assert "/hub/spawn-pending/alice" in response.headers["Location"]
@@ -112,6 +117,105 @@ def test_a_spawn_link_with_opt_options_starts_that_server(hub: Hub) -> None:
     # Kept as the link gave them (the GPU count as a number), as a form's fields are.
     options = hub.user_model("alice")["servers"][""]["user_options"]
     assert options == {"gpus": 2, "gpu_type": "gpu", "cpu": "1.5", "memory": "1G"}
+
+
+def field_value(page: str, name: str) -> str | None:
+    """The value an input of the form is filled in with."""
+    found = re.search(rf'<input[^>]*name="{name}"[^>]*value="([^"]*)"', page)
+    return html.unescape(found[1]) if found else None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        FROM_ELSEWHERE,
+        {"Sec-Fetch-Site": "same-site"},  # a sibling subdomain is another site too
+        {"Sec-Fetch-Site": "none"},  # typed or bookmarked: nothing says it is wanted
+        {},  # no Sec-Fetch-* and no Referer: an old browser or a script
+        {"Referer": "https://elsewhere.example/gpus.html"},
+    ],
+    ids=["cross-site", "same-site", "typed", "no-headers", "foreign-referer"],
+)
+def test_a_spawn_link_from_elsewhere_starts_nothing_until_the_user_confirms(
+    hub: Hub, headers: dict[str, str]
+) -> None:
+    """A link on another site to ``/hub/spawn?opt-gpus=2…`` reaches the hub with the login
+    cookie and no XSRF token: the form, filled in with what the link asks for, says why
+    nothing started; no server, no GPU held. The user's own submit starts it."""
+    session = hub.login("alice")
+    page = session.get(
+        f"{hub.url}/hub/spawn?{LINK}", headers=headers, allow_redirects=False, timeout=60
+    )
+    assert page.status_code == 200, page.text[-2000:]
+    notice = re.search(r'id="gpuhub-link-notice"[^>]*>([^<]*)<', page.text)
+    assert notice, page.text[-4000:]
+    assert html.unescape(notice[1]).startswith("Nothing has started yet: this link to start")
+    assert "Error:" not in page.text  # a question to the user, not JupyterHub's red error
+    assert (field_value(page.text, "gpus"), field_value(page.text, "cpu")) == ("2", "1.5")
+    assert field_value(page.text, "memory") == "1G"
+    assert "3 of 3 free now" in page.text  # nothing taken
+    assert not hub.user_model("alice")["servers"]
+    # Another user may take every GPU: the link holds none.
+    assert spawn_json(hub, "bob", {"gpus": 1}).status_code in (201, 202)
+    hub.wait_for_server("bob")
+    assert server_state(hub, "bob")["gpus"] == [0]
+    hub.stop_server("bob")
+
+    # The user confirms: the form's submit (with JupyterHub's XSRF token) starts the server.
+    confirmed = csrf_post(
+        session,
+        f"{hub.url}/hub/spawn",
+        {"cpu": "1.5", "memory": "1G", "gpus": "2", "gpu_type": "gpu"},
+    )
+    assert confirmed.status_code == 302, confirmed.text[-2000:]
+    hub.wait_for_server("alice")
+    assert server_state(hub, "alice")["gpus"] == [0, 1]
+    log = hub.log()
+    assert "from outside the hub (Sec-Fetch-Site:" in log
+    assert "Traceback" not in log and "Failed to spawn single-user server" not in log
+
+
+@pytest.mark.parametrize("query", [LINK, "opt-gpus=0"], ids=["gpus", "cpu-only"])
+def test_a_spawn_link_with_the_hubs_own_referer_starts_at_once(hub: Hub, query: str) -> None:
+    """A browser too old to send ``Sec-Fetch-Site`` still sends the page the link was on:
+    one of the hub's own pages starts the server as a link on the hub always did (CPU-only
+    links go by the same rule as GPU ones)."""
+    session = hub.login("alice")
+    response = session.get(
+        f"{hub.url}/hub/spawn?{query}",
+        headers={"Referer": f"{hub.url}/hub/home"},
+        allow_redirects=False,
+        timeout=60,
+    )
+    assert response.status_code == 302, response.text[-2000:]
+    hub.wait_for_server("alice")
+
+
+def test_a_refused_rest_spawn_is_never_offered_by_the_form(hub: Hub) -> None:
+    """The options the form offers are those a server last started with: a spawn the REST
+    API refused (JupyterHub stores its options before any check) is not, not even at once."""
+    session = hub.login("carol")
+    refused = spawn_json(hub, "carol", {"memory": "16 GB", "cpu": "3"})
+    assert refused.status_code == 400, refused.text
+    form = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+    assert (field_value(form, "memory"), field_value(form, "cpu")) == ("1G", "1")  # defaults
+    assert "16 GB" not in form and 'aria-invalid="true"' not in form
+
+    started = spawn_json(hub, "carol", {"memory": "2G", "cpu": 2})
+    assert started.status_code in (201, 202), started.text
+    hub.wait_for_server("carol")
+    hub.stop_server("carol")
+    for body in ({"memory": "16 GB"}, {"gpus": 2, "gpu_type": "gpu", "memory": "3G"}):
+        assert spawn_json(hub, "carol", body).status_code == 400
+        form = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+        assert (field_value(form, "memory"), field_value(form, "cpu")) == ("2G", "2")
+        assert field_value(form, "gpus") == "0"
+    # JupyterHub 6 starts a server with the stored options when the body is null: the
+    # accepted ones, not the refused.
+    again = hub.api("POST", "/users/carol/server", data="null")
+    assert again.status_code in (201, 202), again.text
+    hub.wait_for_server("carol")
+    assert hub.user_model("carol")["servers"][""]["user_options"] == {"memory": "2G", "cpu": 2}
 
 
 @pytest.mark.parametrize(
@@ -125,15 +229,23 @@ def test_a_spawn_link_with_opt_options_starts_that_server(hub: Hub) -> None:
     ],
     ids=["over-limit", "misspelt", "bad-cpu"],
 )
+@pytest.mark.parametrize("headers", [FROM_THE_HUB, FROM_ELSEWHERE], ids=["hub", "elsewhere"])
 def test_a_refused_spawn_link_renders_the_form_with_the_rest_apis_sentence(
-    hub: Hub, query: str, rest_body: dict[str, Any], typed: tuple[str, str] | None
+    hub: Hub,
+    query: str,
+    rest_body: dict[str, Any],
+    typed: tuple[str, str] | None,
+    headers: dict[str, str],
 ) -> None:
+    """Wherever the link came from, options no submit could start get the same sentence."""
     rest = spawn_json(hub, "bob", rest_body)
     assert rest.status_code == 400, rest.text
     sentence = rest.json()["message"]
 
     session = hub.login("bob")
-    page = session.get(f"{hub.url}/hub/spawn?{query}", allow_redirects=False, timeout=60)
+    page = session.get(
+        f"{hub.url}/hub/spawn?{query}", headers=headers, allow_redirects=False, timeout=60
+    )
     assert page.status_code == 400, page.text
     assert sentence in html.unescape(page.text)
     if typed:  # the form comes back with what the link asked for, to correct

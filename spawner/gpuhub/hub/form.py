@@ -74,12 +74,15 @@ class QuotaView:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A refused submit, for the form rendered right after it: what the user typed and, per
-    field, what was wrong (``(field, sentence)``; field "" for none of the form's)."""
+    """A refused submit, or a spawn link held until the user confirms it, for the form
+    rendered right after it: what the user typed (or the link asked for) and, per field,
+    what was wrong (``(field, sentence)``; field "" for none of the form's); ``notice``, a
+    sentence for the top of the form (a held link's)."""
 
     options: Mapping[str, Any]
     problems: tuple[tuple[str, str], ...]
     when: float  # monotonic
+    notice: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,9 +155,11 @@ def render_form(
     capacity_note: str = "",
     quota: QuotaView | None = None,
     problems: Iterable[tuple[str, str]] = (),
+    notice: str = "",
 ) -> str:
     """HTML for JupyterHub's spawn page (goes inside its ``<form>``); ``problems`` are a
-    refused submit's sentences, shown under the fields they name."""
+    refused submit's sentences, shown under the fields they name; ``notice`` one for the top
+    of the form (a spawn link held until the user confirms it)."""
     choices = policy.choices_for(groups)
     capacity = capacity or {}
     gpu_types: list[dict[str, Any]] = []
@@ -204,6 +209,7 @@ def render_form(
         capacity_note=capacity_note,
         quota=quota,
         errors=_errors_by_field(problems),
+        notice=notice,
     )
 
 

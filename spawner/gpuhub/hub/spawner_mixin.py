@@ -5,6 +5,11 @@ posted fields; ``options_from_query`` for a spawn link's ``?opt-…`` options), 
 ``apply_user_options`` (validate and apply, JupyterHub >= 5.3). The REST API skips the first
 two and lands in the same ``apply_user_options``, so the form, links and the API cannot
 disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the user.
+
+Only options that started a server are kept as the user's next defaults: JupyterHub stores a
+spawn's options before any validation, so a refused request's are put back to the last
+accepted ones. A spawn link from outside the hub starts nothing: it shows the form filled in
+with what it asks for, and the user's own submit (with JupyterHub's XSRF token) starts it.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from copy import deepcopy
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
+from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 from traitlets import Any as TraitAny
 from traitlets import Dict, Float, Type, Unicode, Union, default, observe
@@ -102,12 +110,96 @@ def _quiet_refusals(log: Any) -> QuietRefusals:
 REFUSAL_SECONDS = 5.0
 
 
-def _remember_refusal(spawner: Any, options: object, problems: tuple[tuple[str, str], ...]) -> None:
-    """Keep what a refused form submit said and asked for, for the form JupyterHub renders
-    next: it renders it with the *default* server's spawner (``user.spawner``) whichever
-    server was refused, so the refused one is found among the user's spawners."""
+def _remember_refusal(
+    spawner: Any,
+    options: object,
+    problems: tuple[tuple[str, str], ...],
+    notice: str = "",
+    *,
+    pages: bool = False,
+) -> None:
+    """Keep what a refused form submit (or spawn link) said and asked for, for the form
+    JupyterHub renders next: it renders it with the *default* server's spawner
+    (``user.spawner``) whichever server was refused, so the refused one is found among the
+    user's spawners. A REST request renders no form: its refusal is not kept (``pages``:
+    the caller knows it is the hub's pages, before JupyterHub hands the spawner its handler)."""
+    if not pages and not _from_hub_pages(spawner):
+        return
     typed = dict(options) if isinstance(options, Mapping) else {}
-    spawner._gpuhub_refused = Refusal(typed, problems, time.monotonic())
+    spawner._gpuhub_refused = Refusal(typed, problems, time.monotonic(), notice)
+
+
+def _from_hub_pages(spawner: Any) -> bool:
+    """Whether this spawn comes from the hub's pages (the form, a spawn link), which render
+    the form again after a refusal, rather than from the REST API, which does not."""
+    handler = getattr(spawner, "handler", None)
+    return handler is not None and not isinstance(handler, APIHandler)
+
+
+def _forget_refused_options(spawner: Any) -> None:
+    """Put back the options the user last started a server with (or none), in the database
+    and on the spawner: JupyterHub stored the refused ones as the next defaults before any
+    check, and the next form would offer them again ("16 GB" refused through the REST API,
+    then pre-filled). A refused form submit is still shown as typed, once (``Refusal``)."""
+    if spawner._gpuhub_accepted is None:  # no handler ever set: JupyterHub stored nothing
+        return
+    accepted = deepcopy(spawner._gpuhub_accepted)
+    orm = getattr(spawner, "orm_spawner", None)
+    if orm is not None and orm.user_options != accepted:
+        orm.user_options = accepted
+        if spawner.db is not None:
+            spawner.db.commit()
+    spawner.user_options = accepted
+
+
+def link_from_the_hub(request: Any) -> bool:
+    """Whether a spawn link was followed from one of the hub's own pages.
+
+    Browsers say where a navigation comes from in ``Sec-Fetch-Site``: only ``same-origin``
+    is the hub (``cross-site`` and ``same-site`` are other sites, ``none`` a typed address or
+    a bookmark). Without that header (an old browser, a script) the ``Referer`` must be a
+    page of the hub's own host; the scheme is left out, as a TLS proxy in front of the hub
+    need not say it. Anything else is not the hub."""
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return False
+    site = headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site.strip().lower() == "same-origin"
+    referer = urlparse(headers.get("Referer", ""))
+    host = str(getattr(request, "host", "") or "")
+    return bool(referer.netloc) and referer.netloc.lower() == host.lower()
+
+
+async def _hold_link(spawner: Any, options: Mapping[str, Any]) -> web.HTTPError:
+    """A spawn link from outside the hub: nothing starts. The form JupyterHub renders next
+    shows what the link asks for and says why nothing started; the user's own submit, which
+    carries JupyterHub's XSRF token, starts it. Options no submit could start are refused
+    here as they would be there, naming the field."""
+    try:
+        await _parse(spawner, options)
+    except OptionsError as exc:
+        _log_refusal(spawner, exc.message)
+        _remember_refusal(spawner, options, exc.problems, pages=True)
+        return refusal(exc.message)
+    server = f"your server {spawner.name!r}" if spawner.name else "your server"
+    notice = (
+        f"Nothing has started yet: this link to start {server} came from outside the hub. "
+        "Check the options below and press Start to start it with them."
+    )
+    _quiet_refusals(spawner.log).recent.append(notice)
+    headers = getattr(getattr(spawner.handler, "request", None), "headers", {}) or {}
+    spawner.log.info(
+        "Spawn link for %s from outside the hub (Sec-Fetch-Site: %s): the form asks first",
+        log_name(spawner),
+        headers.get("Sec-Fetch-Site", "absent"),
+    )
+    _remember_refusal(spawner, options, (), notice, pages=True)
+    # JupyterHub renders the form after a failed link with the error's status and message:
+    # 200 and no message of its own (the notice is in the form, not in red as an error).
+    held = web.HTTPError(200, "%s", notice)
+    held.jupyterhub_message = ""  # type: ignore[attr-defined]
+    return held
 
 
 def _refused_server(spawner: Any) -> tuple[Any, Refusal | None]:
@@ -144,32 +236,40 @@ def _log_refusal(spawner: GPUSpawnerMixin, message: str) -> None:
     spawner.log.warning("Refused options for %s: %s", log_name(spawner), message)
 
 
+async def _parse(spawner: Any, user_options: object) -> LaunchOptions:
+    """The one validation path, with this spawner's policy, groups and presets."""
+    return parse_launch_options(
+        user_options,
+        spawner.gpu_policy,
+        spawner.user_groups(),
+        presets={p.slug: p.values for p in await spawner.profile_presets()},
+        ignore=spawner.extra_option_keys(),
+    )
+
+
 async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[str, Any]) -> None:
     """Default ``Spawner.apply_user_options``: validate against the policy, then apply."""
     try:
-        options = parse_launch_options(
-            user_options,
-            spawner.gpu_policy,
-            spawner.user_groups(),
-            presets={p.slug: p.values for p in await spawner.profile_presets()},
-            ignore=spawner.extra_option_keys(),
-        )
+        options = await _parse(spawner, user_options)
     except OptionsError as exc:
         _log_refusal(spawner, exc.message)
         _remember_refusal(spawner, user_options, exc.problems)
+        _forget_refused_options(spawner)
         raise refusal(exc.message) from None
     try:
         await check_named_server_limit(spawner)
         await spawner.reserve_launch(options)
-    except web.HTTPError as exc:
+    except BaseException as exc:
         message = getattr(exc, "jupyterhub_message", None)
-        if message:
+        if isinstance(exc, web.HTTPError) and message:
             _log_refusal(spawner, message)
             field = "gpus" if exc.status_code in (403, 409) else ""
             _remember_refusal(spawner, user_options, ((field, message),))
+        _forget_refused_options(spawner)
         raise
     spawner.launch_options = options
     spawner.apply_launch_options(options)
+    spawner._gpuhub_accepted = deepcopy(user_options)
 
 
 async def check_named_server_limit(spawner: Any) -> None:
@@ -253,6 +353,9 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
     )
 
     launch_options: LaunchOptions | None = None
+    # The options this server last started with (None: not known yet; JupyterHub's stored
+    # ones then), put back when a spawn is refused.
+    _gpuhub_accepted: Any = None
     # What the spawner runs on: what the GPU types may ask of it (Policy.check_platform).
     gpu_platform: Platform | None = None
 
@@ -309,13 +412,20 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
     def _gpuhub_apply_user_options(self) -> Any:
         return apply_gpuhub_options
 
-    def options_from_query(self, query_data: Mapping[str, list[str]]) -> dict[str, Any]:
+    async def options_from_query(self, query_data: Mapping[str, list[str]]) -> dict[str, Any]:
         """A spawn link's options (``/hub/spawn?opt-gpus=1&opt-gpu_type=a100``).
 
         JupyterHub's own default hands them to ``options_from_form`` without the spawner, so a
         refusal would not reach the form it renders next; and the form drops names it does
-        not know, where a link's misspelt option must be refused by name."""
-        return _reshape(options_from_querydata, query_data, self)
+        not know, where a link's misspelt option must be refused by name. JupyterHub starts
+        the server from a link at once, on a plain GET without its XSRF check; a link that
+        was not followed from the hub's own pages (:func:`link_from_the_hub`) starts nothing
+        and the form asks first, whatever it asks for (a CPU-only link starts a process too).
+        """
+        options = _reshape(options_from_querydata, query_data, self)
+        if not link_from_the_hub(getattr(getattr(self, "handler", None), "request", None)):
+            raise await _hold_link(self, options)
+        return options
 
     @observe("handler")
     def _refuse_unstorable_body(self, change: Any) -> None:
@@ -327,6 +437,11 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         JupyterHub 6 also takes a false body (``0``, ``false``, ``""``, ``[]``) for none and
         starts a server with the last options: a body that is no object is refused here.
         """
+        # Before JupyterHub stores this spawn's options over them: the ones last accepted,
+        # put back should this spawn be refused (_forget_refused_options).
+        orm = getattr(self, "orm_spawner", None)
+        if orm is not None:
+            self._gpuhub_accepted = deepcopy(orm.user_options or {})
         request = getattr(change["new"], "request", None)
         if request is None or request.method != "POST" or not request.body:
             return
@@ -485,12 +600,14 @@ async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
     return render_form(
         target.gpu_policy,
         target.user_groups(),
-        refused.options if refused else target.user_options,  # else the last ones JupyterHub kept
+        # Else the last ones a server started with (a refused spawn's are put back).
+        refused.options if refused else target.user_options,
         presets=await target.profile_presets(),
         capacity=capacity,
         capacity_note=note,
         quota=await target.quota_view(),
         problems=refused.problems if refused else (),
+        notice=refused.notice if refused else "",
     )
 
 
@@ -520,5 +637,5 @@ def _reshape(
         if spawner is not None:
             _log_refusal(spawner, exc.message)
             typed = {k: v[0] for k, v in formdata.items() if v and isinstance(v[0], str)}
-            _remember_refusal(spawner, typed, exc.problems)
+            _remember_refusal(spawner, typed, exc.problems, pages=True)
         raise refusal(exc.message) from None
