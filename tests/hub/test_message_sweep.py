@@ -17,15 +17,18 @@ from typing import Any
 import pytest
 
 from gpuhub.core import words
+from gpuhub.core.holdings import Holding
 from gpuhub.core.options import LaunchOptions, OptionsError, parse_launch_options
 from gpuhub.core.policy import Policy
-from gpuhub.hub.form import options_from_formdata
+from gpuhub.hub.form import QuotaView, capacity_text, options_from_formdata, render_form, sentences
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
+from gpuhub.hub.monitor.usage import HUB_SHUTDOWN, SHARE_OVERUSE, Notice
 from gpuhub.hub.progress import SpawnRequest, describe, timeout_message, waiting_for_gpus
+from gpuhub.hub.web.notices import notice_text, warning_text
 from gpuhub.jobs.local import LocalBackend
 from gpuhub.jobs.model import MAX_NAME, JobError, JobNotFound, JobRequest
-from tests.support.messages import problems
+from tests.support.messages import loose_stop, problems
 
 NAMES = ["NVIDIA GPU", "Simulated GPU", "NVIDIA A100 80GB", "A100 MIG 1g.10gb slice"]
 
@@ -162,6 +165,17 @@ EVENTS = [
 ]  # fmt: skip
 
 
+# What is free of a type: some, none, none with nodes, no node at all, spread over nodes.
+CAPACITIES = (
+    GPUCapacity(1, 4, 1),
+    GPUCapacity(3, 4, 3),
+    GPUCapacity(0, 4, 0, waiting=1),
+    GPUCapacity(0, 0, 0),
+    GPUCapacity(0, 0, None),
+    GPUCapacity(3, 8, 1, waiting=2),
+)
+
+
 def progress_messages() -> Iterator[str]:
     for name in [*NAMES, ""]:
         for gpus in (0, 1, 2):
@@ -169,7 +183,7 @@ def progress_messages() -> Iterator[str]:
                 image="PyTorch", gpus=gpus, gpu_name=name, gpu_resource="nvidia.com/gpu",
                 cpu=1.0, memory=2**30,
             )  # fmt: skip
-            for capacity in (None, GPUCapacity(1, 4, 1), GPUCapacity(3, 4, 3)):
+            for capacity in (None, *CAPACITIES):
                 for event in EVENTS:
                     step = describe(event, request, capacity)
                     if step is not None:
@@ -218,6 +232,118 @@ def test_every_message_reads_right(tmp_path: Path) -> None:
     assert len(messages) > 300
     bad = {m: problems(m) for m in set(messages) if problems(m)}
     assert not bad, "\n".join(f"{m}\n    -> {', '.join(p)}" for m, p in sorted(bad.items()))
+
+
+def form_sentences() -> Iterator[str]:
+    """What the spawn form builds in words: quota, what is free, limits, shares, and its whole
+    text for types and images whose admin descriptions end in a full stop or do not."""
+    for name in NAMES:
+        for held in ((), (Holding("a", "server", "", 2, name, (0, 1)),)):
+            for limit in (1, 2, 4):
+                yield QuotaView(limit, held).sentence
+        for capacity in CAPACITIES:
+            yield capacity_text(capacity)
+    yield sentences("Up to 2 per server", "Fast GPUs.")
+    yield sentences("Up to 2 per server.", "Fast GPUs")
+    for description in ("Fast GPUs.", "Fast GPUs", "Shared by all. ", ""):
+        config = {
+            "images": {"py": {"display_name": "PyTorch", "image": "p:1", "description": description}},
+            "gpu_types": {
+                "a100": {"display_name": "A100", "max_gpus": 2, "description": description},
+                "gone": {"display_name": "H100", "max_gpus": 1, "description": description},
+                "shared": {
+                    "display_name": "T4", "max_gpus": 1, "description": description,
+                    "sharing": {"memory": "16G", "min": "1G"}, "resource_name": "nvidia.com/gpu",
+                },
+                "sliced": {"display_name": "L4", "max_gpus": 2, "sharing": {"replicas": 4}},
+            },
+            "default_limits": {"max_gpus": 2},
+        }  # fmt: skip
+        capacity = {
+            "a100": GPUCapacity(0, 8, 0, waiting=1),
+            "gone": GPUCapacity(0, 0, 0),
+            "shared": GPUCapacity(0, 0, devices=0, memory_free=0, memory_total=0, largest_share=0),
+            "sliced": GPUCapacity(0, 0, devices=0),
+        }
+        page = render_form(Policy.from_config(**config), [], capacity=capacity)
+        yield from visible_text(page)
+
+
+def visible_text(page: str) -> list[str]:
+    """The text a reader sees in an HTML fragment (no script or style), one string per block
+    of inline text as a browser runs it together."""
+    import html.parser
+
+    class Text(html.parser.HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks: list[str] = [""]
+            self.skip = 0
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            self.skip += tag in ("script", "style")
+            if tag in ("div", "p", "br", "label", "legend", "fieldset", "option", "select"):
+                self.blocks.append("")
+
+        def handle_endtag(self, tag: str) -> None:
+            self.skip -= tag in ("script", "style")
+
+        def handle_data(self, data: str) -> None:
+            if not self.skip:
+                self.blocks[-1] += data
+
+    parser = Text()
+    parser.feed(page)
+    return [" ".join(b.split()) for b in parser.blocks if b.strip()]
+
+
+def notice_sentences() -> Iterator[str]:
+    """What a user reads about their stopped servers and ended jobs: for the reasons gpuhub
+    gives (a clause after "because"), and those an admin typed, ending in a full stop or not."""
+    reasons = {
+        "idle": ["its GPUs stayed below 5% for 2 hours"],
+        SHARE_OVERUSE: ["its processes used 9 GB of GPU 3, more than its 8 GB share"],
+        HUB_SHUTDOWN: ["1st in line for 1 A100 GPU"],
+        "alice": ["Maintenance tonight", "Maintenance tonight."],
+    }
+    for by, said in reasons.items():
+        for reason in said:
+            for kind, jobs in (("server", ()), ("job", ("train-1",)), ("job", ())):
+                notice = Notice("gpu", 1e9, reason, 1, "A100", by=by, kind=kind, jobs=jobs)
+                yield notice_text(notice)["text"]
+    hold = Holding("a", "job", "gpu", 1, "A100", (0,), processes=((4242, "python x.py"),))
+    yield warning_text(hold, 2e9)["text"]
+
+
+def test_no_sentence_gpuhub_builds_ends_twice_or_after_a_space(tmp_path: Path) -> None:
+    """Issue 31: "..", or " ." where words were joined, in any sentence gpuhub builds: the
+    refusals, progress, the spawn form (its whole text) and the notices."""
+    messages = [
+        *option_refusals(),
+        *job_refusals(tmp_path),
+        *progress_messages(),
+        *starting_messages(),
+        *form_sentences(),
+        *notice_sentences(),
+    ]
+    assert len(messages) > 400
+    bad = sorted({m for m in messages if loose_stop(m)})
+    assert not bad, "\n".join(bad)
+
+
+def test_the_form_and_progress_say_plainly_when_a_type_has_no_gpu() -> None:
+    """Never "at most 0 together on one node": a type with no device says so, and a node's
+    figure is said only where it adds to what is free."""
+    said = [*form_sentences(), *progress_messages()]
+    assert not [m for m in said if "at most 0" in m]
+    assert capacity_text(GPUCapacity(0, 0, 0)) == "No GPU of this type is online now"
+    assert capacity_text(GPUCapacity(0, 8, 0, waiting=1)) == "0 of 8 free now; 1 person waiting"
+    assert capacity_text(GPUCapacity(3, 8, 3)) == "3 of 8 free now"
+    assert capacity_text(GPUCapacity(3, 8, 2)) == "3 of 8 free now; at most 2 together on one node"
+    request = SpawnRequest(image="PyTorch", gpus=1, gpu_name="A100", gpu_resource="nvidia.com/gpu")
+    assert waiting_for_gpus(request, GPUCapacity(0, 0, 0)) == (
+        "Waiting for 1 free A100 GPU: no node has these GPUs now"
+    )
 
 
 def test_the_progress_page_names_the_gpus_assigned() -> None:

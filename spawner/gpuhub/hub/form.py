@@ -180,6 +180,12 @@ def render_form(
                 "limit_text": _limit_text(t, offered, quota),
             }
         )
+        view = gpu_types[-1]
+        view["free_text"] = _free_text(view["capacity"], view["sharing"])
+        view["note_text"] = sentences(
+            "None left in your GPU quota" if view["over_quota"] else view["limit_text"],
+            t.description,
+        )
     max_gpus = max((t["max"] for t in gpu_types), default=0)
     if not policy.gpu_types:
         no_gpu_reason = "This hub has no GPUs to hand out; your server will be CPU-only."
@@ -196,6 +202,10 @@ def render_form(
         values=values,
         shared_memory_types=shared,
         images=list(choices.images),
+        image_help=sentences(
+            "The software environment your server starts in",
+            *(f"{i.display_name}: {i.description}" for i in choices.images if i.description),
+        ),
         custom_image=choices.custom_images,
         cpu={"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)},
         memory={
@@ -211,6 +221,48 @@ def render_form(
         errors=_errors_by_field(problems),
         notice=notice,
     )
+
+
+def sentences(*parts: str) -> str:
+    """Parts joined as sentences, each ending in one full stop: an admin's description may
+    end in one or not ("Up to 2 per server. Fast GPUs.", never "GPUs.." or "GPUs .")."""
+    said = []
+    for part in parts:
+        text = part.strip().rstrip(".").rstrip()
+        if text:
+            said.append(text if text.endswith(("!", "?", "\u2026")) else f"{text}.")
+    return " ".join(said)
+
+
+# What the form says of a GPU type that has no device now (none on any node, or none of its
+# devices on this machine), instead of "0 of 0 free now, at most 0 together on one node".
+NONE_ONLINE = "No GPU of this type is online now"
+
+
+def capacity_text(capacity: GPUCapacity) -> str:
+    """ "3 of 7 free now; at most 2 together on one node; 1 person waiting": what is free of
+    a type of whole GPUs, one figure per fact (the node's figure only where it says more)."""
+    if capacity.total == 0:
+        text = NONE_ONLINE
+    else:
+        text = f"{capacity.free:,} of {capacity.total:,} free now"
+        largest = capacity.largest_free
+        if largest is not None and 0 < largest < capacity.free:
+            text += f"; at most {largest:,} together on one node"
+    return text + _waiting_text(capacity)
+
+
+def _waiting_text(capacity: GPUCapacity) -> str:
+    waiting = capacity.waiting
+    return f"; {words.plural(waiting, 'person', 'people')} waiting" if waiting else ""
+
+
+def _free_text(capacity: GPUCapacity | None, sharing: Mapping[str, Any] | None) -> str:
+    if capacity is None:
+        return ""
+    if sharing is None:
+        return capacity_text(capacity)
+    return str(sharing["free_text"]) + _waiting_text(capacity)
 
 
 def _limit_text(gpu_type: GPUType, offered: int, quota: QuotaView | None) -> str:
@@ -239,7 +291,9 @@ def _sharing_view(
             f"Each GPU is shared {sharing.replicas} ways by time, with no memory isolation: "
             "notebooks on the same GPU can use up each other's memory and slow each other down."
         )
-        if capacity is not None:
+        if capacity is not None and capacity.total == 0:
+            view["free_text"] = NONE_ONLINE
+        elif capacity is not None:
             gpus = f" ({words.gpus(capacity.devices)})" if capacity.devices else ""
             view["free_text"] = (
                 f"{capacity.free:,} of {words.plural(capacity.total, 'share')} free now{gpus}"
@@ -267,6 +321,8 @@ def _sharing_view(
 def _memory_free_text(capacity: GPUCapacity) -> str:
     """ "9 GB of 16 GB free on GPU 3; 16 GB of 16 GB free on GPU 4" on a workstation; on a
     cluster the memory free in all, and what cannot be known."""
+    if capacity.total == 0 and not capacity.per_device:
+        return NONE_ONLINE
     if capacity.per_device:
         shown = [
             f"{human_memory(free)} of {human_memory(total)} free on GPU {index}"
@@ -284,8 +340,9 @@ def _memory_free_text(capacity: GPUCapacity) -> str:
     text = (
         f"{human_memory(capacity.memory_free)} of {human_memory(capacity.memory_total)} free{gpus}"
     )
-    if capacity.largest_share is not None:
-        text += f"; at most {human_memory(capacity.largest_share)} on one node"
+    largest = capacity.largest_share
+    if largest is not None and 0 < largest < capacity.memory_free:
+        text += f"; at most {human_memory(largest)} on one node"
     if capacity.spread_unknown:
         text += " (which of its GPUs has it is not known, so a server may wait)"
     return text

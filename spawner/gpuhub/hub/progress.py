@@ -79,9 +79,11 @@ def waiting_for_gpus(request: SpawnRequest, capacity: GPUCapacity | None) -> str
     text = f"Waiting for {gpus_wanted(request)}"
     if capacity is None:
         return text
+    if capacity.total == 0:  # said plainly, not "0 free now, at most 0 on one node"
+        return f"{text}: no node has these GPUs now"
     if capacity.largest_free is not None and capacity.largest_free >= request.gpus:
         return f"{words.gpus(request.gpus, request.gpu_name)} free now; placing your server"
-    if capacity.free >= request.gpus and capacity.largest_free is not None:
+    if capacity.free >= request.gpus and capacity.largest_free:
         return f"{text} on one node ({capacity.free} free now, at most {capacity.largest_free} on one node)"
     return f"{text} ({capacity.free} free now)"
 
@@ -208,13 +210,14 @@ def _seconds(text: str) -> str:
 def timeout_message(last: Step | None, seconds: float) -> str:
     """Why a spawn gave up, from where it got to."""
     limit = f"{round(seconds / 60)} minutes" if seconds >= 120 else f"{round(seconds)} seconds"
+    said = last.message.rstrip(".") if last is not None else ""  # one full stop, not two
     if last is not None and last.waiting_for_gpus:
         return (
-            f"Your server did not start within {limit}: {last.message[0].lower()}{last.message[1:]}. "
+            f"Your server did not start within {limit}: {said[:1].lower()}{said[1:]}. "
             "Try fewer GPUs or another GPU type, or try again later."
         )
     if last is not None and last.progress >= 40 and last.progress < 70:
         return f"Your server did not start within {limit}: the image was still being pulled. Try again in a few minutes; it will be faster once the image is on the node."
     if last is not None:
-        return f"Your server did not start within {limit}; last step: {last.message}."
+        return f"Your server did not start within {limit}; last step: {said}."
     return f"Your server did not start within {limit}, and the cluster reported no progress."
