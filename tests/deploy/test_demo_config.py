@@ -119,6 +119,12 @@ def test_demo_without_a_driver_offers_four_simulated_gpus(
     banner = capsys.readouterr().out
     assert "alice" in banner and "bob or carol" in banner
     assert "4 simulated GPUs" in banner
+    # Three whole GPUs, and the last shared by memory, to try gpu_memory (README's demo).
+    types = config.LocalGPUSpawner.gpu_types
+    assert types["gpu"]["devices"] == [0, 1, 2]
+    assert (types["shared"]["devices"], types["shared"]["sharing"]["memory"]) == ([3], "16G")
+    assert 'GPU 3 is shared by memory ("Shared simulated GPU"' in banner
+    assert "Shared simulated GPU" in (ROOT / "README.md").read_text()
     # The fleet page can be tried from the README: the demo says who its admin is.
     (role,) = config.JupyterHub.load_roles
     assert role["users"] == [DEMO_ADMIN] and "custom:gpuhub:fleet" in role["scopes"]
@@ -138,6 +144,40 @@ def test_demo_with_a_driver_hands_out_the_real_gpus(
         "simulated:2"
     )
     assert _load_demo_config(monkeypatch, "0,1").LocalGPUSpawner.gpu_devices == [0, 1]
+    # Real or pretend GPUs: one type of them all, as LocalGPUSpawner makes by itself.
+    assert not _load_demo_config(monkeypatch, "0,1").LocalGPUSpawner.gpu_types
+
+
+def test_the_demos_shared_gpu_gives_servers_the_memory_they_ask_for(tmp_path: Path) -> None:
+    """The demo's last simulated GPU is shared by memory: the form offers "GPU memory", and
+    two students get 2G and 4G of the same GPU 3, the whole GPUs left free (alice's form)."""
+    hub = start_demo_hub(tmp_path)
+    try:
+        session = requests.Session()
+        page = session.get(f"{hub.url}/hub/login", timeout=30)
+        xsrf = session.cookies.get("_xsrf", path="/hub/")
+        login = session.post(
+            f"{hub.url}/hub/login",
+            data={"username": "alice", "password": "gpuhub-demo", "_xsrf": xsrf},
+            allow_redirects=False,
+            timeout=30,
+        )
+        assert page.ok and login.status_code == 302, login.text
+        form = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+        assert "Shared simulated GPU" in form and 'name="gpu_memory"' in form
+        assert "16 GB of 16 GB free on GPU 3" in form and "3 of 3 free now" in form
+        for user, memory in (("carol", "2G"), ("bob", "4G")):
+            options = {"gpus": 1, "gpu_type": "shared", "gpu_memory": memory}
+            answer = spawn(hub, user, options)
+            assert answer.status_code in (201, 202), answer.text
+            wait_ready(hub, user)
+            assert hub.user_model(user)["servers"][""]["state"]["gpus"] == [3]
+        form = session.get(f"{hub.url}/hub/spawn", timeout=30).text
+        assert "10 GB of 16 GB free on GPU 3" in form and "3 of 3 free now" in form
+    finally:
+        for user in ("carol", "bob"):
+            stop(hub, user)
+        hub.stop()
 
 
 # What an admin need not read at start and stop (issue 22): npm's engine warnings, JupyterHub's

@@ -1,7 +1,8 @@
 """A newcomer's first hour on `make demo`, in Chromium: the hub's own pages (issue 22).
 
 The hub is the demo's (jupyter_config/jupyterhub_config.py through tests/support/hub/demo.py):
-4 simulated GPUs, alice (staff, quota 4) its admin, bob and carol (students, 1 GPU each), the
+4 simulated GPUs (3 whole, type "gpu"; the last shared by memory), alice (staff, quota 4) its
+admin, bob and carol (students, 1 GPU each), the
 shared password. Each test starts what it needs and stops it again, so they pass alone and in
 any order; each keeps a screenshot of the screen it fixed under test-artifacts/.
 """
@@ -135,7 +136,7 @@ def test_fleet_stop_needs_a_reason_said_next_to_the_field_and_the_user_reads_it(
         r"students\s+1\s+\d+\.\d\d GPU-h", admin.locator("#gpuhub-groups").inner_text()
     )
     types = admin.locator("#gpuhub-types")
-    assert re.search(r"Simulated GPU\s+1\s+3\s+4", types.inner_text()), types.inner_text()
+    assert re.search(r"Simulated GPU\s+1\s+2\s+3", types.inner_text()), types.inner_text()
 
     row.get_by_role("button", name="Stop bob's server default").click()
     feedback = admin.locator("#gpuhub-stop-reason-error")
@@ -154,7 +155,7 @@ def test_fleet_stop_needs_a_reason_said_next_to_the_field_and_the_user_reads_it(
     admin.locator(".alert-success", has_text="Stopped bob's server").wait_for()
     assert not hub.user_model("bob")["servers"]
     # The first page after the stop already counts the GPU free.
-    assert re.search(r"Simulated GPU\s+0\s+4\s+4", types.inner_text()), types.inner_text()
+    assert re.search(r"Simulated GPU\s+0\s+3\s+3", types.inner_text()), types.inner_text()
     assert admin.locator("tr.gpuhub-holder[data-user='bob']").count() == 0
     admin.screenshot(path=str(artifact("fleet-after-stop.png")), full_page=True)
 
@@ -178,10 +179,11 @@ def test_fleet_stop_needs_a_reason_said_next_to_the_field_and_the_user_reads_it(
 def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
     hub: Hub, browser: Any
 ) -> None:
-    """All 4 GPUs held: bob, then carol, wait for one. Carol's page says her place, until
-    when gpuhub waits, moves as she moves up, and "Leave the line" takes her out of it."""
+    """All 3 whole GPUs held: bob, then carol, wait for one. Carol's page says her place,
+    until when gpuhub waits, moves as she moves up, and "Leave the line" takes her out of
+    it, saying she holds no GPU now."""
     started(hub, "alice", 2)
-    started(hub, "alice", 2, server="second")
+    started(hub, "alice", 1, server="second")
     try:
         for user in ("bob", "carol"):
             answer = spawn(hub, user, {"gpus": 1})
@@ -198,7 +200,7 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
             "(document.querySelector('#progress-message').textContent)"
         )
         text = message.inner_text()
-        assert "Waiting for 1 Simulated GPU: you are 2nd in line; 4 of 4 are held" in text
+        assert "Waiting for 1 Simulated GPU: you are 2nd in line; 3 of 3 are held" in text
         assert page.locator("#gpuhub-waiting").is_visible()  # not "starting up" while waiting
         deadline = page.locator("#gpuhub-line-deadline")
         assert re.search(
@@ -222,6 +224,7 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
         left = page.locator("#gpuhub-left-line")
         left.wait_for()
         assert "You left the line" in left.inner_text()
+        left.locator(".gpuhub-still-held", has_text="You hold no GPU now.").wait_for()
         until("carol out of the line", lambda: not hub.user_model("carol")["servers"])
         page.screenshot(path=str(artifact("waiting-page-left.png")), full_page=True)
         # Really out: the form says nobody waits, and the line holds nothing in her name.
@@ -231,6 +234,35 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
         assert "waiting" not in form.locator("#gpuhub-gpu-type-group").inner_text()
     finally:
         stop(hub, "alice", "second")
+        stop(hub, "alice")
+
+
+def test_leaving_the_line_says_what_is_still_held(hub: Hub, browser: Any) -> None:
+    """Issue 31: alice's named server waits in line while her default server holds 2 GPUs.
+    Leaving the line does not say "no GPU is held in your name": it says what she still
+    holds."""
+    started(hub, "alice", 2)
+    started(hub, "bob", 1)  # every whole GPU is held now
+    try:
+        answer = spawn(hub, "alice", {"gpus": 1}, server="second")
+        assert answer.status_code in (201, 202), answer.text
+        until("alice/second in line", lambda: "second" in hub.user_model("alice")["servers"])
+        page = browser.new_page(viewport=VIEWPORT)
+        log_in(page, hub, "alice")
+        page.goto(f"{hub.url}/hub/spawn-pending/alice/second")
+        leave = page.get_by_role("button", name="Leave the line")
+        leave.wait_for()
+        leave.click()
+        left = page.locator("#gpuhub-left-line")
+        left.wait_for()
+        held = left.locator(".gpuhub-still-held")
+        held.get_by_text("You still hold 2 \u00d7 Simulated GPU (server 'default').").wait_for()
+        assert "second" not in held.inner_text()  # the server she left is not listed
+        page.screenshot(path=str(artifact("waiting-page-left-still-held.png")), full_page=True)
+        until("alice/second gone", lambda: "second" not in hub.user_model("alice")["servers"])
+    finally:
+        stop(hub, "alice", "second")
+        stop(hub, "bob")
         stop(hub, "alice")
 
 
@@ -263,6 +295,11 @@ def test_stop_server_on_a_starting_named_server_stops_that_server(hub: Hub, brow
         stopped = page.locator("#gpuhub-stopped")
         stopped.wait_for()
         assert "stopped before it started" in stopped.inner_text()
+        # What she still holds: her default server's GPU, not "nothing".
+        stopped.locator(
+            ".gpuhub-still-held",
+            has_text="You still hold 1 \u00d7 Simulated GPU (server 'default').",
+        ).wait_for()
         assert not page.get_by_text("Your server is starting up").is_visible()  # no contradiction
         assert not page.locator("#progress-message").is_visible()
         assert page.evaluate("document.activeElement.textContent") == "Start a server"
