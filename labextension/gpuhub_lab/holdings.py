@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
+from fractions import Fraction
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from gpuhub.core import words
 from gpuhub.core.hub_client import HubClient, HubUnreachable
 
 SETTINGS_KEY = "gpuhub_holdings"
@@ -87,3 +90,41 @@ def setup_holdings(server_app: Any) -> None:
     web_app.settings[SETTINGS_KEY] = HubHoldings()
     route = url_path_join(web_app.settings["base_url"], "gpuhub/api/holdings")
     web_app.add_handlers(".*$", [(route, HoldingsHandler)])
+
+
+def quota_room(answer: dict[str, Any]) -> tuple[int | None, str | None]:
+    """Whole GPUs the user's quota leaves for a new cluster job (servers and jobs share it),
+    and, when it leaves none, the sentence that says why; ``(None, None)`` when the hub does
+    not say (no hub, no quota)."""
+    quota = answer.get("quota")
+    if not answer.get("available") or not isinstance(quota, int | float):
+        return None, None
+    taken = float(answer.get("held") or 0) + float(answer.get("waiting") or 0)
+    left = max(0, math.floor(quota - taken + 1e-9))
+    if left > 0:
+        return left, None
+    holders = [h for h in answer.get("holdings") or [] if isinstance(h, dict) and h.get("gpus")]
+    if quota <= 0 or not holders:
+        return 0, "Your GPU quota allows no GPU: this job runs without one."
+    yours = (
+        f"your {words.plural(quota, 'GPU')}"
+        if taken >= quota
+        else f"{words.amount(Fraction(taken).limit_denominator(1000))} of your "
+        f"{words.plural(quota, 'GPU')}, leaving less than one"
+    )
+    kinds = {h.get("kind") for h in holders}
+    if len(holders) == 1:
+        holder = holders[0]
+        if holder.get("kind") == "server":
+            name = holder.get("name") or ""
+            who = f"Your server '{name}'" if name else "Your server"
+            return 0, f"{who} holds {yours}: this job runs without one, or stop the server first."
+        return 0, (
+            f"Your {holder.get('label') or 'job'} holds {yours}: this job runs without one, "
+            "or wait for that job to end."
+        )
+    who = {
+        frozenset({"server"}): ("Your servers", "stop a server first"),
+        frozenset({"job"}): ("Your jobs", "wait for one of them to end"),
+    }.get(frozenset(kinds), ("Your servers and jobs", "stop a server first"))
+    return 0, f"{who[0]} hold {yours}: this job runs without one, or {who[1]}."

@@ -3,7 +3,9 @@
 Every route needs Jupyter's authentication (token, cookie + XSRF for browsers). Errors are
 JSON ``{"message": one sentence, "field": what was wrong}`` with a 4xx status. Bodies:
 
-* ``POST /gpuhub/api/jobs`` (docs/architecture.md body) -> ``201 {"id", "status", "url", "job"}``
+* ``POST /gpuhub/api/jobs`` (docs/architecture.md body) -> ``201 {"id", "status", "url", "job"}``,
+  plus ``"note"``: why a cluster job that left out ``gpus`` runs without a GPU (the user's
+  quota, which servers and jobs share, leaves none)
 * ``GET /gpuhub/api/jobs`` -> ``{"jobs": [job, ...]}``, newest first
 * ``GET /gpuhub/api/jobs/options`` -> the choices the submit dialog offers (see
   :func:`job_options`): the same images, GPU types and ranges as the spawn form
@@ -43,6 +45,7 @@ from gpuhub.jobs.model import (
 )
 from gpuhub.jobs.remote import HubServiceBackend, Offer
 
+from . import holdings
 from .jobs_config import GPUHubJobs
 
 SETTINGS_KEY = "gpuhub_jobs"
@@ -146,6 +149,15 @@ class JobsHandlerBase(JobsJSONMixin, APIHandler):
     def owner(self) -> str:
         return self.jobs.config.owner
 
+    async def quota_room(self) -> tuple[int | None, str | None]:
+        """What the user's quota leaves for a cluster job, and why nothing when it leaves
+        nothing (:func:`holdings.quota_room`); ``(None, None)`` off a cluster (a job here runs
+        on this server's GPUs, which count already) or when the hub does not say."""
+        source = self.settings.get(holdings.SETTINGS_KEY)
+        if not self.jobs.config.kubernetes_mode or not isinstance(source, holdings.HubHoldings):
+            return None, None
+        return holdings.quota_room(await source.get())
+
 
 class JobsHandler(JobsHandlerBase):
     @_json_errors
@@ -163,6 +175,13 @@ class JobsHandler(JobsHandlerBase):
         defaults = self.jobs.config.request_defaults(
             self.jobs.policy, backend, self.jobs.local_gpu_ids
         )
+        note = None
+        if body.get("gpus") in (None, ""):
+            # Start from what the quota leaves, as the dialog does, and say why it is none.
+            left, why = await self.quota_room()
+            wanted = defaults.get("gpus")
+            if left is not None and isinstance(wanted, int) and left < wanted:
+                defaults["gpus"], note = left, why
         for key, value in defaults.items():
             # A server's share of GPU memory is the default of a job that asks for a GPU.
             if key == "gpu_memory" and body.get("gpus") == 0:
@@ -172,16 +191,21 @@ class JobsHandler(JobsHandlerBase):
         request = self.jobs.parse_request(body, offer)
         record = await router.submit(request, self.owner)
         self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
-        self.reply(
-            {"id": record.id, "status": record.status, "url": record.url, "job": record.to_json()},
-            201,
-        )
+        reply = {"id": record.id, "status": record.status, "url": record.url}
+        self.reply({**reply, "job": record.to_json(), **({"note": note} if note else {})}, 201)
 
 
 class JobOptionsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self) -> None:
         options = job_options(self.jobs)
+        left, why = await self.quota_room()
+        # What the quota leaves (servers and jobs share it): the dialog starts from it and
+        # says why it is none.
+        options["quota"] = None if left is None else {"left": left, "note": why}
+        defaults = options.get("defaults")
+        if left is not None and isinstance(defaults, dict):
+            defaults["gpus"] = min(int(defaults.get("gpus", 0)), left)
         if self.jobs.config.kubernetes_mode:
             # On a cluster the admin offers the kinds and runtimes, and the cluster decides
             # which of them run (Training Operator, Trainer, KFP).
@@ -268,7 +292,8 @@ def job_options(context: JobsContext) -> dict[str, Any]:
     """The submit dialog's choices for this user: what the spawn form would offer.
 
     ``kinds`` lists every kind with ``available`` and, when not, the sentence why;
-    ``local`` describes this server's GPUs when kind ``job`` runs here.
+    ``local`` describes this server's GPUs when kind ``job`` runs here. The handler adds
+    ``quota``: ``{"left", "note"}`` on a cluster, what the user's quota leaves for a job.
     """
     router = context.router
     kinds = [

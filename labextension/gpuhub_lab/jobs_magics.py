@@ -349,8 +349,9 @@ class JobMagics(Magics):
     def submit(self, line: str) -> None:
         """Submit a notebook (by default this one, as saved) as a job.
 
-        Without --gpus it gets the jobs API's default (1 GPU when you may have one); the
-        most you may ask for is what the Run as job dialog says.
+        Without --gpus it gets the jobs API's default (1 GPU when you may have one and, on
+        a cluster, when your quota, which your servers share, leaves one); the most you may
+        ask for is what the Run as job dialog says.
         """
         args = parse_args(self.submit, line)
         notebook = args.notebook or self._current_notebook()
@@ -387,6 +388,8 @@ class JobMagics(Magics):
     def _submit(self, body: dict[str, Any], *, wait: bool) -> None:
         answer = self._call("submit", body)
         job = answer.get("job") or answer
+        if answer.get("note"):  # no --gpus, and the quota leaves none: why it runs on CPU
+            print(f"Note: {answer['note']}")
         print(
             f"Submitted {job['id']} ({job.get('kind', 'job')}, {job.get('gpu', '')}): "
             f"{status_words(job)}. Follow it with %jobs, %job logs {job['id']}."

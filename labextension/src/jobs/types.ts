@@ -110,6 +110,12 @@ export interface IJobOptions {
   max_gpus?: number;
   /** What the server fills in for a field a request leaves out (%submit, the API). */
   defaults?: { gpus: number; gpu_type?: string };
+  /**
+   * On a cluster: the whole GPUs the user's quota (which their servers share)
+   * leaves for a job, and why none when it leaves none; null where it does
+   * not apply or the hub does not say.
+   */
+  quota?: { left: number; note: string | null } | null;
   cpu?: { min: number; max: number; default: string };
   memory?: { min: string; max: string; default: string };
 }

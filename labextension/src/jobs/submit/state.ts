@@ -145,10 +145,16 @@ export class FormState {
       f.image!.value = CUSTOM_IMAGE;
       f.customImage.value = String(last.image);
     }
+    // Never more GPUs than the quota leaves now (a server may have started since).
+    const left = this._opts.options.quota?.left;
+    const gpus =
+      left !== undefined && typeof last.gpus === 'number'
+        ? Math.min(last.gpus, left)
+        : last.gpus;
     for (const [input, value] of [
       [f.cpu, last.cpu],
       [f.memory, last.memory],
-      [f.gpus, last.gpus]
+      [f.gpus, gpus]
     ] as const) {
       if (value !== undefined && !input.readOnly) {
         input.value = String(value);
@@ -175,6 +181,8 @@ export class FormState {
     }
     const max = this.maxGpus();
     const o = this._opts.options;
+    const quota = o.quota ?? null;
+    const perWorker = DISTRIBUTED_KINDS.includes(kind) ? ' per worker' : '';
     let help: string;
     if (max === 0) {
       help =
@@ -183,9 +191,17 @@ export class FormState {
         ((o.gpu_types ?? []).length === 0 || o.local.gpus === 0)
           ? 'This server has no GPU, so jobs here run on CPU.'
           : 'Your limits allow no GPU, so the job runs on CPU.';
+    } else if (quota?.note) {
+      // The quota, which servers share, leaves none: the server's sentence says why.
+      help = quota.note;
+      if (gpus > 0) {
+        help += ` ${gpus} is more than your quota leaves; the server will refuse it.`;
+      }
     } else {
-      help = `0 for a CPU-only job; up to ${max} for you${DISTRIBUTED_KINDS.includes(kind) ? ' per worker' : ''}.`;
-      if (gpus > max) {
+      const most = quota ? Math.min(max, quota.left) : max;
+      help = `0 for a CPU-only job; up to ${most} for you${perWorker}`;
+      help += most < max ? ', what your GPU quota leaves.' : '.';
+      if (gpus > most) {
         help += ` ${gpus} is more than that; the server will refuse it.`;
       }
     }

@@ -133,6 +133,18 @@ describe('SubmitForm', () => {
     expect(second.body()).toMatchObject({ gpus: 3, cpu: 2 });
   });
 
+  it('starts the next dialog within what the quota leaves now', async () => {
+    submit.mockResolvedValue(reply());
+    const first = new SubmitForm(formOptions());
+    await first.submit(); // 1 GPU, accepted
+    const spent = formOptions();
+    spent.options = jobOptions({
+      defaults: { gpus: 0 },
+      quota: { left: 0, note: 'Your server holds your 1 GPU.' }
+    });
+    expect(new SubmitForm(spent).body().gpus).toBe(0);
+  });
+
   it('does not remember a refused submit', async () => {
     submit.mockRejectedValue(new GpuhubAPIError('No.', 400, 'cpu'));
     const first = new SubmitForm(formOptions());

@@ -223,6 +223,34 @@ describe('SubmitFields', () => {
     expect(f.gpuType).toBeNull();
   });
 
+  it('starts from what the quota leaves, and says why when it leaves none', () => {
+    const note =
+      'Your server holds your 1 GPU: this job runs without one, or stop the server first.';
+    // The server lowers the default to what the quota leaves (0) and sends the sentence.
+    const { f } = build(
+      jobOptions({ defaults: { gpus: 0 }, quota: { left: 0, note } })
+    );
+    expect(f.gpus.value).toBe('0');
+    expect(f.gpus.readOnly).toBe(false); // the limit allows GPUs; the quota is spent now
+    expect(f.gpusHelp.textContent).toBe(note);
+    type(f.gpus, '1');
+    expect(f.gpusHelp.textContent).toBe(
+      `${note} 1 is more than your quota leaves; the server will refuse it.`
+    );
+  });
+
+  it('says how many GPUs the quota leaves when that is fewer than the limit', () => {
+    const { f } = build(jobOptions({ quota: { left: 2, note: null } }));
+    expect(f.gpus.value).toBe('1');
+    expect(f.gpusHelp.textContent).toBe(
+      '0 for a CPU-only job; up to 2 for you, what your GPU quota leaves.'
+    );
+    type(f.gpus, '3');
+    expect(f.gpusHelp.textContent).toContain(
+      '3 is more than that; the server will refuse it.'
+    );
+  });
+
   it("preselects this server's GPU type", () => {
     const { f } = build(
       jobOptions({ local: { gpus: 1, gpu_type: 'a100-1g' } })
