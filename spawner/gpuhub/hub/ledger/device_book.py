@@ -132,10 +132,6 @@ def jobs_key(user: str, server: str) -> HolderKey:
     return HolderKey(user, "job", server)
 
 
-# The name gpuhub.hub.monitor.cancel still imports (it is being rewritten): jobs_key.
-jobs_owner = jobs_key
-
-
 def alive(process: Process) -> bool:
     """Whether this exact process (not a later one with the same pid) still runs."""
     import psutil

@@ -32,7 +32,7 @@ from typing import Any
 
 from gpuhub.core.env import JOB_ID_ENV
 from gpuhub.core.holdings import Holding
-from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, alive, jobs_owner
+from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, alive, jobs_key
 from gpuhub.hub.ledger.launches import Process
 from gpuhub.jobs import kinds
 from gpuhub.k8s.labels import CANCEL_REASON_ANNOTATION, CANCELLED_BY_ANNOTATION
@@ -53,7 +53,7 @@ class CancelRefused(Exception):
 
 # -- a workstation ------------------------------------------------------------------------------
 def _job_hold(book: GPUAllocator, holding: Holding) -> Holder:
-    holder = book.holder(jobs_owner(holding.user, holding.name))
+    holder = book.holder(jobs_key(holding.user, holding.name))
     if holder is None:
         raise CancelRefused(404, f"{holding.user} has no job {holding.name!r} holding GPUs.")
     return holder
