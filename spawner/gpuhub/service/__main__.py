@@ -18,6 +18,7 @@ import sys
 from typing import Any
 from urllib.parse import urlparse
 
+from gpuhub.core.env import LOG_LEVEL_ENV
 from gpuhub.service.config import ServiceConfig, ServiceConfigError
 
 DEFAULT_URL = "http://0.0.0.0:10101"
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the service's YAML configuration")
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=os.environ.get("GPUHUB_LOG_LEVEL", "INFO").upper(),
+        level=os.environ.get(LOG_LEVEL_ENV, "INFO").upper(),
         format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s",
     )
     try:

@@ -17,13 +17,14 @@ import asyncio
 import logging
 import os
 
+from gpuhub.core.env import HOLD_SECONDS_ENV
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.service.quota import HubQuota
 
 log = logging.getLogger("gpuhub.service")
 
 # Seconds between renewals; well inside the hub's GRANT_SECONDS (600).
-HOLD_EVERY = float(os.environ.get("GPUHUB_HOLD_SECONDS") or 60)
+HOLD_EVERY = float(os.environ.get(HOLD_SECONDS_ENV) or 60)
 
 
 async def renew_once(kube: KubernetesBackend, quota: HubQuota) -> int:
