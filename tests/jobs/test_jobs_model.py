@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuhub.core.env import GROUPS_ENV, POLICY_ENV
 from gpuhub.core.options import FIELDS, OptionsError
 from gpuhub.core.policy import Policy
 from gpuhub.jobs import JobError, JobRecord, JobRequest
 from gpuhub.jobs.backend import JobRouter, RemoteBackend
 from gpuhub.jobs.model import JOB_FIELDS, MAX_NAME, Runtimes, default_name
-from gpuhub.jobs.policy_env import GROUPS_ENV, POLICY_ENV, policy_env, read_policy_env
+from gpuhub.jobs.policy_env import policy_env, read_policy_env
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.policies import DESIGN_CONFIG, design_policy
 

@@ -14,17 +14,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-POLICY_ENV = "GPUHUB_POLICY"  # JSON: the keyword arguments of Policy.from_config
-GROUPS_ENV = "GPUHUB_GROUPS"  # JSON list of the user's JupyterHub group names
-POLICY_KEYS = (
-    "images",
-    "custom_image_pattern",
-    "gpu_types",
-    "cpu_range",
-    "memory_range",
-    "group_limits",
-    "default_limits",
-)
+from gpuhub.core.env import GROUPS_ENV, POLICY_ENV
+from gpuhub.core.policy_traits import POLICY_KEYS
 
 
 def policy_env(policy_config: Mapping[str, Any], groups: Iterable[str]) -> dict[str, str]:

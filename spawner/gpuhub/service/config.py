@@ -4,8 +4,8 @@
 
     namespace: jupyterhub                  # where user servers and jobs run
     policy: {images, custom_image_pattern, gpu_types, cpu_range, memory_range,
-             group_limits, default_limits}  # the GPUSpawner traits, copied by the chart
-    gpu_quota: {default: 2, groups: {staff: 8}}   # the hub's GPUSpawner.gpu_quota (ledger)
+             group_limits, default_limits}  # the hub's PolicyTraits, copied by the chart
+    gpu_quota: {default: 2, groups: {staff: 8}}   # the hub's HubPolicyTraits.gpu_quota (ledger)
     job_image: ghcr.io/gpuhub/gpuhub-notebook:0.1.0
     home_volume: {claim_name_template: "claim-{username}", mount_path: /home/jovyan, shared: false}
     kfp: {endpoint: "", ui_url: "", namespace: kubeflow, service_account: ""}
@@ -31,10 +31,10 @@ import yaml
 
 from gpuhub.core.holdings import GPUQuota
 from gpuhub.core.policy import Policy, PolicyConfigError
+from gpuhub.core.policy_traits import POLICY_KEYS
 from gpuhub.jobs.k8s.manifests import HomeVolume, KubeJobSettings
 from gpuhub.jobs.model import KINDS, Runtimes
 from gpuhub.jobs.pipeline import KFPSettings
-from gpuhub.jobs.policy_env import POLICY_KEYS
 
 # A LocalQueue's name, as it must also be a label value (Kueue's queue-name label).
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
