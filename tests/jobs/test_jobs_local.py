@@ -176,6 +176,51 @@ async def test_a_restarted_server_lists_old_jobs_and_follows_live_ones(root, tmp
     assert (await third.get("ada", slow.id)).status == "failed"
 
 
+SHOW_HOLDER_ENV = (
+    "import json, os\n"
+    "print('holder', json.dumps({k: v for k, v in os.environ.items() if k.startswith(("
+    "'GPUHUB_GPU', 'CUDA_')) and k != 'CUDA_DEVICE_ORDER'}, sort_keys=True))"
+)
+
+
+async def test_a_job_on_a_share_of_a_gpu_holds_its_own_part_of_it(tmp_path):
+    """The server's GPU, type and share reach the job as its own (gpuhub.core.holder_env):
+    its part of the server's 8 GB, and the MPS daemon's limit for that part."""
+    root = tmp_path / "home"
+    write_notebook(root / "env.ipynb", SHOW_HOLDER_ENV)
+    shared = Policy.from_config(
+        gpu_types={"t4": {"display_name": "T4", "sharing": {"memory": "16G", "min": "1G"}}},
+    )
+    server = {
+        **os.environ,
+        "GPUHUB_GPUS": "1",
+        "GPUHUB_GPU_TYPE": "t4",
+        "GPUHUB_GPU_TYPE_NAME": "T4",
+        "GPUHUB_GPU_SHARE": "1/2",
+        "GPUHUB_GPU_MEMORY": str(8 * 10**9),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=7630M",
+    }
+    backend = LocalBackend(root, owner="ada", gpu_ids=["3"], gpu_type="t4", env=server)
+    job = JobRequest.parse(
+        {"notebook": "env.ipynb", "gpus": 1, "gpu_type": "t4", "gpu_memory": "4G"},
+        policy=shared,
+        root_dir=root,
+    )
+    await backend.check(job, "ada")
+    done = await until_final(backend, (await backend.submit(job, "ada")).id)
+    assert done.status == "succeeded", done.error
+    line = next(x for x in read_outputs(root / done.output).splitlines() if "holder" in x)
+    assert json.loads(line.split("holder ", 1)[1]) == {
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=3815M",  # 4 GB in MiB, rounded up
+        "CUDA_VISIBLE_DEVICES": "3",
+        "GPUHUB_GPUS": "1",
+        "GPUHUB_GPU_MEMORY": str(4 * 10**9),
+        "GPUHUB_GPU_SHARE": "1/4",  # half of the server's half
+        "GPUHUB_GPU_TYPE": "t4",
+        "GPUHUB_GPU_TYPE_NAME": "T4",
+    }
+
+
 async def test_gpu_requests_beyond_this_server_are_refused(root):
     none = LocalBackend(root, owner="ada", gpu_ids=[])
     with pytest.raises(JobError) as caught:

@@ -36,16 +36,21 @@ from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.devices import visible_devices
+from gpuhub.core.env import (
+    GPU_TYPE_ENV,
+    GPU_TYPE_NAME_ENV,
+    JOB_ID_ENV,
+    MACHINERY_ENV,
+    MPS_MEMORY_LIMIT_ENV,
+    SERVER_PID_ENV,
+    SHARE_ENV,
+    SHARE_MEMORY_ENV,
+)
+from gpuhub.core.holder_env import holder_env
 from gpuhub.core.hub_client import cancel_notice_for_job
 from gpuhub.core.options import GPU_MEMORY
 from gpuhub.core.quantity import format_memory, human_memory
-from gpuhub.core.sharing import (
-    MPS_MEMORY_LIMIT_ENV,
-    SHARE_ENV,
-    SHARE_MEMORY_ENV,
-    process_share_env,
-    share_from_env,
-)
+from gpuhub.core.sharing import share_from_env
 from gpuhub.jobs import paths, run_notebook
 from gpuhub.jobs.backend import JobBackend, QuotaGate
 from gpuhub.jobs.model import (
@@ -253,22 +258,32 @@ class LocalBackend(JobBackend):
             "result": str(run_dir / "result.json"),
         }
         env = dict(self.env)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids[: request.resources.gpus])
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # index N is the GPU NVML and the sidebar call N
-        env["GPUHUB_JOB_ID"] = job_id
-        # The runner is machinery (simulated GPUs do not count it), its kernel is the job; and
-        # the magics in the job's kernel reach this server by its pid (gpuhub_lab.jobs_client).
-        env[run_notebook.MACHINERY_ENV] = "1"
-        env["GPUHUB_SERVER_PID"] = str(os.getpid())
-        env["GPUHUB_GPUS"] = str(request.resources.gpus)
         for name in (SHARE_ENV, SHARE_MEMORY_ENV, MPS_MEMORY_LIMIT_ENV):
             env.pop(name, None)
+        gpus = request.resources.gpus
         server_share = share_from_env(self.env)[0]
         asked = request.resources.gpu_memory
-        if request.resources.gpus and asked and self.share_memory and server_share is not None:
+        share = gpu_memory = None
+        if gpus and asked and self.share_memory and server_share is not None:
             # Its own part of the server's share: what it counts as, and the MPS daemon's
             # limit for it.
-            env.update(process_share_env(asked, server_share * asked / self.share_memory))
+            share, gpu_memory = server_share * asked / self.share_memory, asked
+        # The first ``gpus`` of this server's GPUs, of the server's own type.
+        env.update(
+            holder_env(
+                gpus,
+                self.env.get(GPU_TYPE_ENV, ""),
+                self.env.get(GPU_TYPE_NAME_ENV, ""),
+                devices=self.gpu_ids[:gpus],
+                share=share,
+                gpu_memory=gpu_memory,
+            )
+        )
+        env[JOB_ID_ENV] = job_id
+        # The runner is machinery (simulated GPUs do not count it), its kernel is the job; and
+        # the magics in the job's kernel reach this server by its pid (gpuhub_lab.jobs_client).
+        env[MACHINERY_ENV] = "1"
+        env[SERVER_PID_ENV] = str(os.getpid())
         # Nothing caps a local job's CPU or memory (nor the server's: LocalGPUSpawner only
         # advertises them), but libraries size their thread pools from these, and
         # jupyter-resource-usage shows the request against what the job uses.
