@@ -12,13 +12,10 @@ counts by itself with LISTs (:class:`~gpuhub.jobs.k8s.backend.ClusterQuota`, the
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
-from urllib.parse import quote
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-
+from gpuhub.core.hub_client import HubAnswer, HubClient
 from gpuhub.jobs.backend import QuotaGate
 from gpuhub.jobs.model import JobError, JobRequest
 
@@ -27,6 +24,7 @@ log = logging.getLogger("gpuhub.service")
 UNREACHABLE = (
     "The hub did not answer the GPU quota check, so nothing was started; try again in a moment."
 )
+TIMEOUT = 20.0  # seconds a call waits for the hub
 
 
 class HubQuota:
@@ -40,15 +38,10 @@ class HubQuota:
         self.token = token
         self.fallback = fallback
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        request = HTTPRequest(
-            f"{self.api_url}/gpuhub/grants{path}",
-            method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-            body=json.dumps(body) if body is not None else None,
-            request_timeout=20,
-        )
-        return await AsyncHTTPClient().fetch(request, raise_error=False)
+    def _hub(self, owner: str = "") -> HubClient:
+        """The hub's API with the service's token: about one user's grant
+        (``grants/<owner>/<job>``), or about none (``grants``)."""
+        return HubClient(self.api_url, self.token, owner)
 
     async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None:
         if HubQuota.hub_has_ledger is False:
@@ -64,11 +57,11 @@ class HubQuota:
             **share_fields(request),
         }
         try:
-            response = await self._call("POST", "", body)
-        except (OSError, HTTPClientError) as exc:
+            response = await self._hub().call("POST", "grants", body=body, timeout=TIMEOUT)
+        except OSError as exc:  # HubUnreachable
             log.error("gpuhub: the hub's GPU ledger did not answer: %s", exc)
             raise JobError("gpus", UNREACHABLE, 503) from None
-        if response.code == 404 and b"gpuhub" not in (response.body or b""):
+        if response.code == 404 and b"gpuhub" not in response.body:
             if HubQuota.hub_has_ledger is None:
                 log.warning(
                     "gpuhub: the hub has no GPU ledger endpoints (gpuhub.hub.web.api.configure_hub "
@@ -80,7 +73,7 @@ class HubQuota:
         HubQuota.hub_has_ledger = True
         if response.code == 201:
             return
-        message = _message(response.body) or UNREACHABLE
+        message = _message(response) or UNREACHABLE
         if response.code == 403:
             raise JobError("gpus", message, 403)
         log.error("gpuhub: the hub's GPU ledger answered %s: %s", response.code, message)
@@ -121,16 +114,16 @@ class HubQuota:
         if HubQuota.hub_has_ledger is False or gpus <= 0:
             return
         body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type, "uid": uid, **(share or {})}
-        path = f"/{quote(owner, safe='')}/{quote(job_id, safe='')}"
+        hub = self._hub(owner)
         try:
-            response = await self._call("PUT", path, body)
-        except (OSError, HTTPClientError) as exc:
+            response = await hub.call("PUT", "grants", job_id, body=body, timeout=TIMEOUT)
+        except OSError as exc:  # HubUnreachable
             log.warning("gpuhub: could not renew the grant of queued job %s: %s", job_id, exc)
             return
         if response.code == 204:
             HubQuota.hub_has_ledger = True  # so that a cancel releases the grant it renewed
             return
-        if response.code == 404 and b"gpuhub" not in (response.body or b""):
+        if response.code == 404 and b"gpuhub" not in response.body:
             HubQuota.hub_has_ledger = False  # no ledger endpoints: the service counts itself
             return
         if response.code == 405 and not HubQuota._warned_no_renewal:
@@ -145,7 +138,7 @@ class HubQuota:
                 "gpuhub: the hub answered %s renewing the grant of %s: %s",
                 response.code,
                 job_id,
-                _message(response.body),
+                _message(response),
             )
 
     async def release(self, owner: str, job_id: str) -> None:
@@ -153,8 +146,8 @@ class HubQuota:
             await self.fallback.release(owner, job_id)
             return
         try:
-            await self._call("DELETE", f"/{quote(owner, safe='')}/{quote(job_id, safe='')}")
-        except (OSError, HTTPClientError) as exc:  # the grant expires by itself
+            await self._hub(owner).call("DELETE", "grants", job_id, timeout=TIMEOUT)
+        except OSError as exc:  # HubUnreachable: the grant expires by itself
             log.warning("gpuhub: could not release the grant of %s: %s", job_id, exc)
 
 
@@ -167,9 +160,7 @@ def share_fields(request: JobRequest) -> dict[str, Any]:
     return {"share": str(request.total_amount), "gpu_memory": memory}
 
 
-def _message(body: bytes | None) -> str:
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        return ""
+def _message(answer: HubAnswer) -> str:
+    """The sentence in the hub's JSON answer ("" when it has none)."""
+    data = answer.json()
     return str(data.get("message") or "") if isinstance(data, dict) else ""
