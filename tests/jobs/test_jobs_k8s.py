@@ -779,7 +779,7 @@ async def test_missing_trainer_or_runtime_is_said_plainly(kube_faults, faulty_ba
 
 
 async def test_image_pull_failure_is_said_in_words(kube, backend, root):
-    # kwok's nodes never pull an image tagged :missing (tests/cluster/nodes.py).
+    # kwok's nodes never pull an image tagged :missing (localk8s/nodes.py).
     image = f"registry.example.org/me/notebook{MISSING_IMAGE_SUFFIX}"
     record = await backend.submit(on_kwok(root, image=image), "alice", **submit_args(root))
     pending = await wait_message(backend, "alice", record.id, "Cannot pull")

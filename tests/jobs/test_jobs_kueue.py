@@ -466,7 +466,7 @@ def test_record_json_contract_round_trips_through_the_forwarder():
 
 async def test_queue_messages_read_right(kube_faults, faulty_backend):
     """The sentences a queued job can carry, swept like every other message
-    (tests/spawner/test_message_sweep.py)."""
+    (tests/hub/test_message_sweep.py)."""
     from gpuhub.jobs.k8s.status import queue_phase
     from tests.support.messages import problems
 

@@ -1,6 +1,6 @@
 """The ``gpuhub`` hub service end to end: a real JupyterHub (and proxy), the service as its own
 process (``python -m gpuhub.service --config``) under the Helm chart's ServiceAccount and Role,
-the test cluster (tests/support/jobs.kube.py), and a real user Jupyter server whose jobs API
+the test cluster (tests/support/cluster.py), and a real user Jupyter server whose jobs API
 forwards to the service (Kubernetes mode). tests/support/hub/jobs_on_cluster.py starts them.
 
 Users call with tokens the hub issued them (scope ``access:services!service=gpuhub``); the
