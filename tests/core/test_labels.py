@@ -57,3 +57,28 @@ def test_no_module_spells_out_a_key() -> None:
                 continue
             found += [f"{where}:{line}: {text!r}" for line, text in _spelt_out(path, keys)]
     assert not found, "use gpuhub.k8s.labels' constant instead:\n" + "\n".join(found)
+
+
+def _aliases(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each module-level ``NAME = KEY_CONSTANT`` in ``path``: a second name
+    for a key, which would leave two names to search for."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            value = node.value
+            used = value.id if isinstance(value, ast.Name) else getattr(value, "attr", None)
+            if used in names:
+                found.append((node.lineno, used))
+    return found
+
+
+def test_no_module_renames_a_key() -> None:
+    names = {name for name in vars(labels) if name.isupper()}
+    found = []
+    for root in SOURCES:
+        for path in sorted(root.rglob("*.py")):
+            where = path.relative_to(REPO).as_posix()
+            if where != HOME:
+                found += [f"{where}:{line}: {name}" for line, name in _aliases(path, names)]
+    assert not found, "import gpuhub.k8s.labels' constant by its own name:\n" + "\n".join(found)

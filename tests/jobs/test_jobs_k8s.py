@@ -27,6 +27,7 @@ from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.kinds import workload_kind
 from gpuhub.jobs.kinds.phase import FINISHING
 from gpuhub.jobs.model import JobError, JobNotFound
+from gpuhub.k8s.labels import JOB_ID_LABEL, MANAGED_BY_LABEL, USER_LABEL, USERNAME_ANNOTATION
 from tests.support.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
@@ -183,10 +184,10 @@ def test_gpu_job_manifest_follows_the_server_rules(root, kube, settings):
     assert pod["automountServiceAccountToken"] is False  # user code holds no credentials
     assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
     labels = job["metadata"]["labels"]
-    assert labels[m.LABEL_MANAGED_BY] == "gpuhub"
-    assert labels[m.LABEL_JOB_ID] == "train-abc123"
-    assert labels[m.LABEL_USER] != "alice@example.org"  # a label-safe slug ...
-    assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice@example.org"  # exact
+    assert labels[MANAGED_BY_LABEL] == "gpuhub"
+    assert labels[JOB_ID_LABEL] == "train-abc123"
+    assert labels[USER_LABEL] != "alice@example.org"  # a label-safe slug ...
+    assert job["metadata"]["annotations"][USERNAME_ANNOTATION] == "alice@example.org"  # exact
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["GPUHUB_GPUS"] == "2" and "NVIDIA_VISIBLE_DEVICES" not in env
     assert json.loads(configmap["data"]["notebook.ipynb"])["cells"]
@@ -416,14 +417,14 @@ async def test_job_killed_without_a_result_says_why(kube, backend, root):
 async def test_cancel_deletes_the_job_its_pods_and_its_input(kube, backend, root):
     record = await backend.submit(on_kwok(root), "alice", **submit_args(root))
     await wait_status(backend, "alice", record.id, "running")
-    assert await asyncio.to_thread(kube.list, "Pod", labels={m.LABEL_JOB_ID: record.id})
+    assert await asyncio.to_thread(kube.list, "Pod", labels={JOB_ID_LABEL: record.id})
     cancelled = await backend.cancel("alice", record.id)
     assert cancelled.status == "cancelled"
     await asyncio.to_thread(
         kube.wait_for,
         lambda: (
             not kube.get("Job", record.id)
-            and not kube.list("Pod", labels={m.LABEL_JOB_ID: record.id})
+            and not kube.list("Pod", labels={JOB_ID_LABEL: record.id})
             and not kube.get("ConfigMap", m.configmap_name(record.id))
         ),
         60,
@@ -522,7 +523,7 @@ async def test_retried_submit_makes_one_job(kube, backend, root):
     again = await backend.submit(request, "alice", key="retry-1", **submit_args(root))
     assert again.id == first.id
     assert len(await asyncio.to_thread(kube.list, "Job")) == 1
-    configmaps = await asyncio.to_thread(kube.list, "ConfigMap", labels={m.LABEL_JOB_ID: first.id})
+    configmaps = await asyncio.to_thread(kube.list, "ConfigMap", labels={JOB_ID_LABEL: first.id})
     assert len(configmaps) == 1
     other = await backend.submit(request, "alice", key="retry-2", **submit_args(root))
     assert other.id != first.id
@@ -537,7 +538,7 @@ async def test_failed_create_leaves_no_configmap(kube, kube_faults, faulty_backe
     with pytest.raises(JobError) as caught:
         await faulty_backend.submit(make_request(root), "alice", **submit_args(root))
     assert caught.value.status == 503 and "nothing was left behind" in caught.value.message
-    managed = {m.LABEL_MANAGED_BY: "gpuhub"}
+    managed = {MANAGED_BY_LABEL: "gpuhub"}
     assert await asyncio.to_thread(kube.list, "ConfigMap", labels=managed) == []
     assert await asyncio.to_thread(kube.list, "Job") == []
 
@@ -548,7 +549,7 @@ async def test_failed_owner_reference_rolls_back_the_job(kube, kube_faults, faul
     )
     with pytest.raises(JobError):
         await faulty_backend.submit(make_request(root), "alice", **submit_args(root))
-    managed = {m.LABEL_MANAGED_BY: "gpuhub"}
+    managed = {MANAGED_BY_LABEL: "gpuhub"}
     await asyncio.to_thread(
         kube.wait_for,
         lambda: (

@@ -23,6 +23,8 @@ from tornado.httpclient import AsyncHTTPClient
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError, JobRecord
+from gpuhub.k8s import kueue
+from gpuhub.k8s.labels import KUEUE_JOB_UID_LABEL, QUEUE_NAME_LABEL
 from tests.support.cluster import Kube
 from tests.support.jobs_service import (
     NOTEBOOK_OK,
@@ -86,7 +88,7 @@ async def faulty_backend(kube, kube_faults):
 def kueue_absent(kube_faults: Any) -> None:
     """The cluster's Kueue is shared by every test: the fault proxy answers as an apiserver
     without it does (404 for its API group)."""
-    kube_faults.fail_requests(404, path=f"/apis/{m.KUEUE_GROUP}/", count=None)
+    kube_faults.fail_requests(404, path=f"/apis/{kueue.GROUP}/", count=None)
 
 
 async def wait_for(backend, owner, job_id, predicate, timeout=30.0) -> JobRecord:
@@ -123,7 +125,7 @@ async def submit_in_order(kube, backend, root, owners, **body) -> list[JobRecord
 def past_workload_second(kube: Kube, job_id: str) -> Any:
     def passed() -> bool:
         uid = kube.get("Job", job_id)["metadata"]["uid"]
-        made = kube.list("Workload", labels={m.LABEL_KUEUE_JOB_UID: uid}, api_version=KUEUE)
+        made = kube.list("Workload", labels={KUEUE_JOB_UID_LABEL: uid}, api_version=KUEUE)
         if not made:
             return False
         second = datetime.fromisoformat(made[0]["metadata"]["creationTimestamp"])
@@ -139,14 +141,14 @@ def test_queued_manifests_carry_the_label_and_are_suspended(root, kube):
     validate(job)
     # Kueue's webhooks (and the Training Operator's) take them as they are: still suspended.
     assert accepted(kube, job)["spec"]["suspend"] is True
-    assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
+    assert job["metadata"]["labels"][QUEUE_NAME_LABEL] == "gpu-jobs"
     assert job["spec"]["suspend"] is True
     # The label is the workload's: Kueue reads it there; the pods keep gpuhub's labels only.
-    assert m.LABEL_QUEUE_NAME not in job["spec"]["template"]["metadata"]["labels"]
+    assert QUEUE_NAME_LABEL not in job["spec"]["template"]["metadata"]["labels"]
     for kind in ("pytorchjob", "tfjob"):
         request = make_request(root, kind=kind, workers=2, gpus=1, gpu_type="a100")
         obj = m.workload(request, "alice", "ddp-abc123", QUEUED, key="k", created="now")
-        assert obj["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
+        assert obj["metadata"]["labels"][QUEUE_NAME_LABEL] == "gpu-jobs"
         assert obj["spec"]["runPolicy"]["suspend"] is True
         assert accepted(kube, obj)["spec"]["runPolicy"]["suspend"] is True
 
@@ -154,7 +156,7 @@ def test_queued_manifests_carry_the_label_and_are_suspended(root, kube):
 def test_without_a_queue_nothing_changes(root):
     request = make_request(root, gpus=2, gpu_type="a100")
     job = m.workload(request, "alice", "train-abc123", PLAIN, key="k", created="now")
-    assert m.LABEL_QUEUE_NAME not in job["metadata"]["labels"]
+    assert QUEUE_NAME_LABEL not in job["metadata"]["labels"]
     assert "suspend" not in job["spec"]
     request = make_request(root, kind="pytorchjob", workers=2, gpus=1, gpu_type="a100")
     obj = m.workload(request, "alice", "ddp-abc123", PLAIN, key="k", created="now")
@@ -168,7 +170,7 @@ async def test_jobs_wait_in_line_and_are_admitted_in_order(kube, backend, root):
         kube, backend, root, ["alice", "alice", "alice", "bob"]
     )
     job = await asyncio.to_thread(kube.get, "Job", first.id)
-    assert job["metadata"]["labels"][m.LABEL_QUEUE_NAME] == "gpu-jobs"
+    assert job["metadata"]["labels"][QUEUE_NAME_LABEL] == "gpu-jobs"
     # The first two fit the ClusterQueue's 8 A100s: admitted, resumed, then running.
     for record in (first, second):
         await wait_for(backend, "alice", record.id, lambda r: r.status == "running")
@@ -205,7 +207,7 @@ async def test_cancel_while_queued_removes_job_and_workload(kube, backend, root)
     uid = (await asyncio.to_thread(kube.get, "Job", waiting.id))["metadata"]["uid"]
 
     def workloads() -> list[dict[str, Any]]:
-        return kube.list("Workload", labels={m.LABEL_KUEUE_JOB_UID: uid}, api_version=KUEUE)
+        return kube.list("Workload", labels={KUEUE_JOB_UID_LABEL: uid}, api_version=KUEUE)
 
     assert await asyncio.to_thread(workloads)
     cancelled = await backend.cancel("alice", waiting.id)
@@ -228,7 +230,7 @@ async def test_cancel_while_queued_removes_job_and_workload(kube, backend, root)
 async def test_position_unknown_without_the_visibility_api(kube, kube_faults, faulty_backend, root):
     names = await asyncio.to_thread(queues, kube, 4)
     # A Kueue without its visibility server (or an account not allowed to ask it): 404.
-    kube_faults.fail_requests(404, path=f"/apis/{m.KUEUE_VISIBILITY_GROUP}/", count=None)
+    kube_faults.fail_requests(404, path=f"/apis/{kueue.VISIBILITY_GROUP}/", count=None)
     await submit(faulty_backend, root)
     waiting = await submit(faulty_backend, root)
     queued = await wait_for(
@@ -251,7 +253,7 @@ async def test_kueue_is_read_in_v1beta2_or_else_v1beta1(
     v1beta2, as an older Kueue does), it reads v1beta1 and shows the same."""
     names = await asyncio.to_thread(queues, kube, 4)
     if version == "v1beta1":
-        for group in (m.KUEUE_GROUP, m.KUEUE_VISIBILITY_GROUP):
+        for group in (kueue.GROUP, kueue.VISIBILITY_GROUP):
             kube_faults.fail_requests(404, path=f"/apis/{group}/v1beta2", count=None)
     holder = await submit(faulty_backend, root)
     waiting = await submit(faulty_backend, root)
@@ -264,7 +266,7 @@ async def test_kueue_is_read_in_v1beta2_or_else_v1beta1(
     )
     assert names.a100_flavor in (queued.message or "")
     other = "v1beta1" if version == "v1beta2" else "v1beta2"
-    for group in (m.KUEUE_GROUP, m.KUEUE_VISIBILITY_GROUP):
+    for group in (kueue.GROUP, kueue.VISIBILITY_GROUP):
         # Discovery asks for the preferred version first; the objects are read in one only.
         reads = [
             p for p in kube_faults.paths if p.startswith(f"/apis/{group}/") and "/namespaces/" in p

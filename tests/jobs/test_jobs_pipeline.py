@@ -23,6 +23,7 @@ from gpuhub.jobs.pipeline import (
     KFPSettings,
     compile_pipeline,
 )
+from gpuhub.k8s.labels import JOB_ID_LABEL, MANAGED_BY_LABEL
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
 from tests.support.kfp_standin import KFPStandIn
 
@@ -170,9 +171,9 @@ async def test_submit_follow_and_cancel_a_run(kube, kfp_api, kfp_backend, root):
     assert [e["display_name"] for e in kfp_api.experiments.values()] == ["gpuhub-alice"]
     # The record is a ConfigMap in the service's namespace, as the apiserver keeps it.
     [kept_record] = await asyncio.to_thread(
-        kube.list, "ConfigMap", labels={m.LABEL_JOB_ID: record.id}
+        kube.list, "ConfigMap", labels={JOB_ID_LABEL: record.id}
     )
-    assert kept_record["metadata"]["labels"][m.LABEL_MANAGED_BY] == "gpuhub"
+    assert kept_record["metadata"]["labels"][MANAGED_BY_LABEL] == "gpuhub"
 
     # Retried with the same key: the same run, not a second one.
     again = await kfp_backend.submit(request, "alice", notebook=notebook, key="k1")
@@ -212,7 +213,7 @@ async def test_rejected_run_leaves_no_record(kube, kfp_api, kfp_backend, root):
     with pytest.raises(JobError) as caught:
         await kfp_backend.submit(request, "alice", notebook=(root / "train.ipynb").read_bytes())
     assert caught.value.status == 502 and "nothing was left behind" in caught.value.message
-    managed = {m.LABEL_MANAGED_BY: "gpuhub"}
+    managed = {MANAGED_BY_LABEL: "gpuhub"}
     assert await asyncio.to_thread(kube.list, "ConfigMap", labels=managed) == []
 
 

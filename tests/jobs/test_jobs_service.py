@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import requests
 
-from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.pipeline import NOT_CONFIGURED
+from gpuhub.k8s.labels import JOB_ID_LABEL, USER_LABEL, USERNAME_ANNOTATION
 from tests.support.cluster import Kube
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
@@ -97,9 +97,9 @@ def test_own_jobs_only_and_idempotent_submit(jobs, tokens, notebook_text):
     assert first.headers["Location"].endswith(f"/services/gpuhub/jobs/{job_id}")
     again = jobs.call("POST", "jobs", alice, json=own, headers=key)
     assert again.status_code == 201 and again.json()["id"] == job_id
-    assert len(jobs.kube.list("Job", labels={m.LABEL_JOB_ID: job_id})) == 1
+    assert len(jobs.kube.list("Job", labels={JOB_ID_LABEL: job_id})) == 1
     job = jobs.kube.get("Job", job_id)
-    assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
+    assert job["metadata"]["annotations"][USERNAME_ANNOTATION] == "alice"
 
     assert [j["id"] for j in jobs.call("GET", "jobs", alice).json()["jobs"]].count(job_id) == 1
     assert job_id not in [j["id"] for j in jobs.call("GET", "jobs", bob).json()["jobs"]]
@@ -176,7 +176,7 @@ def test_bad_requests_are_one_sentence_and_make_nothing(jobs, tokens, notebook_t
     )
     assert bad_key.status_code == 400
     assert len(jobs.kube.list("ConfigMap")) == before
-    assert jobs.kube.list("Job", labels={m.LABEL_USER: "carol"}) == []
+    assert jobs.kube.list("Job", labels={USER_LABEL: "carol"}) == []
 
 
 def test_kinds_and_pipeline_yaml(jobs, tokens, notebook_text):
@@ -227,7 +227,7 @@ def test_user_server_forwards_to_the_service(jobs, tokens, tmp_path):
         assert created.status_code == 201, created.text + server.log()
         job_id = created.json()["id"]
         job = jobs.kube.get("Job", job_id)
-        assert job["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
+        assert job["metadata"]["annotations"][USERNAME_ANNOTATION] == "alice"
 
         def succeeded() -> dict[str, Any] | None:
             answer = server.api("GET", f"gpuhub/api/jobs/{job_id}")
@@ -289,4 +289,4 @@ def test_user_server_forwards_to_the_service(jobs, tokens, tmp_path):
         assert retried.status_code == 201, retried.text
         made = [j for j in jobs.kube.list("Job") if j["metadata"]["name"].startswith("retried-")]
         assert [j["metadata"]["name"] for j in made] == [retried.json()["id"]]
-        assert len(jobs.kube.list("ConfigMap", labels={m.LABEL_JOB_ID: retried.json()["id"]})) == 1
+        assert len(jobs.kube.list("ConfigMap", labels={JOB_ID_LABEL: retried.json()["id"]})) == 1

@@ -19,6 +19,14 @@ from typing import Any
 import pytest
 
 from gpuhub.jobs.k8s import manifests as m
+from gpuhub.k8s.labels import (
+    JOB_ID_LABEL,
+    KIND_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 from tests.support.cluster import Kube
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
 from tests.support.jobs_service import write_notebook
@@ -116,11 +124,11 @@ def test_a_trainjob_runs_on_two_nodes_and_counts_once(jobs, server, tmp_path):
     }
     assert spec["trainer"]["numNodes"] == 2
     assert spec["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "1"
-    assert obj["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
-    assert obj["metadata"]["labels"][m.LABEL_KIND] == "trainjob"
+    assert obj["metadata"]["annotations"][USERNAME_ANNOTATION] == "alice"
+    assert obj["metadata"]["labels"][KIND_LABEL] == "trainjob"
 
     def running_nodes() -> list[dict[str, Any]] | None:
-        pods = jobs.kube.list("Pod", labels={m.LABEL_JOB_ID: job_id})
+        pods = jobs.kube.list("Pod", labels={JOB_ID_LABEL: job_id})
         running = [p for p in pods if p["status"].get("phase") == "Running"]
         return pods if len(running) == 2 else None
 
@@ -128,15 +136,15 @@ def test_a_trainjob_runs_on_two_nodes_and_counts_once(jobs, server, tmp_path):
     for pod in pods:
         # Fenced and counted like every job pod: gpuhub's labels and owner, no token.
         labels = pod["metadata"]["labels"]
-        assert labels[m.LABEL_MANAGED_BY] == m.MANAGED_BY
-        assert labels[m.LABEL_USER] == "alice"
-        assert pod["metadata"]["annotations"][m.ANNOTATION_USERNAME] == "alice"
+        assert labels[MANAGED_BY_LABEL] == MANAGED_BY
+        assert labels[USER_LABEL] == "alice"
+        assert pod["metadata"]["annotations"][USERNAME_ANNOTATION] == "alice"
         assert pod["spec"]["serviceAccountName"] == "gpuhub-jobs"
         assert pod["spec"]["nodeName"] == "local-0"
     # The two nodes may reach each other, nothing else more; the policy goes with the job.
     policy = jobs.kube.get("NetworkPolicy", f"{job_id}-replicas")
     assert policy is not None
-    assert policy["spec"]["podSelector"]["matchLabels"][m.LABEL_JOB_ID] == job_id
+    assert policy["spec"]["podSelector"]["matchLabels"][JOB_ID_LABEL] == job_id
     (owner,) = policy["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("TrainJob", obj["metadata"]["uid"])
 
@@ -189,7 +197,7 @@ def test_cancel_deletes_the_trainjob_and_what_it_owns(jobs, server):
     assert created.status_code == 201, created.text
     job_id = created.json()["id"]
     jobs.kube.wait_for(
-        lambda: len(jobs.kube.list("Pod", labels={m.LABEL_JOB_ID: job_id})) == 2, timeout=120
+        lambda: len(jobs.kube.list("Pod", labels={JOB_ID_LABEL: job_id})) == 2, timeout=120
     )
     jobset = jobs.kube.get("JobSet", job_id, api_version="jobset.x-k8s.io/v1alpha2")
     assert jobset is not None
@@ -200,7 +208,7 @@ def test_cancel_deletes_the_trainjob_and_what_it_owns(jobs, server):
         return (
             trainjob(jobs, job_id) is None
             and jobs.kube.get("JobSet", job_id, api_version="jobset.x-k8s.io/v1alpha2") is None
-            and not jobs.kube.list("Pod", labels={m.LABEL_JOB_ID: job_id})
+            and not jobs.kube.list("Pod", labels={JOB_ID_LABEL: job_id})
             and jobs.kube.get("ConfigMap", m.configmap_name(job_id)) is None
         )
 

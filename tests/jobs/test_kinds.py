@@ -25,6 +25,7 @@ from gpuhub.jobs.kinds.base import (
 )
 from gpuhub.jobs.kinds.phase import Phase
 from gpuhub.jobs.model import KIND_NAMES, KINDS, JobError, kinds_sentence, parse_kind
+from gpuhub.k8s.labels import KIND_LABEL, QUEUE_NAME_LABEL
 from gpuhub.service.app import Jobs
 from gpuhub.service.config import ServiceConfig
 from tests.support.helm import HELM, by_kind, make_chart, render
@@ -73,10 +74,10 @@ def test_each_kind_makes_and_reads_its_object(root: Path, name: str) -> None:
     obj = manifest(root, name)
     assert kinds.of_object(obj) is kind
     assert (obj["apiVersion"], obj["kind"]) == (kind.resource.api_version, kind.resource.kind)
-    assert obj["metadata"]["labels"][m.LABEL_KIND] == name
+    assert obj["metadata"]["labels"][KIND_LABEL] == name
     assert not kind.suspended(obj)
     queued = manifest(root, name, QUEUED)
-    assert kind.suspended(queued) and m.LABEL_QUEUE_NAME in queued["metadata"]["labels"]
+    assert kind.suspended(queued) and QUEUE_NAME_LABEL in queued["metadata"]["labels"]
     # Its pods: how many, and the primary one's container as the object says it.
     assert kind.replicas(obj) == WORKERS[name]
     assert sum(count for _, count in kind.pod_templates(obj)) == WORKERS[name]
@@ -117,13 +118,13 @@ def pod_meta(labels: dict[str, str], owner: tuple[str, str] | None = None) -> di
 
 def test_each_kind_says_whose_its_pods_are() -> None:
     for name, controller in (("job", "Job"), ("pytorchjob", "PyTorchJob"), ("tfjob", "TFJob")):
-        meta = pod_meta({m.LABEL_KIND: name}, (controller, "u1"))
+        meta = pod_meta({KIND_LABEL: name}, (controller, "u1"))
         assert kinds.pod_workload(meta) == Workload(name, "u1")
         # Another kind's controller is not its object.
-        assert kinds.pod_workload(pod_meta({m.LABEL_KIND: name}, ("ReplicaSet", "u2"))) is None
+        assert kinds.pod_workload(pod_meta({KIND_LABEL: name}, ("ReplicaSet", "u2"))) is None
     # A TrainJob's pods belong to its JobSet: counted by it until the hub reads its owner.
     jobset = {"jobset.sigs.k8s.io/jobset-uid": "js1", "jobset.sigs.k8s.io/jobset-name": "t-x"}
-    node = pod_meta({m.LABEL_KIND: "trainjob", **jobset}, ("Job", "j1"))
+    node = pod_meta({KIND_LABEL: "trainjob", **jobset}, ("Job", "j1"))
     assert kinds.pod_workload(node) == Workload("jobset", "js1")
     trainjob = kinds.workload_kind("trainjob")
     between = trainjob.between(node)
@@ -135,9 +136,9 @@ def test_each_kind_says_whose_its_pods_are() -> None:
     assert trainjob.owner_uid(owned) == "t1"
     assert kinds.owning_kind(Workload("jobset", "js1")) is trainjob
     # A pipeline step's run, by KFP's label.
-    step = pod_meta({m.LABEL_KIND: "pipeline", "pipeline/runid": "r1"})
+    step = pod_meta({KIND_LABEL: "pipeline", "pipeline/runid": "r1"})
     assert kinds.pod_workload(step) == Workload("pipeline", "r1")
-    assert kinds.pod_workload(pod_meta({m.LABEL_KIND: "nonesuch"}, ("Job", "u3"))) is None
+    assert kinds.pod_workload(pod_meta({KIND_LABEL: "nonesuch"}, ("Job", "u3"))) is None
 
 
 # -- RBAC: the chart grants every registered kind's rules -----------------------------------
@@ -264,9 +265,9 @@ async def test_a_registered_kind_is_offered_end_to_end(root: Path, fake: Fake) -
     request = make_request(root, kind="fakejob", gpu_type="a100", gpus=1)
     obj = m.workload(request, "alice", "fake-x1", QUEUED, key="k", created="now")
     assert obj["kind"] == "FakeJob" and fake.suspended(obj)
-    assert obj["spec"]["template"]["metadata"]["labels"][m.LABEL_KIND] == "fakejob"
+    assert obj["spec"]["template"]["metadata"]["labels"][KIND_LABEL] == "fakejob"
     assert kinds.of_object(obj) is fake
-    meta = pod_meta({m.LABEL_KIND: "fakejob"}, ("FakeJob", "f1"))
+    meta = pod_meta({KIND_LABEL: "fakejob"}, ("FakeJob", "f1"))
     assert kinds.pod_workload(meta) == Workload("fakejob", "f1")
     # The jobs service: the admin may offer it, and the kinds list says why it cannot run.
     config = ServiceConfig.from_dict(

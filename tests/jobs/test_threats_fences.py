@@ -21,6 +21,7 @@ from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.kinds import of_object, workload_kind
 from gpuhub.jobs.kinds.phase import ROOT_IMAGE, pod_waiting
 from gpuhub.jobs.pipeline import compile_pipeline
+from gpuhub.k8s.labels import JOB_ID_LABEL, MANAGED_BY, MANAGED_BY_LABEL, USER_LABEL
 from tests.support.cluster import Kube
 from tests.support.jobs_service import (
     NOTEBOOK_OK,
@@ -176,9 +177,9 @@ def test_threat_replicas_of_one_job_reach_each_other_only(root, kube):
     # By owner as well as id: another user's pods labelled with the same id never match.
     same = {
         "matchLabels": {
-            m.LABEL_MANAGED_BY: m.MANAGED_BY,
-            m.LABEL_USER: m.user_label("mallory"),
-            m.LABEL_JOB_ID: "train-x7k2p",
+            MANAGED_BY_LABEL: MANAGED_BY,
+            USER_LABEL: m.user_label("mallory"),
+            JOB_ID_LABEL: "train-x7k2p",
         }
     }
     assert policy["spec"]["podSelector"] == same
@@ -204,8 +205,8 @@ async def test_distributed_submit_creates_the_replicas_policy_owned_by_the_job(k
         job = await asyncio.to_thread(kube.get, "PyTorchJob", record.id)
         assert policy["metadata"]["ownerReferences"] == [m.owner_reference(job)]
         selector = policy["spec"]["podSelector"]["matchLabels"]
-        assert selector[m.LABEL_JOB_ID] == record.id
-        assert selector[m.LABEL_USER] == m.user_label("mallory")
+        assert selector[JOB_ID_LABEL] == record.id
+        assert selector[USER_LABEL] == m.user_label("mallory")
         # Every replica of the job is selected: they carry both labels.
         pods = await asyncio.to_thread(
             kube.wait_for,
@@ -335,13 +336,13 @@ def test_threat_trainjob_nodes_run_unprivileged_without_credentials(root, kube):
     kube.create(workload)
 
     def two_pods() -> list[dict[str, Any]] | None:
-        pods = kube.list("Pod", labels={m.LABEL_JOB_ID: job_id})
+        pods = kube.list("Pod", labels={JOB_ID_LABEL: job_id})
         return pods if len(pods) == 2 else None
 
     for pod in kube.wait_for(two_pods, timeout=60):
         labels = pod["metadata"]["labels"]
-        assert labels[m.LABEL_MANAGED_BY] == m.MANAGED_BY
-        assert labels[m.LABEL_USER] == m.user_label("mallory")
+        assert labels[MANAGED_BY_LABEL] == MANAGED_BY
+        assert labels[USER_LABEL] == m.user_label("mallory")
         spec = pod["spec"]
         assert spec["serviceAccountName"] == "gpuhub-jobs"
         # No token volume: the account mounts none.

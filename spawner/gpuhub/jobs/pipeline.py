@@ -43,7 +43,17 @@ from gpuhub.jobs.model import (
     parse_iso,
     utcnow,
 )
-from gpuhub.k8s.labels import CANCELLED_ANNOTATION, RUN_ID_ANNOTATION
+from gpuhub.k8s.labels import (
+    CANCELLED_ANNOTATION,
+    IDEMPOTENCY_KEY_ANNOTATION,
+    KIND_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RECORD_ANNOTATION,
+    RUN_ID_ANNOTATION,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 from gpuhub.k8s.pods import gpu_env, placement
 from gpuhub.k8s.rawapi import request_json
 
@@ -169,7 +179,7 @@ def compile_pipeline(
             for key, value in m.labels(owner, pipeline_name, PIPELINE.name).items():
                 kubernetes.add_pod_label(task, label_key=key, label_value=value)
             kubernetes.add_pod_annotation(
-                task, annotation_key=m.ANNOTATION_USERNAME, annotation_value=owner
+                task, annotation_key=USERNAME_ANNOTATION, annotation_value=owner
             )
         if options.gpu_type is not None and options.gpus:
             task.set_accelerator_type(options.gpu_type.resource_name)
@@ -284,7 +294,10 @@ class KFPBackend(JobBackend):
             existing = await self._read(job_id)
             if existing is not None:
                 notes = existing["metadata"].get("annotations") or {}
-                if notes.get(m.ANNOTATION_USERNAME) != owner or notes.get(m.ANNOTATION_KEY) != key:
+                if (
+                    notes.get(USERNAME_ANNOTATION) != owner
+                    or notes.get(IDEMPOTENCY_KEY_ANNOTATION) != key
+                ):
                     raise JobError("name", f'A job named "{job_id}" already exists.', 409)
                 if notes.get(RUN_ID_ANNOTATION):
                     return await self._record(existing)
@@ -343,9 +356,9 @@ class KFPBackend(JobBackend):
                 "namespace": self.namespace,
                 "labels": m.labels(owner, job_id, PIPELINE.name),
                 "annotations": {
-                    m.ANNOTATION_USERNAME: owner,
-                    m.ANNOTATION_KEY: key,
-                    m.ANNOTATION_RECORD: json.dumps(record.to_json(), sort_keys=True),
+                    USERNAME_ANNOTATION: owner,
+                    IDEMPOTENCY_KEY_ANNOTATION: key,
+                    RECORD_ANNOTATION: json.dumps(record.to_json(), sort_keys=True),
                 },
             },
             "data": {"pipeline.yaml": yaml_text},
@@ -403,7 +416,7 @@ class KFPBackend(JobBackend):
         check_job_id(job_id)
         obj = await self._read(job_id)
         notes = (obj or {}).get("metadata", {}).get("annotations") or {}
-        if obj is None or notes.get(m.ANNOTATION_USERNAME) != owner:
+        if obj is None or notes.get(USERNAME_ANNOTATION) != owner:
             raise JobNotFound(job_id)
         return obj
 
@@ -428,7 +441,7 @@ class KFPBackend(JobBackend):
 
     async def _record(self, obj: dict[str, Any]) -> JobRecord:
         notes = obj["metadata"].get("annotations") or {}
-        record = JobRecord.from_json(json.loads(notes[m.ANNOTATION_RECORD]))
+        record = JobRecord.from_json(json.loads(notes[RECORD_ANNOTATION]))
         run_id = notes.get(RUN_ID_ANNOTATION)
         if notes.get(CANCELLED_ANNOTATION):
             record.status = "cancelled"
@@ -457,8 +470,8 @@ class KFPBackend(JobBackend):
     # -- the interface ------------------------------------------------------------------
     async def list(self, owner: str) -> list[JobRecord]:
         selector = (
-            f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY},{m.LABEL_USER}={m.user_label(owner)},"
-            f"{m.LABEL_KIND}={PIPELINE.name}"
+            f"{MANAGED_BY_LABEL}={MANAGED_BY},{USER_LABEL}={m.user_label(owner)},"
+            f"{KIND_LABEL}={PIPELINE.name}"
         )
         items = await request_json(
             self.core.list_namespaced_config_map(
@@ -468,7 +481,7 @@ class KFPBackend(JobBackend):
         records = [
             await self._record(obj)
             for obj in items.get("items") or []
-            if (obj["metadata"].get("annotations") or {}).get(m.ANNOTATION_USERNAME) == owner
+            if (obj["metadata"].get("annotations") or {}).get(USERNAME_ANNOTATION) == owner
         ]
         records.sort(key=lambda r: r.created, reverse=True)
         return records

@@ -20,6 +20,14 @@ import pytest
 import requests
 
 from gpuhub.jobs.k8s import manifests as m
+from gpuhub.k8s.labels import (
+    JOB_ID_LABEL,
+    KIND_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 from tests.support.cluster import Kube
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
 from tests.support.hub.process import Hub, wait_ready
@@ -139,7 +147,7 @@ def test_one_quota_for_servers_jobs_replicas_and_pipelines(
         service + f"jobs/{torch_id}", headers={"Authorization": f"token {alice}"}, timeout=60
     )
     assert cancelled.status_code == 200
-    cluster.wait_for(lambda: not cluster.list("Pod", labels={m.LABEL_JOB_ID: torch_id}))
+    cluster.wait_for(lambda: not cluster.list("Pod", labels={JOB_ID_LABEL: torch_id}))
 
     def accepted_run() -> requests.Response | None:
         # The hub's pod watch sees the pods go a moment after the apiserver does.
@@ -174,7 +182,7 @@ def test_concurrent_spawns_and_submits_never_end_above_the_quota(
         pods = []
         for pod in cluster.list("Pod"):
             notes = pod["metadata"].get("annotations") or {}
-            owner = notes.get("hub.jupyter.org/username") or notes.get(m.ANNOTATION_USERNAME)
+            owner = notes.get("hub.jupyter.org/username") or notes.get(USERNAME_ANNOTATION)
             if owner == "bob" and pod["status"].get("phase") not in ("Succeeded", "Failed"):
                 pods.append(pod)
         return pods
@@ -213,7 +221,7 @@ def test_job_ids_are_unique_across_kinds_and_users(jobs: JobsOnCluster, notebook
         mine = jobs.holdings("carol")
         assert mine["held"] == 2, mine
         assert sorted(h["name"] for h in mine["holdings"]) == sorted(ids)
-        cluster.wait_for(lambda: all(cluster.list("Pod", labels={m.LABEL_JOB_ID: i}) for i in ids))
+        cluster.wait_for(lambda: all(cluster.list("Pod", labels={JOB_ID_LABEL: i}) for i in ids))
     for job_id in ids:
         cancel(service, carol, job_id)
     cancel(service, dan, other.json()["id"])
@@ -228,12 +236,12 @@ def decoy_job(job_id: str, owner: str, name: str, annotation: str | None = None)
         "metadata": {
             "name": name,
             "labels": {
-                m.LABEL_MANAGED_BY: m.MANAGED_BY,
-                m.LABEL_USER: m.user_label(owner),
-                m.LABEL_JOB_ID: job_id,
-                m.LABEL_KIND: "job",
+                MANAGED_BY_LABEL: MANAGED_BY,
+                USER_LABEL: m.user_label(owner),
+                JOB_ID_LABEL: job_id,
+                KIND_LABEL: "job",
             },
-            "annotations": {m.ANNOTATION_USERNAME: annotation or owner},
+            "annotations": {USERNAME_ANNOTATION: annotation or owner},
         },
         "spec": {
             "suspend": True,

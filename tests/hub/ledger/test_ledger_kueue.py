@@ -20,6 +20,14 @@ from kubernetes_asyncio import config as kube_config
 
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
+from gpuhub.k8s.labels import (
+    JOB_ID_LABEL,
+    KIND_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+)
 from gpuhub.service.holds import renew_once
 from gpuhub.service.quota import HubQuota
 from tests.support.cluster import Kube
@@ -129,7 +137,7 @@ def test_a_queued_job_holds_its_place_against_the_quota(jobs: JobsOnCluster, tmp
     running = submit(2)
     assert running.status_code == 201, running.text
     # Kueue admits the first (the ClusterQueue has 2 A100s) and its pods start.
-    cluster.wait_for(lambda: cluster.list("Pod", labels={m.LABEL_JOB_ID: running.json()["id"]}))
+    cluster.wait_for(lambda: cluster.list("Pod", labels={JOB_ID_LABEL: running.json()["id"]}))
     queued = submit(2)  # this one waits in line
     assert queued.status_code == 201, queued.text
     queued_id = queued.json()["id"]
@@ -179,12 +187,12 @@ def test_a_queued_jobs_grant_is_settled_by_its_own_pods_only(
             "metadata": {
                 "name": "not-the-queued-job",
                 "labels": {
-                    m.LABEL_MANAGED_BY: m.MANAGED_BY,
-                    m.LABEL_USER: m.user_label("alice"),
-                    m.LABEL_JOB_ID: queued["id"],
-                    m.LABEL_KIND: "job",
+                    MANAGED_BY_LABEL: MANAGED_BY,
+                    USER_LABEL: m.user_label("alice"),
+                    JOB_ID_LABEL: queued["id"],
+                    KIND_LABEL: "job",
                 },
-                "annotations": {m.ANNOTATION_USERNAME: "alice"},
+                "annotations": {USERNAME_ANNOTATION: "alice"},
             },
             "spec": {
                 "nodeSelector": {"gpuhub.io/no-such-node": "true"},  # stays pending

@@ -32,12 +32,10 @@ from gpuhub.core.quantity import format_memory
 from gpuhub.jobs.kinds import kind_for, workload_kind
 from gpuhub.jobs.model import JobError, JobRequest, Kind
 from gpuhub.jobs.paths import output_path
-from gpuhub.k8s import kueue
 from gpuhub.k8s.labels import (
     IDEMPOTENCY_KEY_ANNOTATION,
     JOB_ID_LABEL,
     KIND_LABEL,
-    KUEUE_JOB_UID_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     QUEUE_NAME_LABEL,
@@ -47,27 +45,10 @@ from gpuhub.k8s.labels import (
 )
 from gpuhub.k8s.pods import container_resources, gpu_env, placement, shm_volume
 
-# gpuhub.k8s.labels' keys by the names the job modules and their tests use.
-LABEL_MANAGED_BY = MANAGED_BY_LABEL
-LABEL_USER = USER_LABEL
-LABEL_JOB_ID = JOB_ID_LABEL
-LABEL_KIND = KIND_LABEL
-ANNOTATION_USERNAME = USERNAME_ANNOTATION  # the exact name; the label is a slug of it
-ANNOTATION_RECORD = RECORD_ANNOTATION
-ANNOTATION_KEY = IDEMPOTENCY_KEY_ANNOTATION
-
 RUN_DIR = "/var/run/gpuhub"  # the ConfigMap, read-only
 WORK_DIR = "/var/run/gpuhub-work"  # an emptyDir for the output when there is no shared home
 CONFIGMAP_LIMIT = 1024 * 1024  # Kubernetes refuses ConfigMaps whose data exceed 1 MiB
 _CONFIGMAP_SLACK = 16 * 1024  # metadata, keys and the runner
-
-# Kueue (https://kueue.sigs.k8s.io/docs/concepts/): a job labelled with a LocalQueue's name
-# and created suspended waits there until its ClusterQueue has quota, then Kueue unsuspends it.
-# Its API's names and versions live in gpuhub.k8s.kueue.
-KUEUE_GROUP = kueue.GROUP
-KUEUE_VISIBILITY_GROUP = kueue.VISIBILITY_GROUP
-LABEL_QUEUE_NAME = QUEUE_NAME_LABEL
-LABEL_KUEUE_JOB_UID = KUEUE_JOB_UID_LABEL  # on the Workload: the uid of its job
 
 
 @dataclass(frozen=True)
@@ -98,7 +79,9 @@ class KubeJobSettings:
     # Most bytes the service inflates from a job's log to get its executed notebook back.
     max_output_bytes: int = 64 * 1024 * 1024
     # Kueue's LocalQueue in ``namespace`` that jobs wait in (``jobs.kueue.queueName``); "":
-    # jobs are not queued (no label, not suspended).
+    # jobs are not queued (no label, not suspended). A job labelled with a LocalQueue's name
+    # and created suspended waits there until its ClusterQueue has quota, then Kueue
+    # unsuspends it (https://kueue.sigs.k8s.io/docs/concepts/; its API: gpuhub.k8s.kueue).
     kueue_queue: str = ""
     # The ServiceAccount a TrainJob's pods run as (the chart's, which mounts no token):
     # Trainer's runtime patches cannot turn automountServiceAccountToken off per pod. "": the
