@@ -128,7 +128,7 @@ def _contain(field: str) -> str:
     if field == "notebook_content":
         return "The notebook's content contains"
     if not field.isidentifier():  # an unknown key, as the caller wrote it
-        return f"The value of {_short(field)} contains"
+        return f"The value of {as_given(field)} contains"
     return f"The value of {field.replace('_', ' ')} contains"
 
 
@@ -218,8 +218,8 @@ def parse_launch_options(
         problems.errors.append(
             OptionsError(
                 key,
-                f"Unknown option {_short(key)}; the options are "
-                f"{', '.join(_short(f) for f in FIELDS)}.",
+                f"Unknown option {as_given(key)}; the options are "
+                f"{', '.join(as_given(f) for f in FIELDS)}.",
             )
         )
     values: dict[str, Any] = {k: v for k, v in raw.items() if k in FIELDS and v not in (None, "")}
@@ -255,8 +255,9 @@ def parse_launch_options(
     )
 
 
-def _short(value: object) -> str:
-    """A value as the user wrote it (JSON: "text", true, 2), never a Python literal."""
+def as_given(value: object) -> str:
+    """A value as the user wrote it (JSON: "text", true, 2), never a Python literal, cut
+    short: how every refusal of the spawn form, the jobs API and the service quotes it."""
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -270,7 +271,7 @@ def _profile(value: Any, presets: Mapping[str, Mapping[str, Any]]) -> str | None
     if not isinstance(value, str) or value not in presets:
         offered = ", ".join(presets) or "none are configured"
         raise OptionsError(
-            "profile", f"Profile {_short(value)} is not one of the offered profiles ({offered})."
+            "profile", f"Profile {as_given(value)} is not one of the offered profiles ({offered})."
         )
     return value
 
@@ -290,7 +291,7 @@ def _image(value: Any, policy: Policy, limits: UserLimits) -> tuple[str | None, 
     if choice is not None:
         if not limits.allows_image(choice.key):
             raise OptionsError(
-                "image", f"Image {_short(choice.display_name)} is not available to your groups."
+                "image", f"Image {as_given(choice.display_name)} is not available to your groups."
             )
         return choice.key, choice.image
     pattern = policy.custom_image_pattern
@@ -306,22 +307,22 @@ def _image(value: Any, policy: Policy, limits: UserLimits) -> tuple[str | None, 
         raise OptionsError(
             "image",
             f"This hub offers no choice of image, so leave the image out "
-            f"(you gave {_short(value)}).",
+            f"(you gave {as_given(value)}).",
         )
     custom = ", or a custom image reference your admin allows" if custom_ok else ""
     offered = _choices([(i.display_name, i.key) for i in allowed])
     raise OptionsError(
         "image",
-        f"Image {_short(value)} is not offered to you; choose {offered}{custom}."
+        f"Image {as_given(value)} is not offered to you; choose {offered}{custom}."
         if allowed
-        else f"Image {_short(value)} is not a custom image reference your admin allows.",
+        else f"Image {as_given(value)} is not a custom image reference your admin allows.",
     )
 
 
 def _choices(named: list[tuple[str, str]]) -> str:
     """ "Simulated GPU ("gpu")", "A ("a") or B ("b")": what to choose, as the form shows it,
     with the key a REST caller sends."""
-    shown = [name if name == key else f"{name} ({_short(key)})" for name, key in named]
+    shown = [name if name == key else f"{name} ({as_given(key)})" for name, key in named]
     if len(shown) <= 1:
         return "".join(shown)
     return f"{', '.join(shown[:-1])} or {shown[-1]}"
@@ -341,7 +342,7 @@ def _together(
     what = policy.images[image_key].display_name if image_key else image
     raise OptionsError(
         "image",
-        f"None of your groups allows the image {_short(what)} together with "
+        f"None of your groups allows the image {as_given(what)} together with "
         f"{words.gpus(gpus, gpu_type.display_name if gpu_type else '')}; "
         "choose another image or fewer GPUs.",
     )
@@ -354,10 +355,10 @@ def _cpu(value: Any, policy: Policy) -> float:
         cores = parse_cpu(value)
     except QuantityError:
         raise OptionsError(
-            "cpu", f"{hint}, such as 2 or 500m (you gave {_short(value)})."
+            "cpu", f"{hint}, such as 2 or 500m (you gave {as_given(value)})."
         ) from None
     if not low <= cores <= high:
-        raise OptionsError("cpu", f"{hint} (you gave {_short(value)}).")
+        raise OptionsError("cpu", f"{hint} (you gave {as_given(value)}).")
     return cores
 
 
@@ -371,7 +372,7 @@ def _memory(value: Any, policy: Policy) -> int:
         raise OptionsError(
             "memory",
             f"{hint}, written like 16G or 512Mi: a number and a unit, with no space and no "
-            f"B (you gave {_short(value)}{f'; did you mean {guess}?' if guess else ''}).",
+            f"B (you gave {as_given(value)}{f'; did you mean {guess}?' if guess else ''}).",
         ) from None
     if not low <= size <= high:
         guess = ""
@@ -381,7 +382,7 @@ def _memory(value: Any, policy: Policy) -> int:
             and low <= int(value) * 10**9 <= high
         ):
             guess = f"; did you mean {value}G?"
-        raise OptionsError("memory", f"{hint} (you gave {_short(value)}{guess}).")
+        raise OptionsError("memory", f"{hint} (you gave {as_given(value)}{guess}).")
     return size
 
 
@@ -414,12 +415,12 @@ def _gpus(value: Any) -> int:
             raise OptionsError(
                 "gpus",
                 f"The number of GPUs must be a number such as {value.strip()}, not text: you "
-                f"gave {_short(value)} in quotes; send it without them.",
+                f"gave {as_given(value)} in quotes; send it without them.",
             )
         raise OptionsError(
             "gpus",
             f"The number of GPUs must be a whole number such as 0, 1 or 2; you gave "
-            f"{'the text ' if isinstance(value, str) else ''}{_short(value)}.",
+            f"{'the text ' if isinstance(value, str) else ''}{as_given(value)}.",
         )
     if count < 0:
         raise OptionsError("gpus", f"The number of GPUs must be 0 or more; you gave {count}.")
@@ -434,12 +435,12 @@ def _gpu_type(
         if not policy.gpu_types:
             raise OptionsError(
                 "gpu_type",
-                f"This hub has no GPUs, so leave the GPU type out (you gave {_short(value)}).",
+                f"This hub has no GPUs, so leave the GPU type out (you gave {as_given(value)}).",
             )
         offered = _choices([(t.display_name, t.key) for t in allowed or policy.gpu_types.values()])
         raise OptionsError(
             "gpu_type",
-            f"GPU type {_short(value)} is not one of this hub's; choose {offered}.",
+            f"GPU type {as_given(value)} is not one of this hub's; choose {offered}.",
         )
     if gpus == 0:
         return None
@@ -494,7 +495,7 @@ def _gpu_memory(
             "gpu_memory",
             f"{GPU_MEMORY} is a share of a GPU, and this {subject} asks for no GPU; ask for 1 GPU "
             f"of type {_shared_types(shared)} with it, or leave it out "
-            f"(you gave {_short(value)}).",
+            f"(you gave {as_given(value)}).",
         )
     if gpu_type is None:
         return None  # the GPU type was refused; its sentence says what to choose
@@ -509,7 +510,7 @@ def _gpu_memory(
             "gpu_memory",
             f"{GPU_MEMORY} can be asked for only on a GPU type shared by memory; "
             f"{_type_name(gpu_type)} {how}: {where}leave it out (you gave "
-            f"{_short(value)}).",
+            f"{as_given(value)}).",
         )
     try:
         size = parse_memory(value)
@@ -518,7 +519,7 @@ def _gpu_memory(
         raise OptionsError(
             "gpu_memory",
             f"{GPU_MEMORY} must be {sharing.describe_range()} of one {gpu_type.display_name}, "
-            f"written like 8G or 512Mi (you gave {_short(value)}"
+            f"written like 8G or 512Mi (you gave {as_given(value)}"
             f"{f'; did you mean {guess}?' if guess else ''}).",
         ) from None
     if size > sharing.memory:
@@ -526,13 +527,13 @@ def _gpu_memory(
             "gpu_memory",
             f"{GPU_MEMORY} of {format_memory(size)} is more than one {gpu_type.display_name} "
             f"has ({format_memory(sharing.memory)}); ask for {sharing.describe_range()} "
-            f"(you gave {_short(value)}).",
+            f"(you gave {as_given(value)}).",
         )
     if not sharing.min <= size <= sharing.max:
         raise OptionsError(
             "gpu_memory",
             f"{GPU_MEMORY} must be {sharing.describe_range()} of one {gpu_type.display_name} "
-            f"(you gave {_short(value)}, {human_memory(size)}).",
+            f"(you gave {as_given(value)}, {human_memory(size)}).",
         )
     return size
 

@@ -24,6 +24,7 @@ from gpuhub.core.options import (
     LaunchOptions,
     OptionsError,
     Problems,
+    as_given,
     check_json_value,
     parse_launch_options,
     whole_number,
@@ -131,15 +132,6 @@ def output_name(job_id: str) -> str:
     """The executed notebook's file name: the job's id, so two runs of one notebook open in
     tabs that say which run each is (``train-1e9fe9.ipynb``, not ``train.ipynb`` twice)."""
     return f"{job_id}.ipynb"
-
-
-def _short(value: object) -> str:
-    """A value as the user wrote it (JSON: "text", true, 2), never a Python literal."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = json.dumps(str(value), ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # -- the request ------------------------------------------------------------------------------
@@ -256,7 +248,7 @@ class JobRequest:
 def kinds_sentence(kinds: Iterable[str]) -> str:
     """The kinds offered, as a refusal names them: ``"job" (training job), "trainjob"
     (TrainJob)``."""
-    return ", ".join(f"{_short(k)} ({KIND_NAMES[k]})" for k in kinds if k in KIND_NAMES)
+    return ", ".join(f"{as_given(k)} ({KIND_NAMES[k]})" for k in kinds if k in KIND_NAMES)
 
 
 def parse_kind(value: Any, offered: Collection[str] | None = None) -> Kind:
@@ -271,7 +263,7 @@ def parse_kind(value: Any, offered: Collection[str] | None = None) -> Kind:
         offered_text = f"the kinds offered are {kinds_sentence(kinds)}"
         if value in (None, ""):
             raise JobError("kind", f"Choose a job kind: {offered_text}.")
-        shown = _short(value)
+        shown = as_given(value)
         known = isinstance(value, str) and value in KINDS
         raise JobError(
             "kind",
@@ -289,10 +281,10 @@ def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:
             raise JobError(
                 "runtime",
                 f"A runtime applies only to {_any_of(k for k in KINDS.values() if k.takes_runtime)}"
-                f"; a {KIND_NAMES[kind]} takes none (you gave {_short(value)}).",
+                f"; a {KIND_NAMES[kind]} takes none (you gave {as_given(value)}).",
             )
         return None
-    offered = ", ".join(_short(r) for r in runtimes.offered)
+    offered = ", ".join(as_given(r) for r in runtimes.offered)
     if value in (None, ""):
         if runtimes.default is None:
             raise JobError(
@@ -304,7 +296,7 @@ def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:
     if not isinstance(value, str) or value not in runtimes.offered:
         raise JobError(
             "runtime",
-            f"Runtime {_short(value)} is not offered here; the runtimes offered are "
+            f"Runtime {as_given(value)} is not offered here; the runtimes offered are "
             f"{offered or 'none'}.",
         )
     return value
@@ -335,23 +327,23 @@ def resolve_notebook(
     try:
         resolved = candidate.resolve(strict=False)
     except (OSError, RuntimeError):  # symlink loops
-        raise JobError("notebook", f"Notebook {_short(value)} is not a valid path.") from None
+        raise JobError("notebook", f"Notebook {as_given(value)} is not a valid path.") from None
     if resolved != root and root not in resolved.parents:
         raise JobError(
-            "notebook", f"Notebook {_short(value)} is outside this server's root directory."
+            "notebook", f"Notebook {as_given(value)} is outside this server's root directory."
         )
     if resolved.suffix != ".ipynb":
-        raise JobError("notebook", f"{_short(value)} is not a notebook (an .ipynb file).")
+        raise JobError("notebook", f"{as_given(value)} is not a notebook (an .ipynb file).")
     try:
         stat = resolved.stat()
     except OSError:
-        raise JobError("notebook", f"Notebook {_short(value)} does not exist.", 404) from None
+        raise JobError("notebook", f"Notebook {as_given(value)} does not exist.", 404) from None
     if not resolved.is_file():
-        raise JobError("notebook", f"Notebook {_short(value)} is not a file.")
+        raise JobError("notebook", f"Notebook {as_given(value)} is not a file.")
     if stat.st_size > max_bytes:
         raise JobError(
             "notebook",
-            f"Notebook {_short(value)} is {format_memory(stat.st_size)}, over the "
+            f"Notebook {as_given(value)} is {format_memory(stat.st_size)}, over the "
             f"{format_memory(max_bytes)} a job may take; clear large outputs and try again.",
             413,
         )
@@ -372,7 +364,7 @@ def parse_name(value: Any, *, default_from: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME or not _DNS_1123_LABEL.fullmatch(value):
         raise JobError(
             "name",
-            f"The name {_short(value)} must be at most {MAX_NAME} lower-case letters, digits or "
+            f"The name {as_given(value)} must be at most {MAX_NAME} lower-case letters, digits or "
             '"-", '
             "starting and ending with a letter or digit.",
         )
@@ -385,7 +377,7 @@ def parse_workers(value: Any, kind: Kind, max_workers: int = MAX_WORKERS) -> int
     count = whole_number(value)
     if count is None:
         raise JobError(
-            "workers", f"The number of workers must be a whole number (you gave {_short(value)})."
+            "workers", f"The number of workers must be a whole number (you gave {as_given(value)})."
         )
     value = count
     if not KINDS[kind].distributed:
@@ -415,7 +407,7 @@ def parse_parameters(value: Any) -> dict[str, Any]:
         raise JobError(
             "parameters",
             f"Parameters must be a mapping of names to values, such as "
-            f'{{"epochs": 10}} (you gave {_short(value)}).',
+            f'{{"epochs": 10}} (you gave {as_given(value)}).',
         )
     try:
         check_json_value(value, "parameters")
@@ -425,7 +417,7 @@ def parse_parameters(value: Any) -> dict[str, Any]:
         if not isinstance(key, str) or not _IDENTIFIER.fullmatch(key) or key == "__builtins__":
             raise JobError(
                 "parameters",
-                f"Parameter name {_short(key)} must be a Python identifier, such as "
+                f"Parameter name {as_given(key)} must be a Python identifier, such as "
                 '"learning_rate".',
             )
     try:

@@ -11,8 +11,9 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from gpuhub.core.options import as_given
 from gpuhub.core.quantity import format_memory
-from gpuhub.jobs.model import JobError, NotebookRef, _short
+from gpuhub.jobs.model import JobError, NotebookRef
 
 
 def shipped_notebook(
@@ -27,9 +28,9 @@ def shipped_notebook(
         raise JobError("notebook", "notebook must be the path of a notebook, such as train.ipynb.")
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts or "\0" in path or len(path) > 4096:
-        raise JobError("notebook", f"notebook {_short(path)} is outside your home directory.")
+        raise JobError("notebook", f"notebook {as_given(path)} is outside your home directory.")
     if pure.suffix != ".ipynb":
-        raise JobError("notebook", f"notebook {_short(path)} is not a notebook (an .ipynb file).")
+        raise JobError("notebook", f"notebook {as_given(path)} is not a notebook (an .ipynb file).")
     data: bytes | None = None
     if content is None:
         if required:
@@ -44,7 +45,7 @@ def shipped_notebook(
         if len(data) > max_bytes:
             raise JobError(
                 "notebook",
-                f"notebook {_short(path)} is {format_memory(len(data))}, over the "
+                f"notebook {as_given(path)} is {format_memory(len(data))}, over the "
                 f"{format_memory(max_bytes)} a job may take; clear large outputs and try again.",
                 413,
             )
@@ -53,7 +54,7 @@ def shipped_notebook(
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("cells"), list):
-            raise JobError("notebook", f"notebook {_short(path)} is not a valid notebook file.")
+            raise JobError("notebook", f"notebook {as_given(path)} is not a valid notebook file.")
     size = len(data) if data is not None else 0
     ref = NotebookRef(path=pure.as_posix(), os_path=Path(mount_path) / pure, size=size)
     return ref, data
