@@ -20,7 +20,15 @@ from gpuhub.core import words
 from gpuhub.core.holdings import Holding
 from gpuhub.core.options import LaunchOptions, OptionsError, parse_launch_options
 from gpuhub.core.policy import Policy
-from gpuhub.hub.form import QuotaView, capacity_text, options_from_formdata, render_form, sentences
+from gpuhub.hub.form import (
+    RESOURCES,
+    QuotaView,
+    capacity_text,
+    options_from_formdata,
+    render_form,
+    resource_words,
+    sentences,
+)
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN, SHARE_OVERUSE, Notice
@@ -243,6 +251,9 @@ def form_sentences() -> Iterator[str]:
                 yield QuotaView(limit, held).sentence
         for capacity in CAPACITIES:
             yield capacity_text(capacity)
+    for resources in RESOURCES:  # what the CPU and memory fields promise, on each platform
+        words_ = resource_words(resources, {"min": "0.5", "max": "4"}, {"min": "1G", "max": "8G"})
+        yield from (said for said in words_.values() if said)
     yield sentences("Up to 2 per server", "Fast GPUs.")
     yield sentences("Up to 2 per server.", "Fast GPUs")
     for description in ("Fast GPUs.", "Fast GPUs", "Shared by all. ", ""):
@@ -336,6 +347,10 @@ def test_the_form_and_progress_say_plainly_when_a_type_has_no_gpu() -> None:
     figure is said only where it adds to what is free."""
     said = [*form_sentences(), *progress_messages()]
     assert not [m for m in said if "at most 0" in m]
+    ranges = {"min": "1", "max": "2"}
+    assert [r for r in RESOURCES if "guaranteed" in str(resource_words(r, ranges, ranges))] == [
+        "guaranteed"  # only where the platform reserves them (Kubernetes: request = limit)
+    ]
     assert capacity_text(GPUCapacity(0, 0, 0)) == "No GPU of this type is online now"
     assert capacity_text(GPUCapacity(0, 8, 0, waiting=1)) == "0 of 8 free now; 1 person waiting"
     assert capacity_text(GPUCapacity(3, 8, 3)) == "3 of 8 free now"

@@ -156,10 +156,12 @@ def render_form(
     quota: QuotaView | None = None,
     problems: Iterable[tuple[str, str]] = (),
     notice: str = "",
+    resources: str = "guaranteed",
 ) -> str:
     """HTML for JupyterHub's spawn page (goes inside its ``<form>``); ``problems`` are a
     refused submit's sentences, shown under the fields they name; ``notice`` one for the top
-    of the form (a spawn link held until the user confirms it)."""
+    of the form (a spawn link held until the user confirms it); ``resources`` what the
+    platform does with CPU and memory (:data:`RESOURCES`)."""
     choices = policy.choices_for(groups)
     capacity = capacity or {}
     gpu_types: list[dict[str, Any]] = []
@@ -198,7 +200,13 @@ def render_form(
         # What the checked type gives when the field is left as it is (its default share).
         checked = next((t for t in gpu_types if t["key"] == values["gpu_type"]), gpu_types[0])
         values["gpu_memory"] = (checked["sharing"] or shared[0]["sharing"])["default_text"]
+    cpu = {"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)}
+    memory = {
+        "min": format_memory(int(choices.memory.min)),
+        "max": format_memory(int(choices.memory.max)),
+    }
     return template.render(
+        resource_words=resource_words(resources, cpu, memory),
         values=values,
         shared_memory_types=shared,
         images=list(choices.images),
@@ -207,11 +215,8 @@ def render_form(
             *(f"{i.display_name}: {i.description}" for i in choices.images if i.description),
         ),
         custom_image=choices.custom_images,
-        cpu={"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)},
-        memory={
-            "min": format_memory(int(choices.memory.min)),
-            "max": format_memory(int(choices.memory.max)),
-        },
+        cpu=cpu,
+        memory=memory,
         max_gpus=max_gpus,
         no_gpu_reason=no_gpu_reason,
         gpu_types=gpu_types,
@@ -221,6 +226,37 @@ def render_form(
         errors=_errors_by_field(problems),
         notice=notice,
     )
+
+
+# What a platform does with the CPU and memory a server asks for: reserves them (Kubernetes:
+# request = limit), holds the server to them (a workstation's cgroups), or neither.
+RESOURCES = ("guaranteed", "capped", "unenforced")
+
+
+def resource_words(
+    resources: str, cpu: Mapping[str, Any], memory: Mapping[str, Any]
+) -> dict[str, str]:
+    """The CPU and memory fields' help, and a note under both, saying what holds: never
+    "guaranteed" where nothing reserves them."""
+    if resources not in RESOURCES:
+        raise ValueError(f"resources must be one of {', '.join(RESOURCES)}, not {resources!r}")
+    cores = f"{cpu['min']} to {cpu['max']} cores"
+    written = f"{memory['min']} to {memory['max']}, written like 16G or 512Mi"
+    if resources == "guaranteed":
+        return {"cpu": f"{cores}, guaranteed to your server.", "memory": f"{written}.", "note": ""}
+    if resources == "capped":
+        return {
+            "cpu": f"{cores}: your server and all it runs use at most this many.",
+            "memory": f"{written}: your server and all it runs get at most this much; past "
+            "it, its largest process is ended.",
+            "note": "",
+        }
+    return {
+        "cpu": f"{cores}.",
+        "memory": f"{written}.",
+        "note": "CPU and memory are not enforced on this machine: your server may use more "
+        "than it asks for, and so may everyone else's.",
+    }
 
 
 def sentences(*parts: str) -> str:

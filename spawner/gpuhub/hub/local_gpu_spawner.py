@@ -8,7 +8,9 @@ sidebar (CUDA's own default numbers the fastest GPU first).
 
 Isolation is cooperative: a user who edits their environment can make CUDA see other GPUs.
 What gpuhub guarantees is the book: no GPU is handed to two servers, and GPUs that processes
-of a stopped server still use stay held until those processes end.
+of a stopped server still use stay held until those processes end. CPU and memory are held to
+what the form asked for by a cgroup per server where the machine lets the hub make them
+(``enforce_limits``, :mod:`gpuhub.hub.cgroups`); elsewhere the form says they are not.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import os
 import secrets
 import time
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Bool, Int, List, Unicode, Union, default
+from tornado import web
+from traitlets import Bool, Enum, Int, List, Unicode, Union, default
 
 from gpuhub.core import devices as gpu_devices_mod
 from gpuhub.core import words
@@ -32,6 +36,7 @@ from gpuhub.core.holder_env import holder_env
 from gpuhub.core.holdings import QuotaExceeded
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import human_memory
+from gpuhub.hub import cgroups
 from gpuhub.hub.ledger.device_book import (
     ALLOCATOR,
     GPUAllocator,
@@ -100,6 +105,17 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         help="""Home directory of a user's server when ``run_as_hub_user``; ``{username}`` is expanded.""",
     )
 
+    enforce_limits = Union(
+        [Bool(), Enum(["auto"])],
+        default_value="auto",
+        config=True,
+        help="""Hold each server to the CPU cores and memory its user asked for, with a cgroup
+        of its own (a CPU quota and a memory limit, as systemd's CPUQuota= and MemoryMax=):
+        "auto" where the machine lets the hub (cgroup v2 delegated to the hub, e.g. systemd's
+        Delegate=yes, or the hierarchy's root; cgroup v1's cpu and memory hierarchies), True
+        to refuse to start servers where it cannot (HTTP 503, saying why), False never. Where
+        nothing is enforced the form says so.""",
+    )
     ledger_file = Unicode(
         "gpuhub-ledger.json",
         config=True,
@@ -236,6 +252,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
         No await from here on: quota check and allocation are one step on the event loop, so
         concurrent spawns of one user (named servers) cannot both squeeze under the quota."""
+        self.limits_place()  # enforce_limits = True where no cgroup can be made: refused
         key = self._holder_key
         self._book.release(key)
         if options.gpu_type is None:
@@ -303,8 +320,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         self.extend_start_timeout()
 
     def apply_launch_options(self, options: LaunchOptions) -> None:
-        # The server itself enforces nothing locally, but Jupyter reads these (CPU_LIMIT,
-        # MEM_LIMIT) and jupyter-resource-usage shows them against what the kernel uses.
+        # The server's cgroup holds it to these where it can (start()); Jupyter reads them
+        # too (CPU_LIMIT, MEM_LIMIT), and jupyter-resource-usage shows them.
         self.cpu_limit = self.cpu_guarantee = options.cpu
         self.mem_limit = self.mem_guarantee = options.memory
 
@@ -360,12 +377,76 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         await self.ensure_launch_options()
         try:
             await self._wait_in_line()
+            self._gpuhub_cgroup = self._make_cgroup()
             started = await super().start()
         except BaseException:
             self._book.release(self._holder_key)
+            self._remove_cgroup()
             raise
+        if self._gpuhub_cgroup is not None and not self._gpuhub_cgroup.holds(self.pid):
+            self.log.warning(
+                "%s runs without its CPU and memory limits: it could not join %s",
+                log_name(self),
+                self._gpuhub_cgroup.dirs[0],
+            )
         holdings_changed()  # the fleet page shows the new holder now, not a tick later
         return started
+
+    # -- CPU and memory (gpuhub.hub.cgroups) ------------------------------------------------
+    _gpuhub_cgroup: cgroups.ServerCgroup | None = None
+    _told_limits = False
+
+    def limits_place(self) -> cgroups.Place | None:
+        """Where this hub makes its servers' cgroups; None where it enforces nothing. With
+        ``enforce_limits = True`` and no place, spawns are refused (503), saying why."""
+        if self.enforce_limits is False:
+            return None
+        required = self.enforce_limits is True
+        place, why = cgroups.shared_place(required)
+        if place is None and required:
+            raise refusal(
+                f"This machine cannot hold servers to their CPU and memory ({why}), and the "
+                "hub must (LocalGPUSpawner.enforce_limits = True): no server starts until an "
+                "admin fixes that.",
+                503,
+            )
+        if not LocalGPUSpawner._told_limits:
+            LocalGPUSpawner._told_limits = True  # once per hub process
+            if place is None:
+                self.log.warning("LocalGPUSpawner: CPU and memory are not enforced: %s", why)
+            else:
+                self.log.info("LocalGPUSpawner: CPU and memory enforced by %s", place)
+        return place
+
+    def resource_enforcement(self) -> str:
+        try:
+            return "capped" if self.limits_place() is not None else "unenforced"
+        except web.HTTPError:
+            return "unenforced"
+
+    def _make_cgroup(self) -> cgroups.ServerCgroup | None:
+        """This launch's cgroup, with the cores and memory it was given; the server joins it
+        before it execs (make_preexec_fn)."""
+        place, options = self.limits_place(), self.launch_options
+        if place is None or options is None:
+            return None
+        cgroups.sweep()
+        name = cgroups.cgroup_name(self.user.name, self.name, self._server_id)
+        try:
+            return place.make(name, options.cpu, options.memory)
+        except cgroups.CgroupError as exc:
+            if self.enforce_limits is True:
+                raise refusal(f"Your server's CPU and memory cannot be held: {exc}.", 503) from None
+            self.log.warning("%s starts without CPU and memory limits: %s", log_name(self), exc)
+            return None
+
+    def _remove_cgroup(self) -> None:
+        """Remove the server's cgroup once it has ended; one its surviving processes (a job)
+        still run in goes when they have ended (cgroups.sweep)."""
+        cgroup, self._gpuhub_cgroup = self._gpuhub_cgroup, None
+        if cgroup is not None and not cgroup.remove():
+            cgroups.LEFTOVER.add(cgroup)
+        cgroups.sweep()
 
     async def _wait_in_line(self) -> None:
         """Wait for GPUs if the spawn was accepted while too few were free."""
@@ -527,6 +608,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self._gpuhub_stopping = False
             if await self.poll() is not None:
                 await self._settle_gpus(descendants, uid)
+                self._remove_cgroup()
                 holdings_changed()
 
     def _server_gone(self) -> None:
@@ -573,6 +655,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
+        if self.pid and self._gpuhub_cgroup is not None:
+            state["cgroup"] = [str(d) for d in self._gpuhub_cgroup.dirs]
         if self.pid and self.allocated_gpus:
             state["gpus"] = self.allocated_gpus
             state["server_id"] = self._server_id
@@ -589,6 +673,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         super().load_state(state)
         if state.get("server_id"):
             self._gpuhub_server_id = str(state["server_id"])
+        if state.get("pid") and isinstance(state.get("cgroup"), list):
+            self._gpuhub_cgroup = cgroups.ServerCgroup(tuple(Path(d) for d in state["cgroup"]))
         if state.get("pid") and state.get("gpus"):
             holder = Holder(
                 self.user.name,
@@ -604,8 +690,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def clear_state(self) -> None:
         super().clear_state()
         # Called once the server process is gone (poll, stop): its own hold ends, and what
-        # its surviving processes may still use is held for them.
+        # its surviving processes may still use is held for them; its cgroup goes with it.
         self._server_gone()
+        self._remove_cgroup()
 
     # -- running as the hub's own user (demo, tests) ----------------------------------------
     @property
@@ -613,6 +700,26 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return self.home_dir_template.format(username=self.user.name)
 
     def make_preexec_fn(self, name: str) -> Any:
+        """Join the server's cgroup (before anything drops privileges: the user's account
+        may not write cgroups), then become the user or go home as LocalProcessSpawner's or
+        :meth:`_shared_account_preexec` says."""
+        then = self._shared_account_preexec(name)
+        cgroup, strict = self._gpuhub_cgroup, self.enforce_limits is True
+        if cgroup is None:
+            return then
+
+        def preexec() -> None:
+            try:
+                cgroup.join(os.getpid())
+            except OSError:
+                if strict:
+                    raise
+            if then is not None:
+                then()
+
+        return preexec
+
+    def _shared_account_preexec(self, name: str) -> Any:
         if not self.run_as_hub_user:
             return super().make_preexec_fn(name)
         self.check_shared_account_exposure()  # in the hub, before anything is started

@@ -553,6 +553,12 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         """``user_options`` keys another layer validates (KubeSpawner profile options)."""
         return set()
 
+    def resource_enforcement(self) -> str:
+        """What the form may promise of CPU and memory (:data:`gpuhub.hub.form.RESOURCES`):
+        "guaranteed" where the platform reserves them (a pod's request = limit), "capped"
+        where it only holds the server to them, "unenforced" where nothing does."""
+        return "guaranteed"
+
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
         """Free/total GPUs per type for the form, and a note when figures are unavailable."""
         return {}, ""
@@ -608,6 +614,7 @@ async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
         quota=await target.quota_view(),
         problems=refused.problems if refused else (),
         notice=refused.notice if refused else "",
+        resources=target.resource_enforcement(),
     )
 
 
