@@ -9,8 +9,10 @@ what it needs; each keeps a screenshot of the screen it fixed under test-artifac
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -287,3 +289,73 @@ def test_a_server_stopped_by_the_admin_says_so_in_jupyterlab(hub: Hub, browser: 
         page.wait_for_url("**/hub/spawn/bob**", timeout=60_000)
         page.locator("#gpuhub-form").wait_for()
     stop(hub, "bob")
+
+
+# Every dialog title JupyterLab shows from now on, in order (window.gpuhubDialogs).
+WATCH_DIALOGS = """() => {
+  window.gpuhubDialogs = [];
+  new MutationObserver(() => {
+    for (const header of document.querySelectorAll('.jp-Dialog-header')) {
+      const title = header.textContent.trim();
+      if (title && !header.dataset.gpuhubSeen) {
+        header.dataset.gpuhubSeen = '1';
+        window.gpuhubDialogs.push(title);
+      }
+    }
+  }).observe(document.body, { childList: true, subtree: true, characterData: true });
+}"""
+# What JupyterLab's sessions poll does every 10 s: a request whose failure is JupyterLab's
+# "connection lost" (window.jupyterapp: the page config's exposeAppInBrowser).
+POLL_SESSIONS = "() => window.jupyterapp.serviceManager.sessions.refreshRunning().catch(() => 0)"
+
+
+def test_every_stop_by_the_admin_says_so_before_anything_else(hub: Hub, browser: Any) -> None:
+    """Three times over, alice stops bob's fresh server from the fleet page while his lab is
+    open, and the lab notices at the worst moment: its server is gone but the hub, still
+    stopping it, calls it active. Each time gpuhub's "Your server was stopped" is the first
+    and only dialog, never JupyterLab's "Server Connection Error" (the lab asks the hub again
+    until it says stopped)."""
+    labconfig = hub.workdir / "config" / "labconfig" / "page_config.json"
+    labconfig.write_text(
+        json.dumps({**json.loads(labconfig.read_text()), "exposeAppInBrowser": True})
+    )
+    admin = hub.login("alice", DEMO_PASSWORD)
+    for attempt in range(3):
+        with lab_page(browser, hub, "bob", f"stopped-{attempt}") as page:
+            page.wait_for_function("() => !!window.jupyterapp")
+            page.evaluate(WATCH_DIALOGS)
+            until("bob on the fleet page", lambda: fleet_row(hub, admin, "bob"))
+            form = {
+                "target": "bob/",
+                "reason": f"maintenance, round {attempt + 1}",
+                "_xsrf": admin.cookies.get("_xsrf", path="/hub/"),
+            }
+            with ThreadPoolExecutor(1) as pool:  # the stop answers once it has ended
+                done = pool.submit(
+                    admin.post,
+                    f"{hub.url}/hub/gpuhub/fleet/stop",
+                    data=form,
+                    allow_redirects=False,
+                    timeout=60,
+                )
+                until(
+                    "bob's server stopping",
+                    lambda: (
+                        (hub.user_model("bob")["servers"].get("") or {}).get("pending") == "stop"
+                    ),
+                    every=0.05,
+                )
+                page.evaluate(POLL_SESSIONS)  # the lab's next poll, now
+                assert done.result().status_code == 303, done.result().text[-2000:]
+            dialog = page.locator(".jp-Dialog", has_text="Your server was stopped")
+            dialog.wait_for(timeout=TIMEOUT)
+            assert f"maintenance, round {attempt + 1}" in dialog.inner_text()
+            assert page.evaluate("window.gpuhubDialogs") == ["Your server was stopped"], attempt
+            dialog.get_by_role("button", name="Close").click()
+            dialog.wait_for(state="detached")
+            # JupyterLab goes on polling; the lab knows the server is gone, so JupyterLab's own
+            # dialog does not follow ours either.
+            page.evaluate(POLL_SESSIONS)
+            page.locator(".gpuhub-GpuStatus", has_text="Server stopped").wait_for()
+            assert page.evaluate("window.gpuhubDialogs") == ["Your server was stopped"]
+        hub.wait_for_server("bob", ready=False, timeout=60)

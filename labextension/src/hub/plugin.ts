@@ -2,8 +2,10 @@
  * JupyterLab's "connection lost" under gpuhub's hub: when this server was
  * stopped, say so, by whom and why, and offer to start it again (instead of
  * "Server unavailable or unreachable"); when it still runs, JupyterLab's own
- * dialog. Replaces `@jupyterlab/hub-extension:connectionlost`, which
- * package.json disables.
+ * dialog, but only once the hub has had its time to mark a server that just
+ * died stopped (`ServerGone.check`). Replaces
+ * `@jupyterlab/hub-extension:connectionlost`, which package.json disables,
+ * and JupyterLab's default.
  */
 import {
   ConnectionLost,

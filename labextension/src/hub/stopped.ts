@@ -62,9 +62,46 @@ export function startAgainUrl(): string {
   );
 }
 
+/**
+ * Milliseconds between the questions to the hub while it still calls this
+ * server active: the hub marks a server stopped only once its stop has ended
+ * (the process or pod gone, seconds after its connections broke), so right
+ * after the server died it may still say "active". About 20 s in all, then
+ * the server is taken to be running and the connection to be what failed.
+ */
+export const RECHECK_MS: readonly number[] = [
+  250, 500, 1000, 1500, 2500, 3500, 5000, 5000
+];
+
+/**
+ * Milliseconds to wait, once or twice, for the notice of a server the hub
+ * already lists as stopped: an admin's or idle reclaim's reason is recorded
+ * as the stop ends, a moment after the server stops being active.
+ */
+export const NOTICE_WAIT_MS: readonly number[] = [500, 1000];
+
+/** What the hub says of this server: stopped (and why), still active, or nothing. */
+interface IAnswer {
+  state: 'gone' | 'active' | 'unknown';
+  notice: INotice | null;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
 /** Whether this server is gone, and why: one per page. */
 export class ServerGone {
   static readonly instance = new ServerGone();
+
+  /**
+   * ``recheck``: the waits between questions while the hub says "active";
+   * ``noticeWait``: those for the notice of a server the hub says is stopped.
+   */
+  constructor(
+    private readonly _recheck: readonly number[] = RECHECK_MS,
+    private readonly _noticeWait: readonly number[] = NOTICE_WAIT_MS
+  ) {}
 
   /** Emitted once this server is known to be stopped. */
   get changed(): ISignal<this, void> {
@@ -90,24 +127,56 @@ export class ServerGone {
 
   /**
    * Ask the hub whether this server still runs and why it stopped; true when
-   * it is not running (then the panel and a dialog say so, once).
+   * it is not running (then the panel and a dialog say so, once). While the
+   * hub still calls it active, ask again (`RECHECK_MS`): a server that
+   * just died is "active" until the hub has finished stopping it.
    */
   async check(): Promise<boolean> {
     if (this._gone) {
       return true;
     }
     if (this._checking === null) {
-      this._checking = this._ask().finally(() => {
+      this._checking = this._askPatiently().finally(() => {
         this._checking = null;
       });
     }
     return this._checking;
   }
 
-  private async _ask(): Promise<boolean> {
+  private async _askPatiently(): Promise<boolean> {
+    let answer = await this._ask();
+    for (const wait of this._recheck) {
+      if (answer.state !== 'active') {
+        break;
+      }
+      await sleep(wait);
+      answer = await this._ask();
+    }
+    if (answer.state !== 'gone') {
+      return false; // still active (running: the connection comes back), or no answer
+    }
+    for (const wait of this._noticeWait) {
+      if (answer.notice) {
+        break;
+      }
+      await sleep(wait);
+      const again = await this._ask();
+      if (again.state === 'gone') {
+        answer = again;
+      }
+    }
+    this._gone = true;
+    this._notice = answer.notice;
+    this._changed.emit();
+    void this._tell();
+    return true;
+  }
+
+  private async _ask(): Promise<IAnswer> {
     const hub = hubServer();
+    const unknown: IAnswer = { state: 'unknown', notice: null };
     if (!hub) {
-      return false;
+      return unknown;
     }
     let data: IHubNotices;
     try {
@@ -116,23 +185,20 @@ export class ServerGone {
         headers: { Accept: 'application/json' }
       });
       if (!answer.ok) {
-        return false;
+        return unknown;
       }
       data = (await answer.json()) as IHubNotices;
     } catch {
-      return false; // the hub cannot be reached either: nothing to say about the server
+      return unknown; // the hub cannot be reached either: nothing to say about the server
     }
-    const state = data.servers?.[hub.server];
-    if (state?.active) {
-      return false; // running (or starting again): the connection will come back
+    if (data.servers?.[hub.server]?.active) {
+      // Running, starting again, or not yet marked stopped.
+      return { state: 'active', notice: null };
     }
-    this._gone = true;
-    this._notice =
+    const notice =
       data.notices.find(n => n.kind === 'server' && n.server === hub.server) ??
       null;
-    this._changed.emit();
-    void this._tell();
-    return true;
+    return { state: 'gone', notice };
   }
 
   private async _tell(): Promise<void> {

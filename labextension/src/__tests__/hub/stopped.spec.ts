@@ -4,6 +4,7 @@ import { PageConfig } from '@jupyterlab/coreutils';
 import {
   INotice,
   NOT_RUNNING,
+  RECHECK_MS,
   ServerGone,
   hubServer,
   startAgainUrl
@@ -109,9 +110,9 @@ describe('ServerGone', () => {
     expect(fetchMock).not.toHaveBeenCalled();
   });
 
-  it('is not gone while the hub says the server is active', async () => {
+  it('is not gone while the hub keeps saying the server is active', async () => {
     inHub();
-    fetchMock.mockResolvedValue(
+    fetchMock.mockImplementation(async () =>
       hubAnswer({
         user: 'ann',
         notices: [],
@@ -119,13 +120,66 @@ describe('ServerGone', () => {
         servers: { gpu: { active: true, ready: false } }
       })
     );
-    const gone = new ServerGone();
+    const gone = new ServerGone([1, 2]);
     expect(await gone.check()).toBe(false);
     expect(gone.gone).toBe(false);
+    expect(fetchMock).toHaveBeenCalledTimes(3); // asked, then asked again twice
     const [url, init] = fetchMock.mock.calls[0];
     expect(url).toBe('/hub/gpuhub/notices');
     expect(init.credentials).toBe('same-origin');
     expect(dialog).not.toHaveBeenCalled();
+  });
+
+  it('asks again while the hub still calls a dead server active', async () => {
+    // The hub marks a server stopped only once its stop has ended: right after
+    // the server died it is still "active", and a moment later it is not.
+    inHub('gpu');
+    const stopping = { gpu: { active: true, ready: false } };
+    const stopped = { gpu: { active: false, ready: false } };
+    const answers = [stopping, stopping, stopped];
+    fetchMock.mockImplementation(async () =>
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [notice()],
+        servers: answers.shift() ?? stopped
+      })
+    );
+    const gone = new ServerGone([1, 1, 1, 1]);
+    expect(await gone.check()).toBe(true);
+    expect(fetchMock).toHaveBeenCalledTimes(3);
+    expect(dialog).toHaveBeenCalledTimes(1);
+    expect(dialog.mock.calls[0][0]!.title).toBe('Your server was stopped');
+  });
+
+  it('waits a moment for the notice of a server the hub lists as stopped', async () => {
+    // The admin's reason is recorded as the stop ends, just after the server
+    // stops being active: "was stopped, by whom and why", not "not running".
+    inHub('gpu');
+    const stopped = { gpu: { active: false, ready: false } };
+    const notices: INotice[][] = [[], [notice()]];
+    fetchMock.mockImplementation(async () =>
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: notices.shift() ?? [notice()],
+        servers: stopped
+      })
+    );
+    const gone = new ServerGone([], [1, 1]);
+    expect(await gone.check()).toBe(true);
+    expect(fetchMock).toHaveBeenCalledTimes(2);
+    expect(gone.notice).toEqual(notice());
+    expect(dialog).toHaveBeenCalledTimes(1);
+    expect(dialog.mock.calls[0][0]!.title).toBe('Your server was stopped');
+  });
+
+  it('waits longer between questions, and not for ever', () => {
+    const waits = Array.from(RECHECK_MS);
+    expect(waits).toEqual([...waits].sort((a, b) => a - b));
+    const total = waits.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThanOrEqual(10_000); // a slow stop (a process, a pod)
+    expect(total).toBeLessThanOrEqual(30_000); // then JupyterLab's own dialog
   });
 
   it('says nothing when the hub cannot answer', async () => {
@@ -184,7 +238,7 @@ describe('ServerGone', () => {
     inHub('gpu');
     let reply!: (r: Response) => void;
     fetchMock.mockReturnValue(new Promise<Response>(r => (reply = r)));
-    const gone = new ServerGone();
+    const gone = new ServerGone([]);
     const first = gone.check();
     const second = gone.check();
     reply(

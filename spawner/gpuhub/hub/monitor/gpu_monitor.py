@@ -449,12 +449,13 @@ class GPUMonitor:
             return False
         finally:
             self._stopping.discard(key)
-        self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
-        await self._refresh_now()
-        self._changed(removed=(user.name, "server", server))
+        # The notice first: the user's lab asks why as soon as the hub says it stopped.
         self.store.notify(
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )
+        self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        await self._refresh_now()
+        self._changed(removed=(user.name, "server", server))
         return True
 
     async def cancel_job(self, user: str, name: str, reason: str, *, by: str) -> list[str]:
