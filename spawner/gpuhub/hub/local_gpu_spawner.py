@@ -47,7 +47,7 @@ from gpuhub.hub.ledger.device_book import (
     server_key,
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
-from gpuhub.hub.ledger.launches import Launch, Process, command_line, device_set
+from gpuhub.hub.ledger.launches import Launch, Process, Proof, command_line, device_set
 from gpuhub.hub.ledger.launches import launch_key as derive_launch_key
 from gpuhub.hub.ledger.launches import sign as sign_launch
 from gpuhub.hub.ledger.ledger import Ledger
@@ -191,13 +191,23 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     def _book(self) -> GPUAllocator:
         """The hub's device book, with the job holds a previous hub process left (and those
         of live processes its file does not list: :mod:`gpuhub.hub.ledger.launches`)."""
-        ALLOCATOR.open(self.ledger_file, self._launch_key())
+        ALLOCATOR.open(self.ledger_file, self._launch_proof())
         return ALLOCATOR
 
     def _launch_key(self) -> bytes | None:
         """The key of the grants in servers' environments, from the hub's cookie secret."""
         secret = self.user.settings.get("cookie_secret") if self.user is not None else None
         return derive_launch_key(secret) if secret else None
+
+    def _launch_proof(self) -> Proof | None:
+        """What makes a process one of a launch's: its grant, and the OS account servers run
+        as here (:class:`gpuhub.hub.ledger.launches.Proof`)."""
+        key = self._launch_key()
+        return Proof(key, shared_account=self.run_as_hub_user) if key is not None else None
+
+    def gpu_utilization_settings(self) -> dict[str, Any]:
+        # Whose processes use a shared GPU's memory: proven, never read from what they say.
+        return {"proof": self._launch_proof()}
 
     @property
     def _holder_key(self) -> HolderKey:
@@ -598,16 +608,15 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             LINE.leave(ticket)
             self._gpuhub_ticket = None
         descendants: list[Process] = []
-        uid = None
         if self.pid and self.allocated_gpus:
-            descendants, uid = await asyncio.to_thread(_server_processes, self.pid)
+            descendants = await asyncio.to_thread(_server_processes, self.pid)
         self._gpuhub_stopping = True
         try:
             await super().stop(now=now)
         finally:
             self._gpuhub_stopping = False
             if await self.poll() is not None:
-                await self._settle_gpus(descendants, uid)
+                await self._settle_gpus(descendants)
                 self._remove_cgroup()
                 holdings_changed()
 
@@ -620,18 +629,18 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 try:
                     asyncio.get_running_loop()
                 except RuntimeError:  # no event loop (a script using the spawner): settle now
-                    asyncio.run(self._settle_gpus([], None))
+                    asyncio.run(self._settle_gpus([]))
                 else:
-                    self._gpuhub_settling = asyncio.ensure_future(self._settle_gpus([], None))
+                    self._gpuhub_settling = asyncio.ensure_future(self._settle_gpus([]))
 
-    async def _settle_gpus(self, descendants: list[Process], uid: int | None) -> None:
+    async def _settle_gpus(self, descendants: list[Process]) -> None:
         """Give the server's GPUs back, except those its surviving processes still use."""
         held, self._gpuhub_pending = self._gpuhub_pending, None
         if not held:
             return
-        if uid is None:
-            uid = self._system_uid()
-        survivors = await asyncio.to_thread(_survivors, descendants, uid, self._server_id)
+        survivors = await asyncio.to_thread(
+            _survivors, descendants, self._launch_proof(), self._server_id
+        )
         self._gpuhub_server_id = ""  # the next launch gets a new one
         kept = self._book.settle(jobs_key(self.user.name, self.name), held, survivors)
         if kept:
@@ -641,17 +650,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 log_name(self),
                 [process.pid for process, _ in survivors],
             )
-
-    def _system_uid(self) -> int | None:
-        """The OS user the server ran as (its processes are looked for among theirs)."""
-        if self.run_as_hub_user:
-            return os.getuid()
-        import pwd
-
-        try:
-            return pwd.getpwnam(self.user.name).pw_uid
-        except KeyError:
-            return None
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
@@ -778,39 +776,43 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return await super().move_certs(paths)
 
 
-def _server_processes(pid: int) -> tuple[list[Process], int | None]:
-    """The server's descendants (kernels, jobs, terminals' children) and its user id, taken
-    before it stops: the processes that may outlive it on its GPUs."""
+def _server_processes(pid: int) -> list[Process]:
+    """The server's descendants (kernels, jobs, terminals' children), taken before it stops:
+    the processes that may outlive it on its GPUs."""
     import psutil
 
     try:
-        server = psutil.Process(pid)
-        found = [(p.pid, p.create_time()) for p in server.children(recursive=True)]
-        return found, server.uids().real
+        return [(p.pid, p.create_time()) for p in psutil.Process(pid).children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return [], None
+        return []
 
 
 def _survivors(
-    descendants: list[Process], uid: int | None, server_id: str
+    descendants: list[Process], proof: Proof | None, server_id: str
 ) -> list[tuple[HeldProcess, frozenset[int] | None]]:
     """Processes of a just-stopped server that still run, with the GPUs each can see.
 
     Found by the hub itself: the server's descendants taken before the stop, and processes
-    of the same OS user whose environment carries this launch's ``GPUHUB_SERVER_ID`` (a job
-    that detached from its parent). ``None`` for the GPUs means unreadable: keep them all.
+    that prove this launch's grant (``proof``: the grant signed for this ``GPUHUB_SERVER_ID``,
+    and the server's OS account), such as a job that detached from its parent. What a
+    process merely says (``GPUHUB_SERVER_ID`` alone) never makes it the server's: another
+    user's process could say it and have this user's GPUs kept for it. ``None`` for the
+    GPUs means unreadable: keep them all.
     """
     import psutil
 
     from gpuhub.hub.ledger.device_book import alive
 
     found: dict[int, Process] = {p[0]: p for p in descendants if alive(p)}
-    if uid is not None:
+    if proof is not None:
         for proc in psutil.process_iter(["pid", "create_time", "uids", "environ"]):
             info = proc.info
             env = info.get("environ") or {}
+            if env.get(SERVER_ID_ENV) != server_id:
+                continue  # cheap first: most processes are no server's
             uids = info.get("uids")
-            if uids is not None and uids.real == uid and env.get(SERVER_ID_ENV) == server_id:
+            launch = proof.launch(env.get(LAUNCH_ENV), uids.real if uids is not None else None)
+            if launch is not None and launch.launch == server_id:
                 found.setdefault(info["pid"], (info["pid"], info["create_time"]))
     survivors = []
     for pid, started in found.values():

@@ -18,7 +18,7 @@ from gpuhub.hub.ledger.device_book import (
     jobs_key,
     server_key,
 )
-from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
+from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, Proof, launch_key, sign, verify
 from tests.support.processes import identity, sleeping_process
 
 G = 10**9
@@ -94,7 +94,7 @@ def test_a_lost_ledger_rebuilds_a_share_from_the_grant_its_process_carries(
     assert verify(key, sign(key, whole)) == whole
     env = {**os.environ, LAUNCH_ENV: sign(key, grant), "CUDA_VISIBLE_DEVICES": "2"}
     with sleeping_process(env):
-        book = GPUAllocator(tmp_path / "gpuhub-ledger.json", key=key)
+        book = GPUAllocator(tmp_path / "gpuhub-ledger.json", Proof(key, shared_account=True))
         (hold,) = book.holdings()
         assert (hold.user, hold.kind, hold.devices, hold.memory) == ("alice", "job", (2,), 8 * G)
         assert book.room([2], DEVICE) == {2: 8 * G}

@@ -16,7 +16,7 @@ import pytest
 
 from gpuhub.hub.ledger import statefile
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, jobs_key, server_key
-from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, launch_key, sign, verify
+from gpuhub.hub.ledger.launches import LAUNCH_ENV, Launch, Proof, launch_key, sign, verify
 from gpuhub.hub.monitor.usage import UsageStore
 from tests.support.processes import identity, sleeping_process
 
@@ -68,7 +68,7 @@ def test_a_damaged_ledger_is_kept_aside_and_never_stops_the_book(
     path = tmp_path / "gpuhub-ledger.json"
     path.write_bytes(damage)
     with caplog.at_level(logging.ERROR, logger="gpuhub.hub.ledger.device_book"):
-        book = GPUAllocator(path, key=b"k" * 32)
+        book = GPUAllocator(path, Proof(b"k" * 32, shared_account=True))
     [aside] = tmp_path.glob("gpuhub-ledger.json.damaged-*")
     assert aside.read_bytes() == damage
     [line] = [r.getMessage() for r in caplog.records]
@@ -119,7 +119,7 @@ def test_a_lost_ledger_is_rebuilt_from_the_grants_live_processes_carry(tmp_path:
     forged = sign(launch_key(b"another hub"), Launch("mallory", "", "L9", (0,), ""))
     env = {**os.environ, LAUNCH_ENV: sign(key, grant), "CUDA_VISIBLE_DEVICES": "2"}
     with sleeping_process(env) as ours, sleeping_process({**env, LAUNCH_ENV: forged}):
-        book = GPUAllocator(tmp_path / "gpuhub-ledger.json", key=key)
+        book = GPUAllocator(tmp_path / "gpuhub-ledger.json", Proof(key, shared_account=True))
         # The process sees GPU 2 of the 1 and 2 it was given: 2 stays held, for alice.
         assert book.free([0, 1, 2]) == [0, 1]
         (hold,) = book.holdings()
@@ -137,6 +137,42 @@ def test_a_lost_ledger_is_rebuilt_from_the_grants_live_processes_carry(tmp_path:
         assert [h.kind for h in book.holdings()] == ["server"]
         assert book.holder(jobs_key("alice", "train")) is None
     assert verify(key, forged) is None
+
+
+NOBODY = 65534  # the OS's unprivileged account, as another user's server would run
+
+
+def another_account(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A process of another OS account, with ``env`` (a grant copied into it)."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a process as another OS account needs root")
+    return subprocess.Popen(
+        ["/usr/bin/python3", "-c", "import time; time.sleep(120)"], env=env, user=NOBODY, cwd="/"
+    )
+
+
+def test_a_grant_proves_a_process_only_in_its_users_os_account(tmp_path: Path) -> None:
+    """A grant copied into another OS account's process proves nothing: with servers run as
+    the hub's account (``run_as_hub_user``) or as their users' own, the book holds nothing
+    for it, and :class:`Proof` says whose a process is the same way everywhere."""
+    key = launch_key(b"cookie secret")
+    grant = sign(key, Launch("alice", "", "L1", (0,), "A6000"))
+    copied = another_account({LAUNCH_ENV: grant, "CUDA_VISIBLE_DEVICES": "0"})
+    try:
+        shared = Proof(key, shared_account=True)
+        book = GPUAllocator(tmp_path / "gpuhub-ledger.json", shared)
+        assert book.free([0, 1]) == [0, 1] and book.holdings() == []
+        assert shared.launch(grant, NOBODY) is None
+        assert shared.launch(grant, os.getuid()) == verify(key, grant)
+        # Each user's own account: the grant of "nobody" proves a process of that account,
+        # alice's does not (she has no account here), whatever runs it.
+        own = Proof(key)
+        mine = sign(key, Launch("nobody", "", "L2", (1,), "A6000"))
+        assert own.launch(mine, NOBODY) == verify(key, mine)
+        assert own.launch(mine, os.getuid()) is None and own.launch(grant, NOBODY) is None
+    finally:
+        copied.kill()
+        copied.wait()
 
 
 def test_a_damaged_usage_file_keeps_what_can_be_read(

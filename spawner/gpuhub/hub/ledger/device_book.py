@@ -47,7 +47,7 @@ from typing import Any
 
 from gpuhub.core.holdings import HolderKind, Holding
 from gpuhub.hub.ledger import launches
-from gpuhub.hub.ledger.launches import Process
+from gpuhub.hub.ledger.launches import Process, Proof
 from gpuhub.hub.ledger.statefile import Damaged, kind_of, read_json, set_aside, write_json
 
 log = logging.getLogger(__name__)
@@ -150,33 +150,33 @@ def _held(process: HeldProcess | Process) -> HeldProcess:
 
 class GPUAllocator:
     def __init__(
-        self, store: str | os.PathLike[str] | None = None, key: bytes | None = None
+        self, store: str | os.PathLike[str] | None = None, proof: Proof | None = None
     ) -> None:
         self._holder_of: dict[int, HolderKey] = {}  # devices handed out whole
         # Devices shared by memory: device -> holder -> bytes of its memory they were given.
         self._shares: dict[int, dict[HolderKey, int]] = {}
         self._holders: dict[HolderKey, Holder] = {}
         self.store: Path | None = None
-        self.launch_key: bytes | None = None  # checks the grants in processes' environments
+        self.proof: Proof | None = None  # whose a process is (launches.Proof)
         self._unsaved = False  # the last write failed: try again at the next change
         self._retry_at = 0.0
         if store is not None:
-            self.open(store, key)
+            self.open(store, proof)
 
     # -- persistence of job holds (servers are restored from JupyterHub's own state) --------
-    def open(self, store: str | os.PathLike[str], key: bytes | None = None) -> None:
+    def open(self, store: str | os.PathLike[str], proof: Proof | None = None) -> None:
         """Use ``store`` for job holds: load what a previous hub process left there, and hold
-        what live processes with a grant signed with ``key`` were given (once per path)."""
+        what live processes that prove a grant (``proof``) were given (once per path)."""
         path = Path(store).resolve()
         if self.store == path:
             return
-        self.store, self.launch_key = path, key
+        self.store, self.proof = path, proof
         data, damage = read_json(path)
         if data is not None:
             problems = self._restore(data)
             if problems:
                 damage = set_aside(path, "; ".join(problems[:3]))
-        rebuilt = self._rebuild(key) if key is not None else []
+        rebuilt = self._rebuild(proof) if proof is not None else []
         self.prune()
         if damage is not None:
             held = ", ".join(f"{o}: GPUs {self.held_by(o)}" for o in rebuilt) or "none"
@@ -213,13 +213,13 @@ class GPUAllocator:
             self._claim_job(holder, devices)
         return problems
 
-    def _rebuild(self, launch_key: bytes) -> list[HolderKey]:
-        """Hold, for every live process with a grant from this hub that no job hold lists,
-        the devices it was given and can see (its server's job hold)."""
+    def _rebuild(self, proof: Proof) -> list[HolderKey]:
+        """Hold, for every live process that proves a grant of this hub and that no job hold
+        lists, the devices it was given and can see (its server's job hold)."""
         known = {p.process for h in self._holders.values() for p in h.processes}
         rebuilt: list[HolderKey] = []
         try:
-            found = launches.running(launch_key)
+            found = launches.running(proof)
         except Exception as exc:  # psutil cannot look: nothing more to hold, say so
             log.error("gpuhub: cannot look for processes holding GPUs: %s", exc)
             return []

@@ -3,14 +3,22 @@
 ``LocalGPUSpawner`` starts every server with ``GPUHUB_LAUNCH``: who it is for, which launch
 (``GPUHUB_SERVER_ID``), which devices and which GPU type, signed with a key derived from the
 hub's cookie secret. Every process the server starts inherits it (kernels, local jobs,
-``nohup`` runs), and it outlives the server. A user can copy it, never change it: a process
-carries the grant of a launch of its own user, or nothing the hub believes.
+``nohup`` runs), and it outlives the server. A user can copy it, never change it.
 
-That is how the device book is rebuilt from what runs when its file
-(``LocalGPUSpawner.ledger_file``) is lost or damaged (:meth:`GPUAllocator.open
-<gpuhub.hub.ledger.device_book.GPUAllocator.open>`): every live process with a valid grant keeps the
-devices it was given and can see, held for its user and server, so no GPU a live process
-uses is handed out again.
+A process counts for a launch only on :class:`Proof`: that grant, and the OS account the
+launch's user's servers run as (each user's own, or the hub's with ``run_as_hub_user``).
+Nothing else a process says about itself (``JUPYTERHUB_USER``, ``GPUHUB_SERVER_ID``) is
+believed: any process can set those. The one check serves everything that asks whose a
+process is:
+
+* the device book's rebuild when its file (``LocalGPUSpawner.ledger_file``) is lost or
+  damaged (:meth:`GPUAllocator.open <gpuhub.hub.ledger.device_book.GPUAllocator.open>`):
+  every live process with a proven grant keeps the devices it was given and can see, held
+  for its user and server, so no GPU a live process uses is handed out again;
+* the processes a stopped server leaves running (``LocalGPUSpawner``'s survivors);
+* whose GPU memory a shared device's processes use, for the over-share watch
+  (:mod:`gpuhub.hub.monitor.utilization`): memory no proven holder explains is reported to
+  the admin, never charged to anyone.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ import hashlib
 import hmac
 import json
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 from gpuhub.core.devices import visible_devices
 from gpuhub.core.env import LAUNCH_ENV
@@ -115,18 +124,55 @@ def device_set(visible: str | None) -> frozenset[int] | None:
     return frozenset(d for d in devices if isinstance(d, int))
 
 
-def running(key: bytes) -> list[RunningProcess]:
-    """Every live process whose environment carries a grant signed with ``key`` (blocking:
-    one pass over the machine's processes; the hub does it once, when it opens its book)."""
+@dataclass(frozen=True)
+class Proof:
+    """What makes a process count for a launch: the grant the hub signed with ``key`` in its
+    environment, and that it runs as the OS account its user's servers run as. A user can
+    copy their own processes' grant, never forge one, and cannot read another OS account's
+    environment; with ``shared_account`` (``run_as_hub_user``: every server runs as the hub's
+    own account, where every user can read every other's processes) the account proves
+    only that a process is one of the hub's servers'."""
+
+    key: bytes
+    shared_account: bool = False
+    _accounts: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def account(self, user: str) -> int | None:
+        """The uid ``user``'s servers run as (None: no such OS account)."""
+        if self.shared_account:
+            return os.getuid()
+        uid = self._accounts.get(user)
+        if uid is None:
+            import pwd
+
+            try:
+                uid = self._accounts[user] = pwd.getpwnam(user).pw_uid
+            except KeyError:
+                return None  # not remembered: the account may be made later
+        return uid
+
+    def launch(self, grant: str | None, uid: int | None) -> Launch | None:
+        """The launch a process whose environment carries ``grant`` (``GPUHUB_LAUNCH``) and
+        that runs as ``uid`` (its real uid) proves it belongs to; None without proof."""
+        launch = verify(self.key, grant)
+        if launch is None or uid is None or uid != self.account(launch.user):
+            return None
+        return launch
+
+
+def running(proof: Proof) -> list[RunningProcess]:
+    """Every live process that proves a grant (:class:`Proof`; blocking: one pass over the
+    machine's processes; the hub does it once, when it opens its book)."""
     import psutil
 
     found = []
-    for proc in psutil.process_iter(["pid", "create_time", "environ", "cmdline", "status"]):
+    for proc in psutil.process_iter(["pid", "create_time", "environ", "cmdline", "status", "uids"]):
         info = proc.info
         env = info.get("environ") or {}
         if LAUNCH_ENV not in env or info.get("status") == psutil.STATUS_ZOMBIE:
             continue
-        launch = verify(key, env.get(LAUNCH_ENV))
+        uids = info.get("uids")
+        launch = proof.launch(env.get(LAUNCH_ENV), uids.real if uids is not None else None)
         if launch is None:
             continue
         found.append(
