@@ -10,8 +10,6 @@ copies of the names it reads; ``tests/core/test_env.py`` checks that they agree 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 # -- what a GPU holder (a server or a job) is given: gpuhub.core.holder_env -----------------
 # How many GPUs (or time-sliced units) it holds. Set by both spawners and the job backends;
 # read by the lab (gpuhub_lab.metrics.assigned).
@@ -46,10 +44,12 @@ MACHINERY_ENV = "GPUHUB_SIMULATED_MACHINERY"
 
 # -- a workstation's launches: gpuhub.hub.ledger.launches -----------------------------------
 # A random id per server launch. Set by LocalGPUSpawner on the server (every process it starts
-# inherits it); read by the hub to find the processes that outlive the server on its GPUs.
+# inherits it); read by the hub to find the processes that outlive the server on its GPUs
+# (a first filter: the launch's signed grant, LAUNCH_ENV, is the proof).
 SERVER_ID_ENV = "GPUHUB_SERVER_ID"
-# What the hub gave a launch, signed. Set by LocalGPUSpawner; read by the hub's device book to
-# hold those GPUs again when its file is lost (gpuhub.hub.ledger.launches).
+# What the hub gave a launch, signed. Set by LocalGPUSpawner; read by the hub wherever it asks
+# whose a process is (gpuhub.hub.ledger.launches.Proof): the device book's rebuild, a stopped
+# server's survivors, the over-share watch. JupyterHub's JUPYTERHUB_USER is never proof.
 LAUNCH_ENV = "GPUHUB_LAUNCH"
 # The Jupyter server's pid. Set by the local jobs backend on a job's runner; read by the
 # magics in the job's kernel to reach that server (gpuhub_lab.jobs_client).
@@ -96,10 +96,3 @@ SECONDARY_OUTPUT_ENV = "GPUHUB_SECONDARY_OUTPUT"
 HOLD_SECONDS_ENV = "GPUHUB_HOLD_SECONDS"
 # The service's log level. Set by the Helm chart; read by gpuhub.service.__main__.
 LOG_LEVEL_ENV = "GPUHUB_LOG_LEVEL"
-
-
-def server_of(environ: Mapping[str, str]) -> tuple[str, str] | None:
-    """(user, server name) of a process of a single-user server, from its environment:
-    processes of a server (its kernels and their children) inherit JupyterHub's variables."""
-    user = environ.get("JUPYTERHUB_USER")
-    return (user, environ.get("JUPYTERHUB_SERVER_NAME", "")) if user else None

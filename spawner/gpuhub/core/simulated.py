@@ -8,6 +8,11 @@ their environment), less Jupyter's own machinery (the server and a job's runner,
 is their CPU activity over the last second (100 % = one busy core), as NVML reports a real
 GPU's over its last sample period, and its memory their resident memory.
 
+Whose a process is, is not decided here: the tracker keeps what the hub needs to check it
+(the launch grant a process carries and the OS account it runs as, :attr:`Usage.grants`),
+and the hub believes only what that proves (:class:`gpuhub.hub.ledger.launches.Proof`),
+never what a process says of itself (``JUPYTERHUB_USER``).
+
 The one rule for every screen: the lab's NVML stand-in (:mod:`gpuhub_lab.metrics.simulated`,
 the sidebar and ``%gpu``, in a server or in a job) and the hub's utilization source
 (:class:`gpuhub.hub.monitor.utilization.SimulatedUtilization`, the fleet page and reclaim) both read
@@ -24,11 +29,12 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpuhub.core.devices import visible_devices
-from gpuhub.core.env import MACHINERY_ENV, SIMULATED_GPUS_ENV, server_of
+from gpuhub.core.env import LAUNCH_ENV, MACHINERY_ENV, SIMULATED_GPUS_ENV
 
 #: Seconds of CPU activity one utilization figure covers (NVML: 1/6 s to 1 s).
 WINDOW = 1.0
-Known = tuple[psutil.Process, frozenset[int], tuple[str, str] | None]
+Grant = tuple[str, int]  # the GPUHUB_LAUNCH a process carries, and its real uid
+Known = tuple[psutil.Process, frozenset[int], Grant | None]
 
 __all__ = [
     "SIMULATED_GPUS_ENV",
@@ -61,7 +67,9 @@ class Usage:
 
     utilization: dict[int, float] = field(default_factory=dict)
     processes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # (pid, rss)
-    owners: dict[int, tuple[str, str]] = field(default_factory=dict)  # pid -> (user, server)
+    # pid -> the launch grant it carries and its real uid, for the hub to check (not proof
+    # by itself: gpuhub.hub.ledger.launches.Proof).
+    grants: dict[int, Grant] = field(default_factory=dict)
 
 
 class Tracker:
@@ -69,7 +77,8 @@ class Tracker:
 
     ``cpu_percent`` needs the same Process object between two calls, and a process's
     environment never changes after it started, so both are kept; only new processes have
-    their environment read.
+    their environment read. It looks at its own OS account's processes, or every process
+    when it runs as root (the hub on a workstation whose servers run as their users).
     """
 
     def __init__(self, window: float = WINDOW) -> None:
@@ -77,7 +86,7 @@ class Tracker:
         # The process reading is left out (a Jupyter server, the hub), unless it is a GPU user
         # itself: a kernel reading for ``%gpu`` sets this.
         self.count_self = False
-        # (pid, start time) -> the process, the devices it sees, the server it belongs to
+        # (pid, start time) -> the process, the devices it sees, the grant it carries
         self._known: dict[tuple[int, float], Known] = {}
         self._lock = threading.Lock()
         self._usage = Usage()
@@ -104,14 +113,14 @@ class Tracker:
                 time.sleep(self.window)
                 users, _ = self._users()
             usage = Usage()
-            for proc, devices, owner in users:
+            for proc, devices, grant in users:
                 try:
                     cpu = proc.cpu_percent(None)
                     rss = proc.memory_info().rss
                 except (psutil.Error, OSError):
                     continue
-                if owner is not None:
-                    usage.owners[proc.pid] = owner
+                if grant is not None:
+                    usage.grants[proc.pid] = grant
                 for index in devices:
                     usage.utilization[index] = usage.utilization.get(index, 0.0) + cpu
                     usage.processes.setdefault(index, []).append((proc.pid, rss))
@@ -125,31 +134,33 @@ class Tracker:
             self._measured = 0.0
 
     def _users(self) -> tuple[list[Known], bool]:
-        """This user's processes that use simulated GPUs, with theirs; and whether one of
-        them is new (its CPU measurement starts now)."""
+        """The processes that use simulated GPUs, with theirs; and whether one of them is
+        new (its CPU measurement starts now)."""
         me = -1 if self.count_self else os.getpid()
         uid = os.getuid()
+        everyone = os.geteuid() == 0  # others' environments are unreadable otherwise
         seen: set[tuple[int, float]] = set()
         found = []
         new = False
         for proc in psutil.process_iter(["pid", "uids", "create_time"]):
             info = proc.info
             uids = info.get("uids")
-            if info["pid"] == me or uids is None or uids.real != uid:
-                continue  # others' environments are unreadable anyway
+            if info["pid"] == me or uids is None or (uids.real != uid and not everyone):
+                continue
             key = (info["pid"], info["create_time"] or 0.0)
             seen.add(key)
             entry = self._known.get(key)
             if entry is None:
-                owner = None
+                grant: Grant | None = None
                 try:
                     environ = proc.environ()
                     devices = uses_simulated_gpus(environ)
-                    owner = server_of(environ)
+                    if devices and environ.get(LAUNCH_ENV):
+                        grant = (environ[LAUNCH_ENV], uids.real)
                     proc.cpu_percent(None)  # starts the measurement; first answer is 0
                 except (psutil.Error, OSError):
                     devices = frozenset()
-                entry = self._known[key] = (proc, devices, owner)
+                entry = self._known[key] = (proc, devices, grant)
                 new = new or bool(devices)
             if entry[1]:
                 found.append(entry)

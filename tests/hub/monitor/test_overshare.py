@@ -1,7 +1,10 @@
 """The over-share watch (issue 24, item 3), in-process: what a share's own processes use of
 its GPU, from NVML's per-process memory (the NVML stand-in) and, for simulated GPUs, from
-resident memory; and the watch's warn-then-stop with the sentence it gives. The hub-level
-check (a real server warned, then stopped) is test_overshare_hub.py."""
+resident memory; and the watch's warn-then-stop with the sentence it gives. A process counts
+for a server only when it proves it (its launch's signed grant, its OS account: issue 31,
+item 1); the rest of a shared GPU's memory is unexplained, charged to nobody. The hub-level
+checks (a real server warned, then stopped; the attacks through real processes) are
+test_overshare_hub.py and test_overshare_proof.py."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from fractions import Fraction
 import psutil
 import pytest
 
+from gpuhub.core.env import LAUNCH_ENV
 from gpuhub.core.holdings import Holding
+from gpuhub.hub.ledger.launches import Launch, Proof, launch_key, sign
 from gpuhub.hub.monitor.overshare import ShareWatch
 from gpuhub.hub.monitor.utilization import (
     GPUSample,
@@ -42,15 +47,23 @@ def share(user: str, memory: int, device: int = 0) -> Holding:
     )
 
 
-def server_process(user: str, code: str, device: int = 0) -> subprocess.Popen[bytes]:
-    """A process of ``user``'s default server, as its kernels are: JupyterHub's environment."""
-    env = {
-        **os.environ,
-        "JUPYTERHUB_USER": user,
-        "JUPYTERHUB_SERVER_NAME": "",
-        "GPUHUB_SIMULATED_GPUS": "2",
-        "CUDA_VISIBLE_DEVICES": str(device),
-    }
+KEY = launch_key(b"the over-share tests' cookie secret")
+# The test's processes run as its own OS account, as servers do with run_as_hub_user.
+PROOF = Proof(KEY, shared_account=True)
+
+
+def server_process(
+    user: str, code: str, device: int = 0, *, grant: bool = True, says: str = ""
+) -> subprocess.Popen[bytes]:
+    """A process of ``user``'s default server, as its kernels are: the launch's signed grant
+    in its environment (``grant``), and JupyterHub's ``JUPYTERHUB_USER`` saying ``says``
+    (anyone may set it: it proves nothing)."""
+    env = {k: v for k, v in os.environ.items() if k not in (LAUNCH_ENV, "JUPYTERHUB_USER")}
+    env.update({"GPUHUB_SIMULATED_GPUS": "2", "CUDA_VISIBLE_DEVICES": str(device)})
+    if grant:
+        env[LAUNCH_ENV] = sign(KEY, Launch(user, "", f"launch-{user}", (device,), "T4"))
+    if says:
+        env.update({"JUPYTERHUB_USER": says, "JUPYTERHUB_SERVER_NAME": ""})
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
 
 
@@ -61,43 +74,61 @@ HOG = "import sys, time; b = bytearray(300 * 10**6); print('up', flush=True); ti
 def test_nvml_per_process_memory_is_what_a_shares_own_processes_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ann, bob = server_process("ann", SLEEP), server_process("bob", SLEEP)
+    ann, bob = server_process("ann", SLEEP), server_process("bob", SLEEP, says="ann")
+    # Says it is ann's, carries no grant; and a grant of another GPU (1) used on GPU 0.
+    liar = server_process("mallory", SLEEP, grant=False, says="ann")
+    astray = server_process("ann", SLEEP, device=1)
+    processes = (ann, bob, liar, astray)
     try:
-        for proc in (ann, bob):
+        for proc in processes:
             assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
-        scenario = fake_nvml.a100s(1, memory_used=9 * GB)
+        scenario = fake_nvml.a100s(1, memory_used=14 * GB)
         scenario.gpus[0].processes = [
             fake_nvml.FakeProcess(ann.pid, 6 * GB),
             fake_nvml.FakeProcess(bob.pid, 3 * GB),
             fake_nvml.FakeProcess(os.getpid(), GB),  # not a server's: counted for nobody
+            fake_nvml.FakeProcess(liar.pid, 2 * GB),
+            fake_nvml.FakeProcess(astray.pid, 2 * GB),
         ]
         fake_nvml.install(scenario)
         monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
         holdings = [share("ann", 4 * GB), share("bob", 4 * GB)]
-        samples = asyncio.run(NVMLUtilization().sample(holdings))
+        source = NVMLUtilization(proof=PROOF)
+        samples = asyncio.run(source.sample(holdings))
         [a] = samples[holding_key(holdings[0])]
         [b] = samples[holding_key(holdings[1])]
+        # bob's process counts for bob whatever it says; what proves nobody, for nobody.
         assert (a.own_memory, b.own_memory) == (6 * GB, 3 * GB)
-        assert a.memory_used == 9 * GB  # the device's, as before
+        assert a.memory_used == 14 * GB  # the device's, as before
+        [stray] = source.unexplained
+        assert (stray.gpu, stray.gpu_type, stray.used) == ("0", "T4", 5 * GB)
+        assert stray.pids == tuple(sorted((os.getpid(), liar.pid, astray.pid)))
+        # Without a proof (no hub key) nobody's own memory is known: never counted as over.
+        [u] = asyncio.run(NVMLUtilization().sample(holdings))[holding_key(holdings[0])]
+        assert u.own_memory is None
         # Whole GPUs: no per-process reading at all (it costs NVML calls for nothing).
         fake_nvml.calls.clear()
         whole = Holding("ann", "server", "", 1, "A100", devices=(0,))
-        [w] = asyncio.run(NVMLUtilization().sample([whole]))[holding_key(whole)]
-        assert w.own_memory is None
+        [w] = asyncio.run(source.sample([whole]))[holding_key(whole)]
+        assert w.own_memory is None and source.unexplained == ()
         assert "nvmlDeviceGetComputeRunningProcesses" not in fake_nvml.calls
     finally:
-        for proc in (ann, bob):
+        for proc in processes:
             proc.kill()
             proc.wait()
 
 
 def test_simulated_gpus_count_a_servers_resident_memory_as_its_gpu_memory() -> None:
     hog, other = server_process("ann", HOG, 0), server_process("bob", SLEEP, 0)
+    # A process that says it is bob's, with no grant: its memory is bob's problem no more.
+    liar = server_process("carol", HOG, 0, grant=False, says="bob")
+    processes = (hog, other, liar)
     try:
-        for proc in (hog, other):
+        for proc in processes:
             assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
         holdings = [share("ann", 100 * MB), share("bob", 100 * MB)]
-        samples = asyncio.run(SimulatedUtilization().sample(holdings))
+        source = SimulatedUtilization(proof=PROOF)
+        samples = asyncio.run(source.sample(holdings))
         [a] = samples[holding_key(holdings[0])]
         [b] = samples[holding_key(holdings[1])]
         assert (
@@ -106,8 +137,12 @@ def test_simulated_gpus_count_a_servers_resident_memory_as_its_gpu_memory() -> N
         )
         assert a.own_memory > 300 * MB
         assert b.own_memory is not None and b.own_memory < 100 * MB
+        # Other simulated GPUs' users on this machine (other hubs' tests) may be there too.
+        [stray] = source.unexplained
+        assert stray.gpu == "0" and liar.pid in stray.pids
+        assert stray.used >= psutil.Process(liar.pid).memory_info().rss * 0.9
     finally:
-        for proc in (hog, other):
+        for proc in processes:
             proc.kill()
             proc.wait()
 

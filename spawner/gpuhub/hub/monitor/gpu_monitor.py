@@ -28,11 +28,18 @@ from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.holdings import Holding, gpu_type_names, named
+from gpuhub.core.quantity import human_memory as words_memory
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.overshare import ShareWatch
 from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
 from gpuhub.hub.monitor.usage import SHARE_OVERUSE, Notice, UsageStore
-from gpuhub.hub.monitor.utilization import GPUSample, NoUtilization, UtilizationSource, holding_key
+from gpuhub.hub.monitor.utilization import (
+    GPUSample,
+    NoUtilization,
+    Unexplained,
+    UtilizationSource,
+    holding_key,
+)
 
 log = logging.getLogger("gpuhub.hub.monitor.gpu_monitor")
 
@@ -101,6 +108,9 @@ class GPUMonitor:
         # Shares of a GPU over their memory (workstation without the CUDA MPS daemon).
         grace = float(getattr(spawner, "gpu_share_grace", 0) or 0)
         self.shares = ShareWatch(grace) if grace > 0 else None
+        # Memory on shared GPUs that no proven holder explains (the admin's, never charged):
+        # the last tick's, for the fleet page and /hub/metrics.
+        self.unexplained: tuple[Unexplained, ...] = ()
 
     # -- the loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -127,9 +137,12 @@ class GPUMonitor:
         holdings = [self._named(h) for h in self.ledger.holdings() if h.gpus > 0]
         try:
             samples = await asyncio.wait_for(self.source.sample(holdings), SAMPLE_TIMEOUT)
+            unexplained = tuple(getattr(self.source, "unexplained", ()))
         except Exception as exc:  # a broken source must not stop accounting
             log.warning("gpuhub: cannot read GPU utilization: %s", exc)
-            samples = {}
+            samples, unexplained = {}, ()
+        self._tell_unexplained(unexplained)
+        self.unexplained = unexplained
         # What changed while the sample was taken counts as of now: a server stopped meanwhile
         # must not come back as a row, one started meanwhile must not go (no samples yet).
         current = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
@@ -355,6 +368,21 @@ class GPUMonitor:
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _tell_unexplained(self, now: tuple[Unexplained, ...]) -> None:
+        """Log the admin a line when a shared GPU's memory stops being explained (once,
+        not every tick)."""
+        before = {u.gpu for u in self.unexplained if u.used}
+        for entry in now:
+            if entry.used and entry.gpu not in before:
+                log.warning(
+                    "gpuhub: %s of GPU %s is used by processes %s that prove no holder of it "
+                    "(no launch grant, another OS account's, or another GPU's); charged to "
+                    "nobody",
+                    words_memory(entry.used),
+                    entry.gpu,
+                    ", ".join(map(str, entry.pids)),
+                )
 
     def share_warnings(self, user: str) -> list[tuple[Holding, float, str]]:
         """``user``'s servers over their share of a GPU now: (holding, when it is stopped,

@@ -13,6 +13,10 @@ nothing goes stale between ticks):
   keeps a workstation's job hold: a process its stopped server left on its GPUs)
 * ``gpuhub_gpu_memory_bytes{gpu_type, state="free|held"}`` and
   ``gpuhub_gpu_memory_held_bytes{user, kind, gpu_type}``: GPU types shared by memory
+* ``gpuhub_gpu_memory_unexplained_bytes{gpu, gpu_type}``: a workstation's GPU shared by memory,
+  the memory its processes use that no holder of it proves is theirs (their launch's signed
+  grant and OS account, :class:`gpuhub.hub.ledger.launches.Proof`): charged to nobody, for
+  the admin to look into (0 when every byte is explained)
 
 A share of a GPU (:mod:`gpuhub.core.sharing`) counts as its fraction of a GPU in ``gpuhub_gpus``,
 ``gpuhub_gpus_held`` and ``gpuhub_gpu_seconds_total`` (half of a GPU for an hour is half a
@@ -77,6 +81,17 @@ class GPUCollector(Collector):
         for labels, size in sorted(memory.items()):
             shares.add_metric(list(labels), size)
         yield shares
+
+        unexplained = GaugeMetricFamily(
+            "gpuhub_gpu_memory_unexplained_bytes",
+            "Memory of a GPU shared by memory that its processes use without proving they are "
+            "a holder's (no launch grant, another OS account's, another GPU's); charged to "
+            "nobody",
+            labels=["gpu", "gpu_type"],
+        )
+        for entry in monitor.unexplained:
+            unexplained.add_metric([entry.gpu, entry.gpu_type or "GPU"], entry.used)
+        yield unexplained
 
         seconds = CounterMetricFamily(
             "gpuhub_gpu_seconds",

@@ -6,6 +6,14 @@ and implement :meth:`~UtilizationSource.sample`. The hub calls it once per monit
 every GPU holding; it must not block the event loop (run blocking reads in a thread).
 
 A GPU missing from the answer is *unknown*, and unknown never counts as idle.
+
+On a workstation's GPU shared by memory, what each share's own processes use
+(:attr:`GPUSample.own_memory`, for the over-share watch) counts only processes that prove
+they are that server's (:class:`gpuhub.hub.ledger.launches.Proof`: its launch's signed grant
+and its OS account), never what a process says of itself (``JUPYTERHUB_USER``). Memory on a
+shared GPU that no proven holder of it explains is reported to the admin
+(:attr:`UtilizationSource.unexplained`: the fleet page and ``/hub/metrics``), never charged
+to anyone.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuhub.core.env import server_of
+from gpuhub.core.env import LAUNCH_ENV
 from gpuhub.core.holdings import Holding
+from gpuhub.hub.ledger.launches import Launch, Proof
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +45,79 @@ class GPUSample:
     own_memory: int | None = None
 
 
+@dataclass(frozen=True)
+class Unexplained:
+    """GPU memory on a shared device that no proven holder of it explains: processes with no
+    grant, another OS account's, or a grant for another device or for nobody who holds this
+    one. The admin sees it (fleet page, ``gpuhub_gpu_memory_unexplained_bytes``); nobody's
+    share is charged for it."""
+
+    gpu: str  # the device index, as GPUSample.gpu says it
+    gpu_type: str
+    used: int  # bytes (0: all of the device's memory is explained)
+    pids: tuple[int, ...]
+
+
 Owned = dict[tuple[int, str, str], int]  # (device, user, server) -> bytes its processes use
 
 
-def owned_memory(
-    processes: dict[int, list[tuple[int, int]]], owners: dict[int, tuple[str, str]]
-) -> Owned:
-    """Per device, what each server's processes use: ``processes`` {device: [(pid, bytes)]},
-    ``owners`` {pid: (user, server)}."""
-    out: Owned = {}
-    for device, found in processes.items():
+def attribute(
+    processes: dict[int, list[tuple[int, int]]],
+    proven: dict[int, Launch],
+    holdings: Sequence[Holding],
+) -> tuple[Owned, tuple[Unexplained, ...]]:
+    """Whose GPU memory is whose. ``processes``: {device: [(pid, bytes)]}; ``proven``: the
+    launch each process proved (:class:`~gpuhub.hub.ledger.launches.Proof`). A process counts
+    for a server of the launch's user and name on a device its grant lists and that server
+    (or the processes it left, a job hold) holds; the rest of a shared device's memory is
+    :class:`Unexplained`. Returns (what each server's processes use per device, what is
+    unexplained on each device a share by memory holds)."""
+    holders: dict[int, set[tuple[str, str]]] = {}
+    types: dict[int, str] = {}
+    shared: set[int] = set()
+    for holding in holdings:
+        for device in holding.devices:
+            holders.setdefault(device, set()).add((holding.user, holding.name))
+            types.setdefault(device, holding.gpu_type)
+            if holding.share is not None and holding.memory:
+                shared.add(device)
+    own: Owned = {}
+    unexplained = []
+    for device, found in sorted(processes.items()):
+        stray, pids = 0, []
         for pid, used in found:
-            owner = owners.get(pid)
-            if owner is not None:
-                key = (device, *owner)
-                out[key] = out.get(key, 0) + used
+            launch = proven.get(pid)
+            if (
+                launch is not None
+                and device in launch.devices
+                and (launch.user, launch.server) in holders.get(device, ())
+            ):
+                key = (device, launch.user, launch.server)
+                own[key] = own.get(key, 0) + used
+            elif used > 0:
+                stray += used
+                pids.append(pid)
+        if device in shared:
+            unexplained.append(
+                Unexplained(str(device), types.get(device, ""), stray, tuple(sorted(pids)))
+            )
+    return own, tuple(unexplained)
+
+
+def proven_launches(proof: Proof, pids: set[int]) -> dict[int, Launch]:
+    """The launch each of ``pids`` proves (blocking: reads their environments; the hub runs
+    as root on a workstation, so it can)."""
+    import psutil
+
+    out = {}
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            launch = proof.launch(proc.environ().get(LAUNCH_ENV), proc.uids().real)
+        except (psutil.Error, OSError):
+            continue
+        if launch is not None:
+            out[pid] = launch
     return out
 
 
@@ -63,6 +130,9 @@ class UtilizationSource:
 
     def __init__(self, **settings: Any) -> None:
         self.settings = settings
+        # Memory on shared GPUs no proven holder explains, as of the last sample (sources
+        # that read each process's memory set it; the monitor reports it).
+        self.unexplained: tuple[Unexplained, ...] = ()
 
     async def sample(
         self, holdings: Sequence[Holding]
@@ -90,7 +160,28 @@ class NoUtilization(UtilizationSource):
         return "no utilization source configured: set prometheus_url"
 
 
-class NVMLUtilization(UtilizationSource):
+class _ProvenSource(UtilizationSource):
+    """A workstation's source: whose a process is comes from ``proof`` (the spawner's
+    ``gpu_utilization_settings``); without one, nobody's own memory is known."""
+
+    def __init__(self, proof: Proof | None = None, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.proof = proof
+
+    def _attribute(
+        self,
+        holdings: Sequence[Holding],
+        processes: dict[int, list[tuple[int, int]]],
+        proven: dict[int, Launch],
+    ) -> Owned | None:
+        if self.proof is None:
+            self.unexplained = ()
+            return None
+        own, self.unexplained = attribute(processes, proven, holdings)
+        return own
+
+
+class NVMLUtilization(_ProvenSource):
     """The hub machine's own GPUs, by device index, through NVML (local mode)."""
 
     async def sample(
@@ -98,14 +189,23 @@ class NVMLUtilization(UtilizationSource):
     ) -> dict[tuple[str, str, str], list[GPUSample]]:
         wanted = sorted({d for h in holdings for d in h.devices})
         if not wanted:
+            self.unexplained = ()
             return {}
         shares = any(h.share is not None and h.memory for h in holdings)
         by_device, processes = await asyncio.to_thread(_nvml_read, wanted, shares)
-        own = await asyncio.to_thread(_owned_by_pid, processes) if shares else None
+        own = None
+        if shares:
+            pids = {pid for found in processes.values() for pid, _ in found}
+            proven = (
+                await asyncio.to_thread(proven_launches, self.proof, pids) if self.proof else {}
+            )
+            own = self._attribute(holdings, processes, proven)
+        else:
+            self.unexplained = ()
         return samples_by_device(holdings, by_device, own)
 
 
-class SimulatedUtilization(UtilizationSource):
+class SimulatedUtilization(_ProvenSource):
     """The simulated GPUs of ``gpu_devices = "simulated:N"`` (demos and tests): a GPU is as
     busy as the processes that use it (:mod:`gpuhub.core.simulated`), so an idle notebook on the
     demo is reclaimed and a busy cell keeps its GPU, as on real hardware."""
@@ -116,6 +216,7 @@ class SimulatedUtilization(UtilizationSource):
         from gpuhub.core.simulated import TRACKER
 
         if not any(h.devices for h in holdings):
+            self.unexplained = ()
             return {}
         usage = await asyncio.to_thread(TRACKER.refresh)
         devices = {d for h in holdings for d in h.devices}
@@ -126,7 +227,14 @@ class SimulatedUtilization(UtilizationSource):
             )
             for d in devices
         }
-        return samples_by_device(holdings, by_device, owned_memory(usage.processes, usage.owners))
+        proven = {}
+        if self.proof is not None:
+            for pid, (grant, uid) in usage.grants.items():
+                launch = self.proof.launch(grant, uid)
+                if launch is not None:
+                    proven[pid] = launch
+        processes = {d: found for d, found in usage.processes.items() if d in devices}
+        return samples_by_device(holdings, by_device, self._attribute(holdings, processes, proven))
 
 
 def samples_by_device(
@@ -270,19 +378,3 @@ def _nvml_read(
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-
-
-def _owned_by_pid(processes: dict[int, list[tuple[int, int]]]) -> Owned:
-    """What each server's processes use per device, their server read from their environment
-    (the hub runs as root on a workstation, so it can read them)."""
-    import psutil
-
-    owners: dict[int, tuple[str, str]] = {}
-    for pid in {pid for found in processes.values() for pid, _ in found}:
-        try:
-            owner = server_of(psutil.Process(pid).environ())
-        except (psutil.Error, OSError):
-            continue
-        if owner is not None:
-            owners[pid] = owner
-    return owned_memory(processes, owners)

@@ -35,7 +35,7 @@ from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.gpu_monitor import HISTORY_SECONDS, GPUMonitor
 from gpuhub.hub.monitor.reclaim import ReclaimRule
 from gpuhub.hub.monitor.usage import gpu_hours
-from gpuhub.hub.monitor.utilization import GPUSample
+from gpuhub.hub.monitor.utilization import GPUSample, Unexplained
 from gpuhub.hub.web.sparkline import SPARK_HEIGHT, SPARK_WIDTH, sparkline
 
 log = logging.getLogger("gpuhub.hub.web.fleet")
@@ -84,6 +84,8 @@ class FleetView:
     # A type shared by memory: "9 GB of 16 GB free", under its name in the types table.
     memory: dict[str, str] = field(default_factory=dict)
     reclaim: str = ""  # the rule, in words; "" when off
+    # Shared GPUs' memory no proven holder explains, a sentence per GPU (fleet admins only).
+    unexplained: list[str] = field(default_factory=list)
 
 
 def amount(gpus: float) -> int | float:
@@ -130,6 +132,7 @@ class Snapshot:
     memory: Mapping[str, tuple[int, int]]  # GPUMonitor.memory: bytes free, in all
     hourly: Mapping[int, Mapping[tuple[str, str], float]]  # UsageStore.hourly, as of now
     groups_of: Mapping[str, list[str]]
+    unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
 
 
 def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapshot:
@@ -152,6 +155,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         memory=dict(monitor.memory),
         hourly=monitor.store.hourly_snapshot(),
         groups_of=groups_of,
+        unexplained=monitor.unexplained,
     )
 
 
@@ -238,6 +242,7 @@ def fleet_view(snap: Snapshot) -> FleetView:
         n: f"{human_memory(free)} of {human_memory(total)} GPU memory free"
         for n, (free, total) in snap.memory.items()
     }
+    view.unexplained = [unexplained_text(u) for u in snap.unexplained if u.used]
     held_by_group: dict[str, list[float]] = {}
     for row in rows:
         for group in snap.groups_of.get(row.user, []):
@@ -249,6 +254,17 @@ def fleet_view(snap: Snapshot) -> FleetView:
             entry[2] += week.get(user, 0.0)
     view.groups = [(g, amount(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
     return view
+
+
+def unexplained_text(entry: Unexplained) -> str:
+    """A shared GPU's memory that no holder proves is theirs, for the fleet admins."""
+    many = len(entry.pids) != 1
+    return (
+        f"GPU {entry.gpu} ({entry.gpu_type or 'GPU'}): {human_memory(entry.used)} used by "
+        f"process{'es' if many else ''} {', '.join(map(str, entry.pids))}, which prove"
+        f"{'' if many else 's'} no holder of it (no launch grant, another OS account's, or "
+        "another GPU's); nobody's share is charged for it."
+    )
 
 
 RowKey = tuple[str, str, str]  # (user, kind, name), as the monitor's tracks
