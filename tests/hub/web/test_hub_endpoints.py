@@ -1,7 +1,8 @@
 """gpuhub's endpoints in the hub, through a real JupyterHub: every one answers a wrong method
 with 405 and a request without credentials with 403 (never a 500), and what a user holds,
-their idle clocks, notices and "Keep my GPUs" need access to the user's servers, not a token
-that only identifies them (what OAuth gives every service a user logs in to)."""
+their idle clocks, notices, "Keep my GPUs" and closing a notice need access to the user's
+servers, not a token that only identifies them (what OAuth gives every service a user logs in
+to); what a caller sends is bounded, and so is what a refusal says back of it."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ ROUTES = {
     "/hub/api/gpuhub/reclaim/alice": {"GET"},
     "/hub/api/gpuhub/reclaim/alice/keep": {"POST"},
     "/hub/api/gpuhub/notices/alice": {"GET"},
+    "/hub/api/gpuhub/notices/alice/dismiss": {"POST"},
     "/hub/api/gpuhub/grants": {"POST"},
     "/hub/api/gpuhub/grants/alice/train-1": {"PUT", "DELETE"},
     "/hub/gpuhub/fleet": {"GET"},
@@ -128,3 +130,67 @@ def test_identify_only_tokens_read_and_keep_nothing(hub: Hub) -> None:
     assert call(hub, "GET", reads[0], bob).status_code == 404
     for path in reads[1:]:
         assert call(hub, "GET", path, bob).status_code == 403
+
+
+def test_closing_a_notice_needs_access_to_the_users_servers_and_answers_in_bounds(
+    hub: Hub,
+) -> None:
+    # A notice for bob: an admin stops his server from the fleet page, saying why.
+    assert spawn(hub, "bob", {"gpus": 0}).status_code in (201, 202)
+    wait_ready(hub, "bob")
+    root = hub.login("root")
+    root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30)
+    stop = {
+        "target": "bob/",
+        "reason": "maintenance",
+        "_xsrf": root.cookies.get("_xsrf", path="/hub/"),
+    }
+    done = root.post(
+        f"{hub.url}/hub/gpuhub/fleet/stop", data=stop, timeout=60, allow_redirects=False
+    )
+    assert done.status_code == 303, done.text[-2000:]
+    full = token(hub, "bob")
+
+    def open_notices() -> list[dict[str, object]]:
+        answer = call(hub, "GET", "/hub/api/gpuhub/notices/bob", full)
+        assert answer.status_code == 200, answer.text
+        return [n for n in answer.json()["notices"] if n["kind"] == "server" and not n["dismissed"]]
+
+    def dismiss(with_token: str, body: object) -> requests.Response:
+        return requests.post(
+            f"{hub.url}/hub/api/gpuhub/notices/bob/dismiss",
+            headers={"Authorization": f"token {with_token}"},
+            json=body,
+            timeout=30,
+        )
+
+    [notice] = open_notices()
+    # A token that only identifies bob (any service he logged in to) closes nothing...
+    identify = token(hub, "bob", ["read:users:name!user"])
+    refused = dismiss(identify, {"key": notice["key"]})
+    assert refused.status_code == 403, refused.text
+    assert "access:servers!user=bob" in refused.json()["message"]
+    # ...nor does anyone else, with every scope of their own.
+    assert dismiss(token(hub, "alice"), {"key": notice["key"]}).status_code == 403
+    assert open_notices() == [notice]
+    # What is sent is bounded, and so is what a refusal says back of it.
+    long_key = dismiss(full, {"key": "k" * 10_000})
+    assert long_key.status_code == 404, long_key.text
+    message = long_key.json()["message"]
+    assert message.startswith('bob has no notice "kkkk') and message.endswith("kkk....")
+    assert len(long_key.content) < 400
+    megabyte = dismiss(full, {"key": "k" * 10**6})
+    assert megabyte.status_code == 413 and len(megabyte.content) < 400
+    assert "at most 16384 bytes" in megabyte.json()["message"]
+    not_a_key = dismiss(full, ["k" * 10_000])
+    assert not_a_key.status_code == 400 and len(not_a_key.content) < 400
+    assert open_notices() == [notice]
+    # The fleet page's form says back no more of what it was given than that.
+    target = {"target": "bob/" + "s" * 10_000, "reason": "r", "_xsrf": stop["_xsrf"]}
+    long_target = root.post(f"{hub.url}/hub/gpuhub/fleet/stop", data=target, timeout=30)
+    assert long_target.status_code == 400 and "s" * 700 not in long_target.text
+    assert "at most 600 characters; this one has 10004." in long_target.text
+    # Access to his servers closes it.
+    allowed = dismiss(token(hub, "bob", ["access:servers!user"]), {"key": notice["key"]})
+    assert allowed.status_code == 204, allowed.text
+    assert open_notices() == []

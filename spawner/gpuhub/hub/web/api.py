@@ -24,7 +24,7 @@ service's role).
 
 What a user holds and GPU reclaim (:mod:`gpuhub.hub.monitor.gpu_monitor`), for tokens with access to the
 user's servers (``access:servers`` or ``servers`` for that user: the user's session and
-tokens, their server's own JUPYTERHUB_API_TOKEN, admins; see :data:`SERVER_ACCESS_SCOPES`):
+tokens, their server's own JUPYTERHUB_API_TOKEN, admins; see :data:`gpuhub.hub.web.access.SERVER_ACCESS_SCOPES`):
 never for a token that only identifies the user, as OAuth gives every service they log in
 to.
 
@@ -67,16 +67,16 @@ import time
 from fractions import Fraction
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
-from jupyterhub.scopes import check_scope_filter
 from tornado import web
 
 from gpuhub.core import words
 from gpuhub.core.holdings import QuotaExceeded, gpu_type_names, gpus_held, named
+from gpuhub.core.options import as_given
 from gpuhub.core.policy import PolicyConfigError
 from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import SHARE_OVERUSE
+from gpuhub.hub.web.access import BoundedAPIHandler
 from gpuhub.hub.web.fleet import FLEET_SCOPE
 from gpuhub.hub.web.fleet import HANDLERS as FLEET_HANDLERS
 from gpuhub.hub.web.notices import HANDLERS as NOTICE_HANDLERS
@@ -190,12 +190,10 @@ def _start_monitor_with_the_hub() -> None:
 _STARTER: set[asyncio.Task[None]] = set()
 
 
-SERVER_ACCESS_SCOPES = ("access:servers", "servers")
-
-
-class GpuhubAPIHandler(APIHandler):
+class GpuhubAPIHandler(BoundedAPIHandler):
     """What gpuhub's hub endpoints share: only their own methods (others answer 405 before
-    anything else), 403 without credentials, one-sentence JSON errors."""
+    anything else), 403 without credentials, bodies of at most ``MAX_BODY`` bytes, and
+    one-sentence JSON errors that quote what was sent cut short."""
 
     SUPPORTED_METHODS: tuple[str, ...] = ("OPTIONS",)
 
@@ -209,25 +207,10 @@ class GpuhubAPIHandler(APIHandler):
             raise web.HTTPError(403, "Missing or invalid credentials.")
         return caller
 
-    def reaches_servers_of(self, user: Any) -> bool:
-        """Whether this request's scopes give access to ``user``'s servers."""
-        for scope in SERVER_ACCESS_SCOPES:
-            found = self.parsed_scopes.get(scope)
-            if found is None:
-                continue
-            if check_scope_filter(found, user, "user"):
-                return True
-            prefix = f"{user.name}/"
-            if isinstance(found, dict) and any(
-                s.startswith(prefix) for s in found.get("server", ())
-            ):
-                return True  # a server's own token (access:servers!server=user/name)
-        return False
-
     def _refuse(self, caller: Any, name: str, others: web.HTTPError) -> None:
         """The caller may not read ``name``'s GPUs: their own token lacks the scope (403,
         saying which), or it is someone else (``others``)."""
-        if getattr(caller, "kind", "") == "user" and caller.name == name:
+        if self.identifies_only(caller, name):
             raise web.HTTPError(
                 403,
                 f"This token only identifies {name}; reading or keeping their GPUs needs "
@@ -238,7 +221,7 @@ class GpuhubAPIHandler(APIHandler):
     async def _ledger_for(self, name: str) -> tuple[Any, Ledger, int | None]:
         user = self.find_user(name)
         if user is None:
-            raise web.HTTPError(404, f"No user {name!r} on this hub (gpuhub ledger).")
+            raise web.HTTPError(404, f"No user {as_given(name)} on this hub (gpuhub ledger).")
         spawner = user.get_spawner("", replace_failed=True)
         ledger_of = getattr(spawner, "gpu_ledger", None)
         if ledger_of is None:
@@ -256,14 +239,16 @@ def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str, Fraction | 
         raise web.HTTPError(400, f"Send a JSON object: {fields}.")
     kind, gpus, uid = body.get("kind"), body.get("gpus"), body.get("uid", "")
     if kind not in _KINDS:
-        raise web.HTTPError(400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {kind!r}.")
+        raise web.HTTPError(
+            400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {as_given(kind)}."
+        )
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 100_000:
-        raise web.HTTPError(400, f"gpus must be a whole number of GPUs, not {gpus!r}.")
+        raise web.HTTPError(400, f"gpus must be a whole number of GPUs, not {as_given(gpus)}.")
     if not isinstance(uid, str) or len(uid) > 200:
         raise web.HTTPError(400, "uid must be the job's Kubernetes uid (or KFP run id).")
     share, memory = _share(body.get("share"), gpus), body.get("gpu_memory", 0)
     if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory < 2**63:
-        raise web.HTTPError(400, f"gpu_memory must be a number of bytes, not {memory!r}.")
+        raise web.HTTPError(400, f"gpu_memory must be a number of bytes, not {as_given(memory)}.")
     return kind, gpus, str(body.get("gpu_type") or "")[:200], uid, share, memory
 
 
@@ -277,7 +262,7 @@ def _share(value: Any, gpus: int) -> Fraction | None:
         share = None
     if share is None or not 0 < share <= gpus:
         raise web.HTTPError(
-            400, f'share must be the GPUs a share counts as, such as "1/2", not {value!r}.'
+            400, f'share must be the GPUs a share counts as, such as "1/2", not {as_given(value)}.'
         )
     return share
 
@@ -357,7 +342,7 @@ class GrantHandler(GrantsHandler):
         kind = self.get_argument("kind", "")
         if kind and kind not in _KINDS:
             raise web.HTTPError(
-                400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {kind!r}."
+                400, f"kind must be one of {', '.join(sorted(_KINDS))}, not {as_given(kind)}."
             )
         user, ledger, _ = await self._ledger_for(name)
         ledger.release_job_grant(user.name, job, kind or None)
@@ -379,7 +364,9 @@ class HoldingsHandler(GpuhubAPIHandler):
         ):
             # Never confirm to someone else that a user exists.
             self._refuse(
-                caller, name, web.HTTPError(404, f"No user {name!r} on this hub (gpuhub ledger).")
+                caller,
+                name,
+                web.HTTPError(404, f"No user {as_given(name)} on this hub (gpuhub ledger)."),
             )
         user, ledger, limit = await self._ledger_for(name)
         try:
@@ -509,9 +496,9 @@ class KeepHandler(ReclaimHandler):
             raise web.HTTPError(400, "Send a JSON object with the server's name.")
         server, kind = body.get("server", ""), body.get("kind", "server")
         if not isinstance(server, str):
-            raise web.HTTPError(400, f"server must be the server's name, not {server!r}.")
+            raise web.HTTPError(400, f"server must be the server's name, not {as_given(server)}.")
         if kind not in ("server", "job"):
-            raise web.HTTPError(400, f'kind must be "server" or "job", not {kind!r}.')
+            raise web.HTTPError(400, f'kind must be "server" or "job", not {as_given(kind)}.')
         monitor = self._monitor()
         if monitor is None or monitor.rule is None:
             raise web.HTTPError(409, "GPU reclaim is off on this hub.")

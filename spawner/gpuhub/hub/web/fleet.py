@@ -42,6 +42,7 @@ log = logging.getLogger("gpuhub.hub.web.fleet")
 
 FLEET_SCOPE = "custom:gpuhub:fleet"
 MAX_REASON = 500
+MAX_TARGET = 600  # "user/name": JupyterHub's names are far shorter
 
 
 @dataclass(frozen=True)
@@ -534,8 +535,16 @@ class _ActionHandler(BaseHandler):
         return super().render_template(name, sync=sync, **ns)
 
     def _given_target(self) -> tuple[str, str, str]:
-        """The row's button sends "user/name" (neither may contain a slash in JupyterHub)."""
-        name, slash, item = self.get_body_argument("target", "").partition("/")
+        """The row's button sends "user/name" (neither may contain a slash in JupyterHub);
+        refusals quote it, so one longer than any holder's is refused unquoted."""
+        target = self.get_body_argument("target", "")
+        if len(target) > MAX_TARGET:
+            raise Refused(
+                400,
+                f"target must name a holder as user/name, at most {MAX_TARGET} characters; "
+                f"this one has {len(target)}.",
+            )
+        name, slash, item = target.partition("/")
         return name, slash, item
 
     def _given_reason(self, own: bool, what: str) -> str:

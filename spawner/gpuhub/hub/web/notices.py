@@ -4,9 +4,12 @@ The notices themselves (why a server was stopped, by whom) live in the usage sto
 (:class:`gpuhub.hub.monitor.usage.Notice`) and are worded by :func:`gpuhub.hub.web.notices.notice_text`. Here:
 
 * ``POST /hub/api/gpuhub/notices/<user>/dismiss`` body ``{"key"}`` -> 204: the user closed the
-  notice (its ``key`` from the notice); it stays closed, across hub restarts. Only the user
-  themselves (the hub page's button, with its XSRF token; or their own token). 404 when
-  there is no such notice.
+  notice (its ``key`` from the notice); it stays closed, across hub restarts. For whoever
+  has access to the user's servers, as reading the notices needs
+  (:data:`gpuhub.hub.web.access.SERVER_ACCESS_SCOPES`: the hub page's button, with its XSRF
+  token; their own token, their server's); never a token that only identifies them. 404
+  when there is no such notice (the key quoted cut short), 413 for a body
+  over 16 KiB.
 * ``GET /hub/gpuhub/notices`` -> ``{"user", "notices": [...], "servers": {name: {"active",
   "ready"}}, "xsrf"}``: the logged-in user's open notices and whether each of their servers
   runs, for JupyterLab when its server is gone. A page (cookie) request, not an API
@@ -21,13 +24,14 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
 
 from gpuhub.core.holdings import Holding
+from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN, SHARE_OVERUSE
+from gpuhub.hub.web.access import BoundedAPIHandler
 
 
 def notices_for(user: Any) -> list[dict[str, str]]:
@@ -138,26 +142,36 @@ def notice_text(notice: Any) -> dict[str, str]:
     }
 
 
-# Scopes that mean access to a user's servers (JupyterHub's own, with their filters): reaching
-# them (the user, the server's own token), or starting and stopping them (admins). A token
-# with identify scopes only (read:users:name, as OAuth gives every service a user logs in to)
-# reads nothing here.
+class DismissHandler(BoundedAPIHandler):
+    """``POST /hub/api/gpuhub/notices/<user>/dismiss``: close one notice for good, with the
+    access reading the notices needs (access to the user's servers)."""
 
-
-class DismissHandler(APIHandler):
-    """``POST /hub/api/gpuhub/notices/<user>/dismiss``: close one notice for good."""
+    SUPPORTED_METHODS: tuple[str, ...] = ("POST", "OPTIONS")
 
     def post(self, name: str) -> None:
         current = self.current_user
-        if current is None or getattr(current, "kind", "user") != "user" or current.name != name:
-            raise web.HTTPError(403, f"Only {name} may close their own notices.")
+        if current is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        target = self.find_user(name)
+        if target is None or not self.reaches_servers_of(target):
+            if self.identifies_only(current, name):
+                raise web.HTTPError(
+                    403,
+                    f"This token only identifies {name}; closing their notices needs access "
+                    f"to their servers (scope access:servers!user={name}).",
+                )
+            # The same answer whether or not such a user exists.
+            raise web.HTTPError(403, f"Only {as_given(name)} may close their own notices.")
         body = self.get_json_body()
         key = body.get("key") if isinstance(body, dict) else None
         if not isinstance(key, str):
-            raise web.HTTPError(400, 'Send a JSON object with the notice\'s "key".')
+            raise web.HTTPError(
+                400,
+                f'Send a JSON object with the notice\'s "key" (a string), not {as_given(body)}.',
+            )
         monitor = gpu_monitor.for_handler(self)
-        if monitor is None or not monitor.store.dismiss(name, key):
-            raise web.HTTPError(404, f"{name} has no notice {key!r}.")
+        if monitor is None or not monitor.store.dismiss(target.name, key):
+            raise web.HTTPError(404, f"{target.name} has no notice {as_given(key)}.")
         self.set_status(204)
         self.finish()
 
