@@ -62,6 +62,14 @@ BASE = {
         ({"max_output_bytes": "64Mi"}, "max_output_bytes must be a number of bytes between"),
         ({"kfp": {"service_acount": "x"}}, "kfp.service_acount is not a kfp setting"),
         ({"kfp": {"service_account": 3}}, "kfp.service_account must be a string"),
+        # Pipeline steps would run as KFP's own account, with its token mounted.
+        (
+            {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}},
+            "kfp.service_account is empty while pipeline steps are offered (kfp.endpoint is "
+            "set), so steps would run as Kubeflow Pipelines' own account with its token "
+            "mounted; name a ServiceAccount that mounts no token and has no role, such as "
+            "the chart's gpuhub-pipeline-steps",
+        ),
     ],
 )
 def test_bad_configuration_is_named(change, sentence) -> None:
@@ -91,3 +99,6 @@ def test_output_bound_and_pipeline_account_are_read() -> None:
         {**BASE, "max_output_bytes": 8 * 1024 * 1024, "kfp": {"service_account": "steps"}}
     )
     assert (config.jobs.max_output_bytes, config.kfp.service_account) == (8 * 1024 * 1024, "steps")
+    # No account is needed where no step can run: no endpoint, or pipelines not offered.
+    endpoint = {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}}
+    assert ServiceConfig.from_dict({**BASE, **endpoint, "kinds": ["job"]}).kfp.endpoint

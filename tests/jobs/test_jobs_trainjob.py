@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.kinds.trainjob import NO_TOKEN_MOUNT
 from gpuhub.k8s.labels import (
     JOB_ID_LABEL,
     KIND_LABEL,
@@ -141,6 +142,16 @@ def test_a_trainjob_runs_on_two_nodes_and_counts_once(jobs, server, tmp_path):
         assert pod["metadata"]["annotations"][USERNAME_ANNOTATION] == "alice"
         assert pod["spec"]["serviceAccountName"] == "gpuhub-jobs"
         assert pod["spec"]["nodeName"] == "local-0"
+        # No ServiceAccount token where the notebook runs, whatever the account says.
+        assert not [v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api")]
+        (node,) = pod["spec"]["containers"]
+        assert NO_TOKEN_MOUNT in node["volumeMounts"]
+    # Trainer made the JobSet from gpuhub's patch: its nodes' template has it too.
+    jobset = jobs.kube.get("JobSet", job_id, api_version="jobset.x-k8s.io/v1alpha2")
+    assert jobset is not None
+    [nodes] = jobset["spec"]["replicatedJobs"]
+    template = nodes["template"]["spec"]["template"]["spec"]
+    assert NO_TOKEN_MOUNT in template["containers"][0]["volumeMounts"]
     # The two nodes may reach each other, nothing else more; the policy goes with the job.
     policy = jobs.kube.get("NetworkPolicy", f"{job_id}-replicas")
     assert policy is not None

@@ -312,23 +312,36 @@ def test_pipeline_steps_service_account_has_no_token(module_kube, tmp_path):
 
 
 # -- TrainJobs (Kubeflow Trainer v2): the pods Trainer and JobSet make are fenced too ---------------
-def test_threat_trainjob_nodes_run_unprivileged_without_credentials(root, kube):
+@pytest.mark.parametrize(
+    ("account", "mounts_token"),
+    [
+        ("gpuhub-jobs", False),  # the chart's: no token
+        ("jobs-with-a-token", True),  # an admin's account that mounts its token
+        ("", None),  # none named: the namespace's default account, which mounts its token
+    ],
+)
+def test_threat_trainjob_nodes_run_unprivileged_without_credentials(
+    root, kube, account, mounts_token
+):
     """gpuhub's runtime patch gives a TrainJob's node pods the restricted security context,
-    gpuhub's labels (the replicas' NetworkPolicy and the ledger select by them) and the chart's
-    token-less ServiceAccount; the namespace enforces the restricted Pod Security Standard, so
-    a pod that broke it would never be made."""
+    gpuhub's labels (the replicas' NetworkPolicy and the ledger select by them) and no
+    ServiceAccount token, whatever account they run as (Trainer's patch cannot turn the token
+    off: the node container mounts an empty directory where the token would go, and
+    Kubernetes then mounts none); the namespace enforces the restricted Pod Security
+    Standard, so a pod that broke it would never be made."""
     restricted(kube)
-    kube.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": "gpuhub-jobs"},
-            "automountServiceAccountToken": False,
-        }
-    )
+    if account:
+        kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account},
+                "automountServiceAccountToken": mounts_token,
+            }
+        )
     request = cluster_request(root, kind="trainjob", workers=2, gpus=1, gpu_type="a100")
     settings = m.KubeJobSettings(
-        namespace=kube.namespace, job_image="img:1", job_service_account="gpuhub-jobs"
+        namespace=kube.namespace, job_image="img:1", job_service_account=account
     )
     job_id = "train-x7k2p"
     workload = m.workload(request, "mallory", job_id, settings, key="k", created="now")
@@ -344,14 +357,22 @@ def test_threat_trainjob_nodes_run_unprivileged_without_credentials(root, kube):
         assert labels[MANAGED_BY_LABEL] == MANAGED_BY
         assert labels[USER_LABEL] == m.user_label("mallory")
         spec = pod["spec"]
-        assert spec["serviceAccountName"] == "gpuhub-jobs"
-        # No token volume: the account mounts none.
-        assert not [v for v in spec.get("volumes") or [] if v["name"].startswith("kube-api")]
+        assert spec["serviceAccountName"] == (account or "default")
+        # No token: no token volume, and where the token would be, an empty directory.
+        volumes = spec.get("volumes") or []
+        assert not [v for v in volumes if v["name"].startswith("kube-api") or "projected" in v]
+        assert {"name": "gpuhub-no-token", "emptyDir": {"sizeLimit": "1Mi"}} in volumes
         assert spec["securityContext"] == {
             "runAsNonRoot": True,
             "seccompProfile": {"type": "RuntimeDefault"},
         }
         (container,) = spec["containers"]
+        [token_path] = [
+            mount
+            for mount in container["volumeMounts"]
+            if mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+        ]
+        assert token_path["name"] == "gpuhub-no-token"
         assert container["securityContext"] == {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,

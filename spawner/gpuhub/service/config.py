@@ -8,13 +8,16 @@
     gpu_quota: {default: 2, groups: {staff: 8}}   # the hub's HubPolicyTraits.gpu_quota (ledger)
     job_image: ghcr.io/gpuhub/gpuhub-notebook:0.1.0
     home_volume: {claim_name_template: "claim-{username}", mount_path: /home/jovyan, shared: false}
-    kfp: {endpoint: "", ui_url: "", namespace: kubeflow, service_account: ""}
+    kfp: {endpoint: "", ui_url: "", namespace: kubeflow,
+          service_account: gpuhub-pipeline-steps}  # what steps run as: no token (required
+                                                   # with an endpoint while pipeline is offered)
     max_notebook_bytes: 1048576
     max_output_bytes: 67108864             # most bytes inflated from a job's log (its notebook)
     kueue: {queue_name: ""}                # Kueue LocalQueue jobs wait in; "": no queueing
     kinds: [job, pytorchjob, tfjob, trainjob, pipeline]   # the kinds offered (all by default)
     trainer: {runtimes: [torch-distributed], default_runtime: torch-distributed,
               service_account: ""}         # TrainJob runtimes offered; what its pods run as
+                                           # (its nodes' container gets no token whatever it is)
 
 Every problem is reported as one :class:`ServiceConfigError` naming the key, at start-up.
 """
@@ -133,6 +136,8 @@ class ServiceConfig:
         account = _text(trainer, "service_account", "", "trainer.")
         if account and not _DNS_SUBDOMAIN.fullmatch(account):
             raise ServiceConfigError("trainer.service_account must name a ServiceAccount")
+        if "pipeline" in kinds and _text(kfp, "endpoint", "", "kfp."):
+            _no_token_account(_text(kfp, "service_account", "", "kfp."))
         job_image = _text(data, "job_image", "")
         if not job_image:
             raise ServiceConfigError("job_image must name the image jobs run in by default")
@@ -179,6 +184,18 @@ def _text(data: Mapping[str, Any], key: str, default: str, prefix: str = "") -> 
     if not isinstance(value, str):
         raise ServiceConfigError(f"{prefix}{key} must be a string")
     return value or default
+
+
+def _no_token_account(account: str) -> None:
+    """No job pod holds cluster credentials: a pipeline step runs as ``kfp.service_account``,
+    and without one as Kubeflow Pipelines' own account, whose token KFP mounts into it."""
+    if not account:
+        raise ServiceConfigError(
+            "kfp.service_account is empty while pipeline steps are offered (kfp.endpoint is "
+            "set), so steps would run as Kubeflow Pipelines' own account with its token "
+            "mounted; name a ServiceAccount that mounts no token and has no role, such as "
+            "the chart's gpuhub-pipeline-steps"
+        )
 
 
 def _kinds(value: Any) -> tuple[str, ...]:

@@ -55,7 +55,12 @@ def jobs(
     config = {
         "policy": {**CLUSTER_POLICY, "default_limits": {"max_gpus": 16}},
         "gpu_quota": QUOTA,
-        "kfp": {"endpoint": kfp.url, "ui_url": "", "namespace": "kubeflow"},
+        "kfp": {
+            "endpoint": kfp.url,
+            "ui_url": "",
+            "namespace": "kubeflow",
+            "service_account": "gpuhub-pipeline-steps",
+        },
     }
     hub = """
         c.JupyterHub.allow_named_servers = True

@@ -8,6 +8,7 @@ JobSet's controller to count them as the TrainJob's (:meth:`TrainJob.between`).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,14 @@ PATCH_MANAGER = "gpuhub.io/jobs-service"
 # The Job controller's label (and annotation) of an Indexed Job's pod: a node's rank
 # (Trainer's PET_NODE_RANK).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# Where Kubernetes mounts a pod's ServiceAccount token. Trainer's runtime patches have no
+# automountServiceAccountToken (nor enableServiceLinks), so the node container mounts an
+# empty directory there instead: the ServiceAccount admission controller never mounts the
+# token into a container that already mounts that path, whatever account the pod runs as
+# and whatever the runtime says.
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+NO_TOKEN: Obj = {"name": "gpuhub-no-token", "emptyDir": {"sizeLimit": "1Mi"}}
+NO_TOKEN_MOUNT: Obj = {"name": "gpuhub-no-token", "mountPath": TOKEN_PATH, "readOnly": True}
 
 
 def node_name(labels: Mapping[str, str]) -> str:
@@ -111,10 +120,11 @@ class TrainJob(WorkloadKind):
 
         What the Trainer API has no field for goes in a runtime patch of the "node" pods
         (``spec.runtimePatches``): gpuhub's labels and owner (the hub's ledger, the fences
-        and cancel select the pods by them), the runner's volumes, the GPU type's placement
-        and the restricted security context. Every node runs as a job's primary replica; all
-        but node 0 (the runner reads its rank) write the executed notebook where a job's
-        other replicas do, kept to themselves.
+        and cancel select the pods by them), the runner's volumes, the GPU type's placement,
+        the restricted security context and no ServiceAccount token (:data:`NO_TOKEN`: the
+        patch cannot set ``automountServiceAccountToken``). Every node runs as a job's
+        primary replica; all but node 0 (the runner reads its rank) write the executed
+        notebook where a job's other replicas do, kept to themselves.
         """
         request = parts.request
         assert request.runtime, "a TrainJob names its runtime (JobRequest.parse sets it)"
@@ -125,11 +135,11 @@ class TrainJob(WorkloadKind):
         env = [*container["env"], {"name": SECONDARY_OUTPUT_ENV, "value": secondary[OUTPUT_ENV]}]
         pod_patch: Obj = {
             "securityContext": pod["securityContext"],
-            "volumes": pod["volumes"],
+            "volumes": [*pod["volumes"], copy.deepcopy(NO_TOKEN)],
             "containers": [
                 {
                     "name": NODE,
-                    "volumeMounts": container["volumeMounts"],
+                    "volumeMounts": [*container["volumeMounts"], copy.deepcopy(NO_TOKEN_MOUNT)],
                     "securityContext": container["securityContext"],
                 }
             ],
