@@ -36,7 +36,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from gpuhub.core.env import GPU_TYPE_ENV
 from gpuhub.core.gpu_resources import is_gpu_resource
-from gpuhub.core.holdings import Holding, gpus_held, quota_sentence
+from gpuhub.core.holdings import Holding, Waiting, gpus_counted, quota_sentence
 from gpuhub.core.quantity import format_memory, human_memory
 from gpuhub.core.sharing import share_from_env
 from gpuhub.jobs.backend import JobBackend, QuotaGate
@@ -260,15 +260,20 @@ class KubernetesBackend(JobBackend):
         for obj in await self._workloads(owner):
             gpus = _workload_gpus(obj)
             # Queued jobs hold their place against the quota (docs/architecture.md).
-            if gpus and self._phase(obj, []).status in ("queued", "pending", "running"):
+            status = self._phase(obj, []).status
+            if gpus and status in ("queued", "pending", "running"):
                 share, memory = _workload_share(obj)
                 name = obj["metadata"]["name"]
-                held.append(Holding(owner, "job", name, gpus, share=share, memory=memory))
+                waits: Waiting = "queue" if status == "queued" else ""  # a place, not GPUs
+                held.append(
+                    Holding(owner, "job", name, gpus, share=share, memory=memory, waiting=waits)
+                )
         return held
 
     async def gpus_in_use(self, owner: str) -> Fraction:
-        """GPUs ``owner`` holds now: running or pending servers plus unfinished jobs."""
-        return gpus_held(await self.holdings(owner))
+        """What counts against ``owner``'s quota now: running or pending servers and
+        unfinished jobs, queued ones' places included (those are waiting, not held)."""
+        return gpus_counted(await self.holdings(owner))
 
     async def check_quota(self, request: JobRequest, owner: str, limit: Fraction) -> None:
         """The quota checked by the service alone, with LISTs (no hub ledger to ask)."""
@@ -311,7 +316,9 @@ class KubernetesBackend(JobBackend):
                     await quota.release(owner, job_id)
                 raise
             if quota is not None:
-                await quota.created(owner, job_id, request, made["metadata"]["uid"])
+                # Created suspended in Kueue's queue when one is set (manifests.workload).
+                queued = bool(self.settings.kueue_queue)
+                await quota.created(owner, job_id, request, made["metadata"]["uid"], queued=queued)
         log.info(
             "gpuhub: %s created %s %s/%s (%s)",
             owner,
@@ -912,7 +919,9 @@ class ClusterQuota:
         if self.limit is not None and request.total_gpus:
             await self.backend.check_quota(request, owner, self.limit)
 
-    async def created(self, owner: str, job_id: str, request: JobRequest, uid: str) -> None:
+    async def created(
+        self, owner: str, job_id: str, request: JobRequest, uid: str, *, queued: bool = False
+    ) -> None:
         """Nothing to bind: the objects themselves are what is counted."""
 
     async def release(self, owner: str, job_id: str) -> None:
