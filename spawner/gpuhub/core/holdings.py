@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 
 HolderKind = Literal["server", "job"]
 
+# Where a request waits for GPUs it was not given yet (:attr:`Holding.waiting`): gpuhub's line
+# on a workstation (:mod:`gpuhub.hub.ledger.line`), Kueue's queue on Kubernetes (a job queued,
+# a server's pod gated), or a node (a pod not bound yet, a grant whose pods do not show yet).
+# What waits counts against the quota (it holds a place) but is never *held*: held, free,
+# GPU-hours and the metrics count only devices given and pods bound to a node.
+Waiting = Literal["", "line", "queue", "node"]
+WAITING_WORDS: dict[str, str] = {
+    "line": "waiting in line",
+    "queue": "waiting in Kueue's queue",
+    "node": "waiting for a node",
+}
+
 
 @dataclass(frozen=True)
 class GPUQuota:
@@ -116,6 +128,21 @@ class Holding:
     # 0 for a time-sliced share); None for whole GPUs.
     share: Fraction | None = None
     memory: int = 0
+    # "" once its GPUs are given (devices handed out, pods bound); else where it waits for
+    # them (WAITING_WORDS). A waiting holding counts against the quota, and nowhere else.
+    waiting: Waiting = ""
+    # A workstation's job hold: the gpuhub jobs (ids) whose processes keep it.
+    jobs: tuple[str, ...] = ()
+
+    @property
+    def held(self) -> bool:
+        """Whether its GPUs are given (not waiting for them)."""
+        return not self.waiting
+
+    @property
+    def waiting_words(self) -> str:
+        """ "waiting in line", "waiting in Kueue's queue"; "" once held."""
+        return WAITING_WORDS.get(self.waiting, "")
 
     @property
     def amount(self) -> Fraction:
@@ -154,11 +181,31 @@ class Holding:
 
     @property
     def label(self) -> str:
+        """How people call it: "server 'default'", "job 'train-1e9fe9'", "jobs of server
+        'gpu1' (long-one-5ff007)" (a workstation's job hold: :func:`job_hold_name`)."""
         if self.what:
             return self.what
         if self.kind == "server":
             return f"server {self.name or 'default'!r}"
         return f"job {self.name!r}"
+
+    @property
+    def quota_text(self) -> str:
+        """ "server 'a': 1", "job 'x': 1, waiting in Kueue's queue": one entry of the list
+        the quota's sentences give."""
+        waits = f", {self.waiting_words}" if self.waiting else ""
+        return f"{self.label}: {self.held_text}{waits}"
+
+
+def job_hold_name(server: str, jobs: Sequence[str], others: Sequence[str] = ()) -> str:
+    """What a workstation's job hold is called wherever it is shown (the fleet page, the
+    user's notices, the holdings API): the server and the jobs the user knows, "jobs of
+    server 'gpu1' (long-one-5ff007)"; processes that are no gpuhub job by their commands
+    (``others``), never by pids or the runner's module."""
+    named = [*jobs, *others]
+    what = "jobs" if jobs else "processes"
+    listed = f" ({', '.join(named)})" if named else ""
+    return f"{what} of server {server or 'default'!r}{listed}"
 
 
 def gpu_type_names(gpu_types: Mapping[str, GPUType]) -> dict[str, str]:
@@ -182,11 +229,12 @@ def named(holding: Holding, names: Mapping[str, str]) -> Holding:
 def per_workload(holdings: Iterable[Holding]) -> list[Holding]:
     """One holding per server or job of a user: on Kubernetes each pod is seen alone, and the
     replicas of a PyTorchJob or TFJob (and a grant for those not seen yet) are one job."""
-    merged: dict[tuple[str, str, str, Workload | None], Holding] = {}
+    merged: dict[tuple[str, str, str, Workload | None, str], Holding] = {}
     for holding in holdings:
         # A job's replicas share its object (kind and uid); a grant for replicas not seen yet
-        # names the same object once the service sent its uid.
-        key = (holding.user, holding.kind, holding.name, holding.workload)
+        # names the same object once the service sent its uid. Replicas given their GPUs and
+        # replicas still waiting stay apart: only the first are held.
+        key = (holding.user, holding.kind, holding.name, holding.workload, holding.waiting)
         seen = merged.get(key)
         if seen is None:
             merged[key] = holding
@@ -199,6 +247,7 @@ def per_workload(holdings: Iterable[Holding]) -> list[Holding]:
             since=min(starts) if starts else None,
             pods=seen.pods + holding.pods,
             processes=seen.processes + holding.processes,
+            jobs=tuple(dict.fromkeys((*seen.jobs, *holding.jobs))),
             share=add_shares(seen, holding),
             memory=seen.memory + holding.memory,
         )
@@ -213,13 +262,15 @@ def add_shares(first: Holding, other: Holding) -> Fraction | None:
 
 
 def gpus_held(holdings: Iterable[Holding]) -> Fraction:
-    """GPUs held, each GPU counted at most once: a device held by several holdings of one
-    user (a local job on its server's device, shares of one device) counts what they hold of
-    it together, at most the whole device; holdings without device numbers count what they
-    hold."""
+    """GPUs held (given: waiting ones are not), each GPU counted at most once: a device held
+    by several holdings of one user (a local job on its server's device, shares of one
+    device) counts what they hold of it together, at most the whole device; holdings without
+    device numbers count what they hold."""
     per_device: dict[int, Fraction] = {}
     total = Fraction(0)
     for holding in holdings:
+        if holding.waiting:
+            continue
         if holding.devices:
             each = holding.amount / len(holding.devices)
             for device in holding.devices:
@@ -227,6 +278,28 @@ def gpus_held(holdings: Iterable[Holding]) -> Fraction:
         else:
             total += holding.amount
     return total + sum((min(Fraction(1), part) for part in per_device.values()), Fraction(0))
+
+
+def gpus_waiting(holdings: Iterable[Holding]) -> Fraction:
+    """GPUs asked for by what waits for them (in line, in Kueue's queue, for a node)."""
+    return sum((h.amount for h in holdings if h.waiting), Fraction(0))
+
+
+def gpus_counted(holdings: Iterable[Holding]) -> Fraction:
+    """What counts against the quota: GPUs held and GPUs waited for (a place in a line or a
+    queue is kept for its GPUs)."""
+    holdings = list(holdings)
+    return gpus_held(holdings) + gpus_waiting(holdings)
+
+
+def held_and_waiting(holdings: Sequence[Holding]) -> str:
+    """ "2", "1 and wait for 1, 2": what a user has of their quota, as its sentences start
+    ("You hold …"), one figure per fact: waiting is never called held."""
+    held, waiting = gpus_held(holdings), gpus_waiting(holdings)
+    if not waiting:
+        return words.amount(held)
+    both = words.amount(held + waiting)
+    return f"{words.amount(held)} and wait for {words.amount(waiting)}, {both}"
 
 
 class QuotaExceeded(Exception):
@@ -258,12 +331,12 @@ def quota_sentence(
             f"This {what} needs {_gpus(wanted)}, more than your quota of {_gpus(limit)} "
             "at once (servers and jobs together)."
         )
-    held = gpus_held(holdings)
-    if held + wanted <= limit:
+    if gpus_counted(holdings) + wanted <= limit:
         return None
-    where = ", ".join(f"{h.label}: {h.held_text}" for h in holdings)
+    where = ", ".join(h.quota_text for h in holdings)
     stop = "stop a server or wait for a job to end" if holdings else "ask for fewer GPUs"
+    comma = "," if gpus_waiting(holdings) else ""
     return (
-        f"You hold {words.amount(held)} of your quota of {_gpus(limit)} ({where}) and this "
-        f"{what} needs {words.amount(wanted)} more; {stop}."
+        f"You hold {held_and_waiting(holdings)} of your quota of {_gpus(limit)} ({where}){comma} "
+        f"and this {what} needs {words.amount(wanted)} more; {stop}."
     )

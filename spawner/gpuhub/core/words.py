@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from fractions import Fraction
 
 _ENDS_IN_GPU = re.compile(r"(?:^|\s)GPUs?$", re.IGNORECASE)
@@ -76,3 +77,28 @@ def as_number(value: Fraction | int | float) -> int | float:
     """An amount of GPUs for JSON and metrics: a whole number, or a fraction as a float."""
     value = Fraction(value)
     return value.numerator if value.denominator == 1 else round(float(value), 6)
+
+
+# One way to write a moment, everywhere gpuhub writes one: "27 Nov 2026, 01:26" (day, the
+# month's English abbreviation, year, 24-hour clock), in the reader's time zone where the
+# reader's clock is known (hub pages format ``<time datetime>`` in the browser, the lab and
+# the magics in their own zone); else in UTC, saying so. Month names are fixed, never the
+# machine's locale, so that every surface writes the same words.
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def moment(when: datetime) -> str:
+    """ "27 Nov 2026, 01:26": ``when`` in its own time zone, in gpuhub's one pattern."""
+    return f"{when.day} {MONTHS[when.month - 1]} {when.year}, {when:%H:%M}"
+
+
+def moment_utc(epoch: float) -> str:
+    """ "27 Nov 2026, 01:26 UTC": an instant for a reader whose clock is not known (the
+    fallback text of a hub page's ``<time>``, a log, an API sentence)."""
+    return f"{moment(datetime.fromtimestamp(epoch, UTC))} UTC"
+
+
+def iso(epoch: float) -> str:
+    """ "2026-11-27T01:26:05Z": an instant for machines (``<time datetime>``, JSON)."""
+    stamp = datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+    return stamp.replace("+00:00", "Z")

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from gpuhub.core import words
-from gpuhub.core.holdings import Holding, gpus_held
+from gpuhub.core.holdings import Holding, gpus_counted, gpus_held, held_and_waiting
 from gpuhub.core.options import FIELDS, OptionsError
 from gpuhub.core.policy import GPUType, Policy
 from gpuhub.core.quantity import QuantityError, format_memory, human_memory, parse_cpu
@@ -36,18 +36,27 @@ class QuotaView:
 
     @property
     def held(self) -> Fraction:
+        """GPUs given to the user's servers and jobs (devices, bound pods)."""
         return gpus_held(self.holdings)
+
+    @property
+    def counted(self) -> Fraction:
+        """What counts against the quota: held, and what waits in line or in Kueue's queue."""
+        return gpus_counted(self.holdings)
 
     @property
     def remaining(self) -> Fraction:
         """GPUs left in the quota; a fraction where shares are held or the quota is one."""
-        return max(Fraction(self.limit) - self.held, Fraction(0))
+        return max(Fraction(self.limit) - self.counted, Fraction(0))
 
     @property
     def sentence(self) -> str:
-        where = ", ".join(f"{h.label}: {h.held_text}" for h in self.holdings)
+        """ "You hold 1 of your 4 GPUs (server 'a': 1); …", and what waits is said as waiting:
+        "You hold 1 and wait for 1, 2 of your 4 GPUs (…, server 'b': 1, waiting in line)"."""
+        where = ", ".join(h.quota_text for h in self.holdings)
         limit = words.gpu_amount(self.limit).removeprefix(f"{words.amount(self.limit)} ")
-        held = f"You hold {words.amount(self.held)} of your {words.amount(self.limit)} {limit}"
+        had = held_and_waiting(self.holdings)
+        held = f"You hold {had} of your {words.amount(self.limit)} {limit}"
         if where:
             held += f" ({where})"
         if self.remaining == 0:

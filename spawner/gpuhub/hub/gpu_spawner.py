@@ -532,7 +532,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         what = words.gpus(request.gpus, request.gpu_name)
         deadline = self._kueue_deadline()
         until = (
-            f" gpuhub waits until {time.strftime('%H:%M UTC', time.gmtime(deadline))}, "
+            f" gpuhub waits until {words.moment_utc(deadline)}, "
             f"{words.duration(self.gpu_queue_timeout)} after you asked."
         )
         queue = f'Waiting in the queue "{self.kueue_queue_name}" for {what}'

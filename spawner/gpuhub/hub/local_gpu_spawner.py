@@ -31,7 +31,13 @@ from traitlets import Bool, Enum, Int, List, Unicode, Union, default
 
 from gpuhub.core import devices as gpu_devices_mod
 from gpuhub.core import words
-from gpuhub.core.env import LAUNCH_ENV, MACHINERY_ENV, SERVER_ID_ENV, SIMULATED_GPUS_ENV
+from gpuhub.core.env import (
+    JOB_ID_ENV,
+    LAUNCH_ENV,
+    MACHINERY_ENV,
+    SERVER_ID_ENV,
+    SIMULATED_GPUS_ENV,
+)
 from gpuhub.core.holder_env import holder_env
 from gpuhub.core.holdings import QuotaExceeded
 from gpuhub.core.options import LaunchOptions
@@ -526,7 +532,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         first = (
             "; the line is first come, first served" if position > 1 and free >= ticket.gpus else ""
         )
-        deadline = time.strftime("%H:%M UTC", time.gmtime(self._line_deadline(ticket)))
+        deadline = words.moment_utc(self._line_deadline(ticket))
         return (
             f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
             f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
@@ -545,7 +551,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             if position > 1 and most >= holder.gpu_memory
             else ""
         )
-        deadline = time.strftime("%H:%M UTC", time.gmtime(self._line_deadline(ticket)))
+        deadline = words.moment_utc(self._line_deadline(ticket))
         return (
             f"Waiting for {human_memory(holder.gpu_memory)} of one {ticket.type_name}: you are "
             f"{words.ordinal(position)} in line; the most free on one GPU is "
@@ -816,14 +822,16 @@ def _survivors(
                 found.setdefault(info["pid"], (info["pid"], info["create_time"]))
     survivors = []
     for pid, started in found.values():
-        command = ""
+        command, job = "", ""
         try:
             proc = psutil.Process(pid)
-            visible = proc.environ().get("CUDA_VISIBLE_DEVICES")
+            environ = proc.environ()
+            visible = environ.get("CUDA_VISIBLE_DEVICES")
+            job = environ.get(JOB_ID_ENV, "")  # a local job's runner and kernel: its id
             command = command_line(proc.cmdline())
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             visible = None
-        held = HeldProcess(pid, started, command, server_id)
+        held = HeldProcess(pid, started, command, server_id, job)
         survivors.append((held, device_set(visible)))
     return survivors
 

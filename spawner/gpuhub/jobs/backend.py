@@ -42,12 +42,15 @@ class QuotaGate(Protocol):
     (a retried submit is not refused) and before anything is created. ``reserve`` raises
     :class:`JobError` (403) over quota; ``created`` says which object (kind and uid; a
     pipeline: its run id) the reservation is for, once it exists, so the hub's ledger
-    matches its pods by that, never by name; ``release`` forgets a reservation whose
+    matches its pods by that, never by name (``queued``: the object waits in Kueue's queue,
+    so the hub shows it as waiting, not holding); ``release`` forgets a reservation whose
     objects could not be created. See :mod:`gpuhub.hub.ledger.ledger`."""
 
     async def reserve(self, owner: str, job_id: str, request: JobRequest) -> None: ...
 
-    async def created(self, owner: str, job_id: str, request: JobRequest, uid: str) -> None: ...
+    async def created(
+        self, owner: str, job_id: str, request: JobRequest, uid: str, *, queued: bool = False
+    ) -> None: ...
 
     async def release(self, owner: str, job_id: str) -> None: ...
 

@@ -17,10 +17,11 @@ from typing import Any
 
 from gpuhub.core.env import GPU_ENV_PREFIX, GPU_TYPE_ENV
 from gpuhub.core.gpu_resources import is_gpu_resource
-from gpuhub.core.holdings import Holding, Workload
+from gpuhub.core.holdings import Holding, Waiting, Workload
 from gpuhub.core.policy import GPUType
 from gpuhub.core.quantity import QuantityError, parse_cpu, parse_memory, parse_quantity
 from gpuhub.core.sharing import share_from_env
+from gpuhub.k8s.kueue import gated
 from gpuhub.k8s.labels import (
     COMPONENT_LABEL,
     HUB_SERVERNAME_ANNOTATION,
@@ -179,9 +180,11 @@ def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
 
 def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -> Holding | None:
     """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
-    holds its GPUs as far as the quota is concerned); None for anything else. ``workload_of``
-    says whose object a job's pod belongs to, from its metadata: that depends on the job's
-    kind, which this layer does not know (the hub passes :func:`gpuhub.jobs.kinds.pod_workload`)."""
+    counts against the quota, but holds GPUs only once bound to a node: until then it is
+    ``waiting``, in Kueue's queue while Kueue's admission gate is on, else for a node);
+    None for anything else. ``workload_of`` says whose object a job's pod belongs to, from
+    its metadata: that depends on the job's kind, which this layer does not know (the hub
+    passes :func:`gpuhub.jobs.kinds.pod_workload`)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
@@ -196,6 +199,9 @@ def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -
     share, memory = share_from_env(env)
     since = _epoch(meta.get("creationTimestamp"))
     pods = ((str(meta.get("namespace") or ""), str(meta.get("name") or "")),)
+    waiting: Waiting = ""
+    if not (pod.get("spec") or {}).get("nodeName"):
+        waiting = "queue" if gated(pod) else "node"
     if labels.get(COMPONENT_LABEL) == SERVER_COMPONENT:
         user = notes.get(HUB_USERNAME_KEY) or labels.get(HUB_USERNAME_KEY)
         if not user:
@@ -211,6 +217,7 @@ def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -
             pods=pods,
             share=share,
             memory=memory,
+            waiting=waiting,
         )
     if labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(JOB_ID_LABEL):
         user = notes.get(USERNAME_ANNOTATION) or labels.get(USER_LABEL)
@@ -227,6 +234,7 @@ def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -
             workload=workload_of(meta) if workload_of is not None else None,
             share=share,
             memory=memory,
+            waiting=waiting,
         )
     return None
 

@@ -32,7 +32,14 @@ async def renew_once(kube: KubernetesBackend, quota: HubQuota) -> int:
     jobs = await kube.queued_jobs()
     for job in jobs:
         await quota.hold(
-            job.owner, job.job_id, job.kind, job.gpus, job.gpu_type, job.uid, job.share_fields
+            job.owner,
+            job.job_id,
+            job.kind,
+            job.gpus,
+            job.gpu_type,
+            job.uid,
+            job.share_fields,
+            queued=True,  # the hub shows it as waiting in Kueue's queue, never as held
         )
     return len(jobs)
 

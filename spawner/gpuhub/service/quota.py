@@ -79,12 +79,14 @@ class HubQuota:
         log.error("gpuhub: the hub's GPU ledger answered %s: %s", response.code, message)
         raise JobError("gpus", UNREACHABLE, 503)
 
-    async def created(self, owner: str, job_id: str, request: JobRequest, uid: str) -> None:
+    async def created(
+        self, owner: str, job_id: str, request: JobRequest, uid: str, *, queued: bool = False
+    ) -> None:
         """Bind the job's grant to the object just created (kind and uid), so that the hub's
         ledger counts its pods instead once they show, and never mistakes another object
-        of the same name for it."""
+        of the same name for it; ``queued``: it was created waiting in Kueue's queue."""
         if HubQuota.hub_has_ledger is False:
-            await self.fallback.created(owner, job_id, request, uid)
+            await self.fallback.created(owner, job_id, request, uid, queued=queued)
             return
         gpu_type = request.resources.gpu_type
         await self.hold(
@@ -95,6 +97,7 @@ class HubQuota:
             gpu_type.display_name if gpu_type else "",
             uid,
             share_fields(request),
+            queued=queued,
         )
 
     async def hold(
@@ -106,14 +109,19 @@ class HubQuota:
         gpu_type: str,
         uid: str = "",
         share: dict[str, Any] | None = None,
+        *,
+        queued: bool = False,
     ) -> None:
         """Keep a job counted by the hub's ledger: bound to its object (``uid``) once created,
         and renewed while it waits in Kueue's queue (its grant would lapse after
-        ``GRANT_SECONDS``; a queued job has no pods for the ledger to see). Without the
+        ``GRANT_SECONDS``; a queued job has no pods for the ledger to see). ``queued`` tells
+        the hub it waits in Kueue's queue, so that it shows as waiting there. Without the
         hub's ledger the service counts queued jobs itself (ClusterQuota)."""
         if HubQuota.hub_has_ledger is False or gpus <= 0:
             return
         body = {"kind": kind, "gpus": gpus, "gpu_type": gpu_type, "uid": uid, **(share or {})}
+        if queued:
+            body["queued"] = True
         hub = self._hub(owner)
         try:
             response = await hub.call("PUT", "grants", job_id, body=body, timeout=TIMEOUT)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuhub.core.holdings import gpus_held
+from gpuhub.core.holdings import gpus_counted, gpus_held
 from gpuhub.hub.ledger.device_book import (
     GPUAllocator,
     Holder,
@@ -118,7 +118,9 @@ def test_a_share_waiting_in_line_counts_as_its_fraction_until_it_is_served() -> 
         line.join(ticket)
         [waiting] = line.holdings("bob")
         assert (waiting.share, waiting.memory) == (Fraction(1, 2), 8 * G)
-        assert "waiting in line" in waiting.label and gpus_held([waiting]) == Fraction(1, 2)
+        # It counts against the quota as its fraction, and is waiting, not held.
+        assert waiting.waiting_words == "waiting in line" and gpus_held([waiting]) == 0
+        assert gpus_counted([waiting]) == Fraction(1, 2)
         book.release(alice)
         line.serve()
         assert await asyncio.wait_for(ticket.granted, 5) == [3]

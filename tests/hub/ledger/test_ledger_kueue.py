@@ -11,7 +11,11 @@ at submit counts it, and the service renews that grant while the job waits
 from __future__ import annotations
 
 import asyncio
+import html
+import re
+import threading
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -32,6 +36,7 @@ from gpuhub.service.holds import renew_once
 from gpuhub.service.quota import HubQuota
 from tests.support.cluster import Kube
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
+from tests.support.hub.process import API_TOKEN
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 from tests.support.kueue import kueue_queues
 
@@ -151,19 +156,19 @@ def test_a_queued_job_holds_its_place_against_the_quota(jobs: JobsOnCluster, tmp
     assert job["message"], job  # Kueue's reason
     # Without renewal the queued job's grant lapses (2 s here) and it would vanish from the
     # quota: the running job's pods still count, the queued job's GPUs do not.
-    cluster.wait_for(lambda: jobs.held("alice") == 2, timeout=10, interval=0.2)
+    cluster.wait_for(lambda: jobs.counted("alice") == 2, timeout=10, interval=0.2)
 
     # The service's renewal (every minute; once here): the queued job counts again, and a
     # further GPU is over alice's quota of 4.
     assert renew(jobs) == 1
-    assert jobs.held("alice") == 4
+    assert jobs.counted("alice") == 4
     over = submit(1)
     assert over.status_code == 403, over.text
     assert "4 of your quota of 4" in over.json()["message"]
     # Cancelling the queued job gives its place back at once (the service releases it).
     cancelled = jobs.call("DELETE", f"jobs/{queued_id}", token)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
-    assert jobs.held("alice") == 2
+    assert jobs.counted("alice") == 2
 
 
 def test_a_queued_jobs_grant_is_settled_by_its_own_pods_only(
@@ -179,7 +184,7 @@ def test_a_queued_jobs_grant_is_settled_by_its_own_pods_only(
     queued = alice.submit(2)
     assert queued["status"] == "queued" and queued["queue_position"] == 1, queued
     renew(jobs)
-    assert jobs.held("alice") == 4
+    assert jobs.counted("alice") == 4
     cluster.create(
         {
             "apiVersion": "v1",
@@ -210,7 +215,7 @@ def test_a_queued_jobs_grant_is_settled_by_its_own_pods_only(
 
         def both_count() -> bool:  # the pod counts, and so does the queued job's grant
             renew(jobs)
-            now = jobs.held("alice")
+            now = jobs.counted("alice")
             assert now <= 6, now
             return now == 6
 
@@ -239,7 +244,7 @@ def test_a_server_named_like_a_queued_job_counts_apart_from_it(
         # 1 running + 2 queued + 1 for the server (its grant, then its pod): 4 of 4.
         def server_pod_seen() -> bool:
             renew(jobs)
-            assert jobs.held("alice") == 4
+            assert jobs.counted("alice") == 4
             pods = cluster.list("Pod", labels={"component": "singleuser-server"})
             return any(
                 p["metadata"]["annotations"].get("hub.jupyter.org/servername") == name for p in pods
@@ -247,9 +252,96 @@ def test_a_server_named_like_a_queued_job_counts_apart_from_it(
 
         cluster.wait_for(server_pod_seen, timeout=60, interval=0.2)
         renew(jobs)
-        assert jobs.held("alice") == 4
+        assert jobs.counted("alice") == 4
         refused = alice.post(1)
         assert refused.status_code == 403 and "4 of your quota of 4" in refused.json()["message"]
     finally:
         hub.api("DELETE", f"/users/alice/servers/{name}")
         alice.cancel_all()
+
+
+def test_a_queued_job_waits_and_holds_nothing_on_every_screen(
+    jobs: JobsOnCluster, tmp_path: Any
+) -> None:
+    """A job queued in Kueue keeps its place against the quota, but nothing calls it held:
+    the holdings API, the quota's sentence, alice's fleet page and /hub/metrics say it waits
+    in Kueue's queue; only the admitted job's bound pods are held, and billed."""
+    alice = AlicesJobs(jobs, tmp_path)
+    cluster, hub = jobs.kube, jobs.hub
+    alice.cancel_all()
+    running = alice.submit(2)  # the ClusterQueue's 2 A100s: the next one waits
+    assert running["status"] != "queued", running
+    cluster.wait_for(lambda: jobs.held("alice") == 2, timeout=60, interval=0.2)  # bound pods
+    queued = alice.submit(2)
+    assert queued["status"] == "queued", queued
+    name = queued["id"]
+    stack = ExitStack()
+    try:
+        # Bound to its object as created (no renewal needed): waiting in Kueue's queue.
+        holdings = jobs.holdings("alice")
+        assert (holdings["held"], holdings["waiting"]) == (2, 2), holdings
+        [waits] = [h for h in holdings["holdings"] if h["waiting"]]
+        assert (waits["name"], waits["waiting"]) == (name, "waiting in Kueue's queue"), waits
+        over = alice.post(1)
+        assert over.status_code == 403, over.text
+        assert (
+            f"You hold 2 and wait for 2, 4 of your quota of 4 GPUs (job {running['id']!r}: 2, "
+            f"job {name!r}: 2, waiting in Kueue's queue), and this job needs 1 more"
+        ) in over.json()["message"]
+
+        # alice's fleet page: her queued job's row waits; her running one holds. The hub's
+        # monitor looks every 30 s; the service renews the grant meanwhile (2 s grants here).
+        stack.enter_context(renewing(jobs))
+        page = hub.login("alice")
+
+        def rows() -> dict[str, str] | None:
+            text = html.unescape(page.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text)
+            found = dict(re.findall(r'data-name="([^"]+)" data-state="(\w+)"', text))
+            return found if found.get(name) == "waiting" else None
+
+        states = cluster.wait_for(rows, timeout=60, interval=0.5)
+        assert states[running["id"]] == "held", states
+        text = html.unescape(page.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text)
+        row = re.search(rf'<tr[^>]*data-name="{name}"[^>]*>.*?</tr>', text, re.S)
+        assert row and "waiting in Kueue's queue" in row[0], text[-3000:]
+
+        # /hub/metrics: waiting in the queue; held (and billed) are the running job's.
+        def scraped() -> str | None:
+            text = requests.get(
+                f"{hub.url}/hub/metrics",
+                headers={"Authorization": f"token {API_TOKEN}"},
+                timeout=30,
+            ).text
+            waiting = re.search(
+                r'^gpuhub_gpus_waiting\{[^}]*kind="job"[^}]*user="alice"[^}]*where="queue"\} (\S+)$',
+                text,
+                re.M,
+            )
+            return text if waiting and float(waiting[1]) == 2 else None
+
+        metrics = cluster.wait_for(scraped, timeout=60, interval=0.5)
+        held = re.findall(r'^gpuhub_gpus_held\{[^}]*user="alice"[^}]*\} (\S+)$', metrics, re.M)
+        assert sum(map(float, held)) == 2, held
+    finally:
+        stack.close()
+        alice.cancel_all()
+
+
+@contextmanager
+def renewing(jobs: JobsOnCluster, every: float = 0.5) -> Iterator[None]:
+    """The service's renewal of queued jobs' grants, every ``every`` seconds (in a thread)
+    while the block runs: the hub's 2-second grants here would lapse between its looks."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            renew(jobs)
+            stop.wait(every)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)

@@ -234,13 +234,17 @@ def test_processes_a_stopped_server_left_are_reclaimed_like_a_server(
     set_utilization(workdir, dict.fromkeys(range(4), 0.7))  # busy while it starts
     try:
         with job_left_running(hub, workdir, "gina", {"gpus": 1}) as job:
-            ended_and_told(hub, workdir, job.token)
+            ended_and_told(hub, workdir, job.token, job.job_id)
     finally:
         set_utilization(workdir, dict.fromkeys(range(4), 0.0))
 
 
-def ended_and_told(hub: Hub, workdir: Path, token: str) -> None:
-    """gina's job hold is seen with its processes, warned, kept once, then ended."""
+def ended_and_told(hub: Hub, workdir: Path, token: str, job_id: str) -> None:
+    """gina's job hold is seen with its processes, warned, kept once, then ended; named, as
+    the fleet page names it, by her server and the job she knows, never by pids."""
+    import html
+
+    name = f"jobs of server 'default' ({job_id})"
 
     def hold() -> dict[str, Any] | None:
         found = hub.api("GET", "/gpuhub/holdings/gina").json()["holdings"]
@@ -272,7 +276,8 @@ def ended_and_told(hub: Hub, workdir: Path, token: str) -> None:
         timeout=30,
     ).json()["notices"]
     [warning] = [n for n in notices if n["kind"] == "warning"]
-    assert str(pids[0]) in warning["text"] and "will be ended" in warning["text"]
+    assert warning["text"].startswith(f"Your {name}, left running when the server stopped")
+    assert "will be ended" in warning["text"] and str(pids[0]) not in warning["text"]
     page = hub.login("gina").get(f"{hub.url}/hub/home", timeout=30).text
     assert "left running" in page and "will be ended" in page
     # "Keep my GPUs" works for a job hold too (once, as for a server here).
@@ -293,7 +298,9 @@ def ended_and_told(hub: Hub, workdir: Path, token: str) -> None:
         return text if "were ended on" in text else None
 
     home_page = wait_for("the notice", told, hub)
-    assert "The processes your default server left running" in home_page
+    assert f"Your {name}, left running when the server stopped, were ended on" in html.unescape(
+        home_page
+    )
     assert "stayed below 5% utilization for 3 seconds" in home_page
 
 

@@ -138,6 +138,13 @@ def job_rows(html: str) -> set[tuple[str, str]]:
     return set(re.findall(r'data-user="([^"]+)" data-kind="job" data-name="([^"]*)"', html))
 
 
+def said_html(text: str) -> str:
+    """A page's HTML with its entities unescaped (names are quoted in it)."""
+    import html
+
+    return html.unescape(text)
+
+
 def said(answer: requests.Response) -> str:
     """An error page's text, unescaped (its sentence quotes names)."""
     import html
@@ -179,19 +186,19 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
         stop(hub, "dave")
         root = hub.login("root")
         deadline = time.monotonic() + 30
-        # The job hold's row, once the hub has found its processes.
-        while ("dave", "") not in job_rows(html := fleet(hub, root)) or (
-            "gpuhub-processes" not in html
-        ):
+        # The job hold's row, once the hub has found its processes: named by the server and
+        # the job dave knows, never by pids or the runner's module.
+        name = f"jobs of server 'default' ({job_id})"
+        while ("dave", "") not in job_rows(html := fleet(hub, root)) or name not in said_html(html):
             assert time.monotonic() < deadline, html[-3000:]
             time.sleep(0.3)
-        assert (
-            'formaction="/hub/gpuhub/fleet/cancel"' in html and "Cancel dave's job default" in html
-        )
-        # The row lists the processes that keep the GPU, as the hub knows them.
+        row = said_html(re.search(r'<tr[^>]*data-user="dave"[^>]*>.*?</tr>', html, re.S)[0])
+        assert 'formaction="/hub/gpuhub/fleet/cancel"' in row and f"Cancel dave's {name}" in row
         held = hub.api("GET", "/gpuhub/holdings/dave").json()["holdings"]
-        [pid, *_] = [p["pid"] for h in held if h["kind"] == "job" for p in h["processes"]]
-        assert "gpuhub-processes" in html and f"<code>{pid} " in html, html[-3000:]
+        [hold] = [h for h in held if h["kind"] == "job"]
+        assert hold["label"] == name and hold["jobs"] == [job_id], hold
+        assert not any(str(p["pid"]) in row for p in hold["processes"]), row
+        assert "run_notebook" not in row and "python" not in row, row
 
         refused = post_cancel(hub, hub.login("bob"), target="dave/", reason="mine now")
         assert refused.status_code == 403, refused.text[-2000:]
@@ -201,7 +208,8 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
         bad = post_cancel(hub, root, target="dave", reason="x")
         assert bad.status_code == 400 and "target must name a job as user/job" in said(bad)
         unknown = post_cancel(hub, root, target="dave/nope", reason="x")
-        assert unknown.status_code == 404 and "dave has no job 'nope' holding GPUs" in said(unknown)
+        assert unknown.status_code == 404
+        assert "dave has no job 'nope' holding or waiting for GPUs" in said(unknown)
         no_xsrf = root.post(
             f"{hub.url}/hub/gpuhub/fleet/cancel",
             data={"target": "dave/", "reason": "x"},
@@ -214,12 +222,13 @@ def test_an_admin_cancels_a_local_job_and_the_user_reads_why(hub: Hub) -> None:
         assert done.status_code == 303, done.text[-2000:]
         # The page it leads to says what the hub did, from its own record of it.
         back = said(root.get(hub.url + done.headers["Location"], timeout=30))
-        assert "Cancelled dave's jobs of server 'default'; they will read why" in back
+        assert f"Cancelled dave's {name}; they will read why" in back
         assert ("dave", "") not in job_rows(back)
         flag.unlink()  # had the cancel failed, the job would end now and the test fail below
 
         page = dave.get(f"{hub.url}/hub/home", timeout=30).text
-        assert f"Your job {job_id} was cancelled on" in page, page[-3000:]
+        # Named as the fleet page named it.
+        assert f"Your {name} were cancelled on" in said_html(page), page[-3000:]
         assert "by root: &lt;script&gt;alert(1)" in page and "<script>alert(1)" not in page
         assert 'data-kind="job"' in page
         notices = requests.get(

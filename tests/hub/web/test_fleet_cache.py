@@ -172,7 +172,7 @@ def test_after_a_stop_the_page_waits_for_a_build_with_held_and_free_as_of_now() 
         await monitor.tick(time.time())
         cache = FleetCache(monitor, hub_templates(), "/hub/", lambda: {})
         before = await cache.current()
-        assert before.view.types == [("A100", 3, 1, 4)]
+        assert before.view.types == [("A100", 3, 1, 4, 0)]
         book = monitor.ledger.source
         book.release(server_key("bob", ""))  # as stop_server's user.stop leaves the book
         free["value"] = 2
@@ -181,7 +181,7 @@ def test_after_a_stop_the_page_waits_for_a_build_with_held_and_free_as_of_now() 
         monitor._changed(removed=("bob", "server", ""))
         after = await cache.up_to_date()
         assert after.version == monitor.version
-        assert after.view.types == [("A100", 2, 2, 4)]
+        assert after.view.types == [("A100", 2, 2, 4, 0)]
         assert "bob" not in {r.user for r in after.view.rows}
 
     asyncio.run(scenario())

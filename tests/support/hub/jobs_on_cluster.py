@@ -121,8 +121,15 @@ class JobsOnCluster:
         return dict(answer.json())
 
     def held(self, user: str) -> int:
-        """How many GPUs the hub's ledger says ``user`` holds (``ledger=True``)."""
+        """How many GPUs the hub's ledger says ``user`` holds (``ledger=True``): given
+        (pods bound to a node), not what waits for them."""
         return int(self.holdings(user)["held"])
+
+    def counted(self, user: str) -> int:
+        """What counts against ``user``'s quota: held, and waiting (a job queued in Kueue,
+        a pod not bound yet)."""
+        holdings = self.holdings(user)
+        return int(holdings["held"] + holdings["waiting"])
 
 
 def _hub_settings(

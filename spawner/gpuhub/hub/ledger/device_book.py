@@ -45,7 +45,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from gpuhub.core.holdings import HolderKind, Holding
+from gpuhub.core.holdings import HolderKind, Holding, job_hold_name
 from gpuhub.hub.ledger import launches
 from gpuhub.hub.ledger.launches import Process, Proof
 from gpuhub.hub.ledger.statefile import Damaged, kind_of, read_json, set_aside, write_json
@@ -81,12 +81,14 @@ class HolderKey:
 @dataclass(frozen=True)
 class HeldProcess:
     """One process that keeps a job hold: pid and start time (a pid alone may be reused),
-    its command line for people, and the server launch it came from."""
+    its command line, the server launch it came from, and the gpuhub job it is part of
+    (its ``GPUHUB_JOB_ID``; "" for none): people know a hold by its jobs, not its pids."""
 
     pid: int
     started: float
     command: str = ""
     launch: str = ""
+    job: str = ""
 
     @property
     def process(self) -> Process:
@@ -237,7 +239,7 @@ class GPUAllocator:
                 grant.server,
                 grant.gpu_type,
                 since=proc.process[1],
-                processes=[HeldProcess(*proc.process, proc.command, grant.launch)],
+                processes=[HeldProcess(*proc.process, proc.command, grant.launch, proc.job)],
                 gpu_memory=grant.gpu_memory,
                 device_memory=grant.device_memory,
             )
@@ -268,7 +270,9 @@ class GPUAllocator:
                 "gpu_type": holder.gpu_type,
                 "since": holder.since,
                 "devices": self.held_by(key),
-                "processes": [[p.pid, p.started, p.command, p.launch] for p in holder.processes],
+                "processes": [
+                    [p.pid, p.started, p.command, p.launch, p.job] for p in holder.processes
+                ],
                 **(
                     {"gpu_memory": holder.gpu_memory, "device_memory": holder.device_memory}
                     if holder.shared
@@ -343,13 +347,15 @@ class GPUAllocator:
             if holder.shared:
                 memory = memory_of.get(key, 0)
                 share = Fraction(memory, holder.device_memory)
+            jobs: tuple[str, ...] = ()
             if devices:
-                # A job hold is what a stopped server's processes (its jobs) still use.
-                what = (
-                    ""
-                    if holder.kind == "server"
-                    else f"jobs of server {holder.name or 'default'!r}"
-                )
+                # A job hold is what a stopped server's processes (its jobs) still use, named
+                # by that server and those jobs, as every page and notice names it.
+                what = ""
+                if holder.kind == "job":
+                    jobs = tuple(dict.fromkeys(p.job for p in holder.processes if p.job))
+                    others = dict.fromkeys(p.command for p in holder.processes if not p.job)
+                    what = job_hold_name(holder.name, jobs, [c for c in others if c])
                 out.append(
                     Holding(
                         holder.user,
@@ -361,6 +367,7 @@ class GPUAllocator:
                         holder.since,
                         what,
                         processes=tuple((p.pid, p.command) for p in holder.processes),
+                        jobs=jobs,
                         share=share,
                         memory=memory,
                     )
@@ -562,7 +569,7 @@ def _job_hold_from(entry: Any) -> tuple[Holder, list[int]]:
     for process in processes:
         if (
             not isinstance(process, list)
-            or not 2 <= len(process) <= 4
+            or not 2 <= len(process) <= 5
             or not _whole(process[0])
             or not _number(process[1])
             or not all(isinstance(text, str) for text in process[2:])

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass, field
 
 from gpuhub.core.devices import visible_devices
-from gpuhub.core.env import LAUNCH_ENV
+from gpuhub.core.env import JOB_ID_ENV, LAUNCH_ENV
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ class RunningProcess:
     launch: Launch
     visible: frozenset[int] | None  # devices its CUDA_VISIBLE_DEVICES lists; None: unknown
     command: str
+    job: str = ""  # the gpuhub job it is part of (GPUHUB_JOB_ID), "" for none
 
 
 def launch_key(secret: bytes | str) -> bytes:
@@ -181,6 +182,7 @@ def running(proof: Proof) -> list[RunningProcess]:
                 launch,
                 device_set(env.get("CUDA_VISIBLE_DEVICES")),
                 command_line(info.get("cmdline")),
+                str(env.get(JOB_ID_ENV) or ""),
             )
         )
     return found

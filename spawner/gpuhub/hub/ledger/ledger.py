@@ -78,6 +78,10 @@ class Grant:
     # its GPU memory; None for whole GPUs.
     share: Fraction | None = None
     memory: int = 0
+    # The job waits in Kueue's queue (the service says so when it binds or renews the grant);
+    # else it waits for its pods to show. Either way nothing is given to it yet: its
+    # holding is waiting (counted against the quota, never held).
+    queued: bool = False
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -116,8 +120,8 @@ class Ledger:
         return self._locks.setdefault(user, asyncio.Lock())
 
     def holdings(self, user: str | None = None) -> list[Holding]:
-        """What ``user`` (everyone if None) holds: the source's view plus live grants, one
-        holding per server or job."""
+        """What ``user`` (everyone if None) holds or waits for: the source's view plus live
+        grants (waiting: no pod of theirs shows yet), one holding per server or job."""
         held = self.source.holdings(user)
         now = time.time()
         seen: dict[tuple[str, ...], int] = {}
@@ -146,6 +150,7 @@ class Ledger:
                         workload=Workload(grant.workload, grant.uid) if grant.workload else None,
                         share=None if grant.share is None else grant.share * part,
                         memory=int(grant.memory * part),
+                        waiting="queue" if grant.queued else "node",
                     )
                 )
         return per_workload(held)

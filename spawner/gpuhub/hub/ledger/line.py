@@ -11,7 +11,9 @@ served whenever GPUs may have come back (a server stopped, a job hold ended, che
 second), so a GPU is still never handed out twice.
 
 The line is also the local ledger's source of holdings (:mod:`gpuhub.hub.ledger.ledger`): a spawn
-waiting in line counts against its user's quota, so waiting cannot be used to get around it.
+waiting in line counts against its user's quota, so waiting cannot be used to get around it,
+but it holds nothing (``Holding.waiting``): the fleet page, the metrics and GPU-hours show it
+as waiting.
 gpuhub's own wait is always a *line*; a *queue* is Kueue's (:mod:`gpuhub.k8s.kueue`).
 """
 
@@ -56,7 +58,8 @@ class GPULine:
 
     # -- the ledger's source ------------------------------------------------------------------
     def holdings(self, user: str | None = None) -> list[Holding]:
-        """What users hold, plus what their spawns waiting in line will take."""
+        """What users hold, plus what their spawns waiting in line will take (``waiting``:
+        they count against the quota, but nothing is given to them yet)."""
         held = self.book.holdings(user)
         for line in self.lines.values():
             for ticket in line:
@@ -70,7 +73,7 @@ class GPULine:
                             ticket.gpus,
                             ticket.type_name,
                             since=ticket.since,
-                            what=f"server {name or 'default'!r}, waiting in line",
+                            waiting="line",  # counts against the quota; never held
                             # A share waiting counts as its fraction, as once it is served.
                             share=(
                                 Fraction(holder.gpu_memory, holder.device_memory)

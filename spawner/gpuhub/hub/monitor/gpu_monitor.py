@@ -87,7 +87,10 @@ class GPUMonitor:
         self.clocks = IdleClocks(rule) if rule is not None else None
         self.store = store
         self.interval = interval
-        self.tracks: dict[HoldingKey, Track] = {}
+        self.tracks: dict[HoldingKey, Track] = {}  # what holds GPUs (devices given, pods bound)
+        # What waits for GPUs (in line, in Kueue's queue, for a node): counted against quotas
+        # and shown as waiting; never sampled, billed or reclaimed. Replaced, never changed.
+        self.waiting: dict[HoldingKey, Holding] = {}
         # gpu type display name -> (free, total) GPUs; a shared type's free is a fraction
         self.capacity: dict[str, tuple[float, float]] = {}
         # a type shared by memory's display name -> (bytes free, bytes in all)
@@ -134,7 +137,7 @@ class GPUMonitor:
     async def tick(self, now: float) -> None:
         """One round: holdings, samples, GPU-seconds, history, idle clocks, stops."""
         await self._refresh_capacity()
-        holdings = [self._named(h) for h in self.ledger.holdings() if h.gpus > 0]
+        holdings = self._held()[0]
         try:
             samples = await asyncio.wait_for(self.source.sample(holdings), SAMPLE_TIMEOUT)
             unexplained = tuple(getattr(self.source, "unexplained", ()))
@@ -145,7 +148,8 @@ class GPUMonitor:
         self.unexplained = unexplained
         # What changed while the sample was taken counts as of now: a server stopped meanwhile
         # must not come back as a row, one started meanwhile must not go (no samples yet).
-        current = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        held, self.waiting = self._held()
+        current = {holding_key(h): h for h in held}
         holdings = [h for h in holdings if holding_key(h) in current]
         self._account(holdings, now)
         sampled = {holding_key(h) for h in holdings}
@@ -174,12 +178,26 @@ class GPUMonitor:
         of the last tick (held and free must not lag the rows by a tick); utilization and
         GPU-seconds wait for the tick, which samples them."""
         await self._refresh_capacity()
-        live = {holding_key(h): h for h in map(self._named, self.ledger.holdings()) if h.gpus}
+        held, self.waiting = self._held()
+        live = {holding_key(h): h for h in held}
         for key in [k for k in self.tracks if k not in live]:
             del self.tracks[key]
         for key, holding in live.items():  # e.g. the job hold a stopped server's job left
             if key not in self.tracks:
                 self.tracks[key] = Track(holding)
+
+    def _held(self) -> tuple[list[Holding], dict[HoldingKey, Holding]]:
+        """The ledger's holdings now, by display name: those that hold GPUs (devices given,
+        pods bound), and those that wait for them, by key."""
+        held, waiting = [], {}
+        for holding in map(self._named, self.ledger.holdings()):
+            if not holding.gpus:
+                continue
+            if holding.held:
+                held.append(holding)
+            else:
+                waiting[holding_key(holding)] = holding
+        return held, waiting
 
     def _changed(self, removed: HoldingKey | None = None) -> None:
         self.version += 1
@@ -482,6 +500,7 @@ class GPUMonitor:
             user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
         )
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
+        self.waiting = {k: h for k, h in self.waiting.items() if k != key}
         await self._refresh_now()
         self._changed(removed=(user.name, "server", server))
         return True
@@ -492,13 +511,14 @@ class GPUMonitor:
         ids cancelled; raises :class:`gpuhub.hub.monitor.cancel.CancelRefused` with a sentence."""
         from gpuhub.hub.monitor.cancel import CancelRefused, cancel_kube, cancel_local
 
-        track = self.tracks.get((user, "job", name))
-        if track is None:
-            raise CancelRefused(404, f"{user} has no job {name!r} holding GPUs.")
         key = (user, "job", name)
+        track = self.tracks.get(key)
+        # A job queued in Kueue holds no GPU yet, but its place: it may be cancelled too.
+        holding = track.holding if track is not None else self.waiting.get(key)
+        if holding is None:
+            raise CancelRefused(404, f"{user} has no job {name!r} holding or waiting for GPUs.")
         if key in self._stopping:
             raise CancelRefused(409, "That job is being cancelled already.")
-        holding = track.holding
         self._stopping.add(key)
         try:
             log.warning("gpuhub: %s cancels %s's %s: %s", by, user, holding.label, reason)
@@ -516,7 +536,8 @@ class GPUMonitor:
         # A queued job held its GPUs by a grant; the jobs service stops renewing it once
         # the job is gone, but it would count until it expires.
         self.ledger.release_job_grant(user, name)
-        self.tracks.pop((user, "job", name), None)  # gone now, not at the next tick
+        self.tracks.pop(key, None)  # gone now, not at the next tick
+        self.waiting = {k: h for k, h in self.waiting.items() if k != key}
         await self._refresh_now()
         self._changed(removed=(user, "job", name))
         self.store.notify(

@@ -6,6 +6,10 @@ nothing goes stale between ticks):
 
 * ``gpuhub_gpus{gpu_type, state="free|held"}``
 * ``gpuhub_gpus_held{user, kind="server|job", gpu_type}``
+* ``gpuhub_gpus_waiting{user, kind, gpu_type, where="line|queue|node"}``: GPUs asked for by
+  what waits for them (a workstation's line, Kueue's queue, a pod not bound to a node yet).
+  They count against the quota but are never held: not in ``gpuhub_gpus{state="held"}``,
+  ``gpuhub_gpus_held`` nor ``gpuhub_gpu_seconds_total``
 * ``gpuhub_gpu_seconds_total{user, gpu_type}`` (from the persisted store: never goes back)
 * ``gpuhub_gpu_utilization{user, server, gpu}`` (0-1, the last sample)
 * ``gpuhub_idle_reclaims_total{gpu_type}`` (from the persisted store too)
@@ -64,6 +68,20 @@ class GPUCollector(Collector):
         for labels, value in sorted(sums.items()):
             held.add_metric(list(labels), float(value))
         yield held
+
+        waiting = GaugeMetricFamily(
+            "gpuhub_gpus_waiting",
+            "GPUs asked for by servers and jobs waiting for them (in line, in Kueue's queue, "
+            "for a node): counted against quotas, never held",
+            labels=["user", "kind", "gpu_type", "where"],
+        )
+        waits: dict[tuple[str, str, str, str], Fraction] = {}
+        for h in monitor.waiting.values():
+            where = (h.user, h.kind, h.gpu_type or "GPU", h.waiting)
+            waits[where] = waits.get(where, Fraction(0)) + h.amount
+        for waited, value in sorted(waits.items()):
+            waiting.add_metric(list(waited), float(value))
+        yield waiting
 
         shared = GaugeMetricFamily(
             "gpuhub_gpu_memory_bytes",

@@ -7,17 +7,20 @@ service asks the hub for a *grant* before it creates anything:
 * ``POST /hub/api/gpuhub/grants`` body ``{"user", "kind", "name", "gpus", "gpu_type"}``
   (plus ``"share"``, the GPUs a shared request counts as, as a fraction ``"1/2"``, and
   ``"gpu_memory"`` in bytes, for a shared GPU type: :mod:`gpuhub.core.sharing`)
-  -> ``201 {"user", "name", "gpus", "quota", "held"}``, or ``403 {"message"}`` over quota.
+  -> ``201 {"user", "name", "gpus", "quota", "held", "waiting"}``, or ``403 {"message"}``
+  over quota.
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
 * ``DELETE /hub/api/gpuhub/grants/<user>/<name>[?kind=<kind>]`` -> 204: the submit failed
   (or the job was cancelled), forget it.
 * ``PUT /hub/api/gpuhub/grants/<user>/<name>`` body ``{"kind", "gpus", "gpu_type", "uid"}``
+  (plus ``"queued": true`` while the job waits in Kueue's queue)
   -> 204: the service created the job's object (``uid``: its uid, a pipeline's KFP run id),
   so the ledger matches the job's pods to the grant by kind and uid, never by name; and,
   while the job still waits in Kueue's queue with no pods, keep counting it for another
   ``GRANT_SECONDS`` (no new quota check; the service renews every minute while the job is
-  queued, so a queued job holds its place and a forgotten one lapses).
+  queued, so a queued job holds its place and a forgotten one lapses). A grant holds no
+  GPU: until its pods are bound it is *waiting* (in Kueue's queue, or for a node).
 
 These need the custom scope ``custom:gpuhub:grants`` (the chart gives it to the jobs
 service's role).
@@ -28,10 +31,13 @@ tokens, their server's own JUPYTERHUB_API_TOKEN, admins; see :data:`gpuhub.hub.w
 never for a token that only identifies the user, as OAuth gives every service they log in
 to.
 
-* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "holdings": [{"kind",
-  "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices", "since",
-  "processes"}]}`` (a share of a GPU: ``share`` what it counts as, ``gpu_memory`` its bytes,
-  ``text`` "8 GB of GPU 3 (T4), 0.5 GPU" as the fleet page says it); also for
+* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "waiting",
+  "holdings": [{"kind", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type",
+  "devices", "since", "processes", "jobs", "waiting"}]}`` (a share of a GPU: ``share`` what it
+  counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5 GPU" as the fleet
+  page says it). ``held`` counts GPUs given; ``waiting`` those asked for by what waits for
+  them (in line, in Kueue's queue), which count against the quota too; a holding's
+  ``waiting`` says where it waits ("waiting in line"), null once held. Also for
   ``custom:gpuhub:grants`` (the jobs service);
 * ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job"|"warning",
   "server", "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped
@@ -70,7 +76,13 @@ from typing import Any
 from tornado import web
 
 from gpuhub.core import words
-from gpuhub.core.holdings import QuotaExceeded, gpu_type_names, gpus_held, named
+from gpuhub.core.holdings import (
+    QuotaExceeded,
+    gpu_type_names,
+    gpus_held,
+    gpus_waiting,
+    named,
+)
 from gpuhub.core.options import as_given
 from gpuhub.core.policy import PolicyConfigError
 from gpuhub.hub.ledger.ledger import Grant, Ledger
@@ -232,6 +244,14 @@ class GpuhubAPIHandler(BoundedAPIHandler):
         return user, ledger, spawner.gpu_quota_limit()
 
 
+def _queued(body: dict[str, Any]) -> bool:
+    """A grant's ``"queued"`` (the job waits in Kueue's queue), checked (400 otherwise)."""
+    queued = body.get("queued", False)
+    if not isinstance(queued, bool):
+        raise web.HTTPError(400, f"queued must be true or false, not {queued!r}.")
+    return queued
+
+
 def _grant_body(body: Any, fields: str) -> tuple[str, int, str, str, Fraction | None, int]:
     """``(kind, gpus, gpu_type, uid, share, gpu_memory)`` of a grant's JSON body, checked
     (400 otherwise)."""
@@ -310,6 +330,7 @@ class GrantsHandler(GpuhubAPIHandler):
                     "gpus": gpus,
                     "quota": None if limit is None else words.as_number(limit),
                     "held": words.as_number(gpus_held(held)),
+                    "waiting": words.as_number(gpus_waiting(held)),
                 }
             )
         )
@@ -328,11 +349,14 @@ class GrantHandler(GrantsHandler):
         kind, gpus, gpu_type, uid, share, memory = _grant_body(
             self.get_json_body(), "kind, gpus, gpu_type, uid"
         )
+        queued = _queued(self.get_json_body())
         user, ledger, _ = await self._ledger_for(name)
         if gpus > 0:
             expires = time.time() + GRANT_SECONDS
             ledger.grant(
-                Grant(user.name, "job", job, gpus, gpu_type, expires, kind, uid, share, memory)
+                Grant(
+                    user.name, "job", job, gpus, gpu_type, expires, kind, uid, share, memory, queued
+                )
             )
         self.set_status(204)
         self.finish()
@@ -384,6 +408,7 @@ class HoldingsHandler(GpuhubAPIHandler):
                     "user": user.name,
                     "quota": None if limit is None else words.as_number(limit),
                     "held": words.as_number(gpus_held(held)),
+                    "waiting": words.as_number(gpus_waiting(held)),
                     "holdings": [
                         {
                             "kind": h.kind,
@@ -398,6 +423,8 @@ class HoldingsHandler(GpuhubAPIHandler):
                             "devices": list(h.devices),
                             "since": h.since,
                             "processes": [{"pid": p, "command": c} for p, c in h.processes],
+                            "jobs": list(h.jobs),
+                            "waiting": h.waiting_words or None,
                         }
                         for h in held
                     ],

@@ -29,6 +29,7 @@ from jupyterhub.handlers.base import BaseHandler
 from markupsafe import Markup
 from tornado import web
 
+from gpuhub.core import words
 from gpuhub.core.holdings import Holding
 from gpuhub.core.quantity import human_memory
 from gpuhub.hub.monitor import gpu_monitor
@@ -66,18 +67,24 @@ class Row:
     util_text: str = ""
     left_text: str = ""
     unsampled_text: str = "no samples"  # why there is no sparkline
-    # A workstation's job hold: the processes that keep it, "1234 python train.py".
-    processes: tuple[str, ...] = ()
     amount: float = 0.0  # the GPUs it counts as (a share: its fraction)
     gpus_text: str = ""  # "2 x A100", "8 GB of GPU 3 (T4, shared), 0.5 GPU"
+    # How people call it (Holding.label): "server 'default'", "jobs of server 'gpu1'
+    # (long-one-5ff007)", as the user's notices and the holdings API name it too.
+    label: str = ""
+    # Where it waits for its GPUs ("waiting in line"); "" once it holds them. A waiting row
+    # counts in its type's Waiting, never in Held, Free or GPU-hours.
+    waiting: str = ""
+    since_iso: str = ""  # <time datetime>: the browser writes it in the reader's zone
 
 
 @dataclass
 class FleetView:
     rows: list[Row]
     see_all: bool
-    # name, held, free, total: GPUs, a shared type's in fractions (1.5)
-    types: list[tuple[str, float, float, float]] = field(default_factory=list)
+    # name, held, free, total, waiting: GPUs, a shared type's in fractions (1.5); held, free
+    # and total are GPUs given (devices, bound pods), waiting what waits for them
+    types: list[tuple[str, float, float, float, float]] = field(default_factory=list)
     groups: list[tuple[str, float, float, float]] = field(
         default_factory=list
     )  # name, held, 24h, 7d
@@ -97,9 +104,11 @@ def amount(gpus: float) -> int | float:
 
 
 def ago(seconds: float | None) -> str:
-    """45 s, 12 min, 3.5 h; a dash for unknown."""
+    """45 s, 12 min, 3.5 h; a dash for unknown; never negative (a moment ahead of this
+    build's clock, read from another, is "0 s")."""
     if seconds is None:
         return "—"
+    seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{int(seconds)} s"
     if seconds < 7200:
@@ -133,6 +142,7 @@ class Snapshot:
     memory: Mapping[str, tuple[int, int]]  # GPUMonitor.memory: bytes free, in all
     hourly: Mapping[int, Mapping[tuple[str, str], float]]  # UsageStore.hourly, as of now
     groups_of: Mapping[str, list[str]]
+    waiting: tuple[Holding, ...] = ()  # GPUMonitor.waiting: what waits for GPUs
     unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
 
 
@@ -156,6 +166,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         memory=dict(monitor.memory),
         hourly=monitor.store.hourly_snapshot(),
         groups_of=groups_of,
+        waiting=tuple(monitor.waiting.values()),
         unexplained=monitor.unexplained,
     )
 
@@ -172,7 +183,9 @@ def _row(track: TrackCopy, now: float) -> Row:
     used = sum(memory) if memory else None
     last = track.history[-1][0] if track.history else None
     return Row(
-        since_text=f"{ago(now - h.since)} ago" if h.since else "—",
+        since_text=words.moment_utc(h.since) if h.since else "—",
+        since_iso=words.iso(h.since) if h.since else "",
+        label=h.label,
         idle_text=ago(idle_for),
         # As the lab's cards say it, per GPU; a holding of several says the sum is theirs.
         memory_text=(
@@ -197,7 +210,30 @@ def _row(track: TrackCopy, now: float) -> Row:
         idle_for=idle_for,
         warned=warned,
         seconds_left=left,
-        processes=tuple(f"{pid} {command}".rstrip() for pid, command in h.processes),
+        amount=float(h.amount),
+        gpus_text=h.gpus_text,
+    )
+
+
+def _waiting_row(h: Holding) -> Row:
+    """A server or job that waits for its GPUs: what it asked for, where it waits, since
+    when; nothing sampled (it has no GPU to sample)."""
+    return Row(
+        user=h.user,
+        kind=h.kind,
+        name=h.name,
+        gpu_type=h.gpu_type or "GPU",
+        gpus=h.gpus,
+        since=h.since,
+        spark="",
+        utilization=None,
+        memory_used=None,
+        idle_for=None,
+        since_text=words.moment_utc(h.since) if h.since else "—",
+        since_iso=words.iso(h.since) if h.since else "",
+        label=h.label,
+        waiting=h.waiting_words,
+        unsampled_text="",
         amount=float(h.amount),
         gpus_text=h.gpus_text,
     )
@@ -209,6 +245,11 @@ def fleet_view(snap: Snapshot) -> FleetView:
     rows = sorted(
         (_row(t, now) for t in snap.tracks),
         key=lambda r: (-(r.idle_for or -1), r.user, r.kind, r.name),
+    )
+    # What waits comes after what holds, first come first.
+    waiting = sorted(
+        (_waiting_row(h) for h in snap.waiting),
+        key=lambda r: (r.since or 0.0, r.user, r.kind, r.name),
     )
     day = gpu_hours(snap.hourly, now - 86_400)
     week = gpu_hours(snap.hourly, now - 7 * 86_400)
@@ -228,7 +269,10 @@ def fleet_view(snap: Snapshot) -> FleetView:
     held_by_type: dict[str, float] = {}
     for row in rows:
         held_by_type[row.gpu_type] = held_by_type.get(row.gpu_type, 0) + row.amount
-    names = sorted(set(held_by_type) | set(snap.capacity))
+    waiting_by_type: dict[str, float] = {}
+    for row in waiting:
+        waiting_by_type[row.gpu_type] = waiting_by_type.get(row.gpu_type, 0) + row.amount
+    names = sorted(set(held_by_type) | set(snap.capacity) | set(waiting_by_type))
     # A shared type's figures are fractions of GPUs: as the quota and the lab round them.
     view.types = [
         (
@@ -236,6 +280,7 @@ def fleet_view(snap: Snapshot) -> FleetView:
             amount(held_by_type.get(n, 0)),
             amount(snap.capacity.get(n, (0, 0))[0]),
             amount(snap.capacity.get(n, (0, 0))[1]),
+            amount(waiting_by_type.get(n, 0)),
         )
         for n in names
     ]
@@ -254,6 +299,7 @@ def fleet_view(snap: Snapshot) -> FleetView:
             entry[1] += day.get(user, 0.0)
             entry[2] += week.get(user, 0.0)
     view.groups = [(g, amount(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
+    view.rows = [*rows, *waiting]
     return view
 
 
@@ -612,7 +658,8 @@ class FleetCancelHandler(_ActionHandler):
         reason = self._given_reason(own, f"cancel {name}'s job {job!r}")
         why = reason or "you cancelled it from the fleet page"
         track = monitor.tracks.get((name, "job", job))
-        what = track.holding.label if track is not None else f"job {job!r}"
+        holding = track.holding if track is not None else monitor.waiting.get((name, "job", job))
+        what = holding.label if holding is not None else f"job {job!r}"
         try:
             await monitor.cancel_job(name, job, why, by=self.current_user.name)
         except CancelRefused as exc:

@@ -27,7 +27,8 @@ from typing import Any
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
 
-from gpuhub.core.holdings import Holding
+from gpuhub.core import words
+from gpuhub.core.holdings import Holding, job_hold_name
 from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN, SHARE_OVERUSE
@@ -50,37 +51,36 @@ def notices_for(user: Any) -> list[dict[str, str]]:
     return warnings + [notice_text(n) for n in shown]
 
 
+# Every moment in a notice is written once, "27 Nov 2026, 00:58 UTC" (``at``), and its
+# ``when`` is the same moment for machines: hub pages show it as a <time> the browser writes
+# in the reader's zone (page.html), the lab likewise (its formatTime), from ``at`` and ``when``.
+
+
 def _at(when: float) -> str:
-    return f"on {datetime.fromtimestamp(when, UTC):%Y-%m-%d at %H:%M} UTC"
-
-
-def _left_behind(server: str) -> str:
-    """How a job hold is called at a sentence's start."""
-    if server:
-        return f"The processes your server {server!r} left running"
-    return "The processes your default server left running"
+    return f"on {words.moment_utc(when)}"
 
 
 def warning_text(holding: Holding, deadline: float) -> dict[str, str]:
-    """A job hold about to be ended for idleness, as hub pages show it. It has no ``key``:
-    it goes by itself when the processes use their GPUs, are kept or are ended, so there is
-    nothing to close."""
-    pids = ", ".join(str(pid) for pid, _ in holding.processes)
+    """A job hold about to be ended for idleness, as hub pages show it, named as the fleet
+    page names it (:func:`gpuhub.core.holdings.job_hold_name`). It has no ``key``: it goes by
+    itself when the processes use their GPUs, are kept or are ended, so there is nothing to
+    close."""
     gpus = f"{holding.gpus} GPU{'s' if holding.gpus != 1 else ''}"
     minutes = max(0, round((deadline - time.time()) / 60))
     text = (
-        f"{_left_behind(holding.name)} (process{'es' if len(holding.processes) != 1 else ''} "
-        f"{pids}) keep {gpus} idle; they will be ended {_at(deadline)} (in about {minutes} "
-        "min) unless they use the GPUs or you keep them (POST /hub/api/gpuhub/reclaim/"
+        f"Your {holding.label}, left running when the server stopped, keep {gpus} idle; they "
+        f"will be ended {_at(deadline)} (in about {minutes} min) unless they use the GPUs or "
+        "you keep them (POST /hub/api/gpuhub/reclaim/"
         f'<you>/keep with {{"kind": "job", "server": {json.dumps(holding.name)}}}).'
     )
     return {
         "key": "",
         "server": holding.name,
         "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "at": words.moment_utc(deadline),
         "by": "idle",
         "kind": "warning",
-        "jobs": "",
+        "jobs": ",".join(holding.jobs),
         "text": text,
     }
 
@@ -92,6 +92,7 @@ def share_warning(holding: Holding, deadline: float, text: str) -> dict[str, str
         "key": "",
         "server": holding.name,
         "when": datetime.fromtimestamp(deadline, UTC).isoformat(timespec="seconds"),
+        "at": words.moment_utc(deadline),
         "by": SHARE_OVERUSE,
         "kind": "warning",
         "jobs": "",
@@ -105,20 +106,21 @@ def notice_text(notice: Any) -> dict[str, str]:
     at = _at(notice.when)
     server = f"server {notice.server!r}" if notice.server else "server"
     if notice.kind == "job":
-        # A workstation's job row is named after the server that started its processes.
-        if notice.jobs and list(notice.jobs) != [notice.server]:
-            what = f"job{'s' if len(notice.jobs) > 1 else ''} {', '.join(notice.jobs)}"
+        if list(notice.jobs) == [notice.server]:  # a cluster job, by its id
+            what, were, its = f"job {notice.server!r}", "was", "Its"
         else:
-            what = f"job {notice.server!r}" if notice.server else "job"
+            # A workstation's job hold: named as the fleet page named it, by the server that
+            # left its processes and the jobs they are.
+            what, were, its = job_hold_name(notice.server, notice.jobs), "were", "Their"
         if notice.by == "idle":
             text = (
-                f"{_left_behind(notice.server)} ({what}) were ended {at} because "
-                f"{notice.reason}. Their GPUs are free again."
+                f"Your {what}, left running when the server stopped, {were} ended {at} "
+                f"because {notice.reason}. {its} GPUs are free again."
             )
         else:
             text = (
-                f"Your {what} was cancelled {at} by {notice.by}: "
-                f"{notice.reason.rstrip('.')}. Its GPUs are free again."
+                f"Your {what} {were} cancelled {at} by {notice.by}: "
+                f"{notice.reason.rstrip('.')}. {its} GPUs are free again."
             )
     elif notice.by == HUB_SHUTDOWN:
         text = (
@@ -135,6 +137,7 @@ def notice_text(notice: Any) -> dict[str, str]:
         "key": notice.public_key,
         "server": notice.server,
         "when": when.isoformat(timespec="seconds"),
+        "at": words.moment_utc(notice.when),
         "by": notice.by,
         "kind": notice.kind,
         "jobs": ",".join(notice.jobs),
