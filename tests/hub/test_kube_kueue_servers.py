@@ -133,16 +133,16 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
     ), first
     assert "gpuhub waits until" in first["message"]
     assert first["gpuhub_line"]["deadline"] > time.time() + 500
-
-    assert spawn(hub, "cy", ONE_GPU).status_code == 202
-    kube.wait_for(lambda: gated(pod_of(kube, "cy")), timeout=30)
-    cy = Progress(hub, "cy")
     # Gated by Kueue, bob's pod holds no GPU: it counts against his quota, as waiting.
     mine = hub.api("GET", "/gpuhub/holdings/bob").json()
     assert (mine["held"], mine["waiting"]) == (0, 1), mine
     assert mine["holdings"][0]["waiting"] == "waiting in Kueue's queue", mine
     ada = hub.api("GET", "/gpuhub/holdings/ada").json()
     assert (ada["held"], ada["waiting"]) == (1, 0), ada
+
+    assert spawn(hub, "cy", ONE_GPU).status_code == 202
+    kube.wait_for(lambda: gated(pod_of(kube, "cy")), timeout=30)
+    cy = Progress(hub, "cy")
     second = cy.until(lambda e: place(e) == 2)
     assert "you are 2nd in line, behind 1 server." in second["message"], second
     assert 10 <= second["progress"] < 30

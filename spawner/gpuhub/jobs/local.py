@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import shutil
 import signal
 import sys
@@ -60,6 +59,7 @@ from gpuhub.jobs.model import (
     JobRecord,
     JobRequest,
     check_job_id,
+    new_job_id,
     output_name,
     parse_iso,
     utcnow,
@@ -240,9 +240,9 @@ class LocalBackend(JobBackend):
     ) -> JobRecord:
         self._check_owner(owner)
         await self._ensure_loaded()
-        job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
+        job_id = new_job_id(request.name[:40])  # the shape of every job id: train-1e9fe9
         while job_id in self._jobs:  # pragma: no cover - 16M to one
-            job_id = f"{request.name[:40]}-{secrets.token_hex(3)}"
+            job_id = new_job_id(request.name[:40])
         notebook_dir = request.notebook.os_path.parent
         run_dir = paths.run_dir(notebook_dir, job_id, self.root)
         output = run_dir / output_name(job_id)
@@ -428,7 +428,12 @@ class LocalBackend(JobBackend):
             record.message = f"Cancelled by {admin[0]} from the GPU fleet page: {admin[1]}"
         elif isinstance(result, dict) and result.get("status") in ("succeeded", "failed"):
             record.status = result["status"]
-            record.finished = parse_iso(result.get("finished")) or record.finished
+            if returncode is None:
+                # Nobody followed it (this server was down): when the runner says it ended.
+                # Followed, it ended when this server saw it end, on the clock of its start
+                # and of every run time it reported while it ran: the run time never goes
+                # back as it ends (the runner writes its result a moment before it exits).
+                record.finished = parse_iso(result.get("finished")) or record.finished
             record.error = result.get("error")
             cell = result.get("failed_cell")
             record.failed_cell = FailedCell(**cell) if isinstance(cell, dict) else None

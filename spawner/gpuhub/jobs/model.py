@@ -9,10 +9,12 @@ only adds what is particular to jobs (notebook, kind, name, workers, runtime, pa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import re
+import secrets
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -87,8 +89,26 @@ class JobNotFound(JobError):
         self.job_id = job_id
 
 
+# Every job id is ``<name>-<6 hex digits>`` ("train-1e9fe9"), on every backend (new_job_id).
+ID_HEX = 6
+
+
+def new_job_id(stem: str, seed: bytes | None = None) -> str:
+    """``<stem>-<6 hex digits>``: random digits (the local backend), or digits from ``seed``
+    (a cluster job's owner, kind and idempotency key: a retried submit names the same
+    object; the backend moves on to the next seed if another job has the id)."""
+    digits = (
+        secrets.token_hex(ID_HEX // 2)
+        if seed is None
+        else hashlib.sha256(seed).hexdigest()[:ID_HEX]
+    )
+    return f"{stem}-{digits}"
+
+
 def check_job_id(job_id: str) -> str:
-    """Job ids travel in URLs; refuse anything that could not be one of ours."""
+    """Job ids travel in URLs; refuse anything that could not be one of ours. Any shape an
+    earlier gpuhub made is accepted (a cluster's ``train-ezs6vh3msvy4ddzv`` of gpuhub 0.1 is
+    still found and cancelled); new ones are :func:`new_job_id`'s."""
     if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise JobNotFound(str(job_id))
     return job_id

@@ -297,10 +297,9 @@ class KubernetesBackend(JobBackend):
     ) -> JobRecord:
         """Create the job's objects. ``key`` makes a retried submit return the same job."""
         key = key or secrets.token_hex(16)
-        job_id = m.make_job_id(request.name, owner, key, request.kind)
         lock = self._locks.setdefault(owner, asyncio.Lock())
         async with lock:
-            existing = await self._existing(job_id, owner, key, request.kind)
+            job_id, existing = await self._free_id(request, owner, key)
             if existing is not None:
                 return self._record(existing, [])
             if quota is not None:
@@ -328,6 +327,22 @@ class KubernetesBackend(JobBackend):
             request.gpu_summary(),
         )
         return self._record(made, [])
+
+    async def _free_id(self, request: JobRequest, owner: str, key: str) -> tuple[str, Obj | None]:
+        """The id this submit takes: the first of its ids (:func:`manifests.make_job_id`'s
+        seeds) that no other job has; with the object a retry of it made already, if any.
+        A retry walks the same ids, so it finds its own job again."""
+        taken: JobError | None = None
+        for attempt in range(m.ID_ATTEMPTS):
+            job_id = m.make_job_id(request.name, owner, key, request.kind, attempt)
+            try:
+                return job_id, await self._existing(job_id, owner, key, request.kind)
+            except JobError as exc:
+                if exc.status != 409:
+                    raise
+                taken = exc  # another job's id: try the next
+        assert taken is not None
+        raise taken
 
     async def _existing(self, job_id: str, owner: str, key: str, kind: str) -> Obj | None:
         """The job a retried submit made already, or None. A job id names one object of one

@@ -9,9 +9,7 @@ each follows the same GPU rules as a single-user server (:mod:`gpuhub.k8s.pods`)
 
 from __future__ import annotations
 
-import base64
 import copy
-import hashlib
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,7 +28,7 @@ from gpuhub.core.env import (
 )
 from gpuhub.core.quantity import format_memory
 from gpuhub.jobs.kinds import kind_for, workload_kind
-from gpuhub.jobs.model import JobError, JobRequest, Kind
+from gpuhub.jobs.model import ID_HEX, JobError, JobRequest, Kind, new_job_id
 from gpuhub.jobs.paths import output_path
 from gpuhub.k8s.labels import (
     IDEMPOTENCY_KEY_ANNOTATION,
@@ -99,29 +97,31 @@ def user_label(owner: str) -> str:
     return safe_slug(owner, is_valid=is_valid_label)
 
 
-# Characters of the id's digest: 16 base32 characters are 80 bits, so nobody can search for
-# an idempotency key that gives their job another user's (or kind's) id.
-ID_DIGEST = 16
+# Seeds a submit tries for its id (make_job_id's ``attempt``): another job may have one, by
+# chance (6 hex digits) or on purpose; the next seed gives another id, the same on a retry.
+ID_ATTEMPTS = 8
 
 
-def make_job_id(name: str, owner: str, key: str, kind: Kind) -> str:
+def make_job_id(name: str, owner: str, key: str, kind: Kind, attempt: int = 0) -> str:
     """A namespace-unique object name from the job's name, its owner, its kind and the
-    idempotency key.
+    idempotency key, in the shape of every job id (:func:`gpuhub.jobs.model.new_job_id`:
+    ``train-1e9fe9``).
 
     Deterministic, so a retried submit with the same key names the same object and the
-    apiserver's ``AlreadyExists`` makes it idempotent. Owner and kind are in the digest, so
+    apiserver's ``AlreadyExists`` makes it idempotent. Owner and kind are in the seed, so
     a Job, a PyTorchJob and a TFJob (and any later kind) of the same name and key, or of
-    two users, get different ids; the backend also refuses an id that any object of
-    another kind or owner already has. Distributed kinds keep room for the Training
-    Operator's ``-worker-63`` suffix within the 63 characters of a Service name.
+    two users, get different ids. Six hex digits may meet another job's: the backend then
+    tries the next ``attempt`` (a retry walks the same ids, and finds its own), and never
+    takes an id that an object of another kind or owner has. Distributed kinds keep room
+    for the Training Operator's ``-worker-63`` suffix within the 63 characters of a Service
+    name.
     """
-    digest = hashlib.sha256(f"{owner}\0{kind}\0{key}".encode()).digest()
-    suffix = base64.b32encode(digest).decode().lower()[:ID_DIGEST]
-    tail = ID_DIGEST + 1
+    seed = f"{owner}\0{kind}\0{key}" + (f"\0{attempt}" if attempt else "")
+    tail = ID_HEX + 1
     # Pods of distributed kinds are named <id>-worker-<index> (or <id>-node-0-<index>).
     room = 63 - len("-worker-63") - tail if kind_for(kind).distributed else 63 - tail
     stem = kind_for(kind).name_stem(name[:room].rstrip("-") or "job", room)
-    return f"{stem}-{suffix}"
+    return new_job_id(stem, seed.encode())
 
 
 def labels(owner: str, job_id: str, kind: str) -> dict[str, str]:

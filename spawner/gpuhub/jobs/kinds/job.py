@@ -74,17 +74,19 @@ class Job(WorkloadKind):
                 started=status.get("startTime"),
                 finished=failed.get("lastTransitionTime"),
             )
+        # One start in every phase, the Job's own (as once it succeeds or fails), so that its
+        # run time never jumps as it ends; its first pod's only before the Job has one.
         running = in_phase(pods, "Running")
         if running:
             return Phase(
-                "running", "Running.", started=first_start(running) or status.get("startTime")
+                "running", "Running.", started=status.get("startTime") or first_start(running)
             )
         ended = in_phase(pods, "Succeeded", "Failed")
         if ended and len(ended) == len(pods):
             # The Job controller batches pod updates: for about a second after its pod ends,
             # a Job has neither Complete nor Failed. It is not waiting for a pod again.
             return Phase(
-                "running", FINISHING, started=first_start(ended) or status.get("startTime")
+                "running", FINISHING, started=status.get("startTime") or first_start(ended)
             )
         if refused and not pods:
             return Phase("pending", f"Kubernetes refused to create the job's pod: {refused}")
