@@ -2,9 +2,12 @@
 
 Response::
 
-    {"available": bool, "reason": str|null, "quota": int|null, "held": int,
+    {"available": bool, "reason": str|null, "quota": int|null, "held": int, "waiting": int,
      "holdings": [{"kind": "server"|"job", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices",
-                   "since"}]}
+                   "since", "waiting"}]}
+
+``held`` counts GPUs given; ``waiting`` what waits for them (in line, in Kueue's queue),
+which counts against the quota but is never held (a holding's ``waiting`` says where).
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,
 :mod:`gpuhub.hub.web.api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``
@@ -34,7 +37,14 @@ TTL = 5.0  # seconds an answer is shared
 
 
 def _unavailable(reason: str) -> dict[str, Any]:
-    return {"available": False, "reason": reason, "quota": None, "held": 0, "holdings": []}
+    return {
+        "available": False,
+        "reason": reason,
+        "quota": None,
+        "held": 0,
+        "waiting": 0,
+        "holdings": [],
+    }
 
 
 class HubHoldings:
@@ -73,6 +83,7 @@ class HubHoldings:
             "reason": None,
             "quota": data.get("quota"),
             "held": data.get("held", 0),
+            "waiting": data.get("waiting", 0),
             "holdings": data.get("holdings") or [],
         }
 

@@ -18,6 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from gpuhub.core import words
 from gpuhub.core.words import ordinal
 
 from .jobs_client import JobsClient, JobsClientError
@@ -202,7 +203,9 @@ def _created(job: dict[str, Any]) -> str:
         when = datetime.fromisoformat(str(job["created"]).replace("Z", "+00:00"))
     except (KeyError, ValueError):
         return ""
-    return when.astimezone().strftime("%Y-%m-%d %H:%M")
+    # gpuhub's one way to write a moment, in this kernel's machine's zone (as the lab's panel
+    # writes it in the browser's): "27 Nov 2026, 01:26".
+    return words.moment(when.astimezone())
 
 
 class JobTable:

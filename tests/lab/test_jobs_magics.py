@@ -169,6 +169,23 @@ def test_jobs_table_and_cancel(kernel):
     ]
     # Only this test's own job: the module's other tests may run before or after it.
     assert ident in plain
+    # Its id has the one shape of every job id, and its creation time is written gpuhub's
+    # one way, in this machine's zone (the kernel's): "27 Nov 2026, 01:26".
+    assert re.fullmatch(r"long-one-[0-9a-f]{6}", ident), ident
+    [row] = [line for line in plain.splitlines() if line.startswith(ident)]
+    shown = run(
+        kernel,
+        "from datetime import datetime\n"
+        "from gpuhub.core import words\n"
+        f"job = [j for j in __import__('gpuhub_lab.jobs_client').jobs_client.JobsClient()"
+        f".list() if j['id'] == {ident!r}][0]\n"
+        "when = datetime.fromisoformat(job['created'].replace('Z', '+00:00'))\n"
+        "print(words.moment(when.astimezone()))",
+    )
+    assert shown.error is None, shown
+    moment = shown.stdout.strip()
+    assert re.fullmatch(r"\d{1,2} [A-Z][a-z]{2} \d{4}, \d\d:\d\d", moment), moment
+    assert moment in row, (moment, row)
     assert "<table>" in table.html[0] and f">{ident}</td>" in table.html[0]
     assert f"Cancelled {ident}." in run(kernel, f"%job cancel {ident}").stdout
     assert "nothing to cancel" in run(kernel, f"%job cancel {ident}").stdout

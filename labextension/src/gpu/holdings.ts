@@ -25,13 +25,19 @@ export interface IHolding {
   gpu_type: string;
   devices: number[];
   since: number | null;
+  /** Where it waits for its GPUs ("waiting in line"); null once it holds them. */
+  waiting?: string | null;
 }
 
 export interface IHoldings {
   available: boolean;
   reason: string | null;
   quota: number | null;
+  /** GPUs given (devices, pods bound to a node). */
   held: number;
+  /** GPUs asked for by what waits for them (in line, in Kueue's queue): they count
+   * against the quota, but are not held. */
+  waiting?: number;
   holdings: IHolding[];
 }
 
@@ -48,10 +54,25 @@ export function holderLabel(holding: IHolding): string {
   return label.charAt(0).toUpperCase() + label.slice(1);
 }
 
-/** One line of the summary, e.g. "You hold 3 of your 4 GPUs." */
+/** An amount of GPUs as the hub writes it: 2, 0.5, 0.33. */
+function amount(n: number): string {
+  return String(Number(n.toFixed(2)));
+}
+
+/**
+ * One line of the summary, e.g. "You hold 3 of your 4 GPUs.", or with what
+ * waits (never called held), "You hold 1 and wait for 1, 2 of your 4 GPUs."
+ */
 export function summary(data: IHoldings): string {
   if (!data.available) {
     return data.reason ?? 'The hub cannot say what you hold right now.';
+  }
+  const waiting = data.waiting ?? 0;
+  if (waiting > 0) {
+    const held = `You hold ${amount(data.held)} and wait for ${amount(waiting)}`;
+    return data.quota === null
+      ? `${held} GPU${waiting === 1 ? '' : 's'} on this hub.`
+      : `${held}, ${amount(data.held + waiting)} of your ${plural(data.quota, 'GPU')}.`;
   }
   if (data.held === 0) {
     return data.quota === null
@@ -123,9 +144,10 @@ export class HoldingsSection {
         h(
           'span',
           { className: 'gpuhub-Holdings-detail' },
-          holding.share !== null && holding.share !== undefined && holding.text
+          (holding.share !== null && holding.share !== undefined && holding.text
             ? holding.text
-            : `${holding.gpus} x${type}${devices}`
+            : `${holding.gpus} x${type}${devices}`) +
+            (holding.waiting ? `, ${holding.waiting}` : '')
         )
       );
     });

@@ -16,6 +16,7 @@ import { Widget } from '@lumino/widgets';
 
 import { h } from '../dom';
 import { ServerGone, startAgainUrl } from '../hub/stopped';
+import { formatTime } from '../time';
 import { assignedText, basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
 import { HoldingsSection } from './holdings';
@@ -416,9 +417,7 @@ export class GpuPanel extends Widget {
       this._showEmpty(null, null);
       return;
     }
-    const when = metrics.time
-      ? new Date(metrics.time * 1000).toLocaleTimeString()
-      : '';
+    const when = metrics.time ? formatTime(metrics.time * 1000) : '';
     const assigned = metrics.assigned ?? null;
     const simulated = metrics.source === 'simulated';
     const parts: string[] = [];

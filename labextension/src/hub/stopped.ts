@@ -13,6 +13,8 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { localText } from '../time';
+
 /** What the hub tells a user about a stopped server or a cancelled job. */
 export interface INotice {
   key: string;
@@ -22,6 +24,8 @@ export interface INotice {
   by: string;
   reason: string;
   text: string;
+  /** The moment in `text`, as the hub writes it (UTC); `when` is the same for machines. */
+  at?: string;
 }
 
 interface IHubNotices {
@@ -206,7 +210,7 @@ export class ServerGone {
     const result = await showDialog({
       title: notice ? 'Your server was stopped' : 'Your server is not running',
       body: notice
-        ? notice.text
+        ? localText(notice) // its moment in the reader's own zone
         : 'This server has stopped. Your files are safe; start it again to go on working.',
       buttons: [
         Dialog.cancelButton({ label: 'Close' }),

@@ -107,18 +107,5 @@ export function plural(count: number, word: string): string {
   return `${count} ${count === 1 ? word : `${word}s`}`;
 }
 
-/** A local date-time a person reads, e.g. "21 Nov, 14:03". */
-export function formatTime(iso: string | null): string {
-  if (!iso) {
-    return '';
-  }
-  const date = new Date(iso);
-  return isNaN(date.getTime())
-    ? ''
-    : date.toLocaleString(undefined, {
-        day: 'numeric',
-        month: 'short',
-        hour: '2-digit',
-        minute: '2-digit'
-      });
-}
+/** The one way the lab writes a moment ("27 Nov 2026, 14:03", the reader's zone). */
+export { formatTime } from '../time';

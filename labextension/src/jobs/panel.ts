@@ -170,7 +170,6 @@ export class JobsPanel extends Widget {
     if (this.isDisposed) {
       return;
     }
-    window.clearInterval(this._ticker);
     for (const item of this._items.values()) {
       item.dispose();
     }
@@ -185,22 +184,6 @@ export class JobsPanel extends Widget {
     for (const item of this._items.values()) {
       item.wake();
     }
-    this._startTicker();
-  }
-
-  protected onAfterHide(msg: Message): void {
-    super.onAfterHide(msg);
-    window.clearInterval(this._ticker);
-  }
-
-  private _startTicker(): void {
-    window.clearInterval(this._ticker);
-    // Elapsed times move every second between polls, and only while seen.
-    this._ticker = window.setInterval(() => {
-      for (const item of this._items.values()) {
-        item.tick();
-      }
-    }, 1000);
   }
 
   private _render(): void {
@@ -264,7 +247,6 @@ export class JobsPanel extends Widget {
   private _runButton: HTMLButtonElement;
   private _runName!: HTMLElement;
   private _runHint: HTMLElement;
-  private _ticker = 0;
 }
 
 /** One job in the list. */
@@ -348,7 +330,6 @@ class JobItem {
 
   update(job: IJob): void {
     this._job = job;
-    this._receivedAt = Date.now();
     this._title.textContent = job.name;
     this._title.title = `${job.notebook} (${job.id})`;
     // Two runs of one notebook share a name: when they started and with what tells them apart.
@@ -408,15 +389,17 @@ class JobItem {
     this._lastStatus = job.status;
   }
 
-  /** Move the elapsed time on between polls. */
+  /**
+   * Kind, GPUs and run time. The run time is the server's, from the start and
+   * finish it records (finished - started once finished, now - started on its
+   * clock while running): never moved on by this browser's clock, so it never
+   * goes back when the job ends between two polls.
+   */
   tick(): void {
     const job = this._job;
-    let seconds = job.elapsed;
-    if (seconds !== null && !FINAL_STATUSES.has(job.status)) {
-      seconds += (Date.now() - this._receivedAt) / 1000;
-    } else if (seconds === null) {
-      seconds = elapsedSeconds(job.started, job.finished);
-    }
+    const seconds =
+      job.elapsed ??
+      (job.finished ? elapsedSeconds(job.started, job.finished) : null);
     const kinds = this._kinds();
     const parts = [
       kinds ? kindLabel(job.kind, kinds) : '', // known once the options load
@@ -626,7 +609,6 @@ class JobItem {
   private _summary: HTMLElement;
   private _openResult: HTMLButtonElement;
   private _progress: HTMLProgressElement;
-  private _receivedAt = Date.now();
   private _runPage: HTMLAnchorElement;
   private _title: HTMLElement;
 }

@@ -95,6 +95,21 @@ describe('summary', () => {
       'You hold 2 GPUs on this hub.'
     );
   });
+
+  it('says what waits as waiting, never as held', () => {
+    expect(summary(holdings({ held: 1, waiting: 1, quota: 4 }))).toBe(
+      'You hold 1 and wait for 1, 2 of your 4 GPUs.'
+    );
+    expect(summary(holdings({ held: 0, waiting: 2, quota: 2 }))).toBe(
+      'You hold 0 and wait for 2, 2 of your 2 GPUs.'
+    );
+    expect(summary(holdings({ held: 0.25, waiting: 0.5, quota: 1 }))).toBe(
+      'You hold 0.25 and wait for 0.5, 0.75 of your 1 GPU.'
+    );
+    expect(summary(holdings({ held: 1, waiting: 1, quota: null }))).toBe(
+      'You hold 1 and wait for 1 GPU on this hub.'
+    );
+  });
 });
 
 describe('HoldingsSection', () => {
@@ -143,6 +158,13 @@ describe('HoldingsSection', () => {
             share: 0.5,
             text: '8 GB of GPU 3 (T4)',
             devices: [3]
+          }),
+          holding({
+            label: "server 'big'",
+            name: 'big',
+            gpus: 2,
+            devices: [],
+            waiting: 'waiting in line'
           })
         ]
       })
@@ -161,7 +183,8 @@ describe('HoldingsSection', () => {
     ).toEqual([
       ["Server 'default'", '2 x A100 (GPUs 0, 1)'],
       ["Job 'train-1'", '1 x'],
-      ["Job 'share'", '8 GB of GPU 3 (T4)']
+      ["Job 'share'", '8 GB of GPU 3 (T4)'],
+      ["Server 'big'", '2 x A100, waiting in line']
     ]);
     expect(node.classList.contains('gpuhub-mod-empty')).toBe(false);
   });

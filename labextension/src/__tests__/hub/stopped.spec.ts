@@ -9,6 +9,7 @@ import {
   hubServer,
   startAgainUrl
 } from '../../hub/stopped';
+import { formatTime } from '../../time';
 
 jest.mock('@jupyterlab/apputils', () => ({
   ...jest.requireActual('@jupyterlab/apputils'),
@@ -217,10 +218,36 @@ describe('ServerGone', () => {
     expect(dialog).toHaveBeenCalledTimes(1);
     const options = dialog.mock.calls[0][0]!;
     expect(options.title).toBe('Your server was stopped');
-    expect(options.body).toBe(mine.text);
+    expect(options.body).toBe(mine.text); // no moment in it: as the hub wrote it
     // Once gone, always gone: no more questions to the hub.
     expect(await gone.check()).toBe(true);
     expect(fetchMock).toHaveBeenCalledTimes(1);
+  });
+
+  it("writes the notice's moment in the reader's own zone", async () => {
+    inHub('gpu');
+    const when = '2026-11-27T00:58:00+00:00';
+    const at = '27 Nov 2026, 00:58 UTC';
+    fetchMock.mockResolvedValue(
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [
+          notice({
+            when,
+            at,
+            text: `Your server was stopped on ${at} by admin.`
+          })
+        ],
+        servers: { gpu: { active: false, ready: false } }
+      })
+    );
+    expect(await new ServerGone().check()).toBe(true);
+    const options = dialog.mock.calls[0][0]!;
+    expect(options.body).toBe(
+      `Your server was stopped on ${formatTime(when)} by admin.`
+    );
+    expect(options.body).not.toMatch(/UTC/);
   });
 
   it('is gone without a notice when the hub no longer lists the server', async () => {

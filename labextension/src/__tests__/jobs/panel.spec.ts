@@ -181,8 +181,11 @@ describe('JobsPanel', () => {
       model.set([job({ elapsed: 30 })]);
       const meta = $('.gpuhub-Job-meta', item('j1'));
       expect(meta.textContent).toBe('1 x NVIDIA A100 · 30 s');
-      clock.mockReturnValue(now + 95_000); // the ticker moves it on
+      // The run time is the server's: this browser's clock does not move it on.
+      clock.mockReturnValue(now + 95_000);
       panel.setKinds(jobOptions().kinds);
+      expect(meta.textContent).toBe('Training job · 1 x NVIDIA A100 · 30 s');
+      model.set([job({ elapsed: 125 })]); // the next poll
       expect(meta.textContent).toBe(
         'Training job · 1 x NVIDIA A100 · 2 min 05 s'
       );
@@ -201,6 +204,36 @@ describe('JobsPanel', () => {
       expect(meta.textContent).toMatch(
         /^Training job · 1 x NVIDIA A100 · submitted \S/
       );
+    } finally {
+      clock.mockRestore();
+    }
+  });
+
+  it('never shows a run time going back as a job ends between two polls', () => {
+    const clock = jest.spyOn(Date, 'now');
+    try {
+      const started = '2025-03-01T10:00:00Z';
+      clock.mockReturnValue(Date.parse('2025-03-01T10:00:14.600Z'));
+      model.set([job({ status: 'running', started, elapsed: 14.6 })]);
+      const meta = $('.gpuhub-Job-meta', item('j1'));
+      const shown = (): number => {
+        const [, seconds] = /(\d+) s$/.exec(meta.textContent ?? '') ?? [];
+        return Number(seconds);
+      };
+      const before = shown();
+      // A second later in this browser, the job ended at 14.8 s on the server's clock.
+      clock.mockReturnValue(Date.parse('2025-03-01T10:00:15.900Z'));
+      panel.setKinds(jobOptions().kinds); // any re-render: the server's figure stands
+      expect(shown()).toBe(before);
+      model.set([
+        job({
+          status: 'succeeded',
+          started,
+          finished: '2025-03-01T10:00:14.800Z',
+          elapsed: 14.8
+        })
+      ]);
+      expect(shown()).toBeGreaterThanOrEqual(before);
     } finally {
       clock.mockRestore();
     }
