@@ -25,6 +25,7 @@ import time
 from fractions import Fraction
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -89,7 +90,10 @@ class HubHoldings:
 
 
 class HoldingsHandler(APIHandler):
+    auth_resource = "gpuhub"  # Jupyter's authorizer decides who may read it
+
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         source: HubHoldings = self.settings[SETTINGS_KEY]
         self.set_header("Cache-Control", "no-store")

@@ -24,6 +24,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -126,13 +127,23 @@ class JobsHandlerBase(JobsJSONMixin, APIHandler):
     async def prepare(self) -> None:  # type: ignore[override]
         self.check_body_size()
 
+    auth_resource = "gpuhub"
+
     async def authenticate(self) -> bool:
+        """Jupyter's authentication, then its authorizer (resource ``gpuhub``: reading jobs,
+        or writing them: submit and cancel), as for every other gpuhub handler here."""
         await APIHandler.prepare(self)  # raises 403 for a write without its XSRF token
         if self._finished:
             return False
         if not self.current_user:
             self.refuse(
                 403, "auth", "Log in to this Jupyter server, or send its token, to use jobs."
+            )
+            return False
+        action = HTTP_METHOD_TO_AUTH_ACTION.get(self.request.method or "", "write")
+        if not self.authorizer.is_authorized(self, self.current_user, action, self.auth_resource):
+            self.refuse(
+                403, "auth", f"This Jupyter server does not let you {action} gpuhub's jobs."
             )
             return False
         return True

@@ -5,13 +5,16 @@
 
 The hub keeps the idle clocks (``gpuhub.hub.monitor.gpu_monitor``); this server calls it with its
 own ``JUPYTERHUB_API_TOKEN`` (:class:`gpuhub.core.hub_client.HubClient`), so the browser needs no
-hub credentials. Outside a hub, reclaim is simply off.
+hub credentials. Outside a hub, reclaim is simply off. Jupyter's authorizer decides who may
+read the clock and who may keep the GPUs (resource ``gpuhub``: read, write), as for every
+other gpuhub handler of this server.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -22,6 +25,8 @@ TIMEOUT = 10.0
 
 
 class ReclaimStateHandler(APIHandler):
+    auth_resource = "gpuhub"
+
     async def _hub_call(
         self, hub: HubClient, method: str, *rest: str, body: Any = None
     ) -> tuple[int, Any]:
@@ -32,6 +37,7 @@ class ReclaimStateHandler(APIHandler):
         return answer.code, answer.json()
 
     @web.authenticated
+    @authorized
     async def get(self) -> None:
         hub = HubClient.from_env()
         if hub is None:
@@ -47,6 +53,7 @@ class ReclaimStateHandler(APIHandler):
 
 class KeepHandler(ReclaimStateHandler):
     @web.authenticated
+    @authorized
     async def post(self) -> None:
         hub = HubClient.from_env()
         if hub is None:
