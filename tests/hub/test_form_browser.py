@@ -131,6 +131,8 @@ def test_a_gpu_link_on_another_site_asks_before_it_starts_anything(hub: Hub) -> 
     form asks, filled in, and nothing holds a GPU until alice presses Start. The same link
     followed from the hub's own page starts the server at once, as before."""
     link = f"{hub.url}/hub/spawn?opt-gpus=1&opt-gpu_type=gpu&opt-memory=2G"
+    hub.api("DELETE", "/users/alice/server")  # a running server would take the link instead
+    hub.wait_for_server("alice", ready=False)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1000, "height": 900})  # type: ignore[attr-defined]
         hub.log_in_browser(page, "alice")

@@ -428,8 +428,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             )
         if not LocalGPUSpawner._told_limits:
             LocalGPUSpawner._told_limits = True  # once per hub process
+            # Said once, as information: "auto" on a machine without cgroups to divide is
+            # a normal set-up (the form says it to users), not something to fix.
             if place is None:
-                self.log.warning("LocalGPUSpawner: CPU and memory are not enforced: %s", why)
+                self.log.info("LocalGPUSpawner: CPU and memory are not enforced: %s", why)
             else:
                 self.log.info("LocalGPUSpawner: CPU and memory enforced by %s", place)
         return place
