@@ -197,6 +197,36 @@ class Holding:
         return f"{self.label}: {self.held_text}{waits}"
 
 
+def quota_list(holdings: Sequence[Holding]) -> str:
+    """ "server 'a': 1, job 'x': 1, waiting in Kueue's queue": what counts against a quota,
+    one entry per server or job. A job whose replicas are partly given their GPUs and partly
+    waiting (a PyTorchJob's pods bound one by one) is one entry: "job 'x': 2, 1 of it
+    waiting for a node"."""
+    groups: dict[tuple[str, str, Workload | None], list[Holding]] = {}
+    for holding in holdings:
+        groups.setdefault((holding.kind, holding.name, holding.workload), []).append(holding)
+    entries = []
+    for group in groups.values():
+        if len(group) == 1:
+            entries.append(group[0].quota_text)
+            continue
+        shared = any(h.share is not None for h in group)
+        whole = replace(
+            group[0],
+            gpus=sum(h.gpus for h in group),
+            share=sum((h.amount for h in group), Fraction(0)) if shared else None,
+            memory=sum(h.memory for h in group),
+            waiting="",
+        )
+        waits = [h for h in group if h.waiting]
+        entry = f"{whole.label}: {whole.held_text}"
+        if waits:
+            waited = words.amount(sum((h.amount for h in waits), Fraction(0)))
+            entry += f", {waited} of it {waits[0].waiting_words}"
+        entries.append(entry)
+    return ", ".join(entries)
+
+
 def job_hold_name(server: str, jobs: Sequence[str], others: Sequence[str] = ()) -> str:
     """What a workstation's job hold is called wherever it is shown (the fleet page, the
     user's notices, the holdings API): the server and the jobs the user knows, "jobs of
@@ -333,7 +363,7 @@ def quota_sentence(
         )
     if gpus_counted(holdings) + wanted <= limit:
         return None
-    where = ", ".join(h.quota_text for h in holdings)
+    where = quota_list(holdings)
     stop = "stop a server or wait for a job to end" if holdings else "ask for fewer GPUs"
     comma = "," if gpus_waiting(holdings) else ""
     return (

@@ -18,7 +18,13 @@ from typing import Any
 import jinja2
 
 from gpuhub.core import words
-from gpuhub.core.holdings import Holding, gpus_counted, gpus_held, held_and_waiting
+from gpuhub.core.holdings import (
+    Holding,
+    gpus_counted,
+    gpus_held,
+    held_and_waiting,
+    quota_list,
+)
 from gpuhub.core.options import FIELDS, OptionsError
 from gpuhub.core.policy import GPUType, Policy
 from gpuhub.core.quantity import QuantityError, format_memory, human_memory, parse_cpu
@@ -53,7 +59,7 @@ class QuotaView:
     def sentence(self) -> str:
         """ "You hold 1 of your 4 GPUs (server 'a': 1); …", and what waits is said as waiting:
         "You hold 1 and wait for 1, 2 of your 4 GPUs (…, server 'b': 1, waiting in line)"."""
-        where = ", ".join(h.quota_text for h in self.holdings)
+        where = quota_list(self.holdings)
         limit = words.gpu_amount(self.limit).removeprefix(f"{words.amount(self.limit)} ")
         had = held_and_waiting(self.holdings)
         held = f"You hold {had} of your {words.amount(self.limit)} {limit}"
