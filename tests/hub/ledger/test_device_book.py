@@ -56,7 +56,8 @@ def test_survivors_keep_the_gpus_they_can_see_until_they_end(
     kept = book.settle(jobs, pending, [(process(sleeper), {1})])
     assert kept == [1] and book.free([0, 1, 2, 3]) == [0, 2, 3]
     (hold,) = book.holdings("alice")
-    assert (hold.kind, hold.devices, hold.label) == ("job", (1,), "jobs of server 'default'")
+    # The sleeper is no gpuhub job: its hold is named for the server that left it.
+    assert (hold.kind, hold.devices, hold.label) == ("job", (1,), "processes of server 'default'")
     assert gpus_held(book.holdings("alice")) == 1
     sleeper.kill()
     sleeper.wait()

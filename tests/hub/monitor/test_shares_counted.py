@@ -81,8 +81,9 @@ def test_fleet_page_counts_shares_as_fractions_and_shows_their_memory() -> None:
         assert by_user["ann"].gpus_text == "8 GB of GPU 0 (T4), 0.5 GPU"
         assert by_user["bob"].gpus_text == "4 GB of GPU 0 (T4), 0.25 GPU"
         assert "<td>8 GB of GPU 0 (T4), 0.5 GPU</td>" in parts["rows_html"]
-        # Held 0.75 of a GPU; free: 20 GB of 16 GB GPUs is 1.25 GPUs (one number per fact).
-        assert view.types == [("T4", 0.75, 1.25, 2)]
+        # Held 0.75 of a GPU; free: 20 GB of 16 GB GPUs is 1.25 GPUs (one number per fact);
+        # nobody waits.
+        assert view.types == [("T4", 0.75, 1.25, 2, 0)]
         assert view.memory == {"T4": "20 GB of 32 GB GPU memory free"}
         assert view.groups[0][:2] == ("class", 0.75)
 
