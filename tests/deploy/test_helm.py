@@ -640,10 +640,11 @@ def test_chart_objects_are_accepted_and_its_priority_class_admits_gpu_servers(
 @pytest.mark.e2e
 def test_servers_queue_lets_the_hub_read_the_line_and_nothing_more(chart: Path, kube: Kube) -> None:
     """With GPUSpawner.kueue_queue_name, the hub may read its queue's line (Kueue's visibility
-    API) in the servers' namespace, as the apiserver's authorizer says; without it, not."""
+    API) and its LocalQueue in the servers' namespace, and ClusterQueues (what of the queue's
+    GPUs is in use), as the apiserver's authorizer says; without it, not."""
+    hub = f"system:serviceaccount:{kube.namespace}:hub"
 
     def may_read_line(namespace: str) -> bool:
-        hub = f"system:serviceaccount:{kube.namespace}:hub"
         line = "localqueues.visibility.kueue.x-k8s.io/pendingworkloads"
         return can_i(kube, "get", line, namespace, hub)
 
@@ -655,6 +656,10 @@ def test_servers_queue_lets_the_hub_read_the_line_and_nothing_more(chart: Path, 
     install(kube, [o for o in objects if o["metadata"]["name"].endswith("hub-kueue")])
     kube.wait_for(lambda: may_read_line(kube.namespace))
     assert not may_read_line("default")
+    assert can_i(kube, "get", "localqueues.kueue.x-k8s.io", kube.namespace, hub)
+    assert not can_i(kube, "get", "localqueues.kueue.x-k8s.io", "default", hub)
+    assert can_i(kube, "get", "clusterqueues.kueue.x-k8s.io", None, hub)
+    assert not can_i(kube, "update", "clusterqueues.kueue.x-k8s.io", None, hub)
     assert not [o for o in render(chart) if o["metadata"]["name"].endswith("hub-kueue")]
 
 
@@ -828,7 +833,17 @@ def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(
         for resource in rule["resources"]
     }
     assert rules[("kueue.x-k8s.io", "workloads")] == ["get", "list"]
+    assert rules[("kueue.x-k8s.io", "localqueues")] == ["get"]
     assert rules[("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads")] == ["get"]
+    # What of the queue's GPUs is in use: its ClusterQueue (cluster-scoped), read only.
+    quota = [o for o in objects if o["metadata"]["name"].endswith("-service-kueue")]
+    assert sorted(o["kind"] for o in quota) == ["ClusterRole", "ClusterRoleBinding"]
+    role, binding = sorted(quota, key=lambda o: o["kind"])
+    assert role["rules"] == [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"]}
+    ]
+    assert binding["subjects"][0]["name"] == "gpuhub-service"
+    assert not [o for o in plain if o["metadata"]["name"].endswith("-service-kueue")]
     # Queue without the chart's LocalQueue (the admin made one): the name alone.
     only_name = render(chart, values={"jobs": {"kueue": {"queueName": "team-a"}}})
     assert not any(o["kind"] == "LocalQueue" for o in only_name)

@@ -2,9 +2,10 @@
 the test cluster with the real Kueue (its pod integration, localk8s/addons.py).
 
 The ClusterQueue has one simulated GPU of quota on the process node, so the first GPU server
-starts and the next ones wait: Kueue gates their pods, the spawn page's progress says the
-place in line and what is in front (from Kueue's visibility API), leaving the line deletes
-the pod, and a stopped server lets the next one in.
+starts and the next ones wait: Kueue gates their pods, the spawn page's progress says what of
+the queue's GPUs is in use (its ClusterQueue) and the place in line and what is in front
+(Kueue's visibility API), leaving the line deletes the pod, and a stopped server lets the
+next one in.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Progress:
         self.response = hub.api("GET", f"/users/{user}/server/progress", stream=True)
         assert self.response.status_code == 200, self.response.text
         self.lines = self.response.iter_lines(decode_unicode=True)
+        self.said: list[str] = []  # every event's message, in order
 
     def until(self, test: Any, timeout: float = 60) -> dict[str, Any]:
         """The first event for which ``test(event)`` holds (the stream sends every change)."""
@@ -100,6 +102,7 @@ class Progress:
             if line and line.startswith("data:"):
                 event = json.loads(line[5:])
                 seen.append(event.get("message"))
+                self.said.append(str(event.get("message") or ""))
                 if test(event):
                     return event
                 assert not event.get("failed"), event
@@ -128,10 +131,17 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
     kube.wait_for(lambda: gated(pod_of(kube, "bob")), timeout=30)
     bob = Progress(hub, "bob")
     first = bob.until(lambda e: place(e) == 1)
+    # What is in use of the queue's GPUs and by how many (its ClusterQueue), and the place:
+    # in the words queued jobs use (gpuhub.k8s.kueue.waiting_words), never Kueue's own.
     assert first["message"].startswith(
-        f'Waiting in the queue "{QUEUE}" for 1 Simulated GPU: you are 1st in line.'
+        f'Waiting in queue "{QUEUE}" for 1 Simulated GPU: 1 of 1 Simulated GPU in use by 1 '
+        "job or server; you are 1st in line."
     ), first
     assert "gpuhub waits until" in first["message"]
+    # Kueue's own words ("couldn't assign flavors to pod set main: insufficient unused
+    # quota ...") are the admin's: no event of the page says them.
+    kueue_words = ("flavor", "pod set", "insufficient", "Workload")
+    assert not [m for m in bob.said if any(w in m for w in kueue_words)], bob.said
     assert first["gpuhub_line"]["deadline"] > time.time() + 500
     # Gated by Kueue, bob's pod holds no GPU: it counts against his quota, as waiting.
     mine = hub.api("GET", "/gpuhub/holdings/bob").json()
@@ -144,7 +154,9 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
     kube.wait_for(lambda: gated(pod_of(kube, "cy")), timeout=30)
     cy = Progress(hub, "cy")
     second = cy.until(lambda e: place(e) == 2)
-    assert "you are 2nd in line, behind 1 server." in second["message"], second
+    assert (
+        "in use by 1 job or server; you are 2nd in line, behind 1 server." in (second["message"])
+    ), second
     assert 10 <= second["progress"] < 30
 
     # A server without GPUs never queues.
@@ -165,7 +177,8 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
             "(document.querySelector('#progress-message').textContent)"
         )
         text = page.locator("#progress-message").inner_text()
-        assert 'in the queue "servers" for 1 Simulated GPU: you are 2nd in line, behind 1' in text
+        assert 'in queue "servers" for 1 Simulated GPU: 1 of 1 Simulated GPU in use' in text
+        assert "you are 2nd in line, behind 1 server" in text
         assert page.locator("#gpuhub-waiting").is_visible()
         assert "keeps your place until" in page.locator("#gpuhub-line-deadline").inner_text()
         page.screenshot(path=str(artifact("kueue-waiting-page.png")), full_page=True)
@@ -188,6 +201,7 @@ def test_servers_wait_in_kueue_show_their_place_and_leave(hub: Hub, kube: Kube) 
     stop(hub, "ada")
     after = bob.until(lambda e: "gpuhub_line" not in e, timeout=90)
     assert "queue" not in after["message"], after
+    assert not [m for m in bob.said if any(w in m for w in kueue_words)], bob.said
     bob.close()
     wait_ready(hub, "bob")
     assert not gated(pod_of(kube, "bob"))

@@ -202,6 +202,25 @@ def test_quiet_events_and_unknown_warnings():
     assert step is not None and step.message == "FailedMount: MountVolume.SetUp failed"
 
 
+def test_kueues_events_on_a_queued_pod_are_not_the_containers():
+    """Kueue's pod integration reports on the pods it queues: its "Started" is the admission
+    (the container has not started), and its words ("Created Workload: ns/pod-jupyter-…")
+    are the admin's."""
+    kueue = {"source": {"component": "pod-kueue-controller"}}
+    admitted = {**event("Started", "Admitted by clusterQueue team-gpus"), **kueue}
+    step = describe(admitted, A100)
+    assert step is not None and step.progress < 30 and not step.fatal
+    assert step.message == "Admitted by Kueue; placing your server on a node"
+    created = {**event("CreatedWorkload", "Created Workload: ns/pod-jupyter-ada-85c29"), **kueue}
+    assert describe(created, A100) is None
+    stopped = {**event("Stopped", "Preempted to accommodate a workload", "Warning"), **kueue}
+    assert describe(stopped, A100) is None
+    reporting = {**event("Started", "Admitted"), "reportingComponent": "kueue-admission"}
+    assert describe(reporting, A100) == step
+    kubelet = {**event("Started", "Started container notebook"), "source": {"component": "kubelet"}}
+    assert describe(kubelet, A100).progress == 90  # type: ignore[union-attr]
+
+
 def test_timeout_messages():
     waiting = describe(
         event(

@@ -1,7 +1,8 @@
 """Kubernetes jobs through Kueue (issue #15): with ``jobs.kueue.queueName`` set, Jobs,
 PyTorchJobs and TFJobs carry Kueue's queue-name label and are created suspended; gpuhub
-shows them ``queued`` with Kueue's reason and their place in line (Kueue's visibility API)
-until Kueue admits them, then as before. Against the test cluster's real Kueue 0.19
+shows them ``queued`` with why in people's words (what of the queue's GPUs is in use, by how
+many: its ClusterQueue; Kueue's own message only in the service's log) and their place in
+line (Kueue's visibility API) until Kueue admits them, then as before. Against the test cluster's real Kueue 0.19
 (tests/support/cluster.py), which gpuhub reads in ``kueue.x-k8s.io/v1beta2`` (v1beta1 where
 only that is served); admitted jobs run on kwok's fake A100 nodes until ``kube.finish_job``
 ends them.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -164,7 +166,8 @@ def test_without_a_queue_nothing_changes(root):
 
 
 # -- on the cluster -------------------------------------------------------------------------------
-async def test_jobs_wait_in_line_and_are_admitted_in_order(kube, backend, root):
+async def test_jobs_wait_in_line_and_are_admitted_in_order(kube, backend, root, caplog):
+    caplog.set_level(logging.INFO, logger="gpuhub.jobs.k8s.backend")
     names = await asyncio.to_thread(queues, kube, 8)
     first, second, third, fourth = await submit_in_order(
         kube, backend, root, ["alice", "alice", "alice", "bob"]
@@ -174,18 +177,22 @@ async def test_jobs_wait_in_line_and_are_admitted_in_order(kube, backend, root):
     # The first two fit the ClusterQueue's 8 A100s: admitted, resumed, then running.
     for record in (first, second):
         await wait_for(backend, "alice", record.id, lambda r: r.status == "running")
-    # The third is first in line, with Kueue's reason; bob's is behind it.
-    queued = await wait_for(
-        backend, "alice", third.id, lambda r: r.status == "queued" and r.queue_position == 1
+    # The third is first in line, and says why in people's words: what of the queue's GPUs
+    # is in use, by how many (its ClusterQueue's figures, read afresh every 2 s); bob's is
+    # behind it, in the same words.
+    said = (
+        'Waiting in queue "gpu-jobs" for 4 NVIDIA A100 80GB GPUs: 8 of 8 NVIDIA A100 80GB GPUs '
+        "in use by 2 jobs and servers."
     )
-    assert queued.message == (
-        "Couldn't assign flavors to pod set main: insufficient unused quota for "
-        f"nvidia.com/gpu in flavor {names.a100_flavor}, 4 more needed."
+    queued = await wait_for(
+        backend, "alice", third.id, lambda r: r.queue_position == 1 and r.message == said
     )
     assert queued.to_json()["status"] == "queued" and queued.to_json()["queue_position"] == 1
     bobs = await wait_for(backend, "bob", fourth.id, lambda r: r.queue_position == 2)
-    assert bobs.status == "queued"
-    assert bobs.message == "Waiting for its turn in the queue gpu-jobs."  # not tried yet
+    assert bobs.status == "queued" and bobs.message == said
+    # Kueue's own words are the admin's, in the service's log.
+    await asyncio.to_thread(kube.wait_for, lambda: "insufficient unused quota" in caplog.text)
+    assert f"in flavor {names.a100_flavor}, 4 more needed" in caplog.text
     listed = {r.id: r for r in await backend.list("alice")}
     assert listed[third.id].queue_position == 1 and listed[first.id].queue_position is None
     # A queued job holds its place against the quota (it has no pods yet).
@@ -237,11 +244,33 @@ async def test_position_unknown_without_the_visibility_api(kube, kube_faults, fa
         faulty_backend,
         "alice",
         waiting.id,
-        lambda r: r.status == "queued" and "4 more needed" in (r.message or ""),
+        lambda r: r.status == "queued" and "4 of 4" in (r.message or ""),
     )
-    assert names.a100_flavor in queued.message
+    assert "4 of 4 NVIDIA A100 80GB GPUs in use by 1 job or server" in queued.message
+    assert names.a100_flavor not in queued.message  # Kueue's names are the admin's
     assert queued.queue_position is None
     assert queued.to_json()["queue_position"] is None
+
+
+async def test_without_the_queues_figures_kueues_reason_is_said_in_words(
+    kube, kube_faults, faulty_backend, root
+):
+    """An account that may not read the ClusterQueue (or its LocalQueue) still reads why in
+    words: what Kueue said the job lacks, structurally, never Kueue's sentence."""
+    await asyncio.to_thread(queues, kube, 4)
+    kube_faults.fail_requests(403, path="/clusterqueues/", count=None)
+    await submit(faulty_backend, root)
+    waiting = await submit(faulty_backend, root)
+    queued = await wait_for(
+        faulty_backend,
+        "alice",
+        waiting.id,
+        lambda r: r.status == "queued" and "must come free" in (r.message or ""),
+    )
+    assert queued.message == (
+        'Waiting in queue "gpu-jobs" for 4 NVIDIA A100 80GB GPUs: 4 NVIDIA A100 80GB GPUs more '
+        "must come free first."
+    )
 
 
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
@@ -262,9 +291,10 @@ async def test_kueue_is_read_in_v1beta2_or_else_v1beta1(
         faulty_backend,
         "alice",
         waiting.id,
-        lambda r: r.status == "queued" and r.queue_position == 1 and "4 more" in (r.message or ""),
+        lambda r: r.status == "queued" and r.queue_position == 1 and "4 of 4" in (r.message or ""),
     )
-    assert names.a100_flavor in (queued.message or "")
+    assert "4 of 4 NVIDIA A100 80GB GPUs in use by 1 job or server" in (queued.message or "")
+    assert names.a100_flavor not in (queued.message or "")
     other = "v1beta1" if version == "v1beta2" else "v1beta2"
     for group in (kueue.GROUP, kueue.VISIBILITY_GROUP):
         # Discovery asks for the preferred version first; the objects are read in one only.
@@ -284,12 +314,14 @@ async def test_pytorchjob_waits_in_line_too(kube, backend, root):
         backend,
         "alice",
         ddp.id,
-        lambda r: r.queue_position == 1 and "insufficient" in (r.message or ""),
+        lambda r: r.queue_position == 1 and "2 of 2" in (r.message or ""),
     )
     assert queued.status == "queued"
-    # One pod set per replica type, as Kueue makes them for a PyTorchJob.
-    assert "pod set master: insufficient unused quota" in queued.message
-    assert "pod set worker: insufficient unused quota" in queued.message
+    # All its workers' GPUs, in one sentence (Kueue speaks of one pod set per replica type).
+    assert queued.message == (
+        f'Waiting in queue "gpu-jobs" for {queued.workers} NVIDIA A100 80GB GPUs: 2 of 2 '
+        "NVIDIA A100 80GB GPUs in use by 1 job or server."
+    )
     await wait_for(backend, "alice", holder.id, lambda r: r.status == "running")
     await asyncio.to_thread(kube.finish_job, holder.id)
     await wait_for(backend, "alice", ddp.id, lambda r: r.status in ("pending", "running"))
@@ -352,12 +384,11 @@ async def test_service_rest_answers_queued_with_position(kube, backend, root):
     await asyncio.to_thread(queues, kube, 4)
     await submit(backend, root)
     waiting = await submit(backend, root)
-    # Kueue's reason comes with its first try to admit the workload, soon after the position.
     await wait_for(
         backend,
         "alice",
         waiting.id,
-        lambda r: r.queue_position == 1 and r.message.startswith("Couldn't assign flavors"),
+        lambda r: r.queue_position == 1 and "4 of 4" in (r.message or ""),
     )
     settings = in_namespace(QUEUED, kube)
     service_config = ServiceConfig(
@@ -374,7 +405,10 @@ async def test_service_rest_answers_queued_with_position(kube, backend, root):
         response = await AsyncHTTPClient().fetch(url, headers={"Authorization": "token t"})
         job = json.loads(response.body)
         assert job["status"] == "queued" and job["queue_position"] == 1
-        assert job["message"].startswith("Couldn't assign flavors to pod set main")
+        assert job["message"] == (
+            'Waiting in queue "gpu-jobs" for 4 NVIDIA A100 80GB GPUs: 4 of 4 NVIDIA A100 80GB '
+            "GPUs in use by 1 job or server."
+        )
         listed = await AsyncHTTPClient().fetch(
             url.rsplit("/", 1)[0], headers={"Authorization": "token t"}
         )
@@ -426,7 +460,7 @@ def test_magics_say_queued_with_the_place_in_line(capsys):
         "status": "queued",
         "queue_position": 3,
         "gpu": "4 x NVIDIA A100 80GB",
-        "message": "Couldn't assign flavors to pod set main: insufficient unused quota.",
+        "message": 'Waiting in queue "gpu-jobs" for 4 NVIDIA A100 80GB GPUs: 8 of 8 NVIDIA A100 80GB GPUs in use by 2 jobs and servers.',
         "created": "2026-11-22T20:00:00Z",
     }
     assert status_words(queued) == "queued, 3rd in line"
@@ -436,7 +470,7 @@ def test_magics_say_queued_with_the_place_in_line(capsys):
     assert "queued, 3rd in line" in repr(JobTable([queued]))
     JobMagics._report(queued)
     out = capsys.readouterr().out
-    assert out.startswith("train-abc queued, 3rd in line (Couldn't assign flavors")
+    assert out.startswith('train-abc queued, 3rd in line (Waiting in queue "gpu-jobs" for 4')
 
 
 def test_record_json_contract_round_trips_through_the_forwarder():
@@ -454,7 +488,7 @@ def test_record_json_contract_round_trips_through_the_forwarder():
         owner="alice",
         notebook="train.ipynb",
         created=datetime(2026, 11, 22, tzinfo=UTC),
-        message="Couldn't assign flavors to pod set main: insufficient unused quota.",
+        message='Waiting in queue "gpu-jobs" for 4 NVIDIA A100 80GB GPUs: 8 of 8 NVIDIA A100 80GB GPUs in use by 2 jobs and servers.',
         queue_position=2,
     )
     data = record.to_json()
@@ -468,38 +502,67 @@ def test_record_json_contract_round_trips_through_the_forwarder():
 
 async def test_queue_messages_read_right(kube_faults, faulty_backend):
     """The sentences a queued job can carry, swept like every other message
-    (tests/hub/test_message_sweep.py)."""
+    (tests/hub/test_message_sweep.py): in people's words, never Kueue's."""
     from gpuhub.jobs.k8s.status import queue_phase
+    from gpuhub.k8s.kueue import QueueUse
     from tests.support.messages import problems
 
-    def workload(**conditions: tuple[str, str]) -> dict:
+    def workload(**conditions: tuple[str, str, str]) -> dict:
         return {
             "status": {
                 "conditions": [
-                    {"type": t, "status": s, "message": msg} for t, (s, msg) in conditions.items()
+                    {"type": t, "status": s, "reason": r, "message": msg}
+                    for t, (s, r, msg) in conditions.items()
                 ]
             }
         }
 
+    gpu = "nvidia.com/gpu"
+    full = QueueUse("team", {("a100", gpu): 8.0}, {("a100", gpu): 8.0}, 2)
+    job = {"gpus": 4, "gpu_name": "NVIDIA A100 80GB", "resource": gpu, "use": full}
+    lacks = (
+        "False",
+        "Pending",
+        "couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor a100, 1 more needed",
+    )
+    never = (
+        "False",
+        "Pending",
+        "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+        "flavor a100, request > maximum capacity (16 > 8)",
+    )
+    preempted = ("True", "Preempted", "Preempted to accommodate a workload (UID: 1) due to ...")
+    assert queue_phase("gpu-jobs", workload(QuotaReserved=lacks), **job).message == (
+        'Waiting in queue "gpu-jobs" for 4 NVIDIA A100 80GB GPUs: 8 of 8 NVIDIA A100 80GB GPUs '
+        "in use by 2 jobs and servers."
+    )
+    assert queue_phase("gpu-jobs", workload(Evicted=preempted), **job).message == (
+        'Kueue gave its GPUs to a job or server that comes first. Waiting in queue "gpu-jobs" '
+        "for 4 NVIDIA A100 80GB GPUs: 8 of 8 NVIDIA A100 80GB GPUs in use by 2 jobs and servers."
+    )
+    assert "cannot start" in queue_phase("gpu-jobs", workload(QuotaReserved=never), **job).message
     said = [
         queue_phase("gpu-jobs", None).message,
         queue_phase("gpu-jobs", workload()).message,
-        queue_phase("gpu-jobs", workload(Admitted=("True", "The workload is admitted"))).message,
+        queue_phase("gpu-jobs", workload(), **job).message,
+        queue_phase(
+            "gpu-jobs", workload(Admitted=("True", "Admitted", "The workload is admitted"))
+        ).message,
+        queue_phase("gpu-jobs", workload(QuotaReserved=lacks)).message,
+        queue_phase("gpu-jobs", workload(QuotaReserved=lacks), **job).message,
+        queue_phase("gpu-jobs", workload(QuotaReserved=never), **job).message,
         queue_phase(
             "gpu-jobs",
-            workload(
-                QuotaReserved=(
-                    "False",
-                    "couldn't assign flavors to pod set main: insufficient unused quota for "
-                    "nvidia.com/gpu in flavor a100, 1 more needed",
-                )
-            ),
+            workload(QuotaReserved=("False", "Inadmissible", "LocalQueue gpu-jobs doesn't exist")),
         ).message,
+        queue_phase("gpu-jobs", workload(Evicted=preempted), **job).message,
         queue_phase(
-            "gpu-jobs", workload(Evicted=("True", "Preempted to accommodate a workload"))
+            "gpu-jobs", workload(Evicted=("True", "PodsReadyTimeout", "Exceeded the timeout"))
         ).message,
     ]
     kueue_absent(kube_faults)
     said.append(await faulty_backend.queue_problem())
     for message in said:
         assert message and not problems(message), (message, problems(message))
+        assert not any(raw in message for raw in ("pod set", "flavor", "insufficient")), message

@@ -28,7 +28,7 @@ from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
-from gpuhub.k8s.kueue import Pending, gated, in_front, shared_kueue
+from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
 from gpuhub.k8s.labels import QUEUE_NAME_LABEL
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 
@@ -523,38 +523,45 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         return None, line
 
     async def _kueue_event(self) -> dict[str, Any]:
-        """The spawn page's progress event while the pod waits in Kueue's line: its place and
-        what is in front, in words; the bar moves from 10 % (where it joined) to 25 % (next);
-        ``gpuhub_line`` is for the page's "Leave the line" button and clock
-        (``templates/hub/spawn_pending.html``)."""
+        """The spawn page's progress event while the pod waits in Kueue's line, in the words
+        queued jobs use too (:func:`gpuhub.k8s.kueue.waiting_words`): what of the queue's GPUs
+        is in use and by how many, and the place in line and what is in front; the bar moves
+        from 10 % (where it joined) to 25 % (next); ``gpuhub_line`` is for the page's "Leave
+        the line" button and clock (``templates/hub/spawn_pending.html``)."""
         place, line = await self._kueue_place()
         request = self.spawn_request()
-        what = words.gpus(request.gpus, request.gpu_name)
         deadline = self._kueue_deadline()
         until = (
             f" gpuhub waits until {words.moment_utc(deadline)}, "
             f"{words.duration(self.gpu_queue_timeout)} after you asked."
         )
-        queue = f'Waiting in the queue "{self.kueue_queue_name}" for {what}'
-        if place is None:
-            where = (
-                "its place in line cannot be read"
-                if line is None
-                else "Kueue has not given it a place in line yet"
+        try:
+            use = await shared_kueue(self.api.api_client).usage(
+                self.namespace, self.kueue_queue_name
             )
+        except Exception as exc:  # an apiserver hiccup: the page goes on without the figures
+            self.log.info("Reading Kueue's queue %s failed: %s", self.kueue_queue_name, exc)
+            use = None
+        said = waiting_words(
+            self.kueue_queue_name,
+            gpus=request.gpus,
+            gpu_name=request.gpu_name,
+            resource=request.gpu_resource,
+            use=use,
+            place=place,
+            line=line,
+        )
+        if place is None:
             return {
                 "progress": 10,
-                "message": f"{queue}: {where}.{until}",
+                "message": f"{said}{until}",
                 "gpuhub_line": {"place": None, "deadline": round(deadline)},
             }
         self._gpuhub_joined_at = max(self._gpuhub_joined_at, place)
         joined = self._gpuhub_joined_at
-        ahead = in_front(line or [], place)
         return {
             "progress": round(10 + 15 * (joined - place + 1) / joined),
-            "message": f"{queue}: you are {words.ordinal(place)} in line"
-            + (f", behind {ahead}" if ahead else "")
-            + f".{until}",
+            "message": f"{said}{until}",
             "gpuhub_line": {"place": place, "deadline": round(deadline)},
         }
 

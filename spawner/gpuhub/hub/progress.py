@@ -144,12 +144,24 @@ _PULL_FAILED = (
 )
 
 
+def _from_kueue(event: Mapping[str, Any]) -> bool:
+    """Whether Kueue's pod integration reported ``event`` (on a pod it queues)."""
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent")
+    return "kueue" in str(source or "")
+
+
 def describe(
     event: Mapping[str, Any], request: SpawnRequest, capacity: GPUCapacity | None = None
 ) -> Step | None:
     """One event as a Step, or None for events a person need not see."""
     reason = event.get("reason") or ""
     message = event.get("message") or ""
+    if _from_kueue(event):
+        # Kueue's words are the admin's; the wait itself is said from the queue's figures
+        # (gpuhub.k8s.kueue.waiting_words). Its "Started" is the admission, not the container.
+        if reason == "Started":
+            return Step("Admitted by Kueue; placing your server on a node", 25)
+        return None
     if reason == "FailedScheduling":
         return _scheduling_failed(request, message, capacity)
     if reason == "Scheduled":

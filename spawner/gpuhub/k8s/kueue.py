@@ -15,13 +15,23 @@ its pod controller lifts once the pod's Workload is admitted.
 The shapes gpuhub reads are the same in both versions: a Workload's ``status.conditions``
 (``QuotaReserved``, ``Admitted``, ``Evicted``), its ``ownerReferences`` and the
 ``kueue.x-k8s.io/job-uid`` label; a ``PendingWorkloadsSummary``'s ``items`` with
-``positionInLocalQueue`` (from 0) and ``metadata.ownerReferences``.
+``positionInLocalQueue`` (from 0) and ``metadata.ownerReferences``; a LocalQueue's
+``spec.clusterQueue``; a ClusterQueue's ``spec.resourceGroups[].flavors[].resources[]``
+(``nominalQuota``) and ``status.flavorsReservation`` and ``status.reservingWorkloads``.
+
+What a person reads while something waits in a queue is built here once
+(:func:`waiting_words`), for the spawn page and for queued jobs alike: what is in use of the
+queue's GPUs and by how many, from the ClusterQueue (:meth:`KueueAPI.usage`), and the place
+in line, never Kueue's own message ("couldn't assign flavors to pod set main: insufficient
+unused quota for nvidia.com/gpu in flavor a100, 1 more needed"), which only the admin's log
+keeps. What that message says is read structurally where it can be (:func:`shortages`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import weakref
 from collections.abc import Mapping
@@ -29,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuhub.core import words
+from gpuhub.core.quantity import parse_quantity
 from gpuhub.k8s.rawapi import request_json, served_resources
 
 log = logging.getLogger("gpuhub.k8s.kueue")
@@ -52,6 +63,58 @@ class Pending:
     owners: tuple[tuple[str, str, str], ...]  # (kind, name, uid) of its owners
 
 
+@dataclass(frozen=True)
+class QueueUse:
+    """What a LocalQueue's ClusterQueue has and what of it is taken: per (flavor, resource),
+    its nominal quota and what workloads have reserved of it, and how many workloads hold a
+    reservation (servers and jobs alike, all the namespaces it serves)."""
+
+    cluster_queue: str
+    nominal: Mapping[tuple[str, str], float]
+    reserved: Mapping[tuple[str, str], float]
+    workloads: int
+
+    def of(self, resource: str, flavor: str | None = None) -> tuple[float, float] | None:
+        """``(reserved, nominal)`` of ``resource`` in ``flavor`` (every flavor of it when
+        None or unknown here); None where the queue has no quota for it."""
+        keys = [k for k in self.nominal if k[1] == resource]
+        if flavor is not None and (flavor, resource) in self.nominal:
+            keys = [(flavor, resource)]
+        if not keys:
+            return None
+        return sum(self.reserved.get(k, 0.0) for k in keys), sum(self.nominal[k] for k in keys)
+
+
+def queue_use(cluster_queue: Mapping[str, Any]) -> QueueUse:
+    """A ClusterQueue's JSON (either version) as a :class:`QueueUse`."""
+    spec, status = cluster_queue.get("spec") or {}, cluster_queue.get("status") or {}
+    nominal: dict[tuple[str, str], float] = {}
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                key = (str(flavor.get("name") or ""), str(resource.get("name") or ""))
+                nominal[key] = _amount(resource.get("nominalQuota"))
+    reserved: dict[tuple[str, str], float] = {}
+    for flavor in status.get("flavorsReservation") or []:
+        for resource in flavor.get("resources") or []:
+            key = (str(flavor.get("name") or ""), str(resource.get("name") or ""))
+            reserved[key] = _amount(resource.get("total"))
+    holders = status.get("reservingWorkloads")
+    return QueueUse(
+        str((cluster_queue.get("metadata") or {}).get("name") or ""),
+        nominal,
+        reserved,
+        holders if isinstance(holders, int) and not isinstance(holders, bool) else 0,
+    )
+
+
+def _amount(value: Any) -> float:
+    try:
+        return float(parse_quantity(value))
+    except (TypeError, ValueError, ArithmeticError):
+        return 0.0
+
+
 class KueueAPI:
     """Kueue's API versions on one cluster, and a LocalQueue's line (cached discovery).
 
@@ -64,6 +127,8 @@ class KueueAPI:
         self._refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
         # (namespace, queue) -> (when read, the read): one read shared by every reader
         self._lines: dict[tuple[str, str], tuple[float, asyncio.Future[list[Pending] | None]]] = {}
+        self._uses: dict[tuple[str, str], tuple[float, asyncio.Future[QueueUse | None]]] = {}
+        self._use_refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
 
     async def _served(self, group: str, resource: str) -> str | None:
         """The first of :data:`VERSIONS` whose discovery lists ``resource`` in ``group``."""
@@ -169,6 +234,54 @@ class KueueAPI:
             line.append(Pending(str(meta.get("name") or ""), place + 1, owners))
         return sorted(line, key=lambda p: p.position)
 
+    async def usage(self, namespace: str, queue: str) -> QueueUse | None:
+        """What LocalQueue ``queue``'s ClusterQueue has and what of it is taken; None when it
+        cannot be read (no Kueue, no such queue, not allowed: then not asked again for a
+        minute). Shared by readers within :data:`LINE_TTL` seconds, as :meth:`line` is."""
+        key = (namespace, queue)
+        now = _clock()
+        cached = self._uses.get(key)
+        if cached is None or not _reusable(*cached, now):
+            cached = (now, asyncio.ensure_future(self._read_usage(namespace, queue)))
+            self._uses[key] = cached
+        return await asyncio.shield(cached[1])
+
+    async def _read_usage(self, namespace: str, queue: str) -> QueueUse | None:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        now = time.monotonic()
+        if now - self._use_refused.get((namespace, queue), -REFUSED_TTL) < REFUSED_TTL:
+            return None
+        version = await self.version()
+        if version is None:
+            return None
+
+        async def get(path: str) -> dict[str, Any]:
+            found = await request_json(
+                self.api.call_api(
+                    f"/apis/{GROUP}/{version}/{path}",
+                    "GET",
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                )
+            )
+            return found if isinstance(found, dict) else {}
+
+        try:
+            local = await get(f"namespaces/{namespace}/localqueues/{queue}")
+            cluster_queue = str((local.get("spec") or {}).get("clusterQueue") or "")
+            if not cluster_queue:
+                return None
+            return queue_use(await get(f"clusterqueues/{cluster_queue}"))
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            self._use_refused[(namespace, queue)] = now
+            log.info(
+                "gpuhub: cannot read the quota of Kueue's queue %s: HTTP %s", queue, exc.status
+            )
+            return None
+
 
 def positions(line: list[Pending] | None) -> dict[str, int]:
     """Owner uid -> place in line (1 = next), from :meth:`KueueAPI.line`."""
@@ -222,6 +335,116 @@ def in_front(line: list[Pending], place: int) -> str:
 
 def _server_first(item: tuple[str, int]) -> tuple[int, str]:
     return ({"server": 0, "job": 1}.get(item[0], 2), item[0])
+
+
+@dataclass(frozen=True)
+class Shortage:
+    """What one pod set of a Workload lacks, read from Kueue's ``QuotaReserved=False``
+    message: the resource and flavor, how many more are needed (None when not said), and
+    whether the request is over all the queue may ever have (it never fits)."""
+
+    resource: str
+    flavor: str
+    more: int | None = None
+    never: bool = False
+
+
+_SHORTAGE = re.compile(
+    r"insufficient (?P<unused>unused )?quota for (?P<resource>[^\s,;]+) in flavor "
+    r"(?P<flavor>[^\s,;]+)(?P<rest>[^;]*)"
+)
+_MORE = re.compile(r"(?P<more>\d+) more needed")
+
+
+def shortages(message: str) -> list[Shortage]:
+    """Kueue's reasons a Workload got no quota (``couldn't assign flavors to pod set main:
+    insufficient unused quota for nvidia.com/gpu in flavor a100, 4 more needed``, one per pod
+    set, ``;``-separated), each as a :class:`Shortage`; empty for any other message."""
+    found = []
+    for match in _SHORTAGE.finditer(message or ""):
+        rest = match["rest"]
+        more = _MORE.search(rest)
+        found.append(
+            Shortage(
+                match["resource"],
+                match["flavor"],
+                int(more["more"]) if more else None,
+                # "insufficient quota ... request > maximum capacity": more than it could
+                # ever be given, not merely more than is free.
+                never=not match["unused"] or "maximum capacity" in rest,
+            )
+        )
+    return found
+
+
+def _holders(count: int) -> str:
+    """ "1 job or server", "3 jobs and servers": who holds a queue's quota (Kueue counts
+    workloads, not what they are)."""
+    return "1 job or server" if count == 1 else f"{count:,} jobs and servers"
+
+
+def waiting_words(
+    queue: str,
+    *,
+    gpus: int,
+    gpu_name: str = "",
+    resource: str = "",
+    use: QueueUse | None = None,
+    shortage: Shortage | None = None,
+    place: int | None = None,
+    line: list[Pending] | None = None,
+    say_place: bool = True,
+) -> str:
+    """What waits in Kueue's queue, in people's words: the spawn page's sentence and a
+    queued job's message. 'Waiting in queue "gpus" for 1 A100 GPU: 4 of 4 A100 GPUs in use
+    by 3 jobs and servers; you are 2nd in line, behind 1 server.'
+
+    ``gpus``: what the waiting server or job asks for in all, of ``resource`` (the GPU type's
+    display name ``gpu_name``); ``use``: its queue's quota and what is taken of it
+    (:meth:`KueueAPI.usage`, None where it cannot be read); ``shortage``: what Kueue said
+    it lacks, when it has tried (:func:`shortages`); ``place``: 1 = next, with the ``line``
+    it is in (None where that cannot be read). ``say_place``: the spawn page says the place
+    here; a job's status says it beside the message (give its ``place`` all the same).
+    """
+    asked = f" for {words.gpus(gpus, gpu_name)}" if gpus else ""
+    head = f'Waiting in queue "{queue}"{asked}'
+    parts = []
+    flavor = shortage.flavor if shortage is not None else None
+    figures = use.of(resource or (shortage.resource if shortage else ""), flavor) if use else None
+    if figures is not None:
+        taken, quota = figures
+        noun = words.gpu_noun(gpu_name, 2 if quota != 1 else 1)
+        if shortage is not None and shortage.never:
+            parts.append(
+                f"the queue has {words.amount(quota)} {noun} in all, fewer than asked for, so "
+                "it cannot start: ask for fewer, or ask your admin for more quota"
+            )
+        else:
+            free = f" ({words.amount(quota - taken)} free)" if taken < quota else ""
+            holders = _holders(use.workloads if use else 0)
+            parts.append(
+                f"{words.amount(taken)} of {words.amount(quota)} {noun} in use by {holders}{free}"
+            )
+            if gpus and taken + gpus <= quota and shortage is None and place in (None, 1):
+                # Enough is free and nothing waits ahead: Kueue has not taken it in yet.
+                parts[-1] += ", so Kueue is about to admit it"
+    elif shortage is not None and shortage.never:
+        parts.append("it asks for more than the queue can ever give: ask for fewer GPUs")
+    elif shortage is not None and shortage.more:
+        parts.append(f"{words.gpus(shortage.more, gpu_name)} more must come free first")
+    if say_place:
+        if place is not None:
+            ahead = in_front(line or [], place)
+            parts.append(
+                f"you are {words.ordinal(place)} in line" + (f", behind {ahead}" if ahead else "")
+            )
+        elif line is None:
+            parts.append("its place in line cannot be read")
+        else:
+            parts.append("Kueue has not given it a place in line yet")
+    if not parts:
+        return f"{head}."
+    return f"{head}: {'; '.join(parts)}."
 
 
 # One KueueAPI per event loop and API server in the hub: its discovery answers and shared

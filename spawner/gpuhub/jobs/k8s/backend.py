@@ -27,7 +27,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +47,7 @@ from gpuhub.jobs.k8s.status import (
     LOST_OUTPUT,
     Obj,
     PodLog,
+    kueue_says,
     parse_pod_log,
     parse_time,
     queue_of,
@@ -66,7 +67,7 @@ from gpuhub.jobs.model import (
     without_noise,
 )
 from gpuhub.k8s.inventory import pod_holding
-from gpuhub.k8s.kueue import KueueAPI, positions
+from gpuhub.k8s.kueue import KueueAPI, QueueUse, positions
 from gpuhub.k8s.labels import (
     COMPONENT_LABEL,
     HUB_USERNAME_KEY,
@@ -101,6 +102,14 @@ def _pod_gpus(pod: Obj) -> int:
         limits = (container.get("resources") or {}).get("limits") or {}
         total += sum(int(v) for k, v in limits.items() if is_gpu_resource(k))
     return total
+
+
+def _gpu_resource(obj: Obj) -> str:
+    """The GPU resource (``nvidia.com/gpu``, a MIG slice's) a workload's primary container
+    asks for; "" for a CPU-only one."""
+    container = of_object(obj).primary_container(obj)
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return next((str(k) for k, v in limits.items() if is_gpu_resource(k) and v), "")
 
 
 def _workload_gpus(obj: Obj) -> int:
@@ -167,6 +176,7 @@ class KubernetesBackend(JobBackend):
         self._discovered: tuple[float, frozenset[str]] | None = None
         self._needed_seen: dict[str, float] = {}  # Needed.path -> when it was last found
         self.kueue = KueueAPI(api)
+        self._kueue_said: OrderedDict[str, str] = OrderedDict()  # Workload uid -> what Kueue said
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
 
@@ -532,11 +542,26 @@ class KubernetesBackend(JobBackend):
         return obj
 
     def _phase(
-        self, obj: Obj, pods: list[Obj], refused: str | None = None, workload: Obj | None = None
+        self,
+        obj: Obj,
+        pods: list[Obj],
+        refused: str | None = None,
+        workload: Obj | None = None,
+        use: QueueUse | None = None,
+        place: int | None = None,
     ) -> Phase:
         queue = queue_of(obj)
         if queue is not None:
-            return queue_phase(queue, workload)
+            key = _resources(obj)["gpu_type"] or ""
+            return queue_phase(
+                queue,
+                workload,
+                gpus=_workload_gpus(obj),
+                gpu_name=self.gpu_names.get(key, key),
+                resource=_gpu_resource(obj),
+                use=use,
+                place=place,
+            )
         return of_object(obj).phase(obj, pods, self._gpu_summary(obj), refused)
 
     async def _refused(self, obj: Obj, pods: list[Obj]) -> str | None:
@@ -596,17 +621,33 @@ class KubernetesBackend(JobBackend):
         return out
 
     async def _queued(self, objects: list[Obj]) -> Queued:
-        """The Workloads and places in line of the jobs among ``objects`` that wait in
-        Kueue's queue: one LIST of Workloads and one visibility request per queue, only when
-        some job is queued."""
+        """The Workloads, places in line and queues' quota of the jobs among ``objects``
+        that wait in Kueue's queue: one LIST of Workloads, and one visibility request and one
+        read of the quota per queue (shared for a moment), only when some job is queued."""
         waiting = {o["metadata"]["uid"]: q for o in objects if (q := queue_of(o)) is not None}
         if not waiting:
             return Queued({}, {})
         workloads = await self._kueue_workloads(set(waiting))
+        self._log_kueue(workloads)
         places: dict[str, int] = {}
+        uses: dict[str, QueueUse | None] = {}
         for queue in sorted(set(waiting.values())):
             places.update(await self._queue_positions(queue))
-        return Queued(workloads, places)
+            uses[queue] = await self.kueue.usage(self.namespace, queue)
+        return Queued(workloads, places, uses)
+
+    def _log_kueue(self, workloads: Mapping[str, Obj]) -> None:
+        """Kueue's own words on waiting jobs, for the admin: logged when they change (users
+        read them in gpuhub's, :func:`gpuhub.jobs.k8s.status.queue_phase`)."""
+        for uid, workload in workloads.items():
+            said = kueue_says(workload)
+            if said and self._kueue_said.get(uid) != said:
+                self._kueue_said[uid] = said
+                self._kueue_said.move_to_end(uid)
+                name = (workload.get("metadata") or {}).get("name")
+                log.info("gpuhub: Kueue on Workload %s (job uid %s): %s", name, uid, said)
+        while len(self._kueue_said) > 1000:
+            self._kueue_said.popitem(last=False)
 
     async def _kueue_workloads(self, uids: set[str]) -> dict[str, Obj]:
         """Job uid -> its Workload: Kueue labels a job's Workload with the job's uid
@@ -660,7 +701,9 @@ class KubernetesBackend(JobBackend):
         res = _resources(obj)
         queued = queued or Queued({}, {})
         uid = meta.get("uid", "")
-        phase = self._phase(obj, pods, refused, queued.workloads.get(uid))
+        use = queued.uses.get(queue_of(obj) or "")
+        workload, place = queued.workloads.get(uid), queued.positions.get(uid)
+        phase = self._phase(obj, pods, refused, workload, use, place)
         kind = meta.get("labels", {}).get(KIND_LABEL, "job")
         workers = of_object(obj).replicas(obj)
         summary = self._gpu_summary(obj)
@@ -916,10 +959,12 @@ class QueuedJob:
 
 @dataclass(frozen=True)
 class Queued:
-    """What Kueue says about queued jobs, by job uid: their Workloads and places in line."""
+    """What Kueue says about queued jobs, by job uid: their Workloads and places in line;
+    and by queue, what of its quota is in use (None where that cannot be read)."""
 
     workloads: dict[str, Obj]
     positions: dict[str, int]
+    uses: dict[str, QueueUse | None] = field(default_factory=dict)
 
 
 class ClusterQuota:

@@ -9,6 +9,7 @@ tested without a cluster.
 from __future__ import annotations
 
 import binascii
+import functools
 import json
 import re
 import zlib
@@ -21,6 +22,7 @@ from gpuhub.jobs.kinds import of_object
 from gpuhub.jobs.kinds.phase import Phase
 from gpuhub.jobs.model import FailedCell
 from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
+from gpuhub.k8s.kueue import QueueUse, shortages, waiting_words
 from gpuhub.k8s.labels import QUEUE_NAME_LABEL
 
 Obj = dict[str, Any]
@@ -217,36 +219,85 @@ def queue_of(obj: Obj) -> str | None:
     return str(queue)
 
 
-def _sentence(text: str) -> str:
-    text = text.strip()
-    if not text:
-        return text
-    text = text[0].upper() + text[1:]
-    return text if text.endswith((".", "!", "?")) else text + "."
+# Why Kueue took an admitted job's quota back (a Workload's Evicted condition's reason), in
+# people's words; the job waits in its queue again.
+_EVICTED = {
+    "Preempted": "Kueue gave its GPUs to a job or server that comes first",
+    "PodsReadyTimeout": "its pods did not start in time, so Kueue stopped it",
+    "InactiveWorkload": "Kueue stopped it",
+}
+# Kueue's words for a queue that cannot admit anything: the admin's to fix.
+_QUEUE_BROKEN = ("doesn't exist", "does not exist", "is inactive", "not found")
 
 
-def queue_phase(queue: str, workload: Obj | None) -> Phase:
-    """A job waiting in Kueue's queue: status ``queued``, Kueue's reason as the message.
+def queue_phase(
+    queue: str,
+    workload: Obj | None,
+    *,
+    gpus: int = 0,
+    gpu_name: str = "",
+    resource: str = "",
+    use: QueueUse | None = None,
+    place: int | None = None,
+) -> Phase:
+    """A job waiting in Kueue's queue: status ``queued``, and why in people's words
+    (:func:`gpuhub.k8s.kueue.waiting_words`): what of the queue's GPUs is in use and by how
+    many (``use``, its ClusterQueue's), read from its Workload's conditions
+    (kueue.x-k8s.io, docs/concepts/workload/) where Kueue has tried it: ``QuotaReserved=False``
+    (what it lacks: :func:`gpuhub.k8s.kueue.shortages`), ``Evicted`` (taken back), admitted
+    but not resumed yet. Kueue's own message is for the admin's log, never shown here.
 
-    The reason is the Workload's (kueue.x-k8s.io/v1beta1, docs/concepts/workload/): an
-    ``Evicted`` condition's message (preempted, or its pods were not ready in time), else
-    ``QuotaReserved=False``'s (``couldn't assign flavors to pod set main: insufficient unused
-    quota for nvidia.com/gpu in flavor a100, 1 more needed``; ``LocalQueue x doesn't
-    exist``); admitted but not resumed yet says so.
+    ``gpus``: what the job asks for in all, of ``resource`` (the GPU type ``gpu_name``);
+    ``place``: its place in line (1 = next), said beside the message, not in it.
     """
+    say = functools.partial(
+        waiting_words,
+        queue,
+        gpus=gpus,
+        gpu_name=gpu_name,
+        resource=resource,
+        use=use,
+        place=place,
+        say_place=False,
+    )
     if workload is None:
-        return Phase("queued", f"Waiting for Kueue to take it into the queue {queue}.")
+        return Phase("queued", say())
     conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
     evicted = conditions.get("Evicted")
-    if evicted and evicted.get("status") == "True" and evicted.get("message"):
-        return Phase("queued", _sentence(f"Evicted by Kueue: {evicted['message']}"))
+    if evicted and evicted.get("status") == "True":
+        why = _EVICTED.get(str(evicted.get("reason") or ""), "Kueue stopped it")
+        return Phase("queued", f"{why[0].upper()}{why[1:]}. {say()}")
     admitted = conditions.get("Admitted")
     if admitted and admitted.get("status") == "True":
         return Phase("queued", "Admitted by Kueue; starting.")
     reserved = conditions.get("QuotaReserved")
-    if reserved and reserved.get("status") == "False" and reserved.get("message"):
-        return Phase("queued", _sentence(str(reserved["message"])))
-    return Phase("queued", f"Waiting for its turn in the queue {queue}.")
+    message = str((reserved or {}).get("message") or "")
+    if reserved and reserved.get("status") == "False" and message:
+        lacking = shortages(message)
+        if lacking:
+            mine = [s for s in lacking if s.resource == resource] or lacking
+            shortage = next((s for s in mine if s.never), mine[0])
+            return Phase("queued", say(shortage=shortage))
+        if any(part in message for part in _QUEUE_BROKEN):
+            return Phase(
+                "queued",
+                f'Waiting in queue "{queue}", which cannot admit anything now (it is missing '
+                "or inactive); tell your admin.",
+            )
+    return Phase("queued", say())
+
+
+def kueue_says(workload: Obj | None) -> str:
+    """Kueue's own words on a waiting Workload (its ``Evicted`` or ``QuotaReserved=False``
+    message), for the admin's log: "" when it says nothing."""
+    conditions = {
+        c.get("type"): c for c in ((workload or {}).get("status") or {}).get("conditions") or []
+    }
+    for kind, status in (("Evicted", "True"), ("QuotaReserved", "False")):
+        condition = conditions.get(kind)
+        if condition and condition.get("status") == status and condition.get("message"):
+            return f"{kind}: {condition['message']}"
+    return ""
 
 
 def parse_time(value: str | None) -> datetime | None:
