@@ -127,19 +127,21 @@ def quota_room(answer: dict[str, Any]) -> tuple[int | None, str | None]:
         else f"{words.amount(Fraction(taken).limit_denominator(1000))} of your "
         f"{words.plural(quota, 'GPU')}, leaving less than one"
     )
-    kinds = {h.get("kind") for h in holders}
+    kinds = frozenset(str(h.get("kind")) for h in holders)
     if len(holders) == 1:
         holder = holders[0]
+        name = str(holder.get("name") or "")
         if holder.get("kind") == "server":
-            name = holder.get("name") or ""
-            who = f"Your server '{name}'" if name else "Your server"
-            return 0, f"{who} holds {yours}: this job runs without one, or stop the server first."
+            server = f'Your server "{name}"' if name else "Your server"
+            return (
+                0,
+                f"{server} holds {yours}: this job runs without one, or stop the server first.",
+            )
         return 0, (
-            f"Your {holder.get('label') or 'job'} holds {yours}: this job runs without one, "
-            "or wait for that job to end."
+            f'Your job "{name}" holds {yours}: this job runs without one, or wait for it to end.'
         )
-    who = {
+    subject, then = {
         frozenset({"server"}): ("Your servers", "stop a server first"),
         frozenset({"job"}): ("Your jobs", "wait for one of them to end"),
-    }.get(frozenset(kinds), ("Your servers and jobs", "stop a server first"))
-    return 0, f"{who[0]} hold {yours}: this job runs without one, or {who[1]}."
+    }.get(kinds, ("Your servers and jobs", "stop a server first"))
+    return 0, f"{subject} hold {yours}: this job runs without one, or {then}."

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpuhub_lab.holdings import quota_room
+from tests.support.messages import problems
 
 
 def answer(quota: float | None, *holdings: dict[str, Any], waiting: float = 0) -> dict[str, Any]:
@@ -45,7 +46,7 @@ JOB = {"kind": "job", "name": "train-1", "label": "job 'train-1'", "gpus": 1}
             answer(2, NAMED),
             (
                 0,
-                "Your server 'big' holds your 2 GPUs: this job runs without one, "
+                'Your server "big" holds your 2 GPUs: this job runs without one, '
                 "or stop the server first.",
             ),
         ),
@@ -53,8 +54,8 @@ JOB = {"kind": "job", "name": "train-1", "label": "job 'train-1'", "gpus": 1}
             answer(1, JOB),
             (
                 0,
-                "Your job 'train-1' holds your 1 GPU: this job runs without one, "
-                "or wait for that job to end.",
+                'Your job "train-1" holds your 1 GPU: this job runs without one, or wait '
+                "for it to end.",
             ),
         ),
         (
@@ -87,3 +88,5 @@ JOB = {"kind": "job", "name": "train-1", "label": "job 'train-1'", "gpus": 1}
 )
 def test_what_the_quota_leaves_and_why_none(data: dict[str, Any], room: Any) -> None:
     assert quota_room(data) == room
+    if room[1] is not None:
+        assert not problems(room[1]), problems(room[1])
