@@ -15,29 +15,12 @@ import pytest
 import requests
 
 from gpuhub.core.env import MACHINERY_ENV
-from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env, token_for
+from tests.support.hub.local import server_env, shared_gpu_hub_config, token_for
 from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = (
-    LOCAL_HUB_CONFIG
-    + """
-from gpuhub.hub.web.api import configure_hub
-configure_hub(c)
-c.LocalGPUSpawner.gpu_devices = "simulated:2"
-c.LocalGPUSpawner.gpu_types = {
-    "shared": {
-        "display_name": "Simulated GPU, shared",
-        "devices": [0],
-        "sharing": {"memory": "2G", "min": "100M"},
-    },
-}
-c.LocalGPUSpawner.default_limits = {"max_gpus": 1}
-c.LocalGPUSpawner.gpu_monitor_interval = 0.5
-c.LocalGPUSpawner.gpu_share_grace = 4
-"""
-)
+CONFIG = shared_gpu_hub_config(4)
 HOG = "b = bytearray(700 * 10**6); print('up', flush=True); import time; time.sleep(300)"
 
 

@@ -25,30 +25,12 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuhub.core.env import LAUNCH_ENV, MACHINERY_ENV
-from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env, token_for
+from tests.support.hub.local import server_env, shared_gpu_hub_config, token_for
 from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, wait_ready
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = (
-    LOCAL_HUB_CONFIG
-    + """
-c.Authenticator.admin_users = {"root"}
-from gpuhub.hub.web.api import configure_hub
-configure_hub(c)
-c.LocalGPUSpawner.gpu_devices = "simulated:2"
-c.LocalGPUSpawner.gpu_types = {
-    "shared": {
-        "display_name": "Simulated GPU, shared",
-        "devices": [0],
-        "sharing": {"memory": "2G", "min": "100M"},
-    },
-}
-c.LocalGPUSpawner.default_limits = {"max_gpus": 1}
-c.LocalGPUSpawner.gpu_monitor_interval = 0.5
-c.LocalGPUSpawner.gpu_share_grace = 3600
-"""
-)
+CONFIG = shared_gpu_hub_config(3600, '\nc.Authenticator.admin_users = {"root"}')
 USERS = ("bob", "carol")
 HOG = "b = bytearray(700 * 10**6); print('up', flush=True); import time; time.sleep(300)"
 GPU = "GPU 0 (Simulated GPU, shared): "

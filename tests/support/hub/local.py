@@ -94,6 +94,30 @@ c.LocalGPUSpawner.gpu_queue_timeout = 0  # refuse at once (test_line_local.py co
 """
 
 
+def shared_gpu_hub_config(grace: float, extra: str = "") -> str:
+    """A workstation hub whose simulated GPU 0 is shared by memory (2 GB, shares from 100 MB)
+    under the over-share watch, with ``grace`` seconds before an over-share stops a server."""
+    return (
+        LOCAL_HUB_CONFIG
+        + extra
+        + f"""
+from gpuhub import configure_hub
+configure_hub(c)
+c.LocalGPUSpawner.gpu_devices = "simulated:2"
+c.LocalGPUSpawner.gpu_types = {{
+    "shared": {{
+        "display_name": "Simulated GPU, shared",
+        "devices": [0],
+        "sharing": {{"memory": "2G", "min": "100M"}},
+    }},
+}}
+c.LocalGPUSpawner.default_limits = {{"max_gpus": 1}}
+c.LocalGPUSpawner.gpu_monitor_interval = 0.5
+c.LocalGPUSpawner.gpu_share_grace = {grace}
+"""
+    )
+
+
 def server_state(hub: Hub, name: str) -> dict[str, Any]:
     return hub.user_model(name)["servers"][""]["state"]
 
