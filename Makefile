@@ -84,14 +84,17 @@ TEST_KUBECONFIG = $(or $(GPUHUB_TEST_KUBECONFIG),$(CURDIR)/.cluster/kubeconfig)
 test-cluster: install
 	@if [ -z "$(GPUHUB_TEST_KUBECONFIG)" ]; then $(BIN)/python -m localk8s up; fi
 
-# Side by side (pytest-xdist): most tests wait on a hub, a kernel, a browser or the cluster,
-# so PYTEST_WORKERS run at once, each with its own ports, folders and namespaces; the tests
-# on the cluster take turns on one of them (tests/conftest.py). The few that measure CPU
-# activity (marked `alone`) run afterwards, one at a time.
+# Three passes. The tests on the cluster (marked `cluster` by tests/conftest.py) run first, one
+# at a time: they read the cluster's whole capacity and queues, and its controllers share the
+# machine's cores, so neighbours would skew both. Then the rest side by side (pytest-xdist,
+# PYTEST_WORKERS at once, each with its own ports and folders; a module's tests share a
+# worker): most of them wait on a hub, a kernel or a browser. Last, one at a time, the few
+# that measure CPU activity (marked `alone`).
 PYTEST_WORKERS ?= 4
 pytest: install test-cluster
+	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m "cluster and not alone"
 	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
-		--dist loadgroup -m "not alone"
+		--dist loadgroup -m "not cluster and not alone"
 	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m alone
 
 # The tests that start no real hub, Jupyter server, service, browser or cluster

@@ -157,8 +157,8 @@ def test_form_shows_live_capacity_and_spawns(hub: Hub, kube: Kube) -> None:
     page = session.get(f"{hub.url}/hub/spawn", timeout=30)
     assert page.status_code == 200
     assert "16 of 16 free now; at most 8 together on one node" in page.text
-    assert "7 of 7 free now; at most 7 together on one node" in page.text
-    assert "4 of 4 free now; at most 4 together on one node" in page.text
+    assert "7 of 7 free now" in page.text
+    assert "4 of 4 free now" in page.text
     xsrf = session.cookies.get("_xsrf", path="/hub/")
     response = session.post(
         f"{hub.url}/hub/spawn",
@@ -193,10 +193,7 @@ def test_form_shows_live_capacity_and_spawns(hub: Hub, kube: Kube) -> None:
     # Another user's form now counts ada's two GPUs as taken.
     other = hub.login("hopper")
     kube.wait_for(
-        lambda: (
-            "2 of 4 free now; at most 2 together on one node"
-            in other.get(f"{hub.url}/hub/spawn", timeout=30).text
-        ),
+        lambda: "2 of 4 free now" in other.get(f"{hub.url}/hub/spawn", timeout=30).text,
         timeout=10,
     )
     hub.stop_server("ada")

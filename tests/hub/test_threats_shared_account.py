@@ -94,9 +94,9 @@ def test_threat_homes_are_private(tmp_path, monkeypatch):
         run_as_hub_user=True, home_dir=str(home), check_shared_account_exposure=lambda: None
     )
     monkeypatch.chdir(tmp_path)
-    LocalGPUSpawner.make_preexec_fn(spawner, "mallory")()  # type: ignore[arg-type]
+    LocalGPUSpawner._shared_account_preexec(spawner, "mallory")()  # type: ignore[arg-type]
     assert home.stat().st_mode & 0o777 == 0o700
     fresh = tmp_path / "gpuhub-users" / "eve"
     spawner.home_dir = str(fresh)
-    LocalGPUSpawner.make_preexec_fn(spawner, "eve")()  # type: ignore[arg-type]
+    LocalGPUSpawner._shared_account_preexec(spawner, "eve")()  # type: ignore[arg-type]
     assert fresh.stat().st_mode & 0o777 == 0o700

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from gpuhub.core.holdings import Holding
+from gpuhub.hub.monitor.utilization import PrometheusUtilization
 from tests.support.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
@@ -380,7 +383,8 @@ def test_the_fleet_page_says_why_a_row_has_no_samples(
     granted(hub, "carol", "waiting-1a2b3c")
     root = hub.login("root")
     row = wait_for("the job's row", lambda: fleet_row(hub, root, "carol", "waiting-1a2b3c"), hub)
-    assert "no samples: no pod to sample yet (starting, or waiting in a queue)" in row, row
+    # A grant with no pod yet is not held: its row waits, and says it has no GPU to sample.
+    assert "waiting for a node" in row and "no GPU yet" in row, row
     assert hub.api("DELETE", "/gpuhub/grants/carol/waiting-1a2b3c").status_code == 204
 
     extra = """
@@ -400,6 +404,15 @@ def test_the_fleet_page_says_why_a_row_has_no_samples(
         row = wait_for(
             "the job's row", lambda: fleet_row(bare, admin, "carol", "unwatched-4d5e6f"), bare
         )
-        assert "no samples: no utilization source configured: set prometheus_url" in row, row
+        # Its grant has no pod yet: the row waits and has no GPU to sample.
+        assert "waiting for a node" in row and "no GPU yet" in row, row
     finally:
         bare.stop()
+    # A held row without samples says why: no source, no pod yet, or Prometheus has none.
+    held = Holding("carol", "job", "j", 1, "A100", pods=(("ns", "pod-0"),))
+    assert PrometheusUtilization().unsampled(held) == (
+        "no utilization source configured: set prometheus_url"
+    )
+    source = PrometheusUtilization("http://127.0.0.1:9")
+    assert source.unsampled(replace(held, pods=())).startswith("no pod to sample yet")
+    assert source.unsampled(held) == "Prometheus has no samples for this pod yet"
