@@ -9,11 +9,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import requests
-from jupyter_client import BlockingKernelClient
 
 from tests.support.hub.local import jobs_hub_config as config
-from tests.support.hub.local import token_for, user_api
+from tests.support.hub.local import server_kernel, token_for, user_api
 from tests.support.hub.process import Hub, spawn_json, start_hub
 from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
@@ -83,17 +81,7 @@ def test_magics_in_a_spawned_server_use_its_hub_token(hub: Hub) -> None:
     if not hub.user_model("bob")["servers"]:
         assert spawn_json(hub, "bob", {"gpus": 1}).status_code in (201, 202)
         hub.wait_for_server("bob")
-    bob = token_for(hub, "bob")
-    session = requests.post(
-        f"{hub.url}/user/bob/api/sessions",
-        headers={"Authorization": f"token {bob}"},
-        json={"path": "demo.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
-        timeout=60,
-    ).json()
-    connection = hub.workdir / "runtime" / f"kernel-{session['kernel']['id']}.json"
-    client = BlockingKernelClient(connection_file=str(connection))
-    client.load_connection_file()
-    client.start_channels()
+    client = server_kernel(hub, "bob", "demo.ipynb")
     try:
         client.wait_for_ready(timeout=60)
         run(client, "%load_ext gpuhub_lab")

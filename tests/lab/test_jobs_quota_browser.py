@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
-from jupyter_client import BlockingKernelClient
 
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.local import LOCAL_HUB_CONFIG, token_for, user_api
+from tests.support.hub.local import LOCAL_HUB_CONFIG, server_kernel, token_for, user_api
 from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import write_notebook
@@ -97,17 +95,7 @@ def test_the_api_and_submit_start_from_what_the_quota_leaves(hub: Hub) -> None:
 
 
 def test_submit_says_why_the_job_gets_no_gpu(hub: Hub) -> None:
-    bob = token_for(hub, "bob")
-    session = requests.post(
-        f"{hub.url}/user/bob/api/sessions",
-        headers={"Authorization": f"token {bob}"},
-        json={"path": "train.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
-        timeout=60,
-    ).json()
-    connection = hub.workdir / "runtime" / f"kernel-{session['kernel']['id']}.json"
-    client = BlockingKernelClient(connection_file=str(connection))
-    client.load_connection_file()
-    client.start_channels()
+    client = server_kernel(hub, "bob", "train.ipynb")
 
     def ready() -> bool:
         # The kernel's first heartbeat may come after the client's first look: ask again.
@@ -139,9 +127,7 @@ def test_the_dialog_fills_in_no_gpu_and_says_why(hub: Hub) -> None:
             hub.log_in_browser(page, "bob")
             page.goto(f"{hub.url}/user/bob/lab/workspaces/quota/tree/train.ipynb")
             page.locator(".jp-NotebookPanel-toolbar").first.wait_for(timeout=120_000)
-            page.locator(
-                '.jp-NotebookPanel-toolbar [data-command="gpuhub:run-on-cluster"]'
-            ).click()
+            page.locator('.jp-NotebookPanel-toolbar [data-command="gpuhub:run-on-cluster"]').click()
             dialog = page.locator(".gpuhub-JobDialog")
             form = dialog.locator(".gpuhub-JobForm")
             form.wait_for()

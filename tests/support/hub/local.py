@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from jupyter_client import BlockingKernelClient
 
 from tests.support.hub.process import Hub, spawn, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
@@ -92,6 +93,23 @@ c.LocalGPUSpawner.group_limits = {"staff": {"max_gpus": 3}, "students": {"max_gp
 c.LocalGPUSpawner.default_limits = {"max_gpus": 0}
 c.LocalGPUSpawner.gpu_queue_timeout = 0  # refuse at once (test_line_local.py covers the line)
 """
+
+
+def server_kernel(hub: Hub, user: str, path: str) -> BlockingKernelClient:
+    """A kernel the user's own server starts for the notebook at ``path`` (as JupyterLab
+    opens it, with the user's token), its client's channels started; the caller waits for
+    it and stops the channels."""
+    session = requests.post(
+        f"{hub.url}/user/{user}/api/sessions",
+        headers={"Authorization": f"token {token_for(hub, user)}"},
+        json={"path": path, "type": "notebook", "kernel": {"name": "python3"}},
+        timeout=60,
+    ).json()
+    connection = hub.workdir / "runtime" / f"kernel-{session['kernel']['id']}.json"
+    client = BlockingKernelClient(connection_file=str(connection))
+    client.load_connection_file()
+    client.start_channels()
+    return client
 
 
 def shared_gpu_hub_config(grace: float, extra: str = "") -> str:
