@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from traitlets import Any as TraitAny
 from traitlets import Dict, HasTraits, Unicode
+
+from gpuhub.core.line_order import DEFAULT_HALF_LIFE, FIFO
 
 # The policy's settings: the keyword arguments of Policy.from_config, in the order a spawner
 # hands them to its server (gpuhub.jobs.policy_env) and the jobs service reads them.
@@ -90,4 +93,23 @@ class HubPolicyTraits(PolicyTraits):
         later the server is stopped through the hub unless its GPUs got busy or the user kept
         them (at most ``max_postpones`` times). Exempt groups, CPU-only servers and jobs are
         never reclaimed. None (the default): nothing is reclaimed.""",
+    )
+    # Checked when the hub starts (gpuhub.core.line_order.LineOrder.from_config), each
+    # mistake one sentence, rather than by traitlets, whose error names no remedy.
+    line_order = TraitAny(
+        FIFO,
+        config=True,
+        help="""How a line for GPUs is ordered: "fifo", first come, first served (the default),
+        or "fair": who used least recently goes first, by GPU-hours decayed with
+        ``usage_half_life``; each second waited counts as a GPU-second less used, so a request
+        is passed by later ones only while its user's lead in usage lasts. LocalGPUSpawner:
+        gpuhub's own line; GPUSpawner: Kueue's queue, through Kueue's admission fair sharing
+        where the cluster offers it (one LocalQueue per user; see the admin guide, "A fair
+        line").""",
+    )
+    usage_half_life = TraitAny(
+        DEFAULT_HALF_LIFE,
+        config=True,
+        help="""Seconds after which past GPU usage counts half as much in a fair line (above 0;
+        the default, 604800, is a week).""",
     )

@@ -20,6 +20,7 @@ import ipaddress
 import os
 import secrets
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from gpuhub.core.env import (
 )
 from gpuhub.core.holder_env import holder_env
 from gpuhub.core.holdings import QuotaExceeded
+from gpuhub.core.line_order import LineOrder, decayed_hourly
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import human_memory
 from gpuhub.hub import cgroups
@@ -58,7 +60,7 @@ from gpuhub.hub.ledger.launches import launch_key as derive_launch_key
 from gpuhub.hub.ledger.launches import sign as sign_launch
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.ledger.line import GPULine, Ticket
-from gpuhub.hub.monitor.gpu_monitor import holdings_changed
+from gpuhub.hub.monitor.gpu_monitor import current, holdings_changed
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN
 from gpuhub.hub.monitor.utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
@@ -72,6 +74,20 @@ SHARED_ACCOUNT_WARNING = (
     "All users' servers run as one OS account, so every user can read every other user's "
     "files and API tokens (and the hub's database and cookie secret)."
 )
+
+
+def line_usage(order: LineOrder) -> Callable[[str], float]:
+    """A user's decayed GPU-seconds now, as a fair line orders by them: from the GPU-seconds
+    the hub's monitor counts (servers and job holds alike, a share as its fraction)."""
+
+    def usage_of(user: str) -> float:
+        monitor = current()
+        if monitor is None or not order.fair:
+            return 0.0
+        return decayed_hourly(monitor.store.hourly, user, time.time(), order.half_life)
+
+    return usage_of
+
 
 SIMULATED_PREFIX = "simulated:"
 SIMULATED_NAME = "Simulated GPU"
@@ -299,6 +315,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             gpu_memory=options.gpu_memory or 0,
             device_memory=sharing.memory if sharing is not None and sharing.memory else 0,
         )
+        # The admin's order, and where a fair line reads usage (the monitor's usage file).
+        LINE.configure(self.gpu_line_order(), line_usage(self.gpu_line_order()))
         # The line comes before the book: served at once only if nobody of this type waits.
         if LINE.take_now(key, options.gpus, gpu_type.key, candidates, holder) is not None:
             return
@@ -531,16 +549,28 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         users = len({h.user for h in held})
         free = len(ticket.candidates) - busy
         # Enough may be free for this one while an earlier, bigger request waits: say why.
-        first = (
-            "; the line is first come, first served" if position > 1 and free >= ticket.gpus else ""
-        )
+        first = self._line_rule(ticket) if position > 1 and free >= ticket.gpus else ""
         deadline = words.moment_utc(self._line_deadline(ticket))
         return (
             f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
             f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
-            f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. gpuhub "
-            f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
+            f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. "
+            f"{self._line_passed(ticket)}gpuhub waits until {deadline}, "
+            f"{words.duration(self.gpu_queue_timeout)} after you joined."
         )
+
+    @staticmethod
+    def _line_rule(ticket: Ticket) -> str:
+        """Why those ahead go first although enough is free for this one: the line's rule."""
+        if LINE.order.fair:
+            return "; the line favours who used least"
+        return "; the line is first come, first served"
+
+    def _line_passed(self, ticket: Ticket) -> str:
+        """ "The line favours who used least: ... goes first. ", or "" when nobody who came
+        later goes first; names and figures of others only for an admin."""
+        said = LINE.why_passed(ticket, names=bool(getattr(self.user, "admin", False)))
+        return f"{said} " if said else ""
 
     def _share_line_message(self, ticket: Ticket) -> str:
         """Waiting for a share: the memory left on each GPU of the type, as the form says it."""
@@ -548,17 +578,14 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         holder = ticket.holder
         room = LINE.book.room(ticket.candidates, holder.device_memory)
         most = max(room.values(), default=0)
-        first = (
-            "; the line is first come, first served"
-            if position > 1 and most >= holder.gpu_memory
-            else ""
-        )
+        first = self._line_rule(ticket) if position > 1 and most >= holder.gpu_memory else ""
         deadline = words.moment_utc(self._line_deadline(ticket))
         return (
             f"Waiting for {human_memory(holder.gpu_memory)} of one {ticket.type_name}: you are "
             f"{words.ordinal(position)} in line; the most free on one GPU is "
-            f"{human_memory(most)} of {human_memory(holder.device_memory)}{first}. gpuhub "
-            f"waits until {deadline}, {words.duration(self.gpu_queue_timeout)} after you joined."
+            f"{human_memory(most)} of {human_memory(holder.device_memory)}{first}. "
+            f"{self._line_passed(ticket)}gpuhub waits until {deadline}, "
+            f"{words.duration(self.gpu_queue_timeout)} after you joined."
         )
 
     async def poll(self) -> int | None:
@@ -583,7 +610,6 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         With ``cleanup_servers = False`` the hub cancels the wait without stopping it, and
         the spawn ends without a notice.
         """
-        from gpuhub.hub.monitor.gpu_monitor import current
         from gpuhub.hub.monitor.usage import Notice
 
         monitor = current()

@@ -34,6 +34,7 @@ from traitlets.config import Configurable
 
 from gpuhub.core import words
 from gpuhub.core.holdings import GPUQuota
+from gpuhub.core.line_order import LineOrder
 from gpuhub.core.options import (
     LaunchOptions,
     OptionsError,
@@ -498,6 +499,10 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         if key not in _RECLAIM_CACHE:
             _RECLAIM_CACHE[key] = ReclaimRule.from_config(self.gpu_idle_reclaim)
         return _RECLAIM_CACHE[key]
+
+    def gpu_line_order(self) -> LineOrder:
+        """How lines for GPUs are ordered (``line_order``, ``usage_half_life``), checked."""
+        return LineOrder.from_config(self.line_order, self.usage_half_life, type(self).__name__)
 
     def gpu_utilization_settings(self) -> dict[str, Any]:
         """Keyword arguments for the utilization source (the Kubernetes one's Prometheus)."""

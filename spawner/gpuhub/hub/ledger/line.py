@@ -1,4 +1,4 @@
-"""Wait in line for GPUs on one workstation: first come, first served per GPU type.
+"""Wait in line for GPUs on one workstation: per GPU type, first come, first served or fair.
 
 Every spawn that asks for GPUs comes here first (:meth:`GPULine.take_now`); the line
 hands its head to the device book (:mod:`gpuhub.hub.ledger.device_book`) when enough is free, and
@@ -9,6 +9,14 @@ waits here (``LocalGPUSpawner.gpu_queue_timeout``). Each GPU type has one line; 
 head of a line is served, so a big request is never overtaken by small ones. The line is
 served whenever GPUs may have come back (a server stopped, a job hold ended, checked every
 second), so a GPU is still never handed out twice.
+
+The order (:class:`gpuhub.core.line_order.LineOrder`, the admin's ``line_order``): first come,
+first served, or fair, lowest :func:`gpuhub.core.line_order.fair_key` first: the user's decayed
+past GPU usage (``usage_of``, GPU-seconds) plus when the request joined, ties by arrival. A
+fair line is ordered again whenever it is read or served, so usage that changes while people
+wait (someone keeps using GPUs elsewhere) moves them; each second waited counts as a
+GPU-second less used, so nobody is passed for ever. Either way only the head is served and a
+request that finds GPUs free while others wait still joins the line.
 
 The line is also the local ledger's source of holdings (:mod:`gpuhub.hub.ledger.ledger`): a spawn
 waiting in line counts against its user's quota, so waiting cannot be used to get around it,
@@ -22,10 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from gpuhub.core import words
 from gpuhub.core.holdings import Holding
+from gpuhub.core.line_order import LineOrder, fair_key, hours
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, HolderKey, NotEnoughGPUs
 
 SERVE_EVERY = 1.0  # seconds between looks at the book while anyone waits
@@ -48,13 +59,35 @@ class Ticket:
     awaited: bool = False  # the spawn's start() waits for it (not only accepted yet)
 
 
-class GPULine:
-    """The lines of one workstation (one per GPU type), over its device book."""
+def no_usage(_user: str) -> float:
+    """Usage when none is known: everyone 0, so a fair line is first come, first served."""
+    return 0.0
 
-    def __init__(self, book: GPUAllocator) -> None:
+
+class GPULine:
+    """The lines of one workstation (one per GPU type), over its device book.
+
+    ``order``: how each line is ordered; ``usage_of(user)``: the user's decayed GPU-seconds
+    now (read by a fair line only). Both may be set again at any time (:meth:`configure`).
+    """
+
+    def __init__(
+        self,
+        book: GPUAllocator,
+        order: LineOrder | None = None,
+        usage_of: Callable[[str], float] = no_usage,
+    ) -> None:
         self.book = book
+        self.order = order or LineOrder()
+        self.usage_of = usage_of
+        # Each type's tickets in the order they joined; the order they are served in is
+        # :meth:`ordered` (the same list for a first come, first served line).
         self.lines: dict[str, list[Ticket]] = {}
         self._server: asyncio.Task[None] | None = None
+
+    def configure(self, order: LineOrder, usage_of: Callable[[str], float]) -> None:
+        """The admin's order and where usage comes from (set by the spawner that uses it)."""
+        self.order, self.usage_of = order, usage_of
 
     # -- the ledger's source ------------------------------------------------------------------
     def holdings(self, user: str | None = None) -> list[Holding]:
@@ -104,6 +137,60 @@ class GPULine:
         if not ticket.granted.done() and (self._server is None or self._server.done()):
             self._server = asyncio.ensure_future(self._serve_while_waiting())
 
+    def ordered(self, type_key: str) -> list[Ticket]:
+        """The tickets of a type in the order they will be served: as they joined, or in a
+        fair line by :func:`~gpuhub.core.line_order.fair_key` (usage read once per user)."""
+        line = self.lines.get(type_key, [])
+        if not self.order.fair or len(line) < 2:
+            return list(line)
+        usage = self.usages(line)
+        # sorted() is stable: equal keys keep the order they joined in.
+        return sorted(line, key=lambda t: fair_key(usage[t.holder.user], t.since))
+
+    def usages(self, tickets: list[Ticket]) -> dict[str, float]:
+        """Each of their users' decayed GPU-seconds now (a failing source counts as 0:
+        the line still serves, first come, first served)."""
+        usage: dict[str, float] = {}
+        for ticket in tickets:
+            user = ticket.holder.user
+            if user not in usage:
+                try:
+                    usage[user] = max(float(self.usage_of(user)), 0.0)
+                except Exception:
+                    usage[user] = 0.0
+        return usage
+
+    def passed_by(self, ticket: Ticket) -> list[Ticket]:
+        """The tickets ahead of ``ticket`` that joined after it (a fair line's doing)."""
+        order = self.ordered(ticket.type_key)
+        if ticket not in order:
+            return []
+        return [t for t in order[: order.index(ticket)] if t.since > ticket.since]
+
+    def why_passed(self, ticket: Ticket, *, names: bool = False) -> str:
+        """Why requests that came after ``ticket`` go first, in a sentence for its user; ""
+        when none do. ``names``: say who they are and what they used (an admin reads it);
+        otherwise only how many, as nobody else's name is the user's to read.
+
+        'The line favours who used least: you used 31.5 GPU-hours recently (half-life 7
+        days); 1 person who used less came after you and goes first.'"""
+        passed = self.passed_by(ticket)
+        if not passed:
+            return ""
+        usage = self.usages([ticket, *passed])
+        mine = (
+            f"The line favours who used least: you used {hours(usage[ticket.holder.user])} "
+            f"GPU-hours recently ({self.order.words()})"
+        )
+        users = list(dict.fromkeys(t.holder.user for t in passed))
+        goes = "goes" if len(users) == 1 else "go"
+        if names:
+            listed = [f"{user} {hours(usage[user])}" for user in users]
+            who = listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
+            return f"{mine}, {who}, who came after you and {goes} first."
+        people = words.plural(len(users), "person", "people")
+        return f"{mine}; {people} who used less came after you and {goes} first."
+
     def leave(self, ticket: Ticket) -> None:
         """A waiting spawn was stopped, failed or timed out: out of the line."""
         line = self.lines.get(ticket.type_key, [])
@@ -115,7 +202,7 @@ class GPULine:
 
     def position(self, ticket: Ticket) -> int:
         """1 for the head of the line; 0 once out of it."""
-        line = self.lines.get(ticket.type_key, [])
+        line = self.ordered(ticket.type_key)
         return line.index(ticket) + 1 if ticket in line else 0
 
     def waiting(self, type_key: str) -> int:
@@ -123,14 +210,14 @@ class GPULine:
 
     def serve(self) -> None:
         """Give GPUs to the heads of the lines, in order, while there are enough."""
-        for line in self.lines.values():
+        for type_key, line in self.lines.items():
             while line:
-                head = line[0]
+                head = self.ordered(type_key)[0]
                 try:
                     devices = self.book.allocate(head.key, head.gpus, head.candidates, head.holder)
                 except NotEnoughGPUs:
                     break
-                line.pop(0)
+                line.remove(head)
                 head.granted.set_result(devices)
 
     async def _serve_while_waiting(self) -> None:

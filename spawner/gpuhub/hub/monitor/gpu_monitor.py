@@ -632,6 +632,7 @@ def check_settings(spawner: Any) -> str | None:
         spawner.gpu_policy  # noqa: B018 - validates the policy for this spawner's platform
         spawner.gpu_quota_limit()
         spawner.gpu_idle_reclaim_rule()
+        spawner.gpu_line_order()
     except PolicyConfigError as exc:
         log.error("gpuhub: the GPU settings in jupyterhub_config.py are invalid: %s", exc)
         return str(exc)
