@@ -4,10 +4,14 @@ Response::
 
     {"available": bool, "reason": str|null, "quota": int|null, "held": int, "waiting": int,
      "holdings": [{"kind": "server"|"job", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices",
-                   "since", "waiting"}]}
+                   "since", "waiting"}],
+     "budgets": [{"scope", "name", "shared", "hours", "extra_hours", "used_hours", "left_hours",
+                  "period", "resets_at", "resets", "state", "at_limit", "grants", "text"}]}
 
 ``held`` counts GPUs given; ``waiting`` what waits for them (in line, in Kueue's queue),
 which counts against the quota but is never held (a holding's ``waiting`` says where).
+``budgets``: the user's GPU-hour budget as the hub says it (docs/architecture.md, "GPU-hour
+budgets"), [] when none applies or the hub cannot be asked.
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,
 :mod:`gpuhub.hub.web.api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``
@@ -45,6 +49,7 @@ def _unavailable(reason: str) -> dict[str, Any]:
         "held": 0,
         "waiting": 0,
         "holdings": [],
+        "budgets": [],
     }
 
 
@@ -86,6 +91,7 @@ class HubHoldings:
             "held": data.get("held", 0),
             "waiting": data.get("waiting", 0),
             "holdings": data.get("holdings") or [],
+            "budgets": [b for b in data.get("budgets") or [] if isinstance(b, dict)],
         }
 
 

@@ -4,7 +4,8 @@
 (:data:`POLICY_KEYS`): the spawners (``GPUSpawner``, ``LocalGPUSpawner``, through
 ``GPUSpawnerMixin``) and the lab's jobs settings (``GPUHubJobs``) mix it in, so each key has one
 type, one default and one help text whichever class an admin sets it on.
-:class:`HubPolicyTraits` adds what only the hub enforces: the GPU quota and idle reclaim.
+:class:`HubPolicyTraits` adds what only the hub enforces: the GPU quota, idle reclaim and
+GPU-hour budgets.
 
 They are plain :class:`~traitlets.HasTraits`, not configurable classes of their own: a config
 names the class that mixes them in (``c.GPUSpawner.gpu_types``, ``c.GPUHubJobs.gpu_types``).
@@ -112,4 +113,18 @@ class HubPolicyTraits(PolicyTraits):
         config=True,
         help="""Seconds after which past GPU usage counts half as much in a fair line (above 0;
         the default, 604800, is a week).""",
+    )
+    gpu_hours = Dict(
+        None,
+        allow_none=True,
+        config=True,
+        help="""GPU-hours per period (:mod:`gpuhub.core.budgets`): ``{"default": {"hours": 20,
+        "per": "week"}, "groups": {"staff": {"hours": 500, "per": "month", "shared": True}},
+        "period_start": "monday 00:00", "timezone": "Europe/Berlin", "at_limit": "refuse",
+        "grace": 600}``. ``per`` is day, week or month; a share of a GPU counts its fraction;
+        servers and jobs of every kind count. A user's budget is their group's (the most hours
+        per day when several), else ``default``; a ``shared`` group budget is one pool for its
+        members. At the limit new GPU servers and jobs are refused (``"refuse"``) or start only
+        while their GPUs would otherwise stay idle (``"idle_only"``); running ones are warned
+        and stopped after ``grace`` seconds. None (the default): no budgets.""",
     )

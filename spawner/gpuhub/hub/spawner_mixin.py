@@ -33,6 +33,7 @@ from traitlets import Dict, Float, Type, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from gpuhub.core import words
+from gpuhub.core.budgets import BudgetConfig
 from gpuhub.core.holdings import GPUQuota
 from gpuhub.core.line_order import LineOrder
 from gpuhub.core.options import (
@@ -56,6 +57,7 @@ from gpuhub.hub.form import (
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.gpu_monitor import ensure_started
 from gpuhub.hub.monitor.reclaim import ReclaimRule
 from gpuhub.hub.monitor.utilization import NVMLUtilization, UtilizationSource
@@ -64,6 +66,7 @@ from gpuhub.jobs.policy_env import policy_env
 _POLICY_CACHE: dict[str, Policy] = {}
 _QUOTA_CACHE: dict[str, GPUQuota] = {}
 _RECLAIM_CACHE: dict[str, ReclaimRule | None] = {}
+_BUDGET_CACHE: dict[str, BudgetConfig | None] = {}
 
 
 def refusal(message: str, status: int = 400) -> web.HTTPError:
@@ -259,6 +262,7 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         raise refusal(exc.message) from None
     try:
         await check_named_server_limit(spawner)
+        check_budget(spawner, options)
         await spawner.reserve_launch(options)
     except BaseException as exc:
         message = getattr(exc, "jupyterhub_message", None)
@@ -271,6 +275,29 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
     spawner.launch_options = options
     spawner.apply_launch_options(options)
     spawner._gpuhub_accepted = deepcopy(user_options)
+
+
+def check_budget(spawner: Any, options: LaunchOptions) -> None:
+    """Refuse a GPU spawn (403) when the user's GPU-hour budget is used up, unless the admin
+    lets such spawns run on GPUs that would otherwise stay idle and these would. CPU-only
+    servers are never refused."""
+    if options.gpu_type is None or not options.gpus:
+        return
+    monitor = gpu_monitor.current()
+    config = spawner.gpu_budget_config()
+    if monitor is None or config is None:
+        return
+    state = monitor.budget_state(spawner.user.name, spawner.user_groups())
+    if state is None or not state.over:
+        return
+    if config.at_limit == "idle_only" and spawner.gpus_would_idle(options):
+        spawner.log.info(
+            "gpuhub: %s is over their GPU-hour budget; %s starts on GPUs nobody waits for",
+            spawner.user.name,
+            log_name(spawner),
+        )
+        return
+    raise refusal(state.refusal(), status=403)
 
 
 async def check_named_server_limit(spawner: Any) -> None:
@@ -351,6 +378,13 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         config=True,
         help="""Where the hub keeps GPU-seconds per user and reclaim notices across restarts;
         relative to the hub's working directory, like its database. "" keeps them in memory.""",
+    )
+    gpu_budget_file = Unicode(
+        "gpuhub-budgets.json",
+        config=True,
+        help="""Where the hub keeps what each GPU-hour budget has used this period, extra hours
+        granted and the usage the fair line orders by (``gpu_hours``); relative to the hub's
+        working directory. "" keeps them in memory.""",
     )
 
     launch_options: LaunchOptions | None = None
@@ -503,6 +537,18 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
     def gpu_line_order(self) -> LineOrder:
         """How lines for GPUs are ordered (``line_order``, ``usage_half_life``), checked."""
         return LineOrder.from_config(self.line_order, self.usage_half_life, type(self).__name__)
+
+    def gpu_budget_config(self) -> BudgetConfig | None:
+        """The validated ``gpu_hours`` (None: no budgets), checked once per distinct setting."""
+        key = json.dumps(self.gpu_hours, sort_keys=True, default=str)
+        if key not in _BUDGET_CACHE:
+            _BUDGET_CACHE[key] = BudgetConfig.from_config(self.gpu_hours)
+        return _BUDGET_CACHE[key]
+
+    def gpus_would_idle(self, options: LaunchOptions) -> bool:
+        """Whether the GPUs ``options`` ask for would otherwise stay idle now: nobody waits
+        for GPUs of that type (``gpu_hours``' ``"idle_only"``). The spawners know their line."""
+        return False
 
     def gpu_utilization_settings(self) -> dict[str, Any]:
         """Keyword arguments for the utilization source (the Kubernetes one's Prometheus)."""

@@ -3,7 +3,10 @@
 Each tick (``gpu_monitor_interval`` seconds) it reads what is held from the GPU ledger and
 how busy those GPUs are from the utilization source, then
 
-* adds GPU-seconds per user to the usage store (persisted beside the hub database);
+* adds GPU-seconds per user to the usage store (persisted beside the hub database), and
+  charges the same seconds to the user's GPU-hour budget (:mod:`gpuhub.hub.ledger.budget_usage`);
+* tells users at 80 % and 100 % of their budget, and stops GPU work past its grace
+  (:mod:`gpuhub.hub.monitor.budget_watch`);
 * keeps 30 minutes of utilization per holding, for the fleet page's sparklines;
 * runs the idle clocks of :mod:`gpuhub.hub.monitor.reclaim` and stops servers whose warning ran out,
   through the hub's own proxy and ``User.stop`` (as the hub's REST API does), so the
@@ -27,12 +30,16 @@ from fractions import Fraction
 from typing import Any
 
 from gpuhub.core import words
+from gpuhub.core.budgets import BudgetConfig
+from gpuhub.core.budgets import hours_words as words_hours
 from gpuhub.core.holdings import Holding, gpu_type_names, named
 from gpuhub.core.quantity import human_memory as words_memory
+from gpuhub.hub.ledger.budget_usage import BudgetState, BudgetUsage, state_for
 from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor.budget_watch import BudgetWatch
 from gpuhub.hub.monitor.overshare import ShareWatch
 from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
-from gpuhub.hub.monitor.usage import SHARE_OVERUSE, Notice, UsageStore
+from gpuhub.hub.monitor.usage import BUDGET, SHARE_OVERUSE, Notice, UsageStore
 from gpuhub.hub.monitor.utilization import (
     GPUSample,
     NoUtilization,
@@ -79,6 +86,7 @@ class GPUMonitor:
         rule: ReclaimRule | None,
         store: UsageStore,
         interval: float,
+        budgets: BudgetUsage | None = None,
     ) -> None:
         self.spawner = spawner  # for the hub's settings and the GPU types' capacity
         self.ledger = ledger
@@ -87,6 +95,14 @@ class GPUMonitor:
         self.clocks = IdleClocks(rule) if rule is not None else None
         self.store = store
         self.interval = interval
+        # GPU-hour budgets: what each has used (charged with the GPU-seconds), and the grace
+        # clocks of users over theirs.
+        self.budgets = budgets if budgets is not None else BudgetUsage(None)
+        config = self.budget_config
+        self.budget_watch = (
+            BudgetWatch(config.grace, config.at_limit) if config is not None else None
+        )
+        self._last_mono: float | None = None
         self.tracks: dict[HoldingKey, Track] = {}  # what holds GPUs (devices given, pods bound)
         # What waits for GPUs (in line, in Kueue's queue, for a node): counted against quotas
         # and shown as waiting; never sampled, billed or reclaimed. Replaced, never changed.
@@ -125,17 +141,20 @@ class GPUMonitor:
         while True:
             started = time.perf_counter()
             try:
-                await self.tick(time.time())
+                await self.tick(time.time(), time.monotonic())
             except Exception:
                 log.exception("gpuhub: GPU monitor tick failed")
             self.tick_seconds.append(time.perf_counter() - started)
             ticks += 1
             if ticks % max(1, int(30 / self.interval)) == 0:
                 self.store.save()
+                self.budgets.save()
             await asyncio.sleep(self.interval)
 
-    async def tick(self, now: float) -> None:
-        """One round: holdings, samples, GPU-seconds, history, idle clocks, stops."""
+    async def tick(self, now: float, mono: float | None = None) -> None:
+        """One round: holdings, samples, GPU-seconds, history, idle clocks, stops. ``mono``:
+        the monotonic clock, which measures the time charged (the wall clock ``now`` only
+        says which hour and period it belongs to); None: ``now`` measures it too (tests)."""
         await self._refresh_capacity()
         holdings = self._held()[0]
         try:
@@ -151,7 +170,7 @@ class GPUMonitor:
         held, self.waiting = self._held()
         current = {holding_key(h): h for h in held}
         holdings = [h for h in holdings if holding_key(h) in current]
-        self._account(holdings, now)
+        self._account(holdings, now, mono)
         sampled = {holding_key(h) for h in holdings}
         holdings += [h for key, h in current.items() if key not in sampled]
         live: dict[HoldingKey, Track] = {}
@@ -169,6 +188,8 @@ class GPUMonitor:
             self._watch_shares(now)
         if self.clocks is not None:
             await self._reclaim(now)
+        if self.budget_watch is not None:
+            await self._watch_budgets(now, now if mono is None else mono)
         self._drop_read_notices()
         self.last_tick = now
         self._changed()
@@ -231,12 +252,23 @@ class GPUMonitor:
         type's display name."""
         return named(holding, self.type_names)
 
-    def _account(self, holdings: Sequence[Holding], now: float) -> None:
+    def _account(self, holdings: Sequence[Holding], now: float, mono: float | None = None) -> None:
         """GPU-seconds since the last tick, a share as its fraction of a GPU, and each device
-        of a user counted at most once (as :func:`gpuhub.core.holdings.gpus_held` counts it)."""
+        of a user counted at most once (as :func:`gpuhub.core.holdings.gpus_held` counts it);
+        the same seconds are charged to each user's GPU-hour budget.
+
+        The interval is measured on the monotonic clock (``mono``): a wall clock set back or
+        forward charges nothing twice and forgives nothing. The first tick of a hub process
+        charges nothing: what ran while the hub was down is not seen."""
+        last_mono, self._last_mono = self._last_mono, mono
         if self.last_tick is None:
             return
-        elapsed = min(now - self.last_tick, 3 * self.interval)  # a stalled hub adds no hours
+        if mono is not None and last_mono is not None:
+            measured = mono - last_mono
+        else:
+            measured = now - self.last_tick
+        elapsed = min(max(measured, 0.0), 3 * self.interval)  # a stalled hub adds no hours
+        charged: dict[str, float] = {}
         seen: dict[tuple[str, int], Fraction] = {}
         for holding in holdings:
             count = holding.amount
@@ -248,6 +280,104 @@ class GPUMonitor:
                     seen[key] = seen.get(key, Fraction(0)) + taken
                     count += taken
             self.store.add(holding.user, holding.gpu_type, float(count) * elapsed, now)
+            charged[holding.user] = charged.get(holding.user, 0.0) + float(count) * elapsed
+        config = self.budget_config
+        for user, seconds in charged.items():
+            budget = config.budget_for(self._groups(user)) if config is not None else None
+            self.budgets.charge(user, seconds, now, budget)
+
+    # -- GPU-hour budgets -----------------------------------------------------------------
+    @property
+    def budget_config(self) -> BudgetConfig | None:
+        """The admin's ``gpu_hours`` (None: none, or not valid: said at hub start)."""
+        try:
+            config: BudgetConfig | None = self.spawner.gpu_budget_config()
+        except Exception:
+            return None
+        return config
+
+    def _groups(self, name: str) -> list[str]:
+        user = self._user(name)
+        return [g.name for g in user.groups] if user is not None else []
+
+    def budget_state(
+        self, user: str, groups: list[str] | None = None, now: float | None = None
+    ) -> BudgetState | None:
+        """Where ``user``'s budget stands (None: no budget applies)."""
+        now = time.time() if now is None else now
+        groups = self._groups(user) if groups is None else groups
+        return state_for(user, groups, self.budget_config, self.budgets, now)
+
+    async def _watch_budgets(self, now: float, mono: float) -> None:
+        """Notices at 80 % and 100 % (once per period), and stops past the grace."""
+        assert self.budget_watch is not None
+        watch = self.budget_watch
+        config = self.budget_config
+        if config is None:
+            return
+        watch.grace, watch.at_limit = config.grace, config.at_limit
+        held = [t.holding for t in self.tracks.values()]
+        users = {h.user for h in held} | {h.user for h in self.waiting.values()}
+        states = {}
+        for user in users:
+            state = self.budget_state(user, now=now)
+            if state is None:
+                continue
+            states[user] = state
+            level = 100 if state.over else 80 if state.state == "warning" else 0
+            if level and self.budgets.tell(state.account, level):
+                self._budget_notice(user, state, level, now)
+        for holding in watch.observe(states, held, self.waiting.values(), mono):
+            key = holding_key(holding)
+            if key in self._stopping:
+                continue
+            state = states[holding.user]
+            reason = (
+                f"you used all {words_hours(state.allowed_hours)} GPU-hours of "
+                f"{state.budget.label} this {state.budget.per} ({state.text}) and the grace "
+                f"of {words.duration(config.grace) if config.grace else 'no time'} ran out"
+            )
+            if config.at_limit == "idle_only":
+                reason += ", and someone within their budget waits for these GPUs"
+            task = asyncio.ensure_future(self._stop_over_budget(holding, reason))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _budget_notice(self, user: str, state: BudgetState, level: int, now: float) -> None:
+        """The 80 % or 100 % notice, one per budget and period."""
+        grace = self.budget_watch.grace if self.budget_watch is not None else 0.0
+        scope, name, period = state.account
+        self.store.notify(
+            user,
+            Notice(
+                f"{scope}:{name}:{period}:{level}",
+                now,
+                state.notice(level, grace),
+                0,
+                "",
+                by=BUDGET,
+                kind="budget",
+            ),
+        )
+        log.info("gpuhub: %s reached %s%% of their GPU-hour budget: %s", user, level, state.text)
+
+    async def _stop_over_budget(self, holding: Holding, reason: str) -> None:
+        from gpuhub.hub.monitor.cancel import CancelRefused
+
+        if holding.kind == "job":
+            try:
+                await self.cancel_job(holding.user, holding.name, reason, by=BUDGET)
+            except CancelRefused as exc:
+                log.warning(
+                    "gpuhub: could not end %s's %s over budget: %s",
+                    holding.user,
+                    holding.label,
+                    exc,
+                )
+            return
+        user = self._user(holding.user)
+        if user is not None:
+            await self.stop_server(user, holding.name, reason, by=BUDGET)
 
     def _remember(self, track: Track, now: float) -> None:
         if not track.samples:
@@ -633,10 +763,19 @@ def check_settings(spawner: Any) -> str | None:
         spawner.gpu_quota_limit()
         spawner.gpu_idle_reclaim_rule()
         spawner.gpu_line_order()
+        spawner.gpu_budget_config()
     except PolicyConfigError as exc:
         log.error("gpuhub: the GPU settings in jupyterhub_config.py are invalid: %s", exc)
         return str(exc)
     return None
+
+
+def _half_life(spawner: Any) -> float:
+    """``usage_half_life`` as checked with ``line_order`` (a week if it is not valid)."""
+    try:
+        return float(spawner.gpu_line_order().half_life)
+    except Exception:
+        return 7 * 24 * 3600.0
 
 
 async def _start(spawner: Any) -> None:
@@ -649,7 +788,11 @@ async def _start(spawner: Any) -> None:
     source = spawner.gpu_utilization_source(**spawner.gpu_utilization_settings())
     store = UsageStore(spawner.gpu_usage_file or None)
     atexit.register(store.save)  # the hub's shutdown keeps the GPU-seconds since the last save
-    monitor = GPUMonitor(spawner, ledger, source, rule, store, spawner.gpu_monitor_interval)
+    budgets = BudgetUsage(getattr(spawner, "gpu_budget_file", "") or None, _half_life(spawner))
+    atexit.register(budgets.save)
+    monitor = GPUMonitor(
+        spawner, ledger, source, rule, store, spawner.gpu_monitor_interval, budgets
+    )
     _MONITOR = monitor
     from gpuhub.hub.monitor.metrics import register
 

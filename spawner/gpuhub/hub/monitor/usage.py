@@ -37,6 +37,8 @@ JOB_NOTICE_SECONDS = 24 * HOUR  # a cancelled job's notice is shown for a day
 HUB_SHUTDOWN = "hub shutdown"
 # A server stopped because it used more of a GPU's memory than its share (gpuhub.hub.monitor.overshare).
 SHARE_OVERUSE = "share"
+# ``Notice.by`` of a GPU-hour budget's notices, and of work stopped past its grace.
+BUDGET = "budget"
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Notice:
     gpu_type: str
     # "idle" (the reclaim rule), SHARE_OVERUSE, the admin who stopped it, or HUB_SHUTDOWN
     by: str = "idle"
-    kind: str = "server"  # or "job"
+    kind: str = "server"  # or "job", or "budget" (a GPU-hour budget's 80 %, 100 %, extra hours)
     jobs: tuple[str, ...] = ()  # the job ids a job notice is about
     # The user closed it: hub pages and the lab show it no more; the local jobs backend still
     # reads it (a cancelled job's record says by whom and why).
@@ -150,7 +152,7 @@ class UsageStore:
             (
                 n
                 for n in found
-                if now - n.when < (NOTICE_SECONDS if n.kind == "server" else JOB_NOTICE_SECONDS)
+                if now - n.when < (JOB_NOTICE_SECONDS if n.kind == "job" else NOTICE_SECONDS)
                 and not (shown and n.dismissed)
             ),
             key=lambda n: n.when,

@@ -31,13 +31,15 @@ tokens, their server's own JUPYTERHUB_API_TOKEN, admins; see :data:`gpuhub.hub.w
 never for a token that only identifies the user, as OAuth gives every service they log in
 to.
 
-* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "quota", "held", "waiting",
+* ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "budgets", "quota", "held", "waiting",
   "holdings": [{"kind", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type",
   "devices", "since", "processes", "jobs", "waiting"}]}`` (a share of a GPU: ``share`` what it
   counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5 GPU" as the fleet
   page says it). ``held`` counts GPUs given; ``waiting`` those asked for by what waits for
   them (in line, in Kueue's queue), which count against the quota too; a holding's
-  ``waiting`` says where it waits ("waiting in line"), null once held. Also for
+  ``waiting`` says where it waits ("waiting in line"), null once held. ``budgets``: the
+  user's GPU-hour budget (:meth:`gpuhub.hub.ledger.budget_usage.BudgetState.as_json`), [] when
+  none applies. Also for
   ``custom:gpuhub:grants`` (the jobs service);
 * ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job"|"warning",
   "server", "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped
@@ -406,6 +408,7 @@ class HoldingsHandler(GpuhubAPIHandler):
             json.dumps(
                 {
                     "user": user.name,
+                    "budgets": budgets_of(user),
                     "quota": None if limit is None else words.as_number(limit),
                     "held": words.as_number(gpus_held(held)),
                     "waiting": words.as_number(gpus_waiting(held)),
@@ -431,6 +434,19 @@ class HoldingsHandler(GpuhubAPIHandler):
                 }
             )
         )
+
+
+def budgets_of(user: Any) -> list[dict[str, Any]]:
+    """The ``budgets`` of a holdings answer: the GPU-hour budget that applies to ``user``
+    (docs/architecture.md, "GPU-hour budgets"); empty when none does."""
+    monitor = gpu_monitor.current()
+    if monitor is None:
+        user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+        monitor = gpu_monitor.current()
+    if monitor is None:
+        return []
+    state = monitor.budget_state(user.name, [g.name for g in user.groups])
+    return [state.as_json()] if state is not None else []
 
 
 class ReclaimHandler(GpuhubAPIHandler):

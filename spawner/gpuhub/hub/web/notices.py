@@ -31,7 +31,7 @@ from gpuhub.core import words
 from gpuhub.core.holdings import Holding, job_hold_name
 from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
-from gpuhub.hub.monitor.usage import HUB_SHUTDOWN, SHARE_OVERUSE
+from gpuhub.hub.monitor.usage import BUDGET, HUB_SHUTDOWN, SHARE_OVERUSE
 from gpuhub.hub.web.access import BoundedAPIHandler
 
 
@@ -105,14 +105,20 @@ def notice_text(notice: Any) -> dict[str, str]:
     when = datetime.fromtimestamp(notice.when, UTC)
     at = _at(notice.when)
     server = f"server {notice.server!r}" if notice.server else "server"
-    if notice.kind == "job":
+    if notice.kind == "budget":  # its reason is the whole sentence (gpuhub.hub.ledger.budget_usage)
+        text = notice.reason
+    elif notice.kind == "job":
         if list(notice.jobs) == [notice.server]:  # a cluster job, by its id
             what, were, its = f"job {notice.server!r}", "was", "Its"
         else:
             # A workstation's job hold: named as the fleet page named it, by the server that
             # left its processes and the jobs they are.
             what, were, its = job_hold_name(notice.server, notice.jobs), "were", "Their"
-        if notice.by == "idle":
+        if notice.by == BUDGET:
+            text = (
+                f"Your {what} {were} ended {at} because {notice.reason}. {its} GPUs are free again."
+            )
+        elif notice.by == "idle":
             text = (
                 f"Your {what}, left running when the server stopped, {were} ended {at} "
                 f"because {notice.reason}. {its} GPUs are free again."
@@ -128,7 +134,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             f"{at}; it did not start and held no GPU. Start it again to join the line."
         )
     else:
-        if notice.by in ("idle", SHARE_OVERUSE):
+        if notice.by in ("idle", SHARE_OVERUSE, BUDGET):
             what = f"Your {server} was stopped {at} because {notice.reason}."
         else:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
