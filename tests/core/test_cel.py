@@ -1,8 +1,9 @@
 """The part of CEL gpuhub evaluates for DRA device selectors (gpuhub.core.cel) and a GPU
-type's ``dra`` config (gpuhub.core.dra), on devices as the NVIDIA driver publishes them
-(tests/k8s/data/dra/: the local cluster's simulated driver, read back from the apiserver)."""
+type's ``dra`` config (gpuhub.core.dra), on devices shaped as the NVIDIA driver publishes them."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -10,7 +11,14 @@ from gpuhub.core.cel import SelectorError, compile_selector
 from gpuhub.core.dra import DRAConfigError, DRAType
 from gpuhub.core.dra_devices import Device, device_class_info, device_from_slice
 
-A100 = device_from_slice(
+
+def device(driver: str, pool: str, node: str, entry: dict[str, Any]) -> Device:
+    found = device_from_slice(driver, pool, node, entry)
+    assert found is not None
+    return found
+
+
+A100 = device(
     "gpu.nvidia.com",
     "a100-7",
     "a100-7",
@@ -27,7 +35,7 @@ A100 = device_from_slice(
         "allowMultipleAllocations": True,
     },
 )
-MIG = device_from_slice(
+MIG = device(
     "gpu.nvidia.com",
     "a100-7",
     "a100-7",
@@ -45,9 +53,8 @@ GPU = "device.attributes['gpu.nvidia.com']"
 MEMORY = "device.capacity['gpu.nvidia.com'].memory"
 
 
-def matches(expression: str, device: Device | None = A100) -> bool:
-    assert device is not None
-    return compile_selector(expression).matches(device)
+def matches(expression: str, on: Device = A100) -> bool:
+    return compile_selector(expression).matches(on)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +171,6 @@ def test_a_device_class_with_an_expression_gpuhub_cannot_read_admits_nothing() -
 
 
 def test_devices_are_named_for_people() -> None:
-    assert A100 is not None and MIG is not None
     assert A100.words_on_node == "GPU 3 (A100-SXM4-80GB) on a100-7"
     assert MIG.words == "MIG 1g.10gb of GPU 0 (A100-SXM4-80GB)"
     assert A100.memory == 80 * 2**30
