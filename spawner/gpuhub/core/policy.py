@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from gpuhub.core.dra import MAX_DEVICES, DRAConfigError, DRAType
 from gpuhub.core.gpu_resources import GPU_RESOURCE_NAMES, is_gpu_resource, is_mig_resource
 from gpuhub.core.quantity import QuantityError, format_memory, parse_cpu, parse_memory
 from gpuhub.core.sharing import Platform, Sharing, SharingConfigError
@@ -55,6 +56,9 @@ class GPUType:
     default: bool = False
     # Parts of a device instead of whole ones (gpuhub.core.sharing); None: whole GPUs.
     sharing: Sharing | None = None
+    # Claimed through Dynamic Resource Allocation (gpuhub.core.dra); None: an extended
+    # resource (``resource_name``, which is "" for a DRA type).
+    dra: DRAType | None = None
 
     @property
     def is_mig(self) -> bool:
@@ -273,6 +277,13 @@ class Policy:
         types: a Kubernetes type shared by memory names the resource its device plugin counts
         memory in; a workstation cannot time-slice. Returns the policy."""
         for key, gpu_type in self.gpu_types.items():
+            if gpu_type.dra is not None:
+                if platform != "kubernetes":
+                    raise PolicyConfigError(
+                        f"gpu_types[{key!r}].dra claims GPUs through Kubernetes' Dynamic "
+                        "Resource Allocation, which a workstation does not have; use devices"
+                    )
+                continue  # a share is a claim on the device's capacity: nothing more to name
             if gpu_type.sharing is not None:
                 try:
                     gpu_type.sharing.check_for(
@@ -359,14 +370,20 @@ def _gpu_type(key: str, value: Any) -> GPUType:
             "devices",
             "default",
             "sharing",
+            "dra",
         },
     )
-    resource = _text(f"{name}.resource_name", entry.get("resource_name"), DEFAULT_GPU_RESOURCE)
-    if not _RESOURCE.fullmatch(resource):
+    dra = _dra(name, entry)
+    resource = _text(
+        f"{name}.resource_name", entry.get("resource_name"), "" if dra else DEFAULT_GPU_RESOURCE
+    )
+    # A DRA type's GPUs are claimed from a DeviceClass: no extended resource (_dra refuses
+    # resource_name).
+    if dra is None and not _RESOURCE.fullmatch(resource):
         raise PolicyConfigError(
             f"{name}.resource_name {resource!r} is not a Kubernetes resource name"
         )
-    if not is_gpu_resource(resource):
+    if dra is None and not is_gpu_resource(resource):
         # Free figures, the ledger and the quota count only what gpu_resources calls a GPU: a
         # type asking for anything else would show 0 free and escape the quota.
         raise PolicyConfigError(
@@ -376,6 +393,11 @@ def _gpu_type(key: str, value: Any) -> GPUType:
     max_gpus = entry.get("max_gpus", 1)
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 1:
         raise PolicyConfigError(f"{name}.max_gpus must be a whole number of at least 1")
+    if dra is not None and max_gpus > MAX_DEVICES:
+        raise PolicyConfigError(
+            f"{name}.max_gpus is {max_gpus}, but one DRA claim is given at most "
+            f"{MAX_DEVICES} devices"
+        )
     selector = _mapping(f"{name}.node_selector", entry.get("node_selector") or {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
         raise PolicyConfigError(f"{name}.node_selector must map strings to strings")
@@ -389,7 +411,7 @@ def _gpu_type(key: str, value: Any) -> GPUType:
         ):
             raise PolicyConfigError(f"{name}.devices must be a list of GPU indices")
         devices = tuple(devices)
-    sharing = _sharing(name, entry.get("sharing"), resource, max_gpus)
+    sharing = _sharing(name, entry.get("sharing"), resource, max_gpus, dra)
     return GPUType(
         key=key,
         display_name=_text(f"{name}.display_name", entry.get("display_name"), key),
@@ -401,10 +423,68 @@ def _gpu_type(key: str, value: Any) -> GPUType:
         devices=devices,
         default=_flag(f"{name}.default", entry.get("default", False)),
         sharing=sharing,
+        dra=dra,
     )
 
 
-def _sharing(name: str, value: Any, resource: str, max_gpus: int) -> Sharing | None:
+# What Kubernetes' claims can ask for but a GPU type may not, each with the reason (Kueue
+# 0.19 refuses a workload whose claim has any of them: gpuhub's claims always go through).
+_DRA_REFUSED = {
+    "first_available": (
+        "lists alternative devices (Kubernetes' firstAvailable), which Kueue cannot admit "
+        "and gpuhub's capacity and ledger could not say in advance; make one type per device "
+        "class"
+    ),
+    "allocation_mode": (
+        'asks for every matching device of a node ("All"), whatever gpus the user asked, '
+        "and Kueue cannot admit it"
+    ),
+    "admin_access": (
+        "gives a claim devices already in use by others, for monitoring; no user's server "
+        "or job may have it, and Kueue cannot admit it"
+    ),
+}
+
+
+def _dra(name: str, entry: Mapping[str, Any]) -> DRAType | None:
+    """A type's ``dra`` (gpuhub.core.dra), with what only the type can say about it."""
+    value = entry.get("dra")
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        for key, reason in _DRA_REFUSED.items():
+            if key in value:
+                raise PolicyConfigError(f"{name}.dra.{key} is not offered: it {reason}")
+    try:
+        dra = DRAType.from_config(f"{name}.dra", value)
+    except DRAConfigError as exc:
+        raise PolicyConfigError(str(exc)) from None
+    if dra is None:
+        return None
+    sharing = entry.get("sharing")
+    if "capacity" in value and not (isinstance(sharing, Mapping) and "memory" in sharing):
+        raise PolicyConfigError(
+            f"{name}.dra.capacity applies only to shares by memory "
+            '("sharing": {"memory": "80G", "min": "4G"}): it names what each share consumes '
+            "of its device"
+        )
+    if "resource_name" in entry:
+        raise PolicyConfigError(
+            f"{name} sets both dra and resource_name ({entry['resource_name']!r}): a DRA "
+            f"type's GPUs are claimed from the DeviceClass {dra.device_class!r}, never "
+            "counted as an extended resource; remove resource_name"
+        )
+    if "devices" in entry:
+        raise PolicyConfigError(
+            f"{name} sets both dra and devices: devices picks a workstation's GPUs, dra "
+            "claims them on Kubernetes; keep one"
+        )
+    return dra
+
+
+def _sharing(
+    name: str, value: Any, resource: str, max_gpus: int, dra: DRAType | None = None
+) -> Sharing | None:
     """A type's ``sharing`` (gpuhub.core.sharing), with what only the type can say about it."""
     try:
         sharing = Sharing.from_config(f"{name}.sharing", value)
@@ -412,6 +492,20 @@ def _sharing(name: str, value: Any, resource: str, max_gpus: int) -> Sharing | N
         raise PolicyConfigError(str(exc)) from None
     if sharing is None:
         return None
+    if dra is not None:
+        if sharing.replicas is not None:
+            raise PolicyConfigError(
+                f"{name}.sharing.replicas does not apply to a DRA type: time-slicing is the "
+                "driver's setting, not counted by the scheduler; share a device by memory "
+                '("sharing": {"memory": "80G", "min": "4G"}), each claim consuming '
+                f"gpu_memory of the device's capacity {dra.capacity!r}"
+            )
+        extra = [k for k in ("memory_resource", "cores_resource") if getattr(sharing, k)]
+        if extra:
+            raise PolicyConfigError(
+                f"{name}.sharing.{extra[0]} is for a GPU-sharing device plugin (HAMi); a DRA "
+                f"type's share is a claim on its device's capacity {dra.capacity!r}"
+            )
     if is_mig_resource(resource):
         raise PolicyConfigError(
             f"{name}.sharing does not apply to a MIG slice ({resource!r}): a slice is "

@@ -248,6 +248,8 @@ class JobRequest:
         resources = problems.check(
             parse_launch_options, raw, policy, groups, ignore=JOB_FIELDS, subject="job"
         )
+        if resources is not None:
+            problems.check(check_device_claims, kind, resources)
         parameters = problems.check(parse_parameters, raw.get("parameters"))
         name = problems.check(parse_name, raw.get("name"), default_from=notebook.stem)
         if problems.errors:
@@ -291,6 +293,21 @@ def parse_kind(value: Any, offered: Collection[str] | None = None) -> Kind:
             f"{offered_text}.",
         )
     return value
+
+
+def check_device_claims(kind: Kind, resources: LaunchOptions) -> None:
+    """Refuse GPUs of a type claimed through DRA for a kind whose pods cannot carry a claim."""
+    gpu_type = resources.gpu_type
+    job_kind = KINDS[kind]
+    if gpu_type is None or gpu_type.dra is None or resources.gpus == 0:
+        return
+    if job_kind.no_claims:
+        able = _any_of(k for k in KINDS.values() if not k.no_claims)
+        raise JobError(
+            "gpu_type",
+            f"A {job_kind.display_name} cannot have {gpu_type.display_name} GPUs: "
+            f"{job_kind.no_claims}; submit {able} instead, or pick another GPU type.",
+        )
 
 
 def parse_runtime(value: Any, kind: Kind, runtimes: Runtimes) -> str | None:

@@ -8,7 +8,9 @@ CPU-only pod an environment that hides every GPU of the node. Every job kind's m
 share of a GPU (:mod:`gpuhub.core.sharing`) reaches each of them the same way: one device of the
 type's resource plus its memory (and cores) resources for a type shared by memory, whole
 replicas for a time-sliced one, and ``GPUHUB_GPU_SHARE`` / ``GPUHUB_GPU_MEMORY`` in the
-environment, which the hub's ledger reads back from the pods it watches.
+environment, which the hub's ledger reads back from the pods it watches. A type claimed
+through DRA (:mod:`gpuhub.k8s.dra`) has no GPU resource at all: its container names the pod's
+claim instead.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from gpuhub.core.holder_env import holder_env
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import format_cpu, format_memory
 from gpuhub.core.sharing import Sharing
+from gpuhub.k8s.dra import claims_gpus, container_claims
 
 # Where the memory-backed /dev/shm goes; PyTorch DataLoader workers need far more than 64M.
 SHM_VOLUME = "gpuhub-dshm"
 
 
 def gpu_resources(options: LaunchOptions) -> dict[str, str]:
-    """``{resource_name: count}`` of the chosen GPU type; empty for a CPU-only pod."""
-    if options.gpu_type is None or options.gpus == 0:
+    """``{resource_name: count}`` of the chosen GPU type; empty for a CPU-only pod and for a
+    type claimed through DRA (its claim carries the GPUs)."""
+    if options.gpu_type is None or options.gpus == 0 or options.gpu_type.dra is not None:
         return {}
     gpu_type = options.gpu_type
     sharing = gpu_type.sharing
@@ -43,15 +47,18 @@ def gpu_resources(options: LaunchOptions) -> dict[str, str]:
     return amounts
 
 
-def container_resources(options: LaunchOptions) -> dict[str, dict[str, str]]:
+def container_resources(options: LaunchOptions) -> dict[str, Any]:
     """A container's ``resources``: requests == limits (Guaranteed QoS; extended resources
-    must have request == limit in Kubernetes anyway)."""
+    must have request == limit in Kubernetes anyway), and a DRA type's claim."""
     amounts = {
         "cpu": format_cpu(options.cpu),
         "memory": format_memory(options.memory),
         **gpu_resources(options),
     }
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    resources: dict[str, Any] = {"requests": dict(amounts), "limits": dict(amounts)}
+    if claims_gpus(options):
+        resources["claims"] = container_claims()
+    return resources
 
 
 def gpu_env(options: LaunchOptions | None) -> dict[str, str]:

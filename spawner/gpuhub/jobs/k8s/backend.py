@@ -55,7 +55,7 @@ from gpuhub.jobs.k8s.status import (
     refusal_text,
 )
 from gpuhub.jobs.kinds import of_object, workload_kind, workload_kinds
-from gpuhub.jobs.kinds.base import Needed
+from gpuhub.jobs.kinds.base import Needed, Resource
 from gpuhub.jobs.kinds.phase import Phase
 from gpuhub.jobs.model import (
     JobError,
@@ -66,6 +66,7 @@ from gpuhub.jobs.model import (
     utcnow,
     without_noise,
 )
+from gpuhub.k8s import dra
 from gpuhub.k8s.inventory import pod_holding
 from gpuhub.k8s.kueue import KueueAPI, QueueUse, positions
 from gpuhub.k8s.labels import (
@@ -94,6 +95,8 @@ DISCOVERY_TTL = 60.0  # seconds a discovery answer is trusted
 MAX_LOG_BYTES = 1024 * 1024
 _FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a few KB each)
 _TOMBSTONE_SECONDS = 24 * 3600
+# A DRA type's job: the template its pods claim their GPUs from (gpuhub.k8s.dra).
+CLAIM_TEMPLATE = Resource("ResourceClaimTemplate", dra.GROUP, dra.VERSION, dra.TEMPLATES)
 
 
 def _pod_gpus(pod: Obj) -> int:
@@ -318,8 +321,9 @@ class KubernetesBackend(JobBackend):
             configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
             workload = m.workload(request, owner, job_id, self.settings, key=key, created=created)
             policy = m.replica_network_policy(request, owner, job_id, self.settings)
+            claims = m.gpu_claim_template(request, owner, job_id, self.settings)
             try:
-                made = await self._create_all(configmap, workload, owner, key, policy)
+                made = await self._create_all(configmap, workload, owner, key, policy, claims)
             except BaseException:
                 if quota is not None:
                     await quota.release(owner, job_id)
@@ -376,10 +380,16 @@ class KubernetesBackend(JobBackend):
         return obj
 
     async def _create_all(
-        self, configmap: Obj, workload: Obj, owner: str, key: str, policy: Obj | None = None
+        self,
+        configmap: Obj,
+        workload: Obj,
+        owner: str,
+        key: str,
+        policy: Obj | None = None,
+        claims: Obj | None = None,
     ) -> Obj:
-        """ConfigMap, workload, ownerReference, the replicas' NetworkPolicy: each step undone
-        if a later one fails."""
+        """ConfigMap, the GPUs' ResourceClaimTemplate (a DRA type), workload,
+        ownerReferences, the replicas' NetworkPolicy: each step undone if a later one fails."""
         name = workload["metadata"]["name"]
         try:
             await _json(
@@ -403,20 +413,24 @@ class KubernetesBackend(JobBackend):
             ):
                 raise JobError("name", f"A job named {name!r} already exists.", 409) from None
         made: Obj | None = None
+        template: str | None = None  # once made (or adopted): rolled back with the rest
         try:
+            if claims is not None:
+                await self._create_claim_template(claims, owner)
+                template = claims["metadata"]["name"]
             made = await self._create_workload(workload)
+            owned = {"metadata": {"ownerReferences": [m.owner_reference(made)]}}
             await _json(
                 self.core.patch_namespaced_config_map(
-                    configmap["metadata"]["name"],
-                    self.namespace,
-                    {"metadata": {"ownerReferences": [m.owner_reference(made)]}},
-                    _preload_content=False,
+                    configmap["metadata"]["name"], self.namespace, owned, _preload_content=False
                 )
             )
+            if template is not None:
+                await self.objects.merge_patch(CLAIM_TEMPLATE, template, owned)
             if policy is not None:
                 await self._create_network_policy(policy, made)
         except BaseException as exc:
-            await self._roll_back(configmap["metadata"]["name"], made)
+            await self._roll_back(configmap["metadata"]["name"], made, template)
             if isinstance(exc, ApiException):
                 raise self._refusal("create the job", exc) from None
             raise
@@ -450,7 +464,25 @@ class KubernetesBackend(JobBackend):
     async def _create_workload(self, workload: Obj) -> Obj:
         return await self.objects.create(of_object(workload).resource, workload)
 
-    async def _roll_back(self, configmap: str, workload: Obj | None) -> None:
+    async def _create_claim_template(self, template: Obj, owner: str) -> None:
+        """The template a DRA type's pods claim their GPUs from; a retried submit finds the
+        one its first attempt made (its owner's, of the same job)."""
+        try:
+            await self.objects.create(CLAIM_TEMPLATE, template)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            name = template["metadata"]["name"]
+            found = (await self.objects.read(CLAIM_TEMPLATE, name))["metadata"]
+            job = (template["metadata"].get("labels") or {}).get(JOB_ID_LABEL)
+            if (found.get("annotations") or {}).get(USERNAME_ANNOTATION) != owner or (
+                found.get("labels") or {}
+            ).get(JOB_ID_LABEL) != job:
+                raise JobError("name", f"A job named {job!r} already exists.", 409) from None
+
+    async def _roll_back(
+        self, configmap: str, workload: Obj | None, template: str | None = None
+    ) -> None:
         """Delete what a failed submit made; log (never raise) if that fails too."""
         if workload is not None:
             name = workload["metadata"]["name"]
@@ -460,6 +492,14 @@ class KubernetesBackend(JobBackend):
             except ApiException as exc:
                 if exc.status != 404:
                     log.error("gpuhub: could not roll back %s: %s", name, exc)
+        if template is not None:
+            try:
+                await self.objects.delete(CLAIM_TEMPLATE, template, {})
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.error(
+                        "gpuhub: could not roll back ResourceClaimTemplate %s: %s", template, exc
+                    )
         try:
             await _json(
                 self.core.delete_namespaced_config_map(

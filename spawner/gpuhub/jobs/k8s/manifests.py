@@ -30,6 +30,7 @@ from gpuhub.core.quantity import format_memory
 from gpuhub.jobs.kinds import kind_for, workload_kind
 from gpuhub.jobs.model import ID_HEX, JobError, JobRequest, Kind, new_job_id
 from gpuhub.jobs.paths import output_path
+from gpuhub.k8s.dra import claim_template, claims_gpus, pod_claims, template_name
 from gpuhub.k8s.labels import (
     IDEMPOTENCY_KEY_ANNOTATION,
     JOB_ID_LABEL,
@@ -297,7 +298,27 @@ def _pod_spec(
         spec["nodeSelector"] = selector
     if tolerations:
         spec["tolerations"] = tolerations
+    if claims_gpus(options):
+        # Each pod gets its own claim from the job's template (gpuhub.k8s.dra).
+        spec["resourceClaims"] = pod_claims(template_name(job_id))
     return spec
+
+
+def gpu_claim_template(
+    request: JobRequest, owner: str, job_id: str, settings: KubeJobSettings
+) -> dict[str, Any] | None:
+    """The ResourceClaimTemplate every pod of a job claims its GPUs from, for a GPU type
+    claimed through DRA; None otherwise. Created before the job and owned by it once it
+    exists (the backend), so it goes when the job goes."""
+    if not claims_gpus(request.resources):
+        return None
+    return claim_template(
+        request.resources,
+        template_name(job_id),
+        settings.namespace,
+        labels(owner, job_id, request.kind),
+        {USERNAME_ANNOTATION: owner},
+    )
 
 
 # What every job container runs under (the restricted Pod Security Standard): not root, no

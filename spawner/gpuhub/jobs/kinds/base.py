@@ -147,6 +147,9 @@ class JobKind(abc.ABC):
     runs_in: str | None = None
     run_name: str = ""
     rbac: Access = Access()
+    # Why its pods cannot claim GPUs of a type claimed through DRA (gpuhub.k8s.dra), as a
+    # refusal says it; "": their pod templates carry the claim.
+    no_claims: str = ""
 
     def name_stem(self, stem: str, room: int) -> str:
         """The stem of a job id (``<stem>-<digest>``) at most ``room`` characters long, as

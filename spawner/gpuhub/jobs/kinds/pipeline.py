@@ -21,6 +21,7 @@ class Pipeline(JobKind):
     display_name = "pipeline step"
     runs_in = "Kubeflow Pipelines"
     run_name = "pipeline run"
+    no_claims = "Kubeflow Pipelines has no field for a step's DRA resource claims"
     # Each job's record: created, read, listed, annotated when cancelled, deleted.
     rbac = Access(
         service=(Rule("", ("configmaps",), ("create", "get", "list", "patch", "delete")),)

@@ -82,6 +82,8 @@ class TrainJob(WorkloadKind):
     distributed = True
     takes_runtime = True
     between_kind = IN_JOBSET
+    # Trainer v2.3's runtime patches have no resourceClaims (KEP-2782 adds them later).
+    no_claims = "Kubeflow Trainer has no field for a node's DRA resource claims"
     rbac = Access(
         service=(
             Rule(GROUP, ("trainjobs",), SERVICE_VERBS),
