@@ -30,10 +30,17 @@ from typing import Any
 import requests
 import urllib3
 
-from . import addons, build, processes
+from . import addons, build, dra, processes
 from .components import KUBERNETES, KWOK
 from .kubeapi import KubeAPI, KubeError, kubeconfig, wait_for
-from .nodes import DEFAULT_NODES_FILE, kwok_module_dir, load_nodes, schedulable, stages
+from .nodes import (
+    DEFAULT_NODES_FILE,
+    kwok_module_dir,
+    load_dra,
+    load_nodes,
+    schedulable,
+    stages,
+)
 from .pki import ClusterPKI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,12 +139,19 @@ def _advertise_flags() -> list[str]:
 
 class Launcher:
     def __init__(
-        self, root: Path, nodes_file: Path, gpus: int, quiet: bool = False, bare: bool = False
+        self,
+        root: Path,
+        nodes_file: Path,
+        gpus: int,
+        quiet: bool = False,
+        bare: bool = False,
+        dra_gpus: int = 2,
     ) -> None:
         self.cluster = Cluster(root)
         self.root = root
         self.nodes_file = nodes_file
         self.gpus = gpus
+        self.dra_gpus = dra_gpus  # the process node's GPUs claimed through DRA
         self.quiet = quiet
         # Only etcd, kube-apiserver and kwok (no node leases): the control plane a scale run
         # fills with thousands of kwok nodes and pods bound by name, without the controllers,
@@ -389,9 +403,18 @@ class Launcher:
         # Nodes: kwok's fake GPU nodes and the process node.
         self.say("starting kwok and the process node ..." if not self.bare else "starting kwok ...")
         nodes = load_nodes(self.nodes_file)
+        # DRA: the NVIDIA driver's DeviceClasses, and the slices of the simulated driver for
+        # the GPUs of the nodes that have a dra entry (the process node publishes its own).
+        dra_nodes = {} if self.bare else load_dra(self.nodes_file)
+        if not self.bare:
+            api.apply_all(dra.device_classes())
         for node in nodes:
             status = node.pop("status")
-            api.apply(node)
+            created = api.apply(node)
+            name = node["metadata"]["name"]
+            if name in dra_nodes:
+                devices = dra.devices(name, dra_nodes[name])
+                dra.publish(api, name, created["metadata"]["uid"], devices)
             api.request(
                 "PATCH",
                 api.path("v1", "Node", node["metadata"]["name"]) + "/status",
@@ -443,6 +466,7 @@ class Launcher:
                     f"--state={root / 'node-agent'}",
                     f"--port={ports['node-agent']}",
                     f"--gpus={self.gpus}",
+                    f"--dra-gpus={self.dra_gpus}",
                 ],
                 cwd=REPO,
                 ports=(ports["node-agent"],),
@@ -625,6 +649,12 @@ def main(argv: list[str] | None = None) -> int:
         default=int(os.environ.get("GPUHUB_CLUSTER_GPUS", 4)),
         help="simulated nvidia.com/gpu on the process node (default 4)",
     )
+    parser.add_argument(
+        "--dra-gpus",
+        type=int,
+        default=int(os.environ.get("GPUHUB_CLUSTER_DRA_GPUS", 2)),
+        help="simulated GPUs the process node offers through DRA, besides those (default 2)",
+    )
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if args.command == "down":
@@ -633,7 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         return status(root)
     try:
-        print(Launcher(root, args.nodes, args.gpus, bare=args.bare).up(), flush=True)
+        print(
+            Launcher(root, args.nodes, args.gpus, bare=args.bare, dra_gpus=args.dra_gpus).up(),
+            flush=True,
+        )
     except ClusterError as error:
         print(f"make cluster failed: {error}", file=sys.stderr)
         return 1

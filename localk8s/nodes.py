@@ -7,6 +7,16 @@ A nodes file is a YAML list, one entry per node::
       taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
       allocatable: {cpu: "64", memory: 512Gi, pods: 110, nvidia.com/gpu: 8}
 
+A node may also have GPUs claimed through Dynamic Resource Allocation, published by the
+simulated NVIDIA DRA driver (:mod:`localk8s.dra`, which describes the entry)::
+
+    - name: dra-a100-0
+      taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+      allocatable: {cpu: "64", memory: 512Gi, pods: 110}
+      dra: {product: NVIDIA A100-SXM4-80GB, gpus: 4}
+
+Such a node advertises no ``nvidia.com/*`` extended resources: a GPU is offered one way.
+
 Each becomes a Node that kwok manages (annotation ``kwok.x-k8s.io/node=fake``) and that
 carries kwok's usual taint ``kwok.x-k8s.io/node=fake:NoSchedule``, so only pods that
 tolerate it land there; everything else goes to the process node, where it really runs.
@@ -33,6 +43,7 @@ from typing import Any
 import yaml
 
 from .build import go_env
+from .dra import check_spec
 
 DEFAULT_NODES_FILE = Path(__file__).with_name("nodes.yaml")
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -52,13 +63,21 @@ KWOK_STAGES = (
 
 def node_object(entry: dict[str, Any]) -> dict[str, Any]:
     """A kwok-managed Node from one nodes-file entry."""
-    unknown = set(entry) - {"name", "labels", "taints", "allocatable", "unschedulable"}
+    unknown = set(entry) - {"name", "labels", "taints", "allocatable", "unschedulable", "dra"}
     if unknown or "name" not in entry:
         raise ValueError(
-            f"a node entry takes name, labels, taints, allocatable and unschedulable; "
+            f"a node entry takes name, labels, taints, allocatable, unschedulable and dra; "
             f"got {sorted(entry)}"
         )
     allocatable = {k: str(v) for k, v in (entry.get("allocatable") or {}).items()}
+    if "dra" in entry:
+        check_spec(entry["name"], entry["dra"])
+        plugin = sorted(k for k in allocatable if k.startswith("nvidia.com/"))
+        if plugin:
+            raise ValueError(
+                f"node {entry['name']} has DRA GPUs and also advertises {', '.join(plugin)}; "
+                "a node offers its GPUs one way, so leave those out of its allocatable"
+            )
     allocatable.setdefault("pods", "110")
     name = entry["name"]
     return {
@@ -95,11 +114,20 @@ def schedulable(node: dict[str, Any] | None) -> bool:
     )
 
 
-def load_nodes(path: Path) -> list[dict[str, Any]]:
+def _entries(path: Path) -> list[dict[str, Any]]:
     entries = yaml.safe_load(path.read_text()) or []
     if not isinstance(entries, list):
         raise ValueError(f"{path} must hold a YAML list of nodes, not {type(entries).__name__}")
-    return [node_object(e) for e in entries]
+    return entries
+
+
+def load_nodes(path: Path) -> list[dict[str, Any]]:
+    return [node_object(e) for e in _entries(path)]
+
+
+def load_dra(path: Path) -> dict[str, dict[str, Any]]:
+    """Each node's ``dra`` entry (checked by :func:`load_nodes`), by node name."""
+    return {e["name"]: e["dra"] for e in _entries(path) if "dra" in e}
 
 
 def kwok_module_dir(kwok_version: str) -> Path:

@@ -1,7 +1,8 @@
 """The process node agent: ``python -m localk8s.agent --kubeconfig-dir ... --port ...``.
 
 It registers the Node (``local-0`` by default, label ``gpuhub.io/node-agent=process``,
-simulated ``nvidia.com/gpu``), renews its Lease in ``kube-node-lease`` as a kubelet does,
+simulated ``nvidia.com/gpu``), publishes the ResourceSlice of its GPUs claimed through DRA
+(``--dra-gpus``, numbered after those; :mod:`localk8s.dra`), renews its Lease in ``kube-node-lease`` as a kubelet does,
 runs the pods bound to it (:mod:`.pods`) and serves their logs (:mod:`.server`). The
 launcher (``localk8s/launcher.py``) starts it; see docs/cluster.md.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import dra
 from ..components import KUBERNETES
 from .kube import ApiError, Kube
 from .logs import timestamp
@@ -139,6 +141,33 @@ async def register(kube: Kube, node: dict[str, Any]) -> None:
     )
 
 
+async def publish_slice(kube: Kube, name: str, gpus: int, dra_gpus: int) -> None:
+    """This node's ResourceSlice, as the NVIDIA driver's kubelet plugin publishes one: its
+    DRA GPUs, shareable by memory (none: no slice)."""
+    path = f"/apis/{dra.RESOURCE_API}/resourceslices/{dra.slice_name(name)}"
+    current = None
+    try:
+        current = await kube.request("GET", path)
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    if not dra_gpus:
+        if current is not None:
+            await kube.request("DELETE", path)
+        return
+    node = await kube.request("GET", f"/api/v1/nodes/{name}")
+    spec = {"product": dra.SIMULATED_PRODUCT, "gpus": dra_gpus, "shares": "memory"}
+    wanted = dra.resource_slice(name, node["metadata"]["uid"], dra.devices(name, spec, gpus))
+    wanted["spec"]["pool"]["generation"] = dra.next_generation(current, wanted)
+    await kube.request(
+        "PATCH",
+        path,
+        wanted,
+        params={"fieldManager": "gpuhub-node-agent", "force": "true"},
+        content_type="application/apply-patch+yaml",
+    )
+
+
 async def keep_lease(kube: Kube, name: str, node: dict[str, Any]) -> None:
     """Renew the node's Lease every 10 s and post its status every minute, as a kubelet."""
     path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
@@ -198,11 +227,13 @@ async def main(args: argparse.Namespace) -> None:
     async with kube:
         node = node_object(args.name, args.gpus, args.cpu, args.memory, args.port)
         await register(kube, node)
+        await publish_slice(kube, args.name, args.gpus, args.dra_gpus)
         agent = ProcessNode(
             kube,
             args.name,
             Path(args.state),
             gpus=args.gpus,
+            dra_gpus=args.dra_gpus,
             apiserver_port=int(args.server.rsplit(":", 1)[1]),
         )
         runner = web.AppRunner(make_app(agent), access_log=None)
@@ -238,9 +269,10 @@ async def main(args: argparse.Namespace) -> None:
         for task in tasks:  # none of them may end; if one does, say why and stop the node
             task.add_done_callback(lambda t: t.cancelled() or _died(t, stop))
         log.info(
-            "node %s ready: %d simulated GPUs, kubelet API on 127.0.0.1:%d",
+            "node %s ready: %d simulated GPUs, %d more through DRA, kubelet API on 127.0.0.1:%d",
             args.name,
             args.gpus,
+            args.dra_gpus,
             args.port,
         )
         await stop.wait()
@@ -264,6 +296,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True, help="the kubelet API's port")
     parser.add_argument("--name", default="local-0")
     parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--dra-gpus", type=int, default=0, help="GPUs claimed through DRA")
     parser.add_argument("--cpu", default="16")
     parser.add_argument("--memory", default="64Gi")
     return parser.parse_args(argv)

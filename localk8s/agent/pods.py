@@ -4,8 +4,11 @@ What a container gets, as on a kubelet: its ``command`` and ``args`` (``$(VAR)``
 its ``env`` and ``envFrom`` (values, ConfigMap and Secret keys, the downward API), its
 volumes at their ``mountPath`` (:mod:`.volumes`), and its GPUs: a pod that asks for
 ``nvidia.com/gpu`` gets that many of the node's simulated devices, by index, in
-``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES``; a pod that asks for none gets
-``NVIDIA_VISIBLE_DEVICES=void`` and an empty ``CUDA_VISIBLE_DEVICES``. Every pod is told the
+``NVIDIA_VISIBLE_DEVICES`` and ``CUDA_VISIBLE_DEVICES``; a pod with ResourceClaims
+(``spec.resourceClaims``) starts only once each is allocated and reserved for it, and each
+container gets the devices its ``resources.claims`` were allocated (:mod:`.claims`); a
+container that asks for none gets ``NVIDIA_VISIBLE_DEVICES=void`` and an empty
+``CUDA_VISIBLE_DEVICES``. Every pod is told the
 GPUs are simulated (``GPUHUB_SIMULATED_GPUS``, what gpuhub's lab reads on a workstation with
 simulated GPUs). Each pod has its own
 loopback address as its pod IP; because every pod shares this machine's network, a program
@@ -37,6 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuhub.core.env import SHARE_ENV, SHARE_MEMORY_ENV
+
+from ..dra import SIMULATED_MEMORY
+from .claims import ClaimsNotReady, Grant, claim_names, grants, reserved_for
 from .hosts import hosts_file, pod_name, write_in_place
 from .kube import ApiError, Kube
 from .logs import ContainerLog, timestamp
@@ -97,6 +104,8 @@ class PodRun:
     phase: str = "Pending"
     initialized: bool = False
     volumes: dict[str, Path] = field(default_factory=dict)
+    # A pod with ResourceClaims: each container's devices, once its claims are reserved.
+    claims: dict[str, Grant] | None = None
     message: str = ""
     reason: str = ""
 
@@ -148,13 +157,17 @@ class ProcessNode:
         gpus: int,
         apiserver_port: int,
         ip_range: str = "127.1.0.0/16",
+        dra_gpus: int = 0,
     ) -> None:
         self.kube = kube
         self.name = name
         self.folder = folder
         self.apiserver_port = apiserver_port
         self.free_gpus = set(range(gpus))
-        self.total_gpus = gpus
+        # The GPUs claimed through DRA come after those: the scheduler allocates them
+        # (this node's ResourceSlice, published by __main__), the agent only hands them out.
+        self.dra_memory = {i: SIMULATED_MEMORY for i in range(gpus, gpus + dra_gpus)}
+        self.total_gpus = gpus + dra_gpus
         self.runs: dict[str, PodRun] = {}  # uid -> run
         self.by_key: dict[tuple[str, str], str] = {}
         network = ipaddress.ip_network(ip_range)
@@ -230,6 +243,8 @@ class ProcessNode:
         folder.mkdir(parents=True, exist_ok=True)
         gpus = sorted(self.free_gpus)[:need]
         run = PodRun(pod, self._allocate_ip(), gpus, folder)
+        if pod["spec"].get("resourceClaims"):
+            run.claims = {}
         self.runs[meta["uid"]] = run
         self.by_key[run.key] = meta["uid"]
         self.refresh_hosts()
@@ -380,6 +395,8 @@ class ProcessNode:
     # -- running -----------------------------------------------------------------------------
     async def _run(self, run: PodRun) -> None:
         try:
+            if run.claims is not None:
+                await self._prepare_claims(run)
             await self._prepare_volumes(run)
             await self._load_refs(run)
             if run.deleting:
@@ -418,6 +435,46 @@ class ProcessNode:
             run.message = "The process node's agent failed to run this pod; see its log."
             await self._report(run)
             self._release(run)
+
+    async def _prepare_claims(self, run: PodRun) -> None:
+        """Wait until each of the pod's claims is allocated and reserved for it, as the
+        kubelet does, then note each container's devices."""
+        warned = False
+        namespace = run.pod["metadata"]["namespace"]
+        while not run.deleting:
+            try:
+                claims = {}
+                for name, claim_name in claim_names(run.pod).items():
+                    if claim_name is None:
+                        continue  # the pod does not need this claim
+                    try:
+                        claim = await self.kube.request(
+                            "GET",
+                            f"/apis/resource.k8s.io/v1/namespaces/{namespace}"
+                            f"/resourceclaims/{claim_name}",
+                        )
+                    except ApiError as error:
+                        if error.status != 404:
+                            raise
+                        raise ClaimsNotReady(f"the ResourceClaim {claim_name}, not found") from None
+                    if not reserved_for(claim, run.uid):
+                        raise ClaimsNotReady(
+                            f"the ResourceClaim {claim_name} to be allocated and reserved for it"
+                        )
+                    claims[name] = claim
+                run.claims = grants(run.pod, claims, self.name, self.dra_memory)
+                return
+            except ClaimsNotReady as waiting:
+                if not warned:
+                    await self.event(
+                        run,
+                        "Warning",
+                        "FailedPrepareDynamicResources",
+                        f"The pod waits for {waiting}.",
+                    )
+                    await self._report(run)
+                    warned = True
+                await asyncio.sleep(0.5)
 
     async def _prepare_volumes(self, run: PodRun) -> None:
         volumes = Volumes(self.kube, run.pod, run.folder, self.apiserver_port)
@@ -505,12 +562,24 @@ class ProcessNode:
             else:
                 value = self._value_from(run, item["valueFrom"], spec)
             env[item["name"]] = value.replace("0.0.0.0", run.ip)
-        devices = ",".join(str(g) for g in run.gpus)
+        given = {i["name"] for i in spec.get("env") or []}
+        gpus = run.gpus
+        if run.claims is not None:
+            grant = run.claims.get(spec["name"]) or Grant()
+            gpus = grant.devices
+            if grant.share is not None and grant.share_memory is not None:
+                # A share of one device's memory, told as gpuhub tells a pod its share
+                # (gpuhub.core.holder_env), unless the pod says so itself.
+                if SHARE_ENV not in given:
+                    env[SHARE_ENV] = str(grant.share)
+                if SHARE_MEMORY_ENV not in given:
+                    env[SHARE_MEMORY_ENV] = str(grant.share_memory)
+        devices = ",".join(str(g) for g in gpus)
         env["NVIDIA_VISIBLE_DEVICES"] = devices or "void"
         # This node's GPUs are simulated: gpuhub's lab then charts them as it does a
         # workstation's simulated GPUs (their processes' CPU and memory), saying "simulated".
         env["GPUHUB_SIMULATED_GPUS"] = str(self.total_gpus)
-        if "CUDA_VISIBLE_DEVICES" not in {i["name"] for i in spec.get("env") or []}:
+        if "CUDA_VISIBLE_DEVICES" not in given:
             env["CUDA_VISIBLE_DEVICES"] = devices
         return env
 
