@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuhub.core.env import GPU_ENV_PREFIX, GPU_TYPE_ENV
+from gpuhub.core.env import GPU_ENV_PREFIX, GPU_TYPE_ENV, GPUS_ENV
 from gpuhub.core.gpu_resources import is_gpu_resource
 from gpuhub.core.holdings import Holding, Waiting, Workload
 from gpuhub.core.policy import GPUType
@@ -178,6 +178,17 @@ def _gpuhub_env(pod: Mapping[str, Any]) -> dict[str, str]:
     return env
 
 
+def claimed_gpus(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """``((type key, count),)`` of a pod whose GPUs are claimed through DRA: it asks for no
+    GPU resource, and gpuhub gave it ``GPUHUB_GPUS`` and its type (users cannot create pods,
+    so the hub trusts them, as it does a share's); the claim's devices are the capacity
+    watch's (:mod:`gpuhub.hub.ledger.dra_capacity`). Empty for any other pod."""
+    count, key = env.get(GPUS_ENV, ""), env.get(GPU_TYPE_ENV, "")
+    if not (key and count.isdigit() and int(count) > 0):
+        return ()
+    return ((key, int(count)),)
+
+
 def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -> Holding | None:
     """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
     counts against the quota, but holds GPUs only once bound to a node: until then it is
@@ -188,12 +199,12 @@ def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
-    gpus = pod_gpus(pod)
+    env = _gpuhub_env(pod)
+    gpus = pod_gpus(pod) or claimed_gpus(env)
     if not gpus:
         return None
     labels = meta.get("labels") or {}
     notes = meta.get("annotations") or {}
-    env = _gpuhub_env(pod)
     resource = env.get(GPU_TYPE_ENV) or gpus[0][0]  # named for people by ledger.named
     count = sum(n for _, n in gpus)
     share, memory = share_from_env(env)
