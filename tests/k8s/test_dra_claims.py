@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 
 from gpuhub.core.policy import Policy, PolicyConfigError
+from gpuhub.jobs.k8s import backend
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.kinds import of_object
 from gpuhub.jobs.model import JobError
@@ -168,6 +169,9 @@ def test_each_kinds_pods_claim_from_the_jobs_template(root: Path, kind: str, wor
             K8S,
             strict=True,
         )
+    # What the jobs list and the service's own quota read back: 2 GPUs a pod.
+    assert backend._workload_gpus(obj) == 2 * workers
+    assert backend._resources(obj)["gpus"] == 2
     if kind == "job":
         validate(obj)
     # Without GPUs, or of an extended-resource type: no template, no claim.

@@ -34,7 +34,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from gpuhub.core.env import GPU_TYPE_ENV
+from gpuhub.core.env import GPU_TYPE_ENV, GPUS_ENV
 from gpuhub.core.gpu_resources import is_gpu_resource
 from gpuhub.core.holdings import Holding, Waiting, gpus_counted, quota_sentence
 from gpuhub.core.quantity import format_memory, human_memory
@@ -100,11 +100,23 @@ CLAIM_TEMPLATE = Resource("ResourceClaimTemplate", dra.GROUP, dra.VERSION, dra.T
 
 
 def _pod_gpus(pod: Obj) -> int:
-    total = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        total += sum(int(v) for k, v in limits.items() if is_gpu_resource(k))
-    return total
+    spec = pod.get("spec") or {}
+    return sum(_container_gpus(c, spec) for c in spec.get("containers") or [])
+
+
+def _container_gpus(container: Obj, pod_spec: Obj) -> int:
+    """The GPUs a container asks for: its GPU resources, or for a type claimed through DRA
+    (gpuhub.k8s.dra: a claim, no GPU resource) the count gpuhub gave it in its environment."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    gpus = sum(int(v) for k, v in limits.items() if is_gpu_resource(k))
+    if gpus or not pod_spec.get("resourceClaims"):
+        return gpus
+    claims = (container.get("resources") or {}).get("claims") or []
+    if not any(c.get("name") == dra.POD_CLAIM for c in claims):
+        return 0
+    env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+    count = str(env.get(GPUS_ENV) or "")
+    return int(count) if count.isdigit() else 0
 
 
 def _gpu_resource(obj: Obj) -> str:
@@ -140,14 +152,17 @@ def _workload_share(obj: Obj) -> tuple[Fraction | None, int]:
 
 def _resources(obj: Obj) -> dict[str, Any]:
     """image, cpu, memory, gpu type resource and count of the (primary) container."""
-    container = of_object(obj).primary_container(obj)
+    kind = of_object(obj)
+    container = kind.primary_container(obj)
     limits = (container.get("resources") or {}).get("limits") or {}
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    templates = kind.pod_templates(obj)
+    pod_spec = (templates[0][0].get("spec") or {}) if templates else {}
     return {
         "image": container.get("image"),
         "cpu": limits.get("cpu"),
         "memory": limits.get("memory"),
-        "gpus": sum(int(v) for k, v in limits.items() if is_gpu_resource(k)),
+        "gpus": _container_gpus(container, pod_spec),
         "gpu_type": env.get(GPU_TYPE_ENV) or None,
         "gpu_memory": share_from_env(env)[1] or None,  # a share's, per pod
     }
