@@ -6,7 +6,10 @@ IPython, a server without gpuhub) it reads NVML (or the simulated GPUs) in this 
 the same reading code. In a job (``GPUHUB_JOB_ID``) it shows the job's own GPUs, and the job's
 kernel as "this job".
 
-``%gpu --watch [SECONDS]`` keeps the table live in an ipywidgets output for that long.
+``%gpu --watch [SECONDS]`` keeps the table live in an ipywidgets output for that long, from
+the server's metrics stream (``/gpuhub/api/metrics/stream``: each sample pushed as the sampler
+takes it), or by polling once a second where the stream is refused (a proxy without
+WebSockets, an older gpuhub) or there is no server.
 
 Imports stay inside the functions: ``%load_ext gpuhub_lab`` must be fast.
 """
@@ -16,9 +19,14 @@ from __future__ import annotations
 import html
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 GIB = 2**30
+#: ``%gpu --watch`` redraws at most this often, however fast the server samples.
+WATCH_REDRAW_S = 0.2
+#: and polls this often where the stream is refused.
+WATCH_POLL_S = 1.0
 
 
 def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
@@ -262,7 +270,6 @@ def gpu(line: str = "") -> GPUReport | None:
 def _watch(seconds: float) -> None:
     """Refresh an ipywidgets HTML view from a background thread, leaving the kernel free."""
     import threading
-    import time
 
     import ipywidgets
     from IPython.display import display
@@ -271,13 +278,89 @@ def _watch(seconds: float) -> None:
     display(view)
     own = _own_pids()
 
-    def refresh() -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            time.sleep(1.0)
-            view.value = GPUReport(fetch_metrics(), own)._repr_html_()
+    def show(data: dict[str, Any]) -> None:
+        view.value = GPUReport(data, own)._repr_html_()
 
-    threading.Thread(target=refresh, name="gpuhub-gpu-watch", daemon=True).start()
+    threading.Thread(
+        target=watch_metrics, args=(seconds, show), name="gpuhub-gpu-watch", daemon=True
+    ).start()
+
+
+def watch_metrics(seconds: float, show: Callable[[dict[str, Any]], None]) -> None:
+    """Call ``show(metrics)`` with each update for ``seconds``: pushed by this kernel's server
+    where its stream answers, else polled every ``WATCH_POLL_S`` (blocks; run it in a thread)."""
+    import asyncio
+    import time
+
+    from gpuhub.core.env import JOB_ID_ENV
+
+    deadline = time.monotonic() + seconds
+    job = os.environ.get(JOB_ID_ENV)
+    why: str | None
+    if job and in_own_pod():
+        why = "a cluster job's pod has no Jupyter server"
+    else:
+        try:
+            from .jobs_client import find_server
+
+            why = asyncio.run(_from_stream(find_server(), deadline, show, job))
+        except Exception as exc:
+            why = _refusal(exc)
+    if why is None:
+        return
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(WATCH_POLL_S, left))
+        data = fetch_metrics()
+        polled = (
+            f"Refreshed every {WATCH_POLL_S:g} s by polling, as the server's metrics stream "
+            f"is not available ({why})."
+        )
+        data["note"] = f"{data['note']} {polled}" if data.get("note") else polled
+        show(data)
+
+
+async def _from_stream(
+    server: Any, deadline: float, show: Callable[[dict[str, Any]], None], job: str | None
+) -> str | None:
+    """Show each message of ``/gpuhub/api/metrics/stream`` until ``deadline``; None when it
+    lasted, else why it could not (then the caller polls)."""
+    import asyncio
+    import time
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    headers = {"Authorization": f"token {server.token}"} if server.token else {}
+    url = "ws" + server.url.removeprefix("http") + "gpuhub/api/metrics/stream"
+    request = HTTPRequest(url, headers=headers, connect_timeout=5, request_timeout=5)
+    connection = await websocket_connect(request)
+    try:
+        shown = 0.0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = await asyncio.wait_for(connection.read_message(), left)
+            except TimeoutError:
+                return None
+            if message is None:
+                return "the server closed it"
+            if time.monotonic() - shown < WATCH_REDRAW_S:
+                continue  # the next sample comes soon; never redraw faster than a person reads
+            data = json.loads(message)
+            data.pop("history", None)
+            data["note"] = f"Live: the server pushes every sample (each {data['interval']:g} s)."
+            show(_for_job(data, job) if job else data)
+            shown = time.monotonic()
+    finally:
+        connection.close()
+    return None
+
+
+def _refusal(exc: Exception) -> str:
+    """Why the stream could not be opened, in a few words."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and code >= 400:
+        return f"HTTP {code} when asked for a WebSocket"
+    return str(exc) or type(exc).__name__
 
 
 def register(ipython: Any) -> None:

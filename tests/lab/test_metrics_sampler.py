@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
 from gpuhub_lab.metrics.handlers import MetricsService
@@ -24,9 +25,13 @@ def make_sampler(**config: object) -> GPUSampler:
 
 
 def test_admin_config_and_interval_floor():
-    sampler = make_sampler(interval=0.01, history_seconds=60)
-    assert sampler.interval == MIN_INTERVAL
+    sampler = make_sampler(interval=MIN_INTERVAL, history_seconds=60)
+    assert sampler.interval == MIN_INTERVAL == 0.1  # 10 Hz, as live charts move
     assert sampler.history_length == int(60 / MIN_INTERVAL)
+    for too_fast in (0.05, 0.0, -1.0, float("nan")):
+        with pytest.raises(TraitError, match=r"must be at least 0\.1 seconds") as refused:
+            make_sampler(interval=too_fast)
+        assert f"not {too_fast:g}." in str(refused.value)
     assert make_sampler(interval=0.5, history_seconds=1e9).history_length == MAX_HISTORY
     with pytest.raises(Exception, match="idle_timeout must be positive"):
         make_sampler(idle_timeout=0)
@@ -112,6 +117,27 @@ async def test_samples_only_while_clients_poll_then_sleeps_and_wakes():
     assert not sampler._thread.is_alive()
 
 
+def test_a_listener_keeps_it_sampling_without_polls_until_it_leaves():
+    fake.install(fake.a100s(1))
+    sampler = make_sampler(interval=MIN_INTERVAL, idle_timeout=0.3)
+    got: list[int] = []
+    try:
+        assert sampler.sleeping
+        sampler.listen(lambda sample: got.append(sample.seq))  # starts the thread
+        assert not sampler.sleeping
+        deadline = time.monotonic() + 30
+        while len(got) < 8 and time.monotonic() < deadline:  # well past idle_timeout
+            time.sleep(0.05)
+        assert got == list(range(1, len(got) + 1)) and len(got) >= 8  # every sample, in order
+        sampler.unlisten(sampler._listeners[0])
+        assert sampler.sleeping  # nobody polled recently either
+        taken = sampler.samples_taken
+        time.sleep(5 * MIN_INTERVAL)  # an awake sampler would sample 5 times
+        assert sampler.samples_taken <= taken + 1  # at most the one already under way
+    finally:
+        sampler.stop()
+
+
 async def test_service_shares_one_serialized_answer_per_sample():
     scenario = fake.a100s(1, utilization=50)
     scenario.gpus[0].processes = [fake.FakeProcess(21, 2**30)]
@@ -131,6 +157,7 @@ async def test_service_shares_one_serialized_answer_per_sample():
         head = service._head
         again = json.loads(await service.response(body["history"][-1]["time"]))
         assert service._head is head  # same sample: not serialized again
+        assert service.encodes == 1
     finally:
         sampler.stop()
     assert body["available"] is True and body["interval"] == 5

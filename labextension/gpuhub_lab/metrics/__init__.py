@@ -3,7 +3,8 @@
 * :mod:`.nvml` / :mod:`.dcgm`: read the GPUs (NVML on this machine, or a DCGM exporter);
 * :mod:`.sampler`: the one background sampler per server, with its ring buffer;
 * :mod:`.kernels`: GPU process -> kernel -> notebook;
-* :mod:`.handlers`: ``GET /gpuhub/api/metrics``.
+* :mod:`.handlers`: ``GET /gpuhub/api/metrics``;
+* :mod:`.stream`: ``/gpuhub/api/metrics/stream``, the same pushed over a WebSocket.
 
 Import the submodules directly; this package imports nothing heavy on purpose.
 """

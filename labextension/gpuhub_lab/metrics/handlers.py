@@ -1,4 +1,5 @@
-"""``GET /gpuhub/api/metrics``: the latest GPU sample and recent history.
+"""``GET /gpuhub/api/metrics``: the latest GPU sample and recent history (pushed over a
+WebSocket by ``/gpuhub/api/metrics/stream``, :mod:`.stream`).
 
 Response (docs/architecture.md)::
 
@@ -17,7 +18,7 @@ server (from the spawner's environment, see :mod:`.assigned`), driver or not. ``
 newer than ``time`` (what a poller already has is not sent again).
 
 Many clients poll the same server: the part of the answer that only depends on the sample is
-serialized once per sample and shared.
+serialized once per sample and shared, with the stream (:mod:`.stream`) as well.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ class MetricsService:
         self.assigned = assigned
         self._head_key: tuple[int, int] | None = None
         self._head = ""
+        self.encodes = 0  # samples serialized: once each, however many clients (tests count)
 
-    async def response(self, since: float | None) -> str:
-        sample = await self.sampler.latest()
+    async def head(self, sample: Sample | None) -> tuple[tuple[int, int], str]:
+        """The answer for ``sample`` without history, serialized once per sample (and per
+        change of notebook paths), with the key it was serialized for."""
         paths: dict[str, str] = {}
         if sample is not None and self.paths is not None:
             kernel_ids = sample.kernel_ids()
@@ -66,8 +69,17 @@ class MetricsService:
         if key != self._head_key:
             self._head = self._serialize_head(sample, paths)
             self._head_key = key
+            self.encodes += 1
+        return key, self._head
+
+    async def response(self, since: float | None) -> str:
+        return (await self.response_at(since))[1]
+
+    async def response_at(self, since: float | None) -> tuple[int, str]:
+        """The full answer (history newer than ``since``) and the sample number it shows."""
+        (seq, _), head = await self.head(await self.sampler.latest())
         history = self.sampler.history_since(since)
-        return f'{self._head[:-1]},"history":[{",".join(history)}]}}'
+        return seq, f'{head[:-1]},"history":[{",".join(history)}]}}'
 
     def _serialize_head(self, sample: Sample | None, paths: dict[str, str]) -> str:
         if sample is None:
@@ -128,14 +140,19 @@ class MetricsHandler(APIHandler):
 
 
 def setup_metrics(server_app: Any) -> MetricsService:
-    """Create the server's one sampler and route ``/gpuhub/api/metrics`` to it."""
+    """Create the server's one sampler; route ``/gpuhub/api/metrics`` and its stream to it."""
+    from .stream import MetricsStream, MetricsStreamHandler
+
     web_app = server_app.web_app
     sampler = GPUSampler(parent=server_app, pid_mapper=KernelPids(server_app.kernel_manager))
     paths = SessionPaths(server_app.session_manager)
     service = MetricsService(sampler, paths, assignment())
     web_app.settings["gpuhub_metrics"] = service
+    web_app.settings["gpuhub_metrics_stream"] = MetricsStream(service, parent=server_app)
     route = url_path_join(web_app.settings["base_url"], "gpuhub", "api", "metrics")
-    web_app.add_handlers(".*$", [(route, MetricsHandler)])
+    web_app.add_handlers(
+        ".*$", [(route, MetricsHandler), (url_path_join(route, "stream"), MetricsStreamHandler)]
+    )
     source = "simulated GPUs" if sampler.simulated else sampler.source
     server_app.log.info(
         "gpuhub: GPU metrics from %s every %ss at %s", source, sampler.interval, route
@@ -144,6 +161,9 @@ def setup_metrics(server_app: Any) -> MetricsService:
 
 
 def teardown_metrics(server_app: Any) -> None:
+    stream = server_app.web_app.settings.get("gpuhub_metrics_stream")
+    if stream is not None:
+        stream.close_all()
     service = server_app.web_app.settings.get("gpuhub_metrics")
     if service is not None:
         service.sampler.stop()

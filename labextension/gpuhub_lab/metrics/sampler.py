@@ -2,9 +2,10 @@
 
 A daemon thread reads the GPUs (NVML or a DCGM exporter) every ``interval`` seconds into a
 ring buffer, so requests never wait on NVML and never block the event loop. It only runs
-while someone is looking: each request calls :meth:`GPUSampler.touch`; after
-``idle_timeout`` seconds without one the thread sleeps until the next request wakes it.
-Every request between two samples shares the same, already-serialized sample.
+while someone is looking: a listener (an open metrics stream, :meth:`GPUSampler.listen`)
+keeps it going, and each poll calls :meth:`GPUSampler.touch`; with no listener and no poll for
+``idle_timeout`` seconds the thread sleeps until the next one wakes it. Every request between
+two samples shares the same, already-serialized sample.
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from traitlets import Enum, Float, Unicode, default, validate
+from traitlets import Enum, Float, TraitError, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-#: Admins cannot make the sampler run faster than this (NVML calls cost a few ms per GPU).
-MIN_INTERVAL = 0.25
+#: Admins cannot make the sampler run faster than this: 10 Hz, what live charts show (and
+#: what jupyterlab-nvdashboard samples at); one sample of 8 GPUs costs about 1 ms.
+MIN_INTERVAL = 0.1
 #: Nor keep more history entries than this, whatever ``history_seconds`` says.
 MAX_HISTORY = 3600
 
 PidMapper = Callable[[set[int]], dict[int, str]]
+#: Called in the sampler's thread with each new sample (see :meth:`GPUSampler.listen`).
+Listener = Callable[["Sample"], None]
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class GPUSampler(LoggingConfigurable):
     idle_timeout = Float(
         30.0,
         config=True,
-        help="Stop sampling when no client has asked for this many seconds.",
+        help="Stop sampling when no stream is open and no client has polled for this many seconds.",
     )
     nvml_module = Unicode(
         config=True,
@@ -124,11 +128,11 @@ class GPUSampler(LoggingConfigurable):
     @validate("interval")
     def _check_interval(self, proposal: Any) -> float:
         value = float(proposal["value"])
-        if value < MIN_INTERVAL:
-            self.log.warning(
-                "GPUSampler.interval=%s is below the minimum; using %s s", value, MIN_INTERVAL
+        if not value >= MIN_INTERVAL:  # NaN too
+            raise TraitError(
+                f"GPUSampler.interval must be at least {MIN_INTERVAL} seconds (the sampler reads "
+                f"the GPUs at most ten times a second), not {value:g}."
             )
-            return MIN_INTERVAL
         return value
 
     @validate("history_seconds", "idle_timeout")
@@ -151,6 +155,7 @@ class GPUSampler(LoggingConfigurable):
         self._latest: Sample | None = None
         self._history: deque[tuple[float, str]] = deque(maxlen=self.history_length)
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._listeners: list[Listener] = []
         self.samples_taken = 0
         self.cpu_seconds = 0.0  # CPU time the thread spent sampling (benchmarks, logs)
 
@@ -205,9 +210,15 @@ class GPUSampler(LoggingConfigurable):
             if gpus:
                 self._history.append((sample.time, history_entry(sample)))
             waiters, self._waiters = self._waiters, []
+            listeners = list(self._listeners)
         self.samples_taken += 1
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
+        for listener in listeners:
+            try:
+                listener(sample)
+            except Exception:  # a listener must never kill the thread either
+                self.log.exception("gpuhub: a GPU metrics listener failed")
         return sample
 
     def _map_processes(self, gpus: list[dict[str, Any]]) -> None:
@@ -225,9 +236,29 @@ class GPUSampler(LoggingConfigurable):
 
     # -- the thread ----------------------------------------------------------------------
     def touch(self) -> None:
-        """A client asked: keep sampling (start or wake the thread)."""
+        """A client polled: keep sampling for ``idle_timeout`` (start or wake the thread)."""
         was_sleeping = self.sleeping
         self._last_request = time.monotonic()
+        self._run_thread(wake=was_sleeping)
+
+    def listen(self, listener: Listener) -> None:
+        """Call ``listener(sample)`` in the sampler's thread after each sample, and keep
+        sampling until :meth:`unlisten` (a listener must return quickly: hand the sample to
+        an event loop with ``call_soon_threadsafe``)."""
+        with self._lock:
+            self._listeners.append(listener)
+        self._run_thread(wake=True)
+
+    def unlisten(self, listener: Listener) -> None:
+        """Stop calling ``listener``; with no listener left and no recent poll, sampling stops."""
+        with self._lock, contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
+    @property
+    def listeners(self) -> int:
+        return len(self._listeners)
+
+    def _run_thread(self, wake: bool) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -236,12 +267,13 @@ class GPUSampler(LoggingConfigurable):
                     )
                     self._thread.start()
                     return
-        if was_sleeping:
+        if wake:
             self._wake.set()
 
     @property
     def sleeping(self) -> bool:
-        return time.monotonic() - self._last_request > self.idle_timeout
+        """Nobody listens and nobody polled for ``idle_timeout``: the thread does not sample."""
+        return not self._listeners and time.monotonic() - self._last_request > self.idle_timeout
 
     def _run(self) -> None:
         while not self._stopping:
