@@ -46,21 +46,29 @@ class Device(DeviceView):
         return None if quantity is None else int(quantity.value)
 
     @property
-    def words(self) -> str:
-        """ "GPU 3 (A100-SXM4-80GB)", "MIG 1g.10gb of GPU 0 (A100-SXM4-80GB)": how people
-        call it, from the NVIDIA driver's names (``gpu-<minor>``,
-        ``gpu-<minor>-mig-...``) and attributes; another driver's device by its name."""
+    def product(self) -> str:
+        """Its product without the maker ("A100-SXM4-80GB"); "" where not published."""
         product = self.attribute("productName")
-        product = product.removeprefix("NVIDIA ") if isinstance(product, str) else ""
-        suffix = f" ({product})" if product else ""
+        return product.removeprefix("NVIDIA ") if isinstance(product, str) else ""
+
+    @property
+    def short_words(self) -> str:
+        """ "GPU 3", "MIG 1g.10gb of GPU 0": how people call it, from the NVIDIA driver's
+        names (``gpu-<minor>``, ``gpu-<minor>-mig-...``) and its ``profile``; another
+        driver's device by its name."""
         whole = re.fullmatch(r"gpu-(\d+)", self.name)
         if whole:
-            return f"GPU {whole[1]}{suffix}"
+            return f"GPU {whole[1]}"
         mig = re.match(r"gpu-(\d+)-mig-", self.name)
         profile = self.attribute("profile")
         if mig and isinstance(profile, str):
-            return f"MIG {profile} of GPU {mig[1]}{suffix}"
-        return f"device {self.name}{suffix}"
+            return f"MIG {profile} of GPU {mig[1]}"
+        return f"device {self.name}"
+
+    @property
+    def words(self) -> str:
+        """ "GPU 3 (A100-SXM4-80GB)", "MIG 1g.10gb of GPU 0 (A100-SXM4-80GB)"."""
+        return f"{self.short_words} ({self.product})" if self.product else self.short_words
 
     @property
     def words_on_node(self) -> str:

@@ -27,8 +27,8 @@ from gpuhub.core.holdings import (
 )
 from gpuhub.core.options import FIELDS, OptionsError
 from gpuhub.core.policy import GPUType, Policy
-from gpuhub.core.quantity import QuantityError, format_memory, human_memory, parse_cpu
-from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.core.quantity import QuantityError, format_memory, human_memory, parse_cpu, parse_memory
+from gpuhub.hub.ledger.gpu_capacity import DeviceFree, GPUCapacity
 
 CUSTOM_IMAGE = "__custom__"
 
@@ -215,6 +215,11 @@ def render_form(
         # What the checked type gives when the field is left as it is (its default share).
         checked = next((t for t in gpu_types if t["key"] == values["gpu_type"]), gpu_types[0])
         values["gpu_memory"] = (checked["sharing"] or shared[0]["sharing"])["default_text"]
+    for view in shared:
+        # A DRA type says when no device can hold the share asked for now, and the largest.
+        unheld = _unheld_share(view, values["gpu_memory"])
+        if unheld:
+            view["free_text"] = sentences(view["free_text"], unheld)
     cpu = {"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)}
     memory = {
         "min": format_memory(int(choices.memory.min)),
@@ -300,7 +305,51 @@ def capacity_text(capacity: GPUCapacity) -> str:
         largest = capacity.largest_free
         if largest is not None and 0 < largest < capacity.free:
             text += f"; at most {largest:,} together on one node"
+        if capacity.dra_devices:
+            text += _free_devices_text(capacity.dra_devices)
     return text + _waiting_text(capacity)
+
+
+# Devices (or nodes) a DRA type's line of the form names before "and N more".
+SHOWN_DEVICES = 8
+
+
+def _free_devices_text(devices: tuple[DeviceFree, ...]) -> str:
+    """ " (GPU 1, GPU 2, GPU 3 on node a100-7)": which whole devices of a DRA type are free,
+    by node."""
+    by_node: dict[str, list[str]] = {}
+    for device in devices:
+        if device.free:
+            by_node.setdefault(device.node, []).append(device.name)
+    if not by_node:
+        return ""
+    shown = [
+        f"{', '.join(names)} on node {node}"
+        for node, names in list(by_node.items())[:SHOWN_DEVICES]
+    ]
+    more = len(by_node) - len(shown)
+    if more:
+        shown.append(f"and {words.plural(more, 'more node')}")
+    return f" ({'; '.join(shown)})"
+
+
+def _device_memory_text(devices: tuple[DeviceFree, ...]) -> str:
+    """ "GPU 3 on node a100-7: 24 GB of 80 GB free; GPU 0 on node a100-7: all 80 GB in
+    use": each device of a DRA type shared by memory, most free first."""
+    known = [d for d in devices if d.memory_total is not None]
+    if not known:
+        return NONE_ONLINE
+    shown = [
+        f"{d.name} on node {d.node}: "
+        + (
+            f"{human_memory(d.memory_free)} of {human_memory(d.memory_total or 0)} free"
+            if d.memory_free
+            else f"all {human_memory(d.memory_total or 0)} in use"
+        )
+        for d in known[:SHOWN_DEVICES]
+    ]
+    more = len(known) - len(shown)
+    return "; ".join(shown) + (f"; and {words.plural(more, 'more GPU')}" if more else "")
 
 
 def _waiting_text(capacity: GPUCapacity) -> str:
@@ -372,6 +421,8 @@ def _sharing_view(
 def _memory_free_text(capacity: GPUCapacity) -> str:
     """ "9 GB of 16 GB free on GPU 3; 16 GB of 16 GB free on GPU 4" on a workstation; on a
     cluster the memory free in all, and what cannot be known."""
+    if capacity.dra_devices:
+        return _device_memory_text(capacity.dra_devices)
     if capacity.total == 0 and not capacity.per_device:
         return NONE_ONLINE
     if capacity.per_device:
@@ -397,6 +448,19 @@ def _memory_free_text(capacity: GPUCapacity) -> str:
     if capacity.spread_unknown:
         text += " (which of its GPUs has it is not known, so a server may wait)"
     return text
+
+
+def _unheld_share(view: Mapping[str, Any], gpu_memory: Any) -> str:
+    """ "No A100 can hold 90 GB now; the largest free share is 24 GB on GPU 3 of a100-7",
+    for a DRA type shared by memory whose devices cannot hold ``gpu_memory`` now; ""."""
+    capacity = view["capacity"]
+    if capacity is None or not capacity.dra_devices:
+        return ""
+    try:
+        memory = parse_memory(gpu_memory)
+    except QuantityError:
+        return ""  # the field says what is wrong with it on submit
+    return capacity.unheld_share(view["display_name"], memory) or ""
 
 
 def _memory_pcts(capacity: GPUCapacity) -> tuple[float, float]:

@@ -20,6 +20,8 @@ from typing import Any
 
 from gpuhub.core.dra import DRAType
 from gpuhub.core.dra_devices import Device, DeviceClassInfo
+from gpuhub.core.sharing import Sharing
+from gpuhub.hub.ledger.gpu_capacity import DeviceFree, GPUCapacity
 from gpuhub.k8s.dra_inventory import ClaimInfo, SliceInfo
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device), as an allocation result names it
@@ -239,6 +241,50 @@ class DeviceState:
         if use.whole or total is None:
             return DeviceRoom(device, False, 0 if total is not None else None, total, claims)
         return DeviceRoom(device, False, max(total - use.memory, 0), total, claims)
+
+
+def figures(rooms: Iterable[DeviceRoom], sharing: Sharing | None) -> GPUCapacity:
+    """A DRA type's figures from its devices' rooms: whole devices free and in all, the most
+    free on one node; shared by memory, devices with room for the smallest share, memory
+    free and in all, and the largest share one device could give now. Each device's own
+    figures come along, most free first (:class:`DeviceFree`)."""
+    rooms = tuple(rooms)
+    each = tuple(
+        sorted(
+            (
+                DeviceFree(
+                    r.device.short_words, r.device.node, r.free, r.memory_free, r.memory_total
+                )
+                for r in rooms
+            ),
+            key=lambda d: (-(d.memory_free or 0), not d.free),
+        )
+    )
+    if sharing is None or sharing.memory is None:
+        per_node: dict[str, int] = {}
+        for room in rooms:
+            if room.free:
+                per_node[room.device.node] = per_node.get(room.device.node, 0) + 1
+        free = sum(per_node.values())
+        return GPUCapacity(
+            free=free,
+            total=len(rooms),
+            largest_free=max(per_node.values(), default=0),
+            dra_devices=each,
+        )
+    known = [r for r in rooms if r.memory_total is not None]
+    smallest = max(sharing.min, 1)
+    with_room = sum(1 for r in known if (r.memory_free or 0) >= smallest)
+    return GPUCapacity(
+        free=with_room,
+        total=len(rooms),
+        largest_free=1 if with_room else 0,
+        devices=len(rooms),
+        memory_free=sum(r.memory_free or 0 for r in known),
+        memory_total=sum(r.memory_total or 0 for r in known),
+        largest_share=max((r.memory_free or 0 for r in known), default=0),
+        dra_devices=each,
+    )
 
 
 def _device_order(key: DeviceKey) -> tuple[str, int, str]:
