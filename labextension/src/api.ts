@@ -55,7 +55,8 @@ function problems(data: any): IProblem[] {
 
 let settings: ServerConnection.ISettings | null = null;
 
-function serverSettings(): ServerConnection.ISettings {
+/** This page's server settings (base URL, WebSocket URL, token), made once. */
+export function serverSettings(): ServerConnection.ISettings {
   if (settings === null) {
     settings = ServerConnection.makeSettings();
   }
@@ -110,4 +111,20 @@ export async function requestAPI<T>(
     );
   }
   return data as T;
+}
+
+/**
+ * The WebSocket URL of `/gpuhub/api/<path>`, authenticated the way
+ * @jupyterlab/services opens a kernel's socket: under `settings.wsUrl`, with
+ * the token appended only where `settings.appendToken` says (elsewhere the
+ * browser's cookie authenticates the handshake).
+ */
+export function websocketURL(
+  path: string,
+  s: ServerConnection.ISettings = serverSettings()
+): string {
+  const url = URLExt.join(s.wsUrl, API_ROOT, path);
+  return s.appendToken && s.token !== ''
+    ? `${url}?token=${encodeURIComponent(s.token)}`
+    : url;
 }

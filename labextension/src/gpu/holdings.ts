@@ -116,7 +116,8 @@ export class HoldingsSection {
   setActive(active: boolean): void {
     const wasActive = this._active;
     this._active = active;
-    if (active && !wasActive) {
+    // Before the poll's first tick (a panel restored open at start-up) the tick asks.
+    if (active && !wasActive && this._poll.state.phase !== 'constructed') {
       void this._poll.refresh();
     }
   }

@@ -1,55 +1,117 @@
 /**
- * Polls `/gpuhub/api/metrics` and keeps a bounded time series per GPU.
+ * This tab's GPU figures: one model, shared by the sidebar panel and the
+ * status bar item, that keeps a bounded time series per GPU.
  *
- * Polling uses `@lumino/polling`: it backs off after errors and goes to
- * standby when nobody can see the result (tab hidden, panel closed and no
- * status bar item). Only history newer than what we have is requested
- * (`?since=`), so each poll moves a few hundred bytes.
+ * The figures come pushed over one WebSocket per tab,
+ * `{base_url}gpuhub/api/metrics/stream` (docs/architecture.md, "GPU charts
+ * pushed"): its first message is the `GET /gpuhub/api/metrics` body with its
+ * history, then one message per sample without `history`. A socket that
+ * closes is opened again with backoff; where sockets keep failing (a proxy
+ * that refuses WebSockets), the model polls the GET endpoint instead
+ * (`@lumino/polling`, backing off after errors, asking only for history newer
+ * than what it has) and tries a socket again now and then.
+ *
+ * Nobody looking (tab hidden, panel hidden and no status bar item showing):
+ * the socket is closed, so the server stops sampling for us, and polling
+ * stands by. Someone looking again (`wake()`): it opens again.
+ *
+ * At 10 samples a second, listeners hear `changed` at most once per animation
+ * frame, however many messages arrived in it.
  */
+import { ServerConnection } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { requestAPI } from '../api';
-import { IGpu, IMetrics } from './types';
+import { requestAPI, serverSettings, websocketURL } from '../api';
+import { IGpu, IHistoryEntry, IMetrics } from './types';
 
-/** One GPU's recent values, aligned with `GpuMetricsModel.times`. */
 /** Seconds between polls when only the status bar is showing figures. */
 const BACKGROUND_INTERVAL = 5;
+/** The stream's path below gpuhub's API root. */
+export const STREAM_PATH = 'metrics/stream';
 
+/** One GPU's recent values, aligned with `GpuMetricsModel.times`. */
 export interface ISeries {
   utilization: (number | null)[];
   memory_used: (number | null)[];
 }
 
+/** Where the figures come from now: pushed over the socket, or polled. */
+export type Transport = 'stream' | 'polling';
+
 export namespace GpuMetricsModel {
   export interface IOptions {
-    /** Seconds between polls (raised to the server's sampling interval). */
+    /** Seconds between polls when polling (raised to the server's sampling interval). */
     interval: number;
     /** Seconds of history the charts show. */
     windowSeconds: number;
-    /** True when nobody looks at the figures: polling pauses. */
+    /** True when nobody looks at the figures: the socket closes, polling pauses. */
     idle: () => boolean;
     /** True when only the status bar shows figures: poll at most every 5 s. */
     background?: () => boolean;
+    /** Where the server is and how to authenticate (default: this page's). */
+    serverSettings?: ServerConnection.ISettings;
+    /** Sockets in a row that close before their first message, before polling takes over. */
+    maxSocketFailures?: number;
+    /** The first wait (ms) before opening a socket again; doubled after each failure. */
+    reconnectMs?: number;
+    /** How long (ms) to poll before trying a socket again. */
+    socketRetryMs?: number;
   }
+}
+
+/** A sample message (no `history`) as one history entry. */
+function sampleEntry(metrics: IMetrics): IHistoryEntry[] {
+  if (!metrics.available || typeof metrics.time !== 'number') {
+    return [];
+  }
+  return [
+    {
+      time: metrics.time,
+      gpus: metrics.gpus.map(g => ({
+        uuid: g.uuid,
+        utilization: g.utilization,
+        memory_used: g.memory_used,
+        temperature: g.temperature,
+        power: g.power
+      }))
+    }
+  ];
+}
+
+/** Run `callback` at the next animation frame (a timer where the page draws none). */
+function nextFrame(callback: () => void): () => void {
+  if (typeof requestAnimationFrame === 'function' && !document.hidden) {
+    const id = requestAnimationFrame(callback);
+    return () => cancelAnimationFrame(id);
+  }
+  const id = setTimeout(callback, 0);
+  return () => clearTimeout(id);
 }
 
 export class GpuMetricsModel implements IDisposable {
   constructor(options: GpuMetricsModel.IOptions) {
     this._interval = options.interval;
     this._window = options.windowSeconds;
+    this._idle = options.idle;
     this._background = options.background ?? (() => false);
+    this._settings = options.serverSettings ?? serverSettings();
+    this._maxFailures = Math.max(1, options.maxSocketFailures ?? 3);
+    this._reconnectMs = options.reconnectMs ?? 1000;
+    this._socketRetryMs = options.socketRetryMs ?? 5 * 60 * 1000;
     this._poll = new Poll({
       auto: true,
       factory: () => this._fetch(),
       frequency: { interval: this._pollMs(), backoff: true, max: 60 * 1000 },
       name: 'gpuhub:metrics',
-      standby: () => document.hidden || options.idle()
+      standby: () => this._transport !== 'polling' || !this._wanted()
     });
+    document.addEventListener('visibilitychange', this._onVisibility);
+    this._sync();
   }
 
-  /** Emitted after every poll, successful or not. */
+  /** Emitted after new figures or an error, at most once per animation frame. */
   get changed(): ISignal<this, void> {
     return this._changed;
   }
@@ -77,6 +139,16 @@ export class GpuMetricsModel implements IDisposable {
     return this._times;
   }
 
+  /** Pushed over the socket, or polled (after sockets failed). */
+  get transport(): Transport {
+    return this._transport;
+  }
+
+  /** Whether a socket is open or opening now. */
+  get streaming(): boolean {
+    return this._socket !== null;
+  }
+
   series(uuid: string): ISeries {
     return this._series.get(uuid) ?? { utilization: [], memory_used: [] };
   }
@@ -88,18 +160,26 @@ export class GpuMetricsModel implements IDisposable {
     this._applyFrequency();
   }
 
-  /** Poll now (after an action such as shutting a kernel down). */
-  refresh(): Promise<void> {
-    return this._poll.refresh();
+  /** Ask now (after an action such as shutting a kernel down). */
+  async refresh(): Promise<void> {
+    if (this._transport === 'polling') {
+      return this._poll.refresh();
+    }
+    await this._fetch().catch(() => undefined); // the stream goes on either way
   }
 
   /**
-   * Someone started (or stopped) looking: adjust the pace, and poll at once
-   * when coming back from standby.
+   * Someone started (or stopped) looking: open or close the socket, adjust
+   * the polling pace, and poll at once when coming back from standby.
    */
   wake(): void {
     this._applyFrequency();
-    if (this._poll.state.phase === 'standby') {
+    this._sync();
+    if (
+      this._transport === 'polling' &&
+      this._poll.state.phase === 'standby' &&
+      this._wanted()
+    ) {
       void this._poll.refresh();
     }
   }
@@ -109,8 +189,156 @@ export class GpuMetricsModel implements IDisposable {
   }
 
   dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    document.removeEventListener('visibilitychange', this._onVisibility);
+    this._closeSocket();
+    this._cancelFrame?.();
     this._poll.dispose();
     Signal.clearData(this);
+  }
+
+  private _wanted(): boolean {
+    return !document.hidden && !this._idle();
+  }
+
+  private _onVisibility = (): void => {
+    this.wake();
+  };
+
+  /** Open the socket when someone looks and none is open; close it when nobody does. */
+  private _sync(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    if (!this._wanted()) {
+      this._closeSocket();
+      return;
+    }
+    if (
+      this._transport === 'stream' &&
+      this._socket === null &&
+      this._reconnect === null
+    ) {
+      this._openSocket();
+    }
+  }
+
+  private _openSocket(): void {
+    let socket: WebSocket;
+    try {
+      socket = new this._settings.WebSocket(
+        websocketURL(STREAM_PATH, this._settings)
+      );
+    } catch {
+      this._socketClosed(false);
+      return;
+    }
+    this._socket = socket;
+    let received = false;
+    socket.onmessage = (event: MessageEvent) => {
+      if (this._socket !== socket) {
+        return;
+      }
+      received = true;
+      this._failures = 0;
+      this._take(event.data);
+    };
+    socket.onclose = () => {
+      if (this._socket === socket) {
+        this._socket = null;
+        this._socketClosed(received);
+      }
+    };
+    // An error is followed by a close: the close decides what happens next.
+    socket.onerror = () => undefined;
+  }
+
+  /**
+   * A socket closed that we did not close: open another after a while, or,
+   * when sockets keep closing before their first message, poll instead.
+   */
+  private _socketClosed(received: boolean): void {
+    if (!received) {
+      this._failures++;
+    }
+    if (this._failures >= this._maxFailures) {
+      this._transport = 'polling';
+      this._retrySocketAt = Date.now() + this._socketRetryMs;
+      this._applyFrequency();
+      if (this._wanted()) {
+        void this._poll.refresh();
+      }
+      return;
+    }
+    const delay =
+      this._reconnectMs *
+      2 ** Math.max(0, this._failures - 1) *
+      (0.75 + Math.random() / 2);
+    this._reconnect = setTimeout(() => {
+      this._reconnect = null;
+      this._sync();
+    }, delay);
+  }
+
+  private _closeSocket(): void {
+    if (this._reconnect !== null) {
+      clearTimeout(this._reconnect);
+      this._reconnect = null;
+    }
+    const socket = this._socket;
+    if (socket !== null) {
+      this._socket = null; // its close event is ours: nothing to do about it
+      socket.onmessage = null;
+      socket.onclose = null;
+      socket.onerror = null;
+      socket.close();
+    }
+  }
+
+  /** One message of the stream. */
+  private _take(data: unknown): void {
+    let metrics: IMetrics;
+    try {
+      metrics = JSON.parse(String(data));
+    } catch {
+      return; // not ours to judge; the next sample comes anyway
+    }
+    if (
+      !metrics ||
+      typeof metrics !== 'object' ||
+      !Array.isArray(metrics.gpus)
+    ) {
+      return;
+    }
+    const history = Array.isArray(metrics.history)
+      ? metrics.history
+      : sampleEntry(metrics);
+    metrics.history = [];
+    this._accept(metrics, history);
+    this._emitSoon();
+  }
+
+  private _accept(metrics: IMetrics, history: IHistoryEntry[]): void {
+    const current = this._metrics?.time ?? -Infinity;
+    // A GET answer that crossed a pushed sample never puts older figures back.
+    if (metrics.time === undefined || metrics.time >= current) {
+      this._metrics = metrics;
+    }
+    this._error = null;
+    this._merge(metrics.gpus, history);
+    this._applyFrequency();
+  }
+
+  private _emitSoon(): void {
+    if (this._cancelFrame !== null) {
+      return;
+    }
+    this._cancelFrame = nextFrame(() => {
+      this._cancelFrame = null;
+      this._changed.emit();
+    });
   }
 
   private _pollMs(): number {
@@ -132,20 +360,23 @@ export class GpuMetricsModel implements IDisposable {
       : '';
     try {
       const metrics = await requestAPI<IMetrics>(`metrics${since}`);
-      this._error = null;
-      this._metrics = metrics;
-      this._merge(metrics);
-      this._applyFrequency();
+      this._accept(metrics, metrics.history ?? []);
     } catch (error) {
       this._error = (error as Error).message || String(error);
-      this._changed.emit();
+      this._emitSoon();
       throw error; // let the poll back off
     }
-    this._changed.emit();
+    this._emitSoon();
+    if (this._transport === 'polling' && Date.now() >= this._retrySocketAt) {
+      // A while has passed: perhaps sockets go through now. One failure polls again.
+      this._transport = 'stream';
+      this._failures = this._maxFailures - 1;
+      this._sync();
+    }
   }
 
-  private _merge(metrics: IMetrics): void {
-    const known = new Set(metrics.gpus.map(g => g.uuid));
+  private _merge(gpus: IGpu[], history: IHistoryEntry[]): void {
+    const known = new Set(gpus.map(g => g.uuid));
     for (const uuid of Array.from(this._series.keys())) {
       if (!known.has(uuid)) {
         this._series.delete(uuid);
@@ -160,7 +391,7 @@ export class GpuMetricsModel implements IDisposable {
       }
     }
     const last = this._times.length ? this._times[this._times.length - 1] : 0;
-    for (const entry of metrics.history) {
+    for (const entry of history) {
       if (entry.time <= last) {
         continue;
       }
@@ -191,12 +422,23 @@ export class GpuMetricsModel implements IDisposable {
   }
 
   private _background: () => boolean;
+  private _cancelFrame: (() => void) | null = null;
   private _changed = new Signal<this, void>(this);
   private _error: string | null = null;
+  private _failures = 0;
+  private _idle: () => boolean;
   private _interval: number;
+  private _maxFailures: number;
   private _metrics: IMetrics | null = null;
   private _poll: Poll;
+  private _reconnect: ReturnType<typeof setTimeout> | null = null;
+  private _reconnectMs: number;
+  private _retrySocketAt = 0;
   private _series = new Map<string, ISeries>();
+  private _settings: ServerConnection.ISettings;
+  private _socket: WebSocket | null = null;
+  private _socketRetryMs: number;
   private _times: number[] = [];
+  private _transport: Transport = 'stream';
   private _window: number;
 }

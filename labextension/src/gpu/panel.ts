@@ -81,6 +81,89 @@ function axis(): HTMLElement {
   return node;
 }
 
+function holderKey(holder: IHolder): string {
+  return holder.kernelId ?? '';
+}
+
+/** One line of "GPU memory held by": a notebook (with Open and Shut down) or other processes. */
+class HolderRow {
+  constructor(private _panel: GpuPanel) {
+    this.node = h('li', { className: 'gpuhub-GpuCard-holder' });
+    this._label = h('span', { className: 'gpuhub-GpuCard-holderName' });
+    this._memory = h('span', { className: 'gpuhub-GpuCard-holderMemory' });
+    const row = h('div', { className: 'gpuhub-GpuCard-holderRow' });
+    this._actions = h('span', { className: 'gpuhub-GpuCard-actions' });
+    this._open = h(
+      'button',
+      { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
+      'Open'
+    );
+    this._open.onclick = () => {
+      if (this._holder?.path) {
+        void this._panel.openNotebook(this._holder.path);
+      }
+    };
+    this._stop = h(
+      'button',
+      { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
+      'Shut down'
+    );
+    this._stop.title = 'Shut down this kernel and free its GPU memory';
+    this._stop.onclick = () => {
+      if (this._holder?.kernelId) {
+        void this._panel.shutDownKernel(this._holder.kernelId, this._name);
+      }
+    };
+    this._actions.append(this._open, this._stop);
+    row.append(this._memory, this._actions);
+    this.node.append(this._label, row);
+  }
+
+  readonly node: HTMLElement;
+
+  update(holder: IHolder): void {
+    this._holder = holder;
+    const name = holder.kernelId
+      ? holder.path
+        ? basename(holder.path)
+        : `Kernel ${holder.kernelId.slice(0, 8)}`
+      : holder.pids.length === 1
+        ? `Other process (pid ${holder.pids[0]})`
+        : `${holder.pids.length} other processes`;
+    this._name = name;
+    this._label.textContent = name;
+    this._label.title = holder.path ?? `pid ${holder.pids.join(', ')}`;
+    this._memory.textContent = gib(holder.memory);
+    // Buttons only for a kernel, Open only where its notebook is known; hidden ones
+    // leave the DOM, so lists and tests see only what applies.
+    if (!holder.kernelId) {
+      this._actions.remove();
+      return;
+    }
+    if (!this._actions.parentNode) {
+      this.node.lastElementChild!.append(this._actions);
+    }
+    if (holder.path) {
+      this._open.title = `Open ${holder.path}`;
+      this._open.setAttribute('aria-label', `Open ${holder.path}`);
+      if (!this._open.parentNode) {
+        this._actions.prepend(this._open);
+      }
+    } else {
+      this._open.remove();
+    }
+    this._stop.setAttribute('aria-label', `Shut down the kernel of ${name}`);
+  }
+
+  private _actions: HTMLElement;
+  private _holder: IHolder | null = null;
+  private _label: HTMLElement;
+  private _memory: HTMLElement;
+  private _name = '';
+  private _open: HTMLButtonElement;
+  private _stop: HTMLButtonElement;
+}
+
 class GpuCard {
   constructor(private _panel: GpuPanel) {
     this.node = h('section', { className: 'gpuhub-GpuCard' });
@@ -214,63 +297,38 @@ class GpuCard {
     this._signature = signature;
     this._holdersTitle.hidden = false;
     this._holders.hidden = false;
-    this._holders.replaceChildren();
+    this._noHolder.remove();
     if (!list.length) {
-      this._holders.append(
-        h(
-          'li',
-          { className: 'gpuhub-GpuCard-holder gpuhub-mod-empty' },
-          'No process uses this GPU.'
-        )
-      );
+      for (const row of this._rows.values()) {
+        row.node.remove();
+      }
+      this._rows.clear();
+      this._holders.append(this._noHolder);
       return;
     }
-    for (const holder of list) {
-      const item = h('li', { className: 'gpuhub-GpuCard-holder' });
-      const name = holder.kernelId
-        ? holder.path
-          ? basename(holder.path)
-          : `Kernel ${holder.kernelId.slice(0, 8)}`
-        : holder.pids.length === 1
-          ? `Other process (pid ${holder.pids[0]})`
-          : `${holder.pids.length} other processes`;
-      const label = h('span', { className: 'gpuhub-GpuCard-holderName' }, name);
-      label.title = holder.path ?? `pid ${holder.pids.join(', ')}`;
-      const memory = h(
-        'span',
-        { className: 'gpuhub-GpuCard-holderMemory' },
-        gib(holder.memory)
-      );
-      const row = h('div', { className: 'gpuhub-GpuCard-holderRow' });
-      row.append(memory);
-      item.append(label, row);
-      if (holder.kernelId) {
-        const actions = h('span', { className: 'gpuhub-GpuCard-actions' });
-        if (holder.path) {
-          const open = h(
-            'button',
-            { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
-            'Open'
-          );
-          open.title = `Open ${holder.path}`;
-          open.setAttribute('aria-label', `Open ${holder.path}`);
-          const path = holder.path;
-          open.onclick = () => void this._panel.openNotebook(path);
-          actions.append(open);
-        }
-        const stop = h(
-          'button',
-          { className: 'jp-Button jp-mod-minimal gpuhub-Button' },
-          'Shut down'
-        );
-        stop.title = 'Shut down this kernel and free its GPU memory';
-        stop.setAttribute('aria-label', `Shut down the kernel of ${name}`);
-        const kernelId = holder.kernelId;
-        stop.onclick = () => void this._panel.shutDownKernel(kernelId, name);
-        actions.append(stop);
-        row.append(actions);
+    // Rows keyed by kernel, updated in place and moved only when out of order, so a
+    // focused Open or Shut down button keeps its focus while memory figures change.
+    const keys = new Set(list.map(holderKey));
+    for (const [key, row] of this._rows) {
+      if (!keys.has(key)) {
+        row.node.remove();
+        this._rows.delete(key);
       }
-      this._holders.append(item);
+    }
+    let at = this._holders.firstElementChild;
+    for (const holder of list) {
+      const key = holderKey(holder);
+      let row = this._rows.get(key);
+      if (!row) {
+        row = new HolderRow(this._panel);
+        this._rows.set(key, row);
+      }
+      if (row.node === at) {
+        at = at.nextElementSibling;
+      } else {
+        this._holders.insertBefore(row.node, at);
+      }
+      row.update(holder);
     }
   }
 
@@ -282,6 +340,12 @@ class GpuCard {
   private _memAxis: HTMLElement;
   private _memChart: Sparkline;
   private _memValue: HTMLElement;
+  private _noHolder = h(
+    'li',
+    { className: 'gpuhub-GpuCard-holder gpuhub-mod-empty' },
+    'No process uses this GPU.'
+  );
+  private _rows = new Map<string, HolderRow>();
   private _signature = '';
   private _title: HTMLElement;
   private _utilAxis: HTMLElement;
@@ -392,7 +456,23 @@ export class GpuPanel extends Widget {
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
     this._holdings.setActive(false);
-    this._model.wake(); // slows down to the status bar's pace
+    this._model.wake(); // slows down to the status bar's pace, or stops
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    // Restored open at start-up, the panel is shown before it is attached.
+    this._holdings.setActive(this.isVisible);
+    this._model.wake();
+    if (this.isVisible) {
+      this._render();
+    }
+  }
+
+  protected onAfterDetach(msg: Message): void {
+    super.onAfterDetach(msg);
+    this._holdings.setActive(false);
+    this._model.wake();
   }
 
   private _onChanged(): void {
@@ -439,22 +519,28 @@ export class GpuPanel extends Widget {
     }
     this._empty.hidden = true;
     this._cardsNode.hidden = false;
-    const seen = new Set<string>();
-    for (const gpu of metrics.gpus) {
-      seen.add(gpu.uuid);
-      let card = this._cards.get(gpu.uuid);
-      if (!card) {
-        card = new GpuCard(this);
-        this._cards.set(gpu.uuid, card);
-      }
-      this._cardsNode.append(card.node); // keeps server order; a no-op move if in place
-      card.update(gpu, model);
-    }
+    const seen = new Set(metrics.gpus.map(gpu => gpu.uuid));
     for (const [uuid, card] of this._cards) {
       if (!seen.has(uuid)) {
         card.node.remove();
         this._cards.delete(uuid);
       }
+    }
+    // The server's order, moving only the cards out of place: moving a node blurs it,
+    // so a focused card or button keeps its focus across updates.
+    let at = this._cardsNode.firstElementChild;
+    for (const gpu of metrics.gpus) {
+      let card = this._cards.get(gpu.uuid);
+      if (!card) {
+        card = new GpuCard(this);
+        this._cards.set(gpu.uuid, card);
+      }
+      if (card.node === at) {
+        at = at.nextElementSibling;
+      } else {
+        this._cardsNode.insertBefore(card.node, at);
+      }
+      card.update(gpu, model);
     }
   }
 

@@ -9,6 +9,8 @@ import {
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
 
 import { gpuIcon } from './icon';
 import { GpuMetricsModel } from './model';
@@ -34,6 +36,14 @@ const DEFAULTS: ISettings = {
   showStatusBar: true
 };
 
+/** Neither the panel nor the status bar item shows GPU figures now: the model rests. */
+export function nobodyShows(
+  panel: Widget | null,
+  status: GpuStatus | null
+): boolean {
+  return !(panel?.isVisible ?? false) && !(status?.showing ?? false);
+}
+
 export const gpuPlugin: JupyterFrontEndPlugin<void> = {
   id: GPU_PLUGIN_ID,
   description:
@@ -49,12 +59,13 @@ export const gpuPlugin: JupyterFrontEndPlugin<void> = {
   ) => {
     let settings: ISettings = { ...DEFAULTS };
     let panel: GpuPanel | null = null;
+    let status: GpuStatus | null = null;
+    // One model per tab, so one socket: the panel and the status bar item share it, and
+    // it streams only while one of them shows.
     const model = new GpuMetricsModel({
       interval: settings.refreshInterval,
       windowSeconds: settings.windowMinutes * 60,
-      idle: () =>
-        !(panel?.isVisible ?? false) &&
-        !(statusBar !== null && settings.showStatusBar),
+      idle: () => nobodyShows(panel, status),
       background: () => !(panel?.isVisible ?? false)
     });
     panel = new GpuPanel({
@@ -84,22 +95,29 @@ export const gpuPlugin: JupyterFrontEndPlugin<void> = {
       palette.addItem({ command: CommandIDs.showPanel, category: 'GPU' });
     }
 
+    // Emitted when the showStatusBar setting changes: the status bar shows or hides the item.
+    const activeStateChanged = new Signal<GpuMetricsModel, void>(model);
     if (statusBar) {
-      const item = new GpuStatus(model, () => {
+      status = new GpuStatus(model, () => {
         void app.commands.execute(CommandIDs.showPanel);
       });
       statusBar.registerStatusItem('gpuhub:gpu-status', {
-        item,
+        item: status,
         align: 'left',
         rank: 100,
-        isActive: () => settings.showStatusBar
+        isActive: () => settings.showStatusBar,
+        activeStateChanged
       });
     }
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings) => {
+        const shown = settings.showStatusBar;
         settings = { ...DEFAULTS, ...(loaded.composite as Partial<ISettings>) };
         model.configure(settings.refreshInterval, settings.windowMinutes * 60);
+        if (settings.showStatusBar !== shown) {
+          activeStateChanged.emit(); // hides or shows the item, which wakes the model
+        }
         model.wake();
       };
       settingRegistry

@@ -47,16 +47,43 @@ export class Sparkline {
       HEIGHT -
       Math.max(0, Math.min(1, max > 0 ? v / max : 0)) * (HEIGHT - 2) -
       1;
-    let line = '';
-    let area = '';
-    let runStart = -1;
+    // At 10 samples a second a 5-minute window holds 3,000 points for 200 units of
+    // width: one point per half unit (the highest there, so no peak is lost) keeps the
+    // path a few hundred points long, whatever the rate.
+    const parts: string[] = [];
+    const areaParts: string[] = [];
+    let runStart = true; // the next point starts a run
     let prevT = -Infinity;
-    let prevX = 0;
-    const closeRun = () => {
-      if (runStart >= 0) {
-        area += `L${prevX.toFixed(1)},${HEIGHT}Z`;
+    let column = NaN;
+    let colX = 0;
+    let colV = 0;
+    let runX = 0; // x of the last point flushed in this run
+    let inRun = false;
+    const flush = () => {
+      if (Number.isNaN(column)) {
+        return;
       }
-      runStart = -1;
+      const px = colX.toFixed(1);
+      const py = y(colV).toFixed(1);
+      if (runStart) {
+        parts.push(`M${px},${py}`);
+        areaParts.push(`M${px},${HEIGHT}L${px},${py}`);
+        runStart = false;
+        inRun = true;
+      } else {
+        parts.push(`L${px},${py}`);
+        areaParts.push(`L${px},${py}`);
+      }
+      runX = colX;
+      column = NaN;
+    };
+    const closeRun = () => {
+      flush();
+      if (inRun) {
+        areaParts.push(`L${runX.toFixed(1)},${HEIGHT}Z`);
+      }
+      inRun = false;
+      runStart = true;
     };
     for (let i = 0; i < times.length; i++) {
       const t = times[i];
@@ -65,21 +92,24 @@ export class Sparkline {
         closeRun();
         continue;
       }
-      const px = x(t);
-      const py = y(v).toFixed(1);
-      if (runStart < 0 || t - prevT > gap) {
+      if (t - prevT > gap) {
         closeRun();
-        runStart = i;
-        line += `M${px.toFixed(1)},${py}`;
-        area += `M${px.toFixed(1)},${HEIGHT}L${px.toFixed(1)},${py}`;
-      } else {
-        line += `L${px.toFixed(1)},${py}`;
-        area += `L${px.toFixed(1)},${py}`;
       }
       prevT = t;
-      prevX = px;
+      const px = x(t);
+      const col = Math.round(px * 2);
+      if (col === column) {
+        colV = Math.max(colV, v);
+        continue;
+      }
+      flush();
+      column = col;
+      colX = px;
+      colV = v;
     }
     closeRun();
+    const line = parts.join('');
+    const area = areaParts.join('');
     this._line.setAttribute('d', line);
     this._area.setAttribute('d', area);
   }

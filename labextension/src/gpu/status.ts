@@ -1,7 +1,11 @@
 /**
  * The status bar item: one compact GPU figure ("GPU 37% · 12.3/80 GiB"),
  * a click opens the GPU panel.
+ *
+ * Whether it shows counts for the shared model: when neither it nor the
+ * panel shows, the model closes its stream (see `GpuMetricsModel`).
  */
+import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { ServerGone } from '../hub/stopped';
@@ -23,7 +27,53 @@ export class GpuStatus extends Widget {
     this._update();
   }
 
+  /** Whether it shows figures to anyone now. */
+  get showing(): boolean {
+    return !this.isDisposed && this.isVisible;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._model.changed.disconnect(this._update, this);
+    ServerGone.instance.changed.disconnect(this._update, this);
+    super.dispose();
+    this._wake();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._update();
+    this._wake();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._wake();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._update();
+    this._wake();
+  }
+
+  protected onAfterDetach(msg: Message): void {
+    super.onAfterDetach(msg);
+    this._wake();
+  }
+
+  private _wake(): void {
+    if (!this._model.isDisposed) {
+      this._model.wake();
+    }
+  }
+
   private _update(): void {
+    if (!this.isVisible && this.isAttached) {
+      return; // hidden: drawn again when shown
+    }
     const metrics = this._model.metrics;
     const node = this.node;
     if (ServerGone.instance.gone) {

@@ -1,4 +1,5 @@
 /** Fakes shared by the GPU tests (not a test file: no `.spec`). */
+import { ServerConnection } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
 import { GpuMetricsModel, ISeries } from '../../gpu/model';
@@ -60,4 +61,90 @@ export class FakeMetricsModel {
   get asModel(): GpuMetricsModel {
     return this as unknown as GpuMetricsModel;
   }
+}
+
+/**
+ * A browser WebSocket as the model uses it, driven by the test: `deliver()` a
+ * message, `drop()` the connection as a server or proxy would. A socket made
+ * while `FakeWebSocket.mode` is 'refuse' closes before it opens (a proxy that
+ * refuses WebSockets); 'throw' throws at construction.
+ */
+export class FakeWebSocket {
+  static mode: 'accept' | 'refuse' | 'throw' = 'accept';
+  static made: FakeWebSocket[] = [];
+
+  static reset(): void {
+    FakeWebSocket.mode = 'accept';
+    FakeWebSocket.made = [];
+  }
+
+  /** Sockets neither side has closed. */
+  static get live(): FakeWebSocket[] {
+    return FakeWebSocket.made.filter(s => s.readyState < 2);
+  }
+
+  constructor(readonly url: string) {
+    if (FakeWebSocket.mode === 'throw') {
+      throw new Error('WebSockets are not allowed here');
+    }
+    FakeWebSocket.made.push(this);
+    if (FakeWebSocket.mode === 'refuse') {
+      setTimeout(() => this.drop(), 0);
+    } else {
+      setTimeout(() => {
+        if (this.readyState === 0) {
+          this.readyState = 1;
+          this.onopen?.({});
+        }
+      }, 0);
+    }
+  }
+
+  readyState = 0;
+  closedByClient = false;
+  onopen: ((event: any) => void) | null = null;
+  onmessage: ((event: any) => void) | null = null;
+  onclose: ((event: any) => void) | null = null;
+  onerror: ((event: any) => void) | null = null;
+
+  /** The server sends one message. */
+  deliver(body: unknown): void {
+    this.readyState = 1;
+    this.onmessage?.({ data: JSON.stringify(body) });
+  }
+
+  /** The server or a proxy ends the connection. */
+  drop(): void {
+    if (this.readyState >= 2) {
+      return;
+    }
+    this.readyState = 3;
+    this.onerror?.({});
+    this.onclose?.({ code: 1006 });
+  }
+
+  close(): void {
+    if (this.readyState >= 2) {
+      return;
+    }
+    this.closedByClient = true;
+    this.readyState = 3;
+    const onclose = this.onclose;
+    setTimeout(() => onclose?.({ code: 1000 }), 0); // as a browser: later
+  }
+
+  send(): void {
+    throw new Error('the metrics stream takes no messages');
+  }
+}
+
+/** Server settings whose WebSocket is `FakeWebSocket`, with a token to append. */
+export function fakeSocketSettings(): ServerConnection.ISettings {
+  return ServerConnection.makeSettings({
+    baseUrl: 'http://localhost:8888/user/ada/',
+    wsUrl: 'ws://localhost:8888/user/ada/',
+    token: 's3cret',
+    appendToken: true,
+    WebSocket: FakeWebSocket as any
+  });
 }

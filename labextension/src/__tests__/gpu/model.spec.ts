@@ -2,6 +2,7 @@ import { GpuhubAPIError, requestAPI } from '../../api';
 import { GpuMetricsModel } from '../../gpu/model';
 import { IGpu, IHistoryEntry, IMetrics } from '../../gpu/types';
 import { nextEmission, settle } from '../utils';
+import { FakeWebSocket, fakeSocketSettings } from './fixtures';
 
 jest.mock('../../api', () => ({
   ...jest.requireActual('../../api'),
@@ -81,7 +82,9 @@ function pollInterval(model: GpuMetricsModel): number {
   return (model as any)._poll.frequency.interval;
 }
 
-describe('GpuMetricsModel', () => {
+// Where sockets cannot open (a proxy refusing WebSockets), the model polls: these tests
+// are about polling; model-stream.spec.ts is about the stream.
+describe('GpuMetricsModel, polling', () => {
   let model: GpuMetricsModel;
   let idle: boolean;
   let background: boolean;
@@ -91,12 +94,16 @@ describe('GpuMetricsModel', () => {
       interval,
       windowSeconds,
       idle: () => idle,
-      background: () => background
+      background: () => background,
+      serverSettings: fakeSocketSettings(),
+      maxSocketFailures: 1
     });
     return model;
   }
 
   beforeEach(() => {
+    FakeWebSocket.reset();
+    FakeWebSocket.mode = 'throw';
     idle = false;
     background = false;
     request.mockReset();

@@ -225,11 +225,9 @@ describe('GpuPanel', () => {
     expect(cards()[1]).not.toBe(cardA);
   });
 
-  // KNOWN BUG, kept visible: `_render` re-appends every card on every poll, and moving a
-  // node blurs it (jsdom and Chromium alike), so a focused card or button loses focus
-  // each second. When panel.ts moves only the cards that are out of place (as the Jobs
-  // panel does), this starts passing: turn `it.failing` into `it`.
-  it.failing('keeps keyboard focus on a card across updates', () => {
+  // Moving a node blurs it (jsdom and Chromium alike): the panel moves only the cards
+  // out of place and updates the rest in place, so focus stays where it was.
+  it('keeps keyboard focus on a card across updates', () => {
     const a = gpu({ uuid: 'A', index: 0 });
     const b = gpu({ uuid: 'B', index: 1 });
     model.set(metrics({ gpus: [a, b] }));
@@ -238,6 +236,44 @@ describe('GpuPanel', () => {
     expect(document.activeElement).toBe(cardB);
     model.set(metrics({ gpus: [a, b] }));
     expect(document.activeElement).toBe(cardB);
+    // A GPU that appears before it moves the others, not it.
+    model.set(metrics({ gpus: [gpu({ uuid: 'Z', index: 9 }), a, b] }));
+    expect(cards()[2]).toBe(cardB);
+    expect(document.activeElement).toBe(cardB);
+  });
+
+  it("keeps focus on a notebook's button while its memory changes", () => {
+    const held = (memory: number, others: number[] = []) =>
+      metrics({
+        gpus: [
+          gpu({
+            processes: [
+              proc({
+                pid: 5,
+                memory_used: memory,
+                kernel_id: 'k1',
+                path: 'a.ipynb'
+              }),
+              ...others.map(pid => proc({ pid, memory_used: GIB }))
+            ]
+          })
+        ]
+      });
+    model.set(held(GIB));
+    const stop = $$('.gpuhub-GpuCard-holder button')[1];
+    expect(stop.textContent).toBe('Shut down');
+    stop.focus();
+    for (const memory of [2 * GIB, 3 * GIB]) {
+      model.set(held(memory, [77]));
+      expect(document.activeElement).toBe(stop);
+    }
+    expect(holders(cards()[0])).toEqual([
+      ['a.ipynb', '3.0 GiB'],
+      ['Other process (pid 77)', '1.0 GiB']
+    ]);
+    model.set(held(GIB, []));
+    expect(document.activeElement).toBe(stop);
+    expect($$('.gpuhub-GpuCard-holder')).toHaveLength(1);
   });
 
   it('labels the time axis with the window the history fills', () => {
@@ -360,9 +396,13 @@ describe('GpuPanel', () => {
   });
 
   it('asks the hub what this user holds only while shown', async () => {
+    // Attached where it shows (restored open at start-up): it asks.
+    await until(() => (requestAPI as jest.Mock).mock.calls.length > 0);
+    expect(requestAPI).toHaveBeenCalledWith('holdings');
+    panel.hide();
+    (requestAPI as jest.Mock).mockClear();
     await settle(20);
     expect(requestAPI).not.toHaveBeenCalled();
-    panel.hide();
     panel.show();
     await until(() => (requestAPI as jest.Mock).mock.calls.length > 0);
     expect(requestAPI).toHaveBeenCalledWith('holdings');

@@ -78,3 +78,25 @@ describe('Sparkline', () => {
     expect(area).toBe('');
   });
 });
+
+describe('Sparkline at 10 samples a second', () => {
+  it('keeps one point per half unit of width, the highest, whatever the rate', () => {
+    // 3,000 samples over 300 s, all 10 but one peak of 90.
+    const times = Array.from({ length: 3000 }, (_, i) => 1000 + i / 10);
+    const values = times.map((_, i) => (i === 1500 ? 90 : 10));
+    const chart = new Sparkline('gpuhub-Sparkline-util', 'Utilization');
+    chart.update(times, values, 100, 1299.9, 300, 1, 'Utilization');
+    const line = chart.node
+      .querySelector('.gpuhub-Sparkline-line')!
+      .getAttribute('d')!;
+    const points = line.split(/[ML]/).filter(Boolean);
+    expect(points.length).toBeLessThanOrEqual(401);
+    expect(points.length).toBeGreaterThan(390);
+    expect(line.startsWith('M')).toBe(true);
+    expect(line.slice(1)).not.toContain('M'); // one unbroken run
+    // The peak survives the thinning, where its time is (150 s of 300: x 100 of 200).
+    const peaks = points.filter(p => p.endsWith(',4.4'));
+    expect(peaks).toHaveLength(1);
+    expect(Math.abs(Number(peaks[0].split(',')[0]) - 100)).toBeLessThan(0.5);
+  });
+});
