@@ -230,6 +230,17 @@ def operators(
             "visibilityServer": {"bindPort": ports["visibility"], "bindAddress": "127.0.0.1"},
             "clientConnection": {"qps": 300, "burst": 500},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            # Admission fair sharing (beta and on by default since Kueue 0.15): a ClusterQueue
+            # with admissionScope.admissionMode UsageBasedAdmissionFairSharing orders its
+            # LocalQueues' workloads by their decayed past usage, which gpuhub's fair line
+            # uses (one LocalQueue per user). Usage halves in a week, as gpuhub's own
+            # usage_half_life, and only GPUs count; sampled every few seconds rather than
+            # Kueue's 5 minutes, so that this small cluster shows it at once.
+            "admissionFairSharing": {
+                "usageHalfLifeTime": "168h",
+                "usageSamplingInterval": "5s",
+                "resourceWeights": {"cpu": 0, "memory": 0},
+            },
         },
     )
     manifests = kustomize(kubectl, module_dir("sigs.k8s.io/kueue", KUEUE) / "config/default")

@@ -40,14 +40,18 @@ def kueue_queues(
     cpu: int = 64,
     memory: str = "256Gi",
     gpu_nodes: dict[str, str] | None = None,
+    fair: bool = False,
 ) -> Queues:
     """Flavors (a default one, and one for the GPU nodes: the A100s, or those ``gpu_nodes``
     labels select), a ClusterQueue with ``gpus`` such GPUs of nominal quota and CPU and memory
     to spare, and the LocalQueue ``local_queue`` in the test's namespace; returns once Kueue
-    says the LocalQueue is active (jobs submitted before that would wait for it)."""
+    says the LocalQueue is active (jobs submitted before that would wait for it). ``fair``:
+    the ClusterQueue orders by its LocalQueues' past usage (admission fair sharing)."""
     stem = kube.namespace
     names = Queues(f"{stem}-gpus", local_queue, f"{stem}-a100", f"{stem}-default")
     objects = _objects(names, stem, gpus, strategy, namespace_selector, cpu, memory, gpu_nodes)
+    if fair:
+        objects[2]["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
     for obj in objects:
         kube.create(obj)
 

@@ -10,7 +10,7 @@ import inspect
 import json
 import re
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from kubespawner import KubeSpawner
 from traitlets import Bool, Float, TraitError, Unicode, default, validate
@@ -28,8 +28,9 @@ from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
-from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
-from gpuhub.k8s.labels import QUEUE_NAME_LABEL
+from gpuhub.jobs.k8s.manifests import user_label
+from gpuhub.k8s.kueue import FairSharing, Pending, gated, shared_kueue, waiting_words
+from gpuhub.k8s.labels import MANAGED_BY, MANAGED_BY_LABEL, QUEUE_NAME_LABEL, USER_LABEL
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
@@ -229,7 +230,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         self.extra_resource_guarantees = guarantees
         if self._queued(options):
             # Kueue's webhook gates the pod until its Workload is admitted (gpuhub.k8s.kueue).
-            self.extra_labels = {**self.extra_labels, QUEUE_NAME_LABEL: self.kueue_queue_name}
+            self.extra_labels = {**self.extra_labels, QUEUE_NAME_LABEL: self._waits_in()}
 
     def _queued(self, options: LaunchOptions | None) -> bool:
         """Whether this spawn's pod waits in Kueue's queue: a GPU server, with a queue set."""
@@ -330,6 +331,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         await self._check_fit(gpu_type, options)
         if self._queued(options):
             await self._expect_kueue()
+            await self._choose_queue()
             # The time in Kueue's line comes on top of the time to start, and JupyterHub
             # waits for start() that long too (set before it starts waiting).
             self.extend_start_timeout()
@@ -376,6 +378,58 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             )
 
     _gpuhub_kueue_checked = False
+
+    # -- a fair queue: one LocalQueue per user (line_order = "fair", gpuhub.k8s.kueue) -------
+    # Whether Kueue orders the admin's queue by past usage, as the hub found at its first
+    # queued spawn (None: not asked yet).
+    _gpuhub_fair_queue: ClassVar[FairSharing | None] = None
+    _gpuhub_user_queue = ""  # this spawn's own LocalQueue ("": the admin's queue)
+
+    async def _choose_queue(self) -> None:
+        """With ``line_order = "fair"`` where Kueue offers admission fair sharing, this
+        user's own LocalQueue (made on first use): Kueue orders LocalQueues by past usage.
+        Elsewhere the admin's queue, first come, first served; the hub said why once."""
+        self._gpuhub_user_queue = ""
+        if not self.gpu_line_order().fair:
+            return
+        kueue = shared_kueue(self.api.api_client)
+        cls = GPUSpawner
+        if cls._gpuhub_fair_queue is None:
+            cls._gpuhub_fair_queue = fair = await kueue.fair_sharing(
+                self.namespace, self.kueue_queue_name
+            )
+            if fair.on:
+                self.log.info(
+                    "gpuhub: line_order is fair: Kueue's ClusterQueue %s orders by past usage "
+                    "(admission fair sharing); each user waits in a LocalQueue of their own",
+                    fair.cluster_queue,
+                )
+            else:
+                self.log.warning(
+                    "gpuhub: line_order is fair, but Kueue does not order the queue %r by "
+                    "past usage (%s): GPU servers wait in it first come, first served.",
+                    self.kueue_queue_name,
+                    fair.why_not,
+                )
+        fair = cls._gpuhub_fair_queue
+        if not fair.on:
+            return
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, USER_LABEL: user_label(self.user.name)}
+        try:
+            self._gpuhub_user_queue = await kueue.user_queue(
+                self.namespace, self.kueue_queue_name, self.user.name, fair.cluster_queue, labels
+            )
+        except Exception as exc:  # not allowed, say: the admin's queue, first come first served
+            self.log.warning(
+                "gpuhub: cannot make %s's LocalQueue, so the server waits in %r: %s",
+                self.user.name,
+                self.kueue_queue_name,
+                exc,
+            )
+
+    def _waits_in(self) -> str:
+        """The LocalQueue this spawn's pod waits in: the user's own, or the admin's."""
+        return self._gpuhub_user_queue or self.kueue_queue_name
 
     def _release_grant(self) -> None:
         if self.gpu_quota_limit() is not None:
@@ -511,14 +565,14 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         place is None until Kueue lists its Workload, the line None where it cannot be read."""
         uid = ((self._pod() or {}).get("metadata") or {}).get("uid")
         try:
-            line = await shared_kueue(self.api.api_client).line(
-                self.namespace, self.kueue_queue_name
-            )
+            line = await shared_kueue(self.api.api_client).line(self.namespace, self._waits_in())
         except Exception as exc:  # an apiserver hiccup: the page says so, the wait goes on
-            self.log.info("Reading Kueue's line %s failed: %s", self.kueue_queue_name, exc)
+            self.log.info("Reading Kueue's line %s failed: %s", self._waits_in(), exc)
             line = None
         for pending in line or []:
             if uid and any(owner[2] == uid for owner in pending.owners):
+                if self._gpuhub_user_queue:  # alone in its queue: the ClusterQueue's place
+                    return pending.in_cluster_queue, line
                 return pending.position, line
         return None, line
 
@@ -536,9 +590,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             f"{words.duration(self.gpu_queue_timeout)} after you asked."
         )
         try:
-            use = await shared_kueue(self.api.api_client).usage(
-                self.namespace, self.kueue_queue_name
-            )
+            use = await shared_kueue(self.api.api_client).usage(self.namespace, self._waits_in())
         except Exception as exc:  # an apiserver hiccup: the page goes on without the figures
             self.log.info("Reading Kueue's queue %s failed: %s", self.kueue_queue_name, exc)
             use = None
@@ -550,6 +602,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             use=use,
             place=place,
             line=line,
+            fair=bool(self._gpuhub_user_queue),
         )
         if place is None:
             return {

@@ -19,6 +19,17 @@ The shapes gpuhub reads are the same in both versions: a Workload's ``status.con
 ``spec.clusterQueue``; a ClusterQueue's ``spec.resourceGroups[].flavors[].resources[]``
 (``nominalQuota``) and ``status.flavorsReservation`` and ``status.reservingWorkloads``.
 
+Admission fair sharing (Kueue 0.12 alpha, beta and on by default since 0.15; the admin's
+``line_order = "fair"``): where Kueue's Configuration has ``admissionFairSharing``
+(``usageHalfLifeTime``, ``usageSamplingInterval``, ``resourceWeights``) and a ClusterQueue has
+``spec.admissionScope.admissionMode: UsageBasedAdmissionFairSharing``, Kueue orders that
+queue's workloads by their *LocalQueue's* decayed usage
+(``status.fairSharing.admissionFairSharingStatus.consumedResources``, which Kueue writes on
+every LocalQueue only where the feature is on). Per-user fairness so needs one LocalQueue per
+user: gpuhub makes it on a user's first queued spawn (:meth:`KueueAPI.user_queue`, named by
+:func:`user_queue_name`, labelled as gpuhub's, pointing at the ClusterQueue of the admin's
+``kueue_queue_name``); :meth:`KueueAPI.fair_sharing` says whether the cluster offers it.
+
 What a person reads while something waits in a queue is built here once
 (:func:`waiting_words`), for the spawn page and for queued jobs alike: what is in use of the
 queue's GPUs and by how many, from the ClusterQueue (:meth:`KueueAPI.usage`), and the place
@@ -61,6 +72,9 @@ class Pending:
     name: str  # the Workload's name
     position: int  # 1 = next to be admitted
     owners: tuple[tuple[str, str, str], ...]  # (kind, name, uid) of its owners
+    # Its place among every LocalQueue's workloads in the ClusterQueue (1 = next): the place
+    # that counts where each user has a LocalQueue of their own (admission fair sharing).
+    in_cluster_queue: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,7 @@ class KueueAPI:
         self._lines: dict[tuple[str, str], tuple[float, asyncio.Future[list[Pending] | None]]] = {}
         self._uses: dict[tuple[str, str], tuple[float, asyncio.Future[QueueUse | None]]] = {}
         self._use_refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
+        self._made: set[tuple[str, str]] = set()  # users' LocalQueues known to exist
 
     async def _served(self, group: str, resource: str) -> str | None:
         """The first of :data:`VERSIONS` whose discovery lists ``resource`` in ``group``."""
@@ -231,8 +246,87 @@ class KueueAPI:
                 (str(r.get("kind") or ""), str(r.get("name") or ""), str(r.get("uid") or ""))
                 for r in meta.get("ownerReferences") or []
             )
-            line.append(Pending(str(meta.get("name") or ""), place + 1, owners))
+            overall = item.get("positionInClusterQueue")
+            if not isinstance(overall, int) or isinstance(overall, bool) or overall < 0:
+                overall = None
+            line.append(
+                Pending(
+                    str(meta.get("name") or ""),
+                    place + 1,
+                    owners,
+                    overall + 1 if overall is not None else None,
+                )
+            )
         return sorted(line, key=lambda p: p.position)
+
+    async def fair_sharing(self, namespace: str, queue: str) -> FairSharing:
+        """Whether Kueue orders LocalQueue ``queue``'s ClusterQueue by past usage (read anew
+        each time: the hub asks once, at its first queued spawn)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        version = await self.version()
+        if version is None:
+            return FairSharing(False, "", "the cluster serves no Kueue")
+        try:
+            local = await self._get(version, f"namespaces/{namespace}/localqueues/{queue}")
+            cluster_queue = str((local.get("spec") or {}).get("clusterQueue") or "")
+            cluster = await self._get(version, f"clusterqueues/{cluster_queue}")
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            return FairSharing(
+                False,
+                "",
+                f"the LocalQueue {queue!r} or its ClusterQueue cannot be read (HTTP {exc.status})",
+            )
+        return fair_sharing_of(local, cluster)
+
+    async def user_queue(
+        self, namespace: str, queue: str, user: str, cluster_queue: str, labels: Mapping[str, str]
+    ) -> str:
+        """The name of ``user``'s own LocalQueue beside ``queue``, pointing at
+        ``cluster_queue``: made on first use with ``labels`` (gpuhub's), kept afterwards
+        (a user's usage lives in it). One that exists already is used as it is."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        name = user_queue_name(queue, user)
+        if (namespace, name) in self._made:
+            return name
+        version = await self.version()
+        body = {
+            "apiVersion": f"{GROUP}/{version}",
+            "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "spec": {"clusterQueue": cluster_queue},
+        }
+        try:
+            await request_json(
+                self.api.call_api(
+                    f"/apis/{GROUP}/{version}/namespaces/{namespace}/localqueues",
+                    "POST",
+                    body=body,
+                    header_params={"Content-Type": "application/json"},
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                )
+            )
+            log.info("gpuhub: made Kueue's LocalQueue %s/%s for %s", namespace, name, user)
+        except ApiException as exc:
+            if exc.status != 409:  # 409: it exists (made before, or by a hub beside this one)
+                raise
+        self._made.add((namespace, name))
+        return name
+
+    async def _get(self, version: str, path: str) -> dict[str, Any]:
+        found = await request_json(
+            self.api.call_api(
+                f"/apis/{GROUP}/{version}/{path}",
+                "GET",
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+        )
+        return found if isinstance(found, dict) else {}
 
     async def usage(self, namespace: str, queue: str) -> QueueUse | None:
         """What LocalQueue ``queue``'s ClusterQueue has and what of it is taken; None when it
@@ -281,6 +375,60 @@ class KueueAPI:
                 "gpuhub: cannot read the quota of Kueue's queue %s: HTTP %s", queue, exc.status
             )
             return None
+
+
+AFS_MODE = "UsageBasedAdmissionFairSharing"  # a ClusterQueue's spec.admissionScope.admissionMode
+
+
+@dataclass(frozen=True)
+class FairSharing:
+    """Whether Kueue orders a LocalQueue's ClusterQueue by its LocalQueues' past usage
+    (admission fair sharing), and if not, why, in a sentence for the admin's log."""
+
+    on: bool
+    cluster_queue: str = ""
+    why_not: str = ""
+
+
+def fair_sharing_of(local: Mapping[str, Any], cluster: Mapping[str, Any]) -> FairSharing:
+    """:class:`FairSharing` of a LocalQueue and its ClusterQueue (their JSON, either version):
+    on where the ClusterQueue asks for usage-based admission and Kueue keeps the LocalQueue's
+    usage (its status says so only where the Configuration enables it and the feature gate
+    is on)."""
+    name = str((cluster.get("metadata") or {}).get("name") or "")
+    scope = ((cluster.get("spec") or {}).get("admissionScope") or {}).get("admissionMode")
+    if scope != AFS_MODE:
+        return FairSharing(
+            False,
+            name,
+            f"the ClusterQueue {name!r} has no spec.admissionScope.admissionMode: {AFS_MODE}",
+        )
+    status = ((local.get("status") or {}).get("fairSharing") or {}).get(
+        "admissionFairSharingStatus"
+    )
+    if not isinstance(status, Mapping):
+        return FairSharing(
+            False,
+            name,
+            "Kueue keeps no usage per LocalQueue (its Configuration has no "
+            "admissionFairSharing, or the AdmissionFairSharing feature gate is off)",
+        )
+    return FairSharing(True, name)
+
+
+_QUEUE_PREFIX = 40  # characters of the admin's queue name a user's LocalQueue keeps
+
+
+def user_queue_name(queue: str, user: str) -> str:
+    """The LocalQueue of ``user`` beside the admin's ``queue``: ``gpus-alice``; a name that is
+    no DNS label, or too long, is a slug with a hash (``gpus-x-j-rg---1a2b3c4d``), so that
+    two users never share one. At most 63 characters (a label value, as Kueue's queue-name
+    label is)."""
+    from kubespawner.slugs import is_valid_label, safe_slug
+
+    prefix = queue[:_QUEUE_PREFIX].rstrip("-")
+    room = 63 - len(prefix) - 1
+    return f"{prefix}-{safe_slug(user, is_valid=is_valid_label, max_length=room)}"
 
 
 def positions(line: list[Pending] | None) -> dict[str, int]:
@@ -394,6 +542,7 @@ def waiting_words(
     place: int | None = None,
     line: list[Pending] | None = None,
     say_place: bool = True,
+    fair: bool = False,
 ) -> str:
     """What waits in Kueue's queue, in people's words: the spawn page's sentence and a
     queued job's message. 'Waiting in queue "gpus" for 1 A100 GPU: 4 of 4 A100 GPUs in use
@@ -405,6 +554,9 @@ def waiting_words(
     it lacks, when it has tried (:func:`shortages`); ``place``: 1 = next, with the ``line``
     it is in (None where that cannot be read). ``say_place``: the spawn page says the place
     here; a job's status says it beside the message (give its ``place`` all the same).
+    ``fair``: the queue orders by past usage (admission fair sharing, each user in a LocalQueue
+    of their own): ``place`` is the place in the ClusterQueue, ``line`` only the user's own
+    workloads, and the words say why someone who came later may go first.
     """
     asked = f" for {words.gpus(gpus, gpu_name)}" if gpus else ""
     head = f'Waiting in queue "{queue}"{asked}'
@@ -434,7 +586,8 @@ def waiting_words(
         parts.append(f"{words.gpus(shortage.more, gpu_name)} more must come free first")
     if say_place:
         if place is not None:
-            ahead = in_front(line or [], place)
+            # A user's own LocalQueue lists only their workloads: what is in front is not known.
+            ahead = "" if fair else in_front(line or [], place)
             parts.append(
                 f"you are {words.ordinal(place)} in line" + (f", behind {ahead}" if ahead else "")
             )
@@ -442,9 +595,18 @@ def waiting_words(
             parts.append("its place in line cannot be read")
         else:
             parts.append("Kueue has not given it a place in line yet")
+    if fair:
+        parts.append(FAIR_QUEUE_WORDS)
     if not parts:
         return f"{head}."
     return f"{head}: {'; '.join(parts)}."
+
+
+# Kueue orders a fair queue by each LocalQueue's GPU use, decayed with its half-life (the
+# cluster admin's usageHalfLifeTime), which gpuhub does not read: the words say no figure.
+FAIR_QUEUE_WORDS = (
+    "the queue favours who used least recently, so someone who asked after you may go first"
+)
 
 
 # One KueueAPI per event loop and API server in the hub: its discovery answers and shared

@@ -1,0 +1,167 @@
+"""A fair queue on the real Kueue: each user waits in a LocalQueue of their own, and Kueue's
+admission fair sharing admits the one who used less first.
+
+One setup checks it all, as the hub meets it: the chart's RBAC with ``line_order: fair`` lets
+the hub's ServiceAccount make LocalQueues in the servers' namespace (nowhere else); as that
+account, gpuhub finds fair sharing on (:meth:`KueueAPI.fair_sharing`) and makes heavy's and
+light's LocalQueues (:meth:`KueueAPI.user_queue`); heavy's workload holds the queue's only
+GPU until Kueue counts the usage; heavy then asks again, light after heavy, and when heavy's
+first workload ends Kueue admits light's, while the visibility API already put light first.
+Workloads are made directly (no pods), so nothing waits on a scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes_asyncio import config as kube_config
+
+from gpuhub.k8s.kueue import FAIR_QUEUE_WORDS, KueueAPI, user_queue_name, waiting_words
+from gpuhub.k8s.labels import MANAGED_BY, MANAGED_BY_LABEL
+from localk8s.kubeapi import kubeconfig
+from tests.support.cluster import Kube
+from tests.support.helm import HELM, can_i, install, make_chart, render, served_api_versions
+from tests.support.kueue import kueue_queues
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed"),
+]
+
+T = TypeVar("T")
+WORKLOADS = "kueue.x-k8s.io/v1beta2"
+GPU = "nvidia.com/gpu"
+
+
+def workload(name: str, queue: str) -> dict[str, Any]:
+    """A Workload of one pod asking for one GPU (what Kueue makes for a GPU server's pod)."""
+    container = {"name": "main", "image": "busybox", "resources": {"requests": {GPU: "1"}}}
+    return {
+        "apiVersion": WORKLOADS,
+        "kind": "Workload",
+        "metadata": {"name": name},
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                {"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}
+            ],
+        },
+    }
+
+
+async def eventually(check: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
+    """Ask ``check`` until its answer is ``done`` (30 s at most); the last answer."""
+    deadline = time.monotonic() + 30
+    while not done(found := await check()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    return found
+
+
+def admitted(kube: Kube, name: str) -> bool:
+    found = kube.get("Workload", name, api_version=WORKLOADS) or {}
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)
+
+
+def consumed_gpus(kube: Kube, queue: str) -> float:
+    """What Kueue counts of a LocalQueue's past GPU usage (0 where it counts none yet)."""
+    found = kube.get("LocalQueue", queue, api_version=WORKLOADS) or {}
+    status = ((found.get("status") or {}).get("fairSharing") or {}).get(
+        "admissionFairSharingStatus"
+    ) or {}
+    value = str((status.get("consumedResources") or {}).get(GPU, "0"))
+    scale = {"n": 1e-9, "u": 1e-6, "m": 1e-3}.get(value[-1:], 1.0)
+    return float(value.rstrip("num") or 0) * scale
+
+
+async def test_kueue_admits_the_lighter_users_workload_first(kube: Kube, tmp_path: Path) -> None:
+    kube.require_local("Kueue configured with admission fair sharing (localk8s/addons.py)")
+    queues = kueue_queues(kube, gpus=1, local_queue="gpus", fair=True)
+    # The chart, with line_order: fair: the hub may make LocalQueues here, and only here.
+    hub_account = f"system:serviceaccount:{kube.namespace}:hub"
+    values = {
+        "jupyterhub": {
+            "hub": {"config": {"GPUSpawner": {"kueue_queue_name": "gpus", "line_order": "fair"}}}
+        }
+    }
+    objects = render(
+        make_chart(tmp_path / "chart"),
+        values=values,
+        namespace=kube.namespace,
+        api_versions=served_api_versions(kube),
+    )
+    install(kube, [o for o in objects if o["metadata"]["name"].endswith("hub-kueue")])
+    kube.wait_for(
+        lambda: can_i(kube, "create", "localqueues.kueue.x-k8s.io", kube.namespace, hub_account)
+    )
+    assert not can_i(kube, "create", "localqueues.kueue.x-k8s.io", "default", hub_account)
+    assert not can_i(kube, "delete", "localqueues.kueue.x-k8s.io", kube.namespace, hub_account)
+
+    # gpuhub, as the hub's ServiceAccount.
+    kube.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hub"}})
+    token = kube.api.token(kube.namespace, "hub", 600)
+    path = tmp_path / "hub-kubeconfig"
+    path.write_text(
+        kubeconfig(kube.api.server, kube.api.ca, token=token, user="hub", namespace=kube.namespace)
+    )
+    client = await kube_config.new_client_from_config(config_file=str(path))
+    try:
+        api = KueueAPI(client)
+        # Kueue writes every LocalQueue's usage status once it has reconciled it.
+        fair = await eventually(
+            lambda: api.fair_sharing(kube.namespace, "gpus"), lambda found: found.on
+        )
+        assert fair.on and fair.cluster_queue == queues.cluster_queue, fair
+        labels = {MANAGED_BY_LABEL: MANAGED_BY}
+        heavy_q = await api.user_queue(kube.namespace, "gpus", "heavy", fair.cluster_queue, labels)
+        light_q = await api.user_queue(
+            kube.namespace, "gpus", "Light.User@example.org", fair.cluster_queue, labels
+        )
+        assert heavy_q == user_queue_name("gpus", "heavy") == "gpus-heavy"
+        assert light_q.startswith("gpus-") and len(light_q) <= 63 and light_q != heavy_q
+        # Asked again (a hub restarted, another spawn): the same queue, no error.
+        assert (
+            await KueueAPI(client).user_queue(
+                kube.namespace, "gpus", "heavy", fair.cluster_queue, labels
+            )
+            == heavy_q
+        )
+        made = kube.get("LocalQueue", heavy_q, api_version=WORKLOADS) or {}
+        assert made["spec"]["clusterQueue"] == queues.cluster_queue
+        assert made["metadata"]["labels"][MANAGED_BY_LABEL] == MANAGED_BY
+
+        # heavy holds the only GPU until Kueue has counted some of its use.
+        kube.create(workload("heavy-1", heavy_q))
+        kube.wait_for(lambda: admitted(kube, "heavy-1"), timeout=30)
+        kube.wait_for(lambda: consumed_gpus(kube, heavy_q) > 0, timeout=30)
+        # heavy asks again, then light: both wait, and light is first in the ClusterQueue.
+        kube.create(workload("heavy-2", heavy_q))
+        kube.create(workload("light-1", light_q))
+
+        async def places() -> tuple[int | None, int | None]:
+            """(heavy's second, light's) place in the ClusterQueue, as the hub reads them."""
+            heavy_line = await api.line(kube.namespace, heavy_q)
+            light_line = await api.line(kube.namespace, light_q)
+            return (
+                next((p.in_cluster_queue for p in heavy_line or [] if p.name == "heavy-2"), None),
+                next((p.in_cluster_queue for p in light_line or [] if p.name == "light-1"), None),
+            )
+
+        found = await eventually(places, lambda found: found == (2, 1))
+        assert found == (2, 1), found  # light, who came later, is next
+        assert not admitted(kube, "heavy-2") and not admitted(kube, "light-1")
+        said = waiting_words("gpus", gpus=1, place=2, line=[], fair=True)
+        assert (
+            said == f'Waiting in queue "gpus" for 1 GPU: you are 2nd in line; {FAIR_QUEUE_WORDS}.'
+        )
+        # The GPU comes back: Kueue admits light's workload, heavy's waits on.
+        kube.delete("Workload", "heavy-1", api_version=WORKLOADS)
+        kube.wait_for(lambda: admitted(kube, "light-1"), timeout=30)
+        assert not admitted(kube, "heavy-2")
+    finally:
+        await client.close()
