@@ -1,6 +1,7 @@
 /**
  * "Your GPUs on this hub": every server and job of this user that holds GPUs,
- * against their quota, from the hub's GPU ledger (`GET /gpuhub/api/holdings`).
+ * against their quota, from the hub's GPU ledger (`GET /gpuhub/api/holdings`),
+ * and a card per GPU-hour budget that applies to them (`./budgets.ts`).
  *
  * A section of the GPU sidebar. It polls slowly (the hub's answer is shared
  * by the server for a few seconds) and only while the sidebar is visible.
@@ -10,6 +11,7 @@ import { Poll } from '@lumino/polling';
 
 import { requestAPI } from '../api';
 import { h } from '../dom';
+import { BudgetList, IBudget } from './budgets';
 
 export interface IHolding {
   kind: 'server' | 'job';
@@ -24,6 +26,8 @@ export interface IHolding {
   text?: string;
   gpu_type: string;
   devices: number[];
+  /** Claimed through DRA: the devices it was allocated, "GPU 3 (A100-SXM4-80GB) on a100-7". */
+  device_names?: string[];
   since: number | null;
   /** Where it waits for its GPUs ("waiting in line"); null once it holds them. */
   waiting?: string | null;
@@ -39,6 +43,8 @@ export interface IHoldings {
    * against the quota, but are not held. */
   waiting?: number;
   holdings: IHolding[];
+  /** The GPU-hour budgets that apply to this user; empty (or absent) when none does. */
+  budgets?: IBudget[];
 }
 
 const POLL_MS = 15 * 1000;
@@ -102,7 +108,7 @@ export class HoldingsSection {
       'aria-live': 'polite'
     });
     this._list = h('ul', { className: 'gpuhub-Holdings-list' });
-    this.node.append(title, this._summary, this._list);
+    this.node.append(title, this._summary, this._budgets.node, this._list);
     this._poll = new Poll({
       auto: true,
       factory: () => this._refresh(),
@@ -135,9 +141,12 @@ export class HoldingsSection {
     this._summary.textContent = summary(data);
     const rows = data.holdings.map(holding => {
       const type = holding.gpu_type ? ` ${holding.gpu_type}` : '';
-      const devices = holding.devices.length
-        ? ` (GPU${holding.devices.length === 1 ? '' : 's'} ${holding.devices.join(', ')})`
-        : '';
+      const named = holding.device_names ?? [];
+      const devices = named.length
+        ? `: ${named.join(', ')}`
+        : holding.devices.length
+          ? ` (GPU${holding.devices.length === 1 ? '' : 's'} ${holding.devices.join(', ')})`
+          : '';
       return h(
         'li',
         { className: 'gpuhub-Holdings-item' },
@@ -154,9 +163,11 @@ export class HoldingsSection {
     });
     this._list.replaceChildren(...rows);
     this.node.classList.toggle('gpuhub-mod-empty', rows.length === 0);
+    this._budgets.update(Array.isArray(data.budgets) ? data.budgets : []);
   }
 
   private _active = false;
+  private _budgets = new BudgetList();
   private _list: HTMLElement;
   private _poll: Poll;
   private _summary: HTMLElement;

@@ -133,6 +133,9 @@ class Holding:
     waiting: Waiting = ""
     # A workstation's job hold: the gpuhub jobs (ids) whose processes keep it.
     jobs: tuple[str, ...] = ()
+    # Claimed through DRA: the devices its pods were allocated, in people's words ("GPU 3
+    # (A100-SXM4-80GB) on a100-7"), once the scheduler allocated them.
+    claimed: tuple[str, ...] = ()
 
     @property
     def held(self) -> bool:
@@ -158,13 +161,20 @@ class Holding:
     @property
     def gpus_text(self) -> str:
         """What it holds, one figure per fact: "2 x NVIDIA A100", "8 GB of GPU 3 (T4), 0.5 GPU",
-        "2 shares of A10, 0.5 GPU"."""
+        "2 shares of A10, 0.5 GPU"; claimed through DRA, its devices: "1 x A100: GPU 3
+        (A100-SXM4-80GB) on a100-7"."""
         name = self.gpu_type or "GPU"
         if self.share is None:
-            return f"{self.gpus} \u00d7 {name}"  # as the fleet page always wrote it
+            held = f"{self.gpus} \u00d7 {name}"  # as the fleet page always wrote it
+            return f"{held}: {', '.join(self.claimed)}" if self.claimed else held
         amount = words.gpu_amount(self.share)
         if self.memory:
-            where = words.device_list(self.devices, name) if self.devices else f"one {name}"
+            if self.claimed:
+                where = ", ".join(self.claimed)
+            elif self.devices:
+                where = words.device_list(self.devices, name)
+            else:
+                where = f"one {name}"
             return f"{human_memory(self.memory)} of {where}, {amount}"
         return f"{words.plural(self.gpus, 'share')} of {name}, {amount}"
 
@@ -278,6 +288,7 @@ def per_workload(holdings: Iterable[Holding]) -> list[Holding]:
             pods=seen.pods + holding.pods,
             processes=seen.processes + holding.processes,
             jobs=tuple(dict.fromkeys((*seen.jobs, *holding.jobs))),
+            claimed=tuple(dict.fromkeys((*seen.claimed, *holding.claimed))),
             share=add_shares(seen, holding),
             memory=seen.memory + holding.memory,
         )

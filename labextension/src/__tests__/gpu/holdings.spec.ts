@@ -189,6 +189,25 @@ describe('HoldingsSection', () => {
     expect(node.classList.contains('gpuhub-mod-empty')).toBe(false);
   });
 
+  it('names the devices a DRA holding was allocated', async () => {
+    section = new HoldingsSection();
+    await shown(
+      holdings({
+        held: 1,
+        holdings: [
+          holding({
+            devices: [],
+            device_names: ['GPU 3 (A100-SXM4-80GB) on a100-7']
+          })
+        ]
+      })
+    );
+    const detail = section.node.querySelector('.gpuhub-Holdings-detail')!;
+    expect(detail.textContent).toBe(
+      '1 x A100: GPU 3 (A100-SXM4-80GB) on a100-7'
+    );
+  });
+
   it('marks itself empty when nothing is held', async () => {
     section = new HoldingsSection();
     await shown(holdings({ held: 0, quota: null }));

@@ -33,9 +33,10 @@ to.
 
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "budgets", "quota", "held", "waiting",
   "holdings": [{"kind", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type",
-  "devices", "since", "processes", "jobs", "waiting"}]}`` (a share of a GPU: ``share`` what it
-  counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5 GPU" as the fleet
-  page says it). ``held`` counts GPUs given; ``waiting`` those asked for by what waits for
+  "devices", "device_names", "since", "processes", "jobs", "waiting"}]}`` (a share of a GPU:
+  ``share`` what it counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5
+  GPU" as the fleet page says it; claimed through DRA, ``device_names`` its devices, "GPU 3
+  (A100-SXM4-80GB) on a100-7"). ``held`` counts GPUs given; ``waiting`` those asked for by what waits for
   them (in line, in Kueue's queue), which count against the quota too; a holding's
   ``waiting`` says where it waits ("waiting in line"), null once held. ``budgets``: the
   user's GPU-hour budget (:meth:`gpuhub.hub.ledger.budget_usage.BudgetState.as_json`), [] when
@@ -424,6 +425,8 @@ class HoldingsHandler(GpuhubAPIHandler):
                             "text": h.gpus_text,
                             "gpu_type": h.gpu_type,
                             "devices": list(h.devices),
+                            # Claimed through DRA: "GPU 3 (A100-SXM4-80GB) on a100-7".
+                            "device_names": list(h.claimed),
                             "since": h.since,
                             "processes": [{"pid": p, "command": c} for p, c in h.processes],
                             "jobs": list(h.jobs),
