@@ -172,11 +172,13 @@ def render_form(
     problems: Iterable[tuple[str, str]] = (),
     notice: str = "",
     resources: str = "guaranteed",
+    budget: Mapping[str, Any] | None = None,
 ) -> str:
     """HTML for JupyterHub's spawn page (goes inside its ``<form>``); ``problems`` are a
     refused submit's sentences, shown under the fields they name; ``notice`` one for the top
     of the form (a spawn link held until the user confirms it); ``resources`` what the
-    platform does with CPU and memory (:data:`RESOURCES`)."""
+    platform does with CPU and memory (:data:`RESOURCES`); ``budget`` the user's GPU-hour
+    budget as the holdings answer has it (``budgets[0]``), None when none applies."""
     choices = policy.choices_for(groups)
     capacity = capacity or {}
     gpu_types: list[dict[str, Any]] = []
@@ -195,6 +197,10 @@ def render_form(
                 "capacity": capacity.get(t.key),
                 "sharing": _sharing_view(t, capacity.get(t.key), quota),
                 "limit_text": _limit_text(t, offered, quota),
+                # GPU-hours an hour per unit asked for (a time-sliced replica: its fraction);
+                # a type shared by memory: the device's bytes (the share is memory / that).
+                "cost_unit": 1 / t.sharing.replicas if t.sharing and t.sharing.replicas else 1,
+                "device_bytes": t.sharing.memory if t.sharing and t.sharing.memory else None,
             }
         )
         view = gpu_types[-1]
@@ -245,6 +251,24 @@ def render_form(
         quota=quota,
         errors=_errors_by_field(problems),
         notice=notice,
+        budget=budget,
+        budget_sentence=_budget_sentence(budget),
+    )
+
+
+def _budget_sentence(budget: Mapping[str, Any] | None) -> str:
+    """What the form says of the user's GPU-hour budget: used, left, reset, and at the limit
+    what happens to a GPU server (the hub checks it again on submit)."""
+    if budget is None:
+        return ""
+    text = f"{budget['text']}."
+    if budget["state"] != "over":
+        return text
+    if budget["at_limit"] == "refuse":
+        return f"{text} Your budget is used up: GPU servers are refused until then; CPU-only servers start."
+    return (
+        f"{text} Your budget is used up: a GPU server starts only on GPUs nobody else waits "
+        "for, and is the first stopped when someone within budget needs them."
     )
 
 

@@ -34,7 +34,7 @@ from traitlets.config import Configurable
 
 from gpuhub.core import words
 from gpuhub.core.budgets import BudgetConfig
-from gpuhub.core.holdings import GPUQuota
+from gpuhub.core.holdings import GPUQuota, gpu_type_names, named
 from gpuhub.core.line_order import LineOrder
 from gpuhub.core.options import (
     LaunchOptions,
@@ -262,7 +262,7 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         raise refusal(exc.message) from None
     try:
         await check_named_server_limit(spawner)
-        check_budget(spawner, options)
+        await check_budget(spawner, options)
         await spawner.reserve_launch(options)
     except BaseException as exc:
         message = getattr(exc, "jupyterhub_message", None)
@@ -277,27 +277,14 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
     spawner._gpuhub_accepted = deepcopy(user_options)
 
 
-def check_budget(spawner: Any, options: LaunchOptions) -> None:
-    """Refuse a GPU spawn (403) when the user's GPU-hour budget is used up, unless the admin
-    lets such spawns run on GPUs that would otherwise stay idle and these would. CPU-only
-    servers are never refused."""
+async def check_budget(spawner: Any, options: LaunchOptions) -> None:
+    """Refuse a GPU spawn (403) over the user's GPU-hour budget
+    (:meth:`GPUSpawnerMixin.gpu_budget_refusal`); CPU-only servers are never refused."""
     if options.gpu_type is None or not options.gpus:
         return
-    monitor = gpu_monitor.current()
-    config = spawner.gpu_budget_config()
-    if monitor is None or config is None:
-        return
-    state = monitor.budget_state(spawner.user.name, spawner.user_groups())
-    if state is None or not state.over:
-        return
-    if config.at_limit == "idle_only" and spawner.gpus_would_idle(options):
-        spawner.log.info(
-            "gpuhub: %s is over their GPU-hour budget; %s starts on GPUs nobody waits for",
-            spawner.user.name,
-            log_name(spawner),
-        )
-        return
-    raise refusal(state.refusal(), status=403)
+    message = await spawner.gpu_budget_refusal(options.gpu_type.key, options.gpus)
+    if message is not None:
+        raise refusal(message, status=403)
 
 
 async def check_named_server_limit(spawner: Any) -> None:
@@ -545,10 +532,63 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
             _BUDGET_CACHE[key] = BudgetConfig.from_config(self.gpu_hours)
         return _BUDGET_CACHE[key]
 
-    def gpus_would_idle(self, options: LaunchOptions) -> bool:
-        """Whether the GPUs ``options`` ask for would otherwise stay idle now: nobody waits
-        for GPUs of that type (``gpu_hours``' ``"idle_only"``). The spawners know their line."""
-        return False
+    async def gpu_budget_refusal(self, gpu_type: str, gpus: int) -> str | None:
+        """The one budget check of GPU spawns and job grants: the 403 sentence when this
+        user's GPU-hour budget is used up and the admin's ``at_limit`` does not let
+        ``gpus`` of ``gpu_type`` (its key or display name) start now; None when they may."""
+        config = self.gpu_budget_config()
+        if config is None or not gpus:
+            return None
+        monitor = await gpu_monitor.started(self)
+        if monitor is None:
+            return None
+        state = monitor.budget_state(self.user.name, self.user_groups())
+        if state is None or not state.over:
+            return None
+        if config.at_limit == "idle_only" and await self.gpus_would_idle(gpu_type, gpus):
+            self.log.info(
+                "gpuhub: %s is over their GPU-hour budget (%s); %s GPUs of %s start as nobody "
+                "waits for them",
+                self.user.name,
+                state.text,
+                gpus,
+                gpu_type,
+            )
+            return None
+        self.log.warning("gpuhub: %s is over their GPU-hour budget: %s", self.user.name, state.text)
+        return state.refusal()
+
+    async def gpu_budget_json(self) -> dict[str, Any] | None:
+        """This user's GPU-hour budget as the holdings answer says it (None: none applies,
+        or the hub's monitor does not run)."""
+        if self.gpu_budget_config() is None:
+            return None
+        monitor = await gpu_monitor.started(self)
+        if monitor is None:
+            return None
+        state = monitor.budget_state(self.user.name, self.user_groups())
+        return state.as_json() if state is not None else None
+
+    async def gpus_would_idle(self, gpu_type: str, gpus: int) -> bool:
+        """Whether ``gpus`` GPUs of ``gpu_type`` (its key or display name) would otherwise stay
+        idle now: free, and nobody waits for GPUs of that type (in line, in Kueue's queue, for
+        a node)."""
+        try:
+            types = self.gpu_policy.gpu_types
+            if gpu_type not in types:  # a job's grant names its type by display name
+                gpu_type = next(k for k, t in types.items() if t.display_name == gpu_type)
+            name = types[gpu_type].display_name
+            ledger = await self.gpu_ledger()
+            names = gpu_type_names(types)
+            if any(named(h, names).gpu_type == name for h in ledger.holdings() if h.waiting):
+                return False
+            capacity = (await self.gpu_capacity())[0].get(gpu_type)
+        except (KeyError, StopIteration, RuntimeError, web.HTTPError):
+            return False
+        if capacity is None or capacity.waiting:
+            return False
+        free = capacity.largest_free if capacity.largest_free is not None else capacity.free
+        return free >= gpus
 
     def gpu_utilization_settings(self) -> dict[str, Any]:
         """Keyword arguments for the utilization source (the Kubernetes one's Prometheus)."""
@@ -666,6 +706,7 @@ async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
         problems=refused.problems if refused else (),
         notice=refused.notice if refused else "",
         resources=target.resource_enforcement(),
+        budget=await target.gpu_budget_json(),
     )
 
 

@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,12 @@ class BudgetUsage:
 
     def grants_of(self, account: AccountKey) -> list[ExtraHours]:
         return list(self.grants.get(account, ()))
+
+    def users_seen(self) -> set[str]:
+        """Every user with an account kept (used some budget in a period kept)."""
+        return {name for scope, name, _ in self.accounts if scope == "user"} | {
+            name for scope, name, _ in self.grants if scope == "user"
+        }
 
     def decayed_seconds(self, user: str, now: float) -> float:
         """``user``'s GPU-seconds, each weighed by ``0.5 ** (age / half_life)``: the fair
@@ -239,6 +246,7 @@ class BudgetState:
     grants: tuple[ExtraHours, ...]
     at_limit: str
     now: float
+    own_seconds: float = 0.0  # the user's own part of a shared pool's (all of it otherwise)
 
     @property
     def allowed_seconds(self) -> float:
@@ -347,7 +355,46 @@ def state_for(
         tuple(usage.grants_of(account)),
         config.at_limit,
         now,
+        usage.used(("user", user, account[2])),
     )
+
+
+def pool_state(budget: Budget, config: BudgetConfig, usage: BudgetUsage, now: float) -> BudgetState:
+    """A shared group budget's pool, whoever draws on it."""
+    account = ("group", budget.name, budget.period_key(now))
+    used = usage.used(account)
+    extras = tuple(usage.grants_of(account))
+    return BudgetState(
+        "", budget, account, used, sum(g.hours for g in extras), extras, config.at_limit, now, used
+    )
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """Every budget as of one moment, for the fleet page and ``/hub/metrics`` alike (so they
+    agree): each user with a budget who used some of it this period, was granted extra hours
+    or holds or waits for GPUs, and every shared group's pool."""
+
+    users: tuple[BudgetState, ...] = ()
+    groups: tuple[BudgetState, ...] = ()
+
+
+def budget_view(
+    groups_of: Mapping[str, list[str]],
+    config: BudgetConfig | None,
+    usage: BudgetUsage,
+    now: float,
+) -> BudgetView:
+    """The :class:`BudgetView` of the users in ``groups_of`` (name -> groups)."""
+    if config is None:
+        return BudgetView()
+    users = []
+    for user in sorted(groups_of):
+        state = state_for(user, groups_of[user], config, usage, now)
+        if state is not None:
+            users.append(state)
+    pools = tuple(pool_state(b, config, usage, now) for b in config.budgets() if b.shared)
+    return BudgetView(tuple(users), pools)
 
 
 def _rows(data: dict[str, Any], name: str, width: int, problems: list[str]) -> list[list[Any]]:

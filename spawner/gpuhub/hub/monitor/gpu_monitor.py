@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import time
 from collections import deque
@@ -34,7 +35,14 @@ from gpuhub.core.budgets import BudgetConfig
 from gpuhub.core.budgets import hours_words as words_hours
 from gpuhub.core.holdings import Holding, gpu_type_names, named
 from gpuhub.core.quantity import human_memory as words_memory
-from gpuhub.hub.ledger.budget_usage import BudgetState, BudgetUsage, state_for
+from gpuhub.hub.ledger.budget_usage import (
+    BudgetState,
+    BudgetUsage,
+    BudgetView,
+    ExtraHours,
+    budget_view,
+    state_for,
+)
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
 from gpuhub.hub.monitor.overshare import ShareWatch
@@ -103,6 +111,9 @@ class GPUMonitor:
             BudgetWatch(config.grace, config.at_limit) if config is not None else None
         )
         self._last_mono: float | None = None
+        # Every budget as of the last tick (the fleet page and /hub/metrics read it, in
+        # other threads: replaced, never changed).
+        self.budget_view = BudgetView()
         self.tracks: dict[HoldingKey, Track] = {}  # what holds GPUs (devices given, pods bound)
         # What waits for GPUs (in line, in Kueue's queue, for a node): counted against quotas
         # and shown as waiting; never sampled, billed or reclaimed. Replaced, never changed.
@@ -190,6 +201,7 @@ class GPUMonitor:
             await self._reclaim(now)
         if self.budget_watch is not None:
             await self._watch_budgets(now, now if mono is None else mono)
+        self.refresh_budgets(now)
         self._drop_read_notices()
         self.last_tick = now
         self._changed()
@@ -307,6 +319,61 @@ class GPUMonitor:
         now = time.time() if now is None else now
         groups = self._groups(user) if groups is None else groups
         return state_for(user, groups, self.budget_config, self.budgets, now)
+
+    def grant_hours(
+        self, user: str, groups: list[str], hours: float, reason: str, by: str, group: str = ""
+    ) -> BudgetState:
+        """Extra GPU-hours for ``user``'s budget this period (its shared pool if it draws on
+        one: then ``group``, if given, must name it), with a reason the user reads in a
+        notice. Raises ``ValueError`` with the sentence when no budget applies."""
+        now = time.time()
+        state = self.budget_state(user, groups, now)
+        if state is None:
+            raise ValueError(f"No GPU-hour budget applies to {user}, so there is none to add to.")
+        pool = state.budget.name if state.budget.shared else ""
+        if group and group != pool:
+            whose = f"the {pool} group's shared pool" if pool else "their own budget"
+            raise ValueError(
+                f"{user}'s GPU-hours come from {whose}, not from a shared budget of group "
+                f"{group!r}; leave group out to add to it."
+            )
+        self.budgets.grant(state.account, ExtraHours(hours, reason, by, now))
+        state = self.budget_state(user, groups, now)
+        assert state is not None
+        extra = words_hours(hours)
+        to = f"{state.budget.label} ({pool} group)" if pool else "your budget"
+        self.store.notify(
+            user,
+            Notice(
+                f"grant:{state.account[2]}:{now:.6f}",
+                now,
+                f"{by} granted {extra} extra GPU-hours to {to} this {state.budget.per}: "
+                f"{reason.rstrip('.')}. Now {state.text}.",
+                0,
+                "",
+                by=BUDGET,
+                kind="budget",
+            ),
+        )
+        log.info("gpuhub: %s granted %s %s extra GPU-hours: %s", by, user, extra, reason)
+        self.refresh_budgets(now)
+        self._changed()
+        return state
+
+    def refresh_budgets(self, now: float | None = None) -> None:
+        """Build :attr:`budget_view` (on the event loop: it reads users' groups)."""
+        config = self.budget_config
+        if config is None:
+            self.budget_view = BudgetView()
+            return
+        now = time.time() if now is None else now
+        holders = {t.holding.user for t in self.tracks.values()}
+        holders |= {h.user for h in self.waiting.values()}
+        names = self.budgets.users_seen() | holders
+        view = budget_view({n: self._groups(n) for n in names}, config, self.budgets, now)
+        # Users whose budget this period is untouched and who hold nothing are left out.
+        users = tuple(s for s in view.users if s.own_seconds or s.extra_hours or s.user in holders)
+        self.budget_view = BudgetView(users, view.groups)
 
     async def _watch_budgets(self, now: float, mono: float) -> None:
         """Notices at 80 % and 100 % (once per period), and stops past the grace."""
@@ -812,6 +879,17 @@ async def _start(spawner: Any) -> None:
 
 
 _STARTING: asyncio.Future[None] | None = None
+
+
+async def started(spawner: Any, timeout: float = 15.0) -> GPUMonitor | None:
+    """The monitor, started from ``spawner`` if need be and waited for (a hub just started:
+    what the budgets have used is read from its file first); None if it does not start."""
+    ensure_started(spawner)
+    starting = _STARTING
+    if _MONITOR is None and starting is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(starting), timeout)
+    return _MONITOR
 
 
 def ensure_started(spawner: Any) -> None:

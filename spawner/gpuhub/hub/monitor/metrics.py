@@ -22,6 +22,12 @@ nothing goes stale between ticks):
   grant and OS account, :class:`gpuhub.hub.ledger.launches.Proof`): charged to nobody, for
   the admin to look into (0 when every byte is explained)
 
+* ``gpuhub_gpu_budget_used_seconds{scope="user|group", name}`` and
+  ``gpuhub_gpu_budget_seconds{scope, name}``: GPU-hour budgets (``gpu_hours``) in GPU-seconds,
+  this period: what is used and what is allowed (extra hours granted included). A user in a
+  shared group's pool has only a used figure (their part); the pool (scope ``group``) has
+  both. The same figures as the fleet page (:attr:`GPUMonitor.budget_view`)
+
 A share of a GPU (:mod:`gpuhub.core.sharing`) counts as its fraction of a GPU in ``gpuhub_gpus``,
 ``gpuhub_gpus_held`` and ``gpuhub_gpu_seconds_total`` (half of a GPU for an hour is half a
 GPU-hour), as in the quota.
@@ -143,6 +149,28 @@ class GPUCollector(Collector):
         for gpu_type, count in sorted(monitor.store.reclaims.items()):
             reclaims.add_metric([gpu_type], count)
         yield reclaims
+
+        used = GaugeMetricFamily(
+            "gpuhub_gpu_budget_used_seconds",
+            "GPU-seconds used this period of GPU-hour budgets, per user and per shared group",
+            labels=["scope", "name"],
+        )
+        allowed = GaugeMetricFamily(
+            "gpuhub_gpu_budget_seconds",
+            "GPU-seconds GPU-hour budgets allow this period (extra hours included), per user "
+            "and per shared group",
+            labels=["scope", "name"],
+        )
+        view = monitor.budget_view
+        for state in view.users:
+            used.add_metric(["user", state.user], state.own_seconds)
+            if not state.budget.shared:
+                allowed.add_metric(["user", state.user], state.allowed_seconds)
+        for state in view.groups:
+            used.add_metric(["group", state.budget.name], state.used_seconds)
+            allowed.add_metric(["group", state.budget.name], state.allowed_seconds)
+        yield used
+        yield allowed
 
         processes = GaugeMetricFamily(
             "gpuhub_job_hold_process_info",

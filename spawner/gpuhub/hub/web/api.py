@@ -8,7 +8,7 @@ service asks the hub for a *grant* before it creates anything:
   (plus ``"share"``, the GPUs a shared request counts as, as a fraction ``"1/2"``, and
   ``"gpu_memory"`` in bytes, for a shared GPU type: :mod:`gpuhub.core.sharing`)
   -> ``201 {"user", "name", "gpus", "quota", "held", "waiting"}``, or ``403 {"message"}``
-  over quota.
+  over quota or over the user's GPU-hour budget (the spawners' check, ``gpu_budget_refusal``).
   The grant counts until the workload's pods appear in the hub's pod watch (then they count)
   or ``GRANT_SECONDS`` pass.
 * ``DELETE /hub/api/gpuhub/grants/<user>/<name>[?kind=<kind>]`` -> 204: the submit failed
@@ -92,6 +92,7 @@ from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import SHARE_OVERUSE
 from gpuhub.hub.web.access import BoundedAPIHandler
+from gpuhub.hub.web.budgets import HANDLERS as BUDGET_HANDLERS
 from gpuhub.hub.web.fleet import FLEET_SCOPE
 from gpuhub.hub.web.fleet import HANDLERS as FLEET_HANDLERS
 from gpuhub.hub.web.notices import HANDLERS as NOTICE_HANDLERS
@@ -290,6 +291,16 @@ def _share(value: Any, gpus: int) -> Fraction | None:
     return share
 
 
+async def _budget_refusal(user: Any, gpu_type: str, gpus: int) -> str | None:
+    """The spawners' one budget check (``gpu_budget_refusal``) for a job's GPUs."""
+    spawner = user.get_spawner("", replace_failed=True)
+    check = getattr(spawner, "gpu_budget_refusal", None)
+    if check is None:
+        return None
+    message: str | None = await check(gpu_type, gpus)
+    return message
+
+
 class GrantsHandler(GpuhubAPIHandler):
     """``POST /hub/api/gpuhub/grants``: a quota grant for a job about to be created."""
 
@@ -309,6 +320,13 @@ class GrantsHandler(GpuhubAPIHandler):
         if not isinstance(name, str) or not isinstance(job, str) or not job:
             raise web.HTTPError(400, "user and name must be strings.")
         user, ledger, limit = await self._ledger_for(name)
+        over_budget = await _budget_refusal(user, gpu_type, gpus)
+        if over_budget is not None:
+            self.log.warning(
+                "gpuhub: refused %s GPUs for %s's %s %s: over budget", gpus, name, kind, job
+            )
+            self._fail(403, over_budget)
+            return
         async with ledger.lock(user.name):
             try:
                 wanted = share if share is not None else Fraction(gpus)
@@ -409,7 +427,7 @@ class HoldingsHandler(GpuhubAPIHandler):
             json.dumps(
                 {
                     "user": user.name,
-                    "budgets": budgets_of(user),
+                    "budgets": await budgets_of(user),
                     "quota": None if limit is None else words.as_number(limit),
                     "held": words.as_number(gpus_held(held)),
                     "waiting": words.as_number(gpus_waiting(held)),
@@ -439,17 +457,13 @@ class HoldingsHandler(GpuhubAPIHandler):
         )
 
 
-def budgets_of(user: Any) -> list[dict[str, Any]]:
+async def budgets_of(user: Any) -> list[dict[str, Any]]:
     """The ``budgets`` of a holdings answer: the GPU-hour budget that applies to ``user``
     (docs/architecture.md, "GPU-hour budgets"); empty when none does."""
-    monitor = gpu_monitor.current()
-    if monitor is None:
-        user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
-        monitor = gpu_monitor.current()
-    if monitor is None:
-        return []
-    state = monitor.budget_state(user.name, [g.name for g in user.groups])
-    return [state.as_json()] if state is not None else []
+    spawner = user.get_spawner("", replace_failed=True)
+    budget_json = getattr(spawner, "gpu_budget_json", None)
+    found = await budget_json() if budget_json is not None else None
+    return [found] if found is not None else []
 
 
 class ReclaimHandler(GpuhubAPIHandler):
@@ -562,6 +576,7 @@ class KeepHandler(ReclaimHandler):
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *FLEET_HANDLERS,
     *NOTICE_HANDLERS,
+    *BUDGET_HANDLERS,
     (r"/api/gpuhub/reclaim/([^/]+)", ReclaimHandler),
     (r"/api/gpuhub/reclaim/([^/]+)/keep", KeepHandler),
     (r"/api/gpuhub/notices/([^/]+)", NoticesHandler),

@@ -30,8 +30,10 @@ from markupsafe import Markup
 from tornado import web
 
 from gpuhub.core import words
+from gpuhub.core.budgets import hours_words
 from gpuhub.core.holdings import Holding
 from gpuhub.core.quantity import human_memory
+from gpuhub.hub.ledger.budget_usage import BudgetState, BudgetView
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.gpu_monitor import HISTORY_SECONDS, GPUMonitor
 from gpuhub.hub.monitor.reclaim import ReclaimRule
@@ -94,6 +96,51 @@ class FleetView:
     reclaim: str = ""  # the rule, in words; "" when off
     # Shared GPUs' memory no proven holder explains, a sentence per GPU (fleet admins only).
     unexplained: list[str] = field(default_factory=list)
+    # GPU-hour budgets: each shared group's pool, then each user's (a viewer: their own).
+    budgets: list[BudgetLine] = field(default_factory=list)
+    budgets_on: bool = False  # gpu_hours is set
+
+
+@dataclass(frozen=True)
+class BudgetLine:
+    """One budget on the page, its figures written already (as the holdings answer has them)."""
+
+    scope: str  # "user" or "group"
+    name: str
+    budget: str  # which budget: "the default budget", "the staff group's shared budget"
+    used: float  # GPU-hours: the user's own part in a shared pool
+    allowed: float  # GPU-hours with extra hours ("" in the page for a pool's member)
+    left: float
+    resets: str
+    resets_iso: str
+    state: str  # ok, warning, over
+    extra: float
+    grants: tuple[str, ...]  # "5 h by root: thesis deadline"
+    text: str
+
+    def hours(self, value: float) -> str:
+        """ "14.2 GPU-h", "0.0042 GPU-h": budgets of minutes read as more than zeros."""
+        return f"{hours_words(value)} GPU-h"
+
+
+def budget_line(state: BudgetState) -> BudgetLine:
+    """A budget's line; a member of a shared pool is shown with their own part used and the
+    pool's left."""
+    scope = "user" if state.user else "group"
+    return BudgetLine(
+        scope,
+        state.user or state.budget.name,
+        state.budget.label,
+        round(state.own_seconds / 3600, 4),
+        round(state.allowed_hours, 4),
+        round(state.left_hours, 4),
+        state.resets,
+        state.budget.resets_at(state.now),
+        state.state,
+        round(state.extra_hours, 4),
+        tuple(f"{hours_words(g.hours)} h by {g.by}: {g.reason}" for g in state.grants),
+        state.text,
+    )
 
 
 def amount(gpus: float) -> int | float:
@@ -144,6 +191,7 @@ class Snapshot:
     groups_of: Mapping[str, list[str]]
     waiting: tuple[Holding, ...] = ()  # GPUMonitor.waiting: what waits for GPUs
     unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
+    budgets: BudgetView | None = None  # GPUMonitor.budget_view; None: no gpu_hours
 
 
 def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapshot:
@@ -168,6 +216,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         groups_of=groups_of,
         waiting=tuple(monitor.waiting.values()),
         unexplained=monitor.unexplained,
+        budgets=monitor.budget_view if monitor.budget_config is not None else None,
     )
 
 
@@ -300,6 +349,9 @@ def fleet_view(snap: Snapshot) -> FleetView:
             entry[2] += week.get(user, 0.0)
     view.groups = [(g, amount(v[0]), v[1], v[2]) for g, v in sorted(held_by_group.items())]
     view.rows = [*rows, *waiting]
+    if snap.budgets is not None:
+        view.budgets_on = True
+        view.budgets = [budget_line(s) for s in (*snap.budgets.groups, *snap.budgets.users)]
     return view
 
 
@@ -441,6 +493,8 @@ class FleetCache:
                 see_all=False,
                 hours=[h for h in base.hours if h[0] == viewer],
                 reclaim=base.reclaim,
+                budgets=[b for b in base.budgets if b.scope == "user" and b.name == viewer],
+                budgets_on=base.budgets_on,
             )
             html = "".join(h for k, h in built.rows if k[0] == viewer and k not in gone)
             hours = "".join(h for u, h in built.hours if u == viewer)
@@ -532,7 +586,19 @@ async def render_fleet(handler: BaseHandler, status: int = 200, **say: str) -> N
     view, fragments = cache.page(
         await cache.current(), handler.current_user.name, may_see_all(handler)
     )
-    words = {k: "" for k in ("done", "error", "error_field", "reason", "target")}
+    words = {
+        k: ""
+        for k in (
+            "done",
+            "error",
+            "error_field",
+            "reason",
+            "target",
+            "grant_user",
+            "grant_hours",
+            "grant_reason",
+        )
+    }
     html = await handler.render_template(
         "gpuhub_fleet.html",
         view=view,
