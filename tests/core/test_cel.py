@@ -172,5 +172,5 @@ def test_a_device_class_with_an_expression_gpuhub_cannot_read_admits_nothing() -
 
 def test_devices_are_named_for_people() -> None:
     assert A100.words_on_node == "GPU 3 (A100-SXM4-80GB) on a100-7"
-    assert MIG.words == "MIG 1g.10gb of GPU 0 (A100-SXM4-80GB)"
+    assert MIG.words == "MIG 1g.10gb #0 of GPU 0 (A100-SXM4-80GB)"
     assert A100.memory == 80 * 2**30

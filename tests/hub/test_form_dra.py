@@ -72,7 +72,10 @@ def render(gpu_memory: str = "", *, second_h100_taken: bool = False) -> str:
 def test_each_dra_device_says_what_it_has_free() -> None:
     text = render()
     assert "3 of 4 free now (GPU 1, GPU 2, GPU 3 on node dra-a100-0)" in text
-    assert "6 of 7 free now (" in text and "MIG 1g.10gb of GPU 0" in text
+    assert (
+        "6 of 7 free now (" in text
+        and "(MIG 1g.10gb #1 of GPU 0, MIG 1g.10gb #2 of GPU 0, " in text
+    )
     # The H100 with two shares (20Gi and 30Gi of 81559 MiB), then the untouched one, most
     # free first.
     assert (

@@ -53,21 +53,22 @@ class Device(DeviceView):
 
     @property
     def short_words(self) -> str:
-        """ "GPU 3", "MIG 1g.10gb of GPU 0": how people call it, from the NVIDIA driver's
-        names (``gpu-<minor>``, ``gpu-<minor>-mig-...``) and its ``profile``; another
-        driver's device by its name."""
+        """ "GPU 3", "MIG 1g.10gb #2 of GPU 0": how people call it, from the NVIDIA driver's
+        names (``gpu-<minor>``, ``gpu-<minor>-mig-<profile>-<id>-<placement start>``) and its
+        ``profile``; another driver's device by its name."""
         whole = re.fullmatch(r"gpu-(\d+)", self.name)
         if whole:
             return f"GPU {whole[1]}"
-        mig = re.match(r"gpu-(\d+)-mig-", self.name)
+        mig = re.fullmatch(r"gpu-(\d+)-mig-.*-(\d+)", self.name)
         profile = self.attribute("profile")
         if mig and isinstance(profile, str):
-            return f"MIG {profile} of GPU {mig[1]}"
+            # Several devices of one profile on one GPU: told apart by where they start.
+            return f"MIG {profile} #{mig[2]} of GPU {mig[1]}"
         return f"device {self.name}"
 
     @property
     def words(self) -> str:
-        """ "GPU 3 (A100-SXM4-80GB)", "MIG 1g.10gb of GPU 0 (A100-SXM4-80GB)"."""
+        """ "GPU 3 (A100-SXM4-80GB)", "MIG 1g.10gb #0 of GPU 0 (A100-SXM4-80GB)"."""
         return f"{self.short_words} ({self.product})" if self.product else self.short_words
 
     @property

@@ -92,7 +92,7 @@ def test_each_device_says_what_it_has_free() -> None:
     assert len(h100[0].claims) == 2
     mig = devices.rooms(MIG_1G, everywhere, 0)
     assert len(mig) == 7 and sum(r.free for r in mig) == 6
-    assert not mig[0].free and mig[0].device.words == "MIG 1g.10gb of GPU 0 (A100-SXM4-80GB)"
+    assert not mig[0].free and mig[0].device.words == "MIG 1g.10gb #0 of GPU 0 (A100-SXM4-80GB)"
 
 
 def test_claims_coming_and_going_move_the_figures() -> None:

@@ -12,7 +12,7 @@ class DeviceFree:
     """One device of a type claimed through DRA and what it has free now (from its slice
     and the claims allocated it: :mod:`gpuhub.hub.ledger.dra_capacity`)."""
 
-    name: str  # "GPU 3", "MIG 1g.10gb of GPU 0"
+    name: str  # "GPU 3", "MIG 1g.10gb #0 of GPU 0"
     node: str
     free: bool  # no claim holds any of it
     memory_free: int | None  # bytes a share could have now; None: no memory capacity
