@@ -6,15 +6,14 @@ order rules gpuhub's own line on a workstation (:mod:`gpuhub.hub.ledger.line`) a
 cluster offers it, Kueue's queue (admission fair sharing, :mod:`gpuhub.k8s.kueue`).
 
 A fair line orders requests by their user's *decayed* past GPU usage: GPU-seconds, each
-weighed by ``0.5 ** (age / half_life)`` (:func:`decayed`), so an hour used a half-life ago
-counts as half an hour used now. Waiting counts as well, so that nobody waits for ever
-(:func:`fair_key`).
+weighed by ``0.5 ** (age / half_life)``, so an hour used a half-life ago counts as half an
+hour used now (the hub keeps it: :meth:`gpuhub.hub.ledger.budget_usage.BudgetUsage.decayed_seconds`).
+Waiting counts as well, so that nobody waits for ever (:func:`fair_key`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,27 +60,6 @@ class LineOrder:
     def words(self) -> str:
         """ "half-life 7 days": how past usage decays, as the waiting page says it."""
         return f"half-life {span(self.half_life)}"
-
-
-def decayed(gpu_seconds: float, age: float, half_life: float) -> float:
-    """``gpu_seconds`` used ``age`` seconds ago, as they count now (none of the future)."""
-    return gpu_seconds * 0.5 ** (max(age, 0.0) / half_life)
-
-
-def decayed_hourly(
-    hourly: Mapping[int, Mapping[tuple[str, str], float]],
-    user: str,
-    now: float,
-    half_life: float,
-) -> float:
-    """``user``'s decayed GPU-seconds from hourly buckets (hour start -> (user, GPU type) ->
-    GPU-seconds, as the hub's usage file keeps them), each bucket aged from its middle."""
-    total = 0.0
-    for start, bucket in hourly.items():
-        used = sum(seconds for (who, _type), seconds in bucket.items() if who == user)
-        if used:
-            total += decayed(used, now - (start + 1800), half_life)
-    return total
 
 
 def fair_key(usage: float, since: float) -> float:

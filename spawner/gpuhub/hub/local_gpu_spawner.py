@@ -41,7 +41,7 @@ from gpuhub.core.env import (
 )
 from gpuhub.core.holder_env import holder_env
 from gpuhub.core.holdings import QuotaExceeded
-from gpuhub.core.line_order import LineOrder, decayed_hourly
+from gpuhub.core.line_order import LineOrder
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import human_memory
 from gpuhub.hub import cgroups
@@ -77,14 +77,15 @@ SHARED_ACCOUNT_WARNING = (
 
 
 def line_usage(order: LineOrder) -> Callable[[str], float]:
-    """A user's decayed GPU-seconds now, as a fair line orders by them: from the GPU-seconds
-    the hub's monitor counts (servers and job holds alike, a share as its fraction)."""
+    """A user's decayed GPU-seconds now, as a fair line orders by them: what the hub's
+    monitor charged them (servers and job holds alike, a share as its fraction), decayed with
+    ``usage_half_life`` and kept across restarts (:mod:`gpuhub.hub.ledger.budget_usage`)."""
 
     def usage_of(user: str) -> float:
         monitor = current()
         if monitor is None or not order.fair:
             return 0.0
-        return decayed_hourly(monitor.store.hourly, user, time.time(), order.half_life)
+        return monitor.budgets.decayed_seconds(user, time.time())
 
     return usage_of
 

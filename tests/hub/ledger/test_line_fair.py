@@ -13,8 +13,6 @@ from gpuhub.core.line_order import (
     FAIR,
     FIFO,
     LineOrder,
-    decayed,
-    decayed_hourly,
     hours,
     span,
 )
@@ -178,19 +176,7 @@ def test_settings_are_checked_in_one_sentence_each() -> None:
         )
 
 
-def test_usage_decays_with_the_half_life() -> None:
-    assert decayed(100.0, 0, 10) == 100.0
-    assert decayed(100.0, 10, 10) == pytest.approx(50.0)
-    assert decayed(100.0, -5, 10) == 100.0  # nothing counts more for a clock gone back
-    # Hourly buckets: each aged from its middle; other users' seconds are not ours.
-    start = 1_800_000_000
-    hourly = {
-        start: {("ann", "A100"): 3600.0, ("ben", "A100"): 99.0},
-        start + 3600: {("ann", "T4"): 1800.0},
-    }
-    now = start + 3600 + 1800  # the middle of the second hour
-    assert decayed_hourly(hourly, "ann", now, 3600) == pytest.approx(3600 / 2 + 1800)
-    assert decayed_hourly(hourly, "carol", now, 3600) == 0.0
+def test_usage_in_words() -> None:
     assert [hours(s) for s in (31.5 * HOUR, 2.1 * HOUR, 30.0, 0.0)] == [
         "31.5",
         "2.1",
