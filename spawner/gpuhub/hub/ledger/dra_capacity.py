@@ -243,17 +243,33 @@ class DeviceState:
         return DeviceRoom(device, False, max(total - use.memory, 0), total, claims)
 
 
-def figures(rooms: Iterable[DeviceRoom], sharing: Sharing | None) -> GPUCapacity:
+def figures(
+    rooms: Iterable[DeviceRoom],
+    sharing: Sharing | None,
+    who: Callable[[ClaimKey], Iterable[str]] | None = None,
+) -> GPUCapacity:
     """A DRA type's figures from its devices' rooms: whole devices free and in all, the most
     free on one node; shared by memory, devices with room for the smallest share, memory
     free and in all, and the largest share one device could give now. Each device's own
-    figures come along, most free first (:class:`DeviceFree`)."""
+    figures come along, most free first (:class:`DeviceFree`), with who holds them (``who``:
+    a claim's holders in words)."""
     rooms = tuple(rooms)
+
+    def holders(room: DeviceRoom) -> tuple[str, ...]:
+        if who is None:
+            return ()
+        return tuple(dict.fromkeys(name for claim in room.claims for name in who(claim)))
+
     each = tuple(
         sorted(
             (
                 DeviceFree(
-                    r.device.short_words, r.device.node, r.free, r.memory_free, r.memory_total
+                    r.device.short_words,
+                    r.device.node,
+                    r.free,
+                    r.memory_free,
+                    r.memory_total,
+                    holders(r),
                 )
                 for r in rooms
             ),

@@ -17,6 +17,19 @@ class DeviceFree:
     free: bool  # no claim holds any of it
     memory_free: int | None  # bytes a share could have now; None: no memory capacity
     memory_total: int | None
+    # Who holds it: "ana: server 'default'" for gpuhub's servers and jobs, else the pod.
+    holders: tuple[str, ...] = ()
+
+    @property
+    def free_text(self) -> str:
+        """ "free", "24 GB of 80 GB free", "all 80 GB in use", "in use"."""
+        if self.free:
+            return "free"
+        if self.memory_free and self.memory_total is not None:
+            return f"{human_memory(self.memory_free)} of {human_memory(self.memory_total)} free"
+        if self.memory_total is not None and self.holders and self.memory_free == 0:
+            return f"all {human_memory(self.memory_total)} in use"
+        return "in use"
 
     @property
     def where(self) -> str:

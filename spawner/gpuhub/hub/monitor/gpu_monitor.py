@@ -43,6 +43,7 @@ from gpuhub.hub.ledger.budget_usage import (
     budget_view,
     state_for,
 )
+from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
 from gpuhub.hub.monitor.overshare import ShareWatch
@@ -122,6 +123,9 @@ class GPUMonitor:
         self.capacity: dict[str, tuple[float, float]] = {}
         # a type shared by memory's display name -> (bytes free, bytes in all)
         self.memory: dict[str, tuple[int, int]] = {}
+        # a type claimed through DRA's display name -> its devices, what each has free and
+        # who holds it (the fleet page's devices per node)
+        self.devices: dict[str, tuple[DeviceFree, ...]] = {}
         self.type_names: dict[str, str] = {}  # ledger.gpu_type_names of the spawner's types
         self._told_capacity = False
         self.last_tick: float | None = None
@@ -488,6 +492,11 @@ class GPUMonitor:
             types[key].display_name: (c.memory_free, c.memory_total)
             for key, c in capacity.items()
             if key in types and c.memory_free is not None and c.memory_total is not None
+        }
+        self.devices = {
+            types[key].display_name: c.dra_devices
+            for key, c in capacity.items()
+            if key in types and c.dra_devices
         }
 
     # -- reclaim --------------------------------------------------------------------------

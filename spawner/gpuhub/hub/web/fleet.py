@@ -34,6 +34,7 @@ from gpuhub.core.budgets import hours_words
 from gpuhub.core.holdings import Holding
 from gpuhub.core.quantity import human_memory
 from gpuhub.hub.ledger.budget_usage import BudgetState, BudgetView
+from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.gpu_monitor import HISTORY_SECONDS, GPUMonitor
 from gpuhub.hub.monitor.reclaim import ReclaimRule
@@ -99,6 +100,22 @@ class FleetView:
     # GPU-hour budgets: each shared group's pool, then each user's (a viewer: their own).
     budgets: list[BudgetLine] = field(default_factory=list)
     budgets_on: bool = False  # gpu_hours is set
+    # Types claimed through DRA: (type, its devices per node), fleet admins only.
+    devices: list[tuple[str, list[DeviceLine]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeviceLine:
+    """One DRA device on the fleet page: its node, name, what it has free, its holders."""
+
+    node: str
+    name: str
+    free: str
+    holders: str
+
+    @classmethod
+    def of(cls, device: DeviceFree) -> DeviceLine:
+        return cls(device.node, device.name, device.free_text, "; ".join(device.holders))
 
 
 @dataclass(frozen=True)
@@ -192,6 +209,8 @@ class Snapshot:
     waiting: tuple[Holding, ...] = ()  # GPUMonitor.waiting: what waits for GPUs
     unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
     budgets: BudgetView | None = None  # GPUMonitor.budget_view; None: no gpu_hours
+    # GPUMonitor.devices: each DRA type's devices (tuples of frozen values)
+    devices: Mapping[str, tuple[DeviceFree, ...]] = field(default_factory=dict)
 
 
 def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapshot:
@@ -217,6 +236,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         waiting=tuple(monitor.waiting.values()),
         unexplained=monitor.unexplained,
         budgets=monitor.budget_view if monitor.budget_config is not None else None,
+        devices=dict(monitor.devices),
     )
 
 
@@ -352,7 +372,18 @@ def fleet_view(snap: Snapshot) -> FleetView:
     if snap.budgets is not None:
         view.budgets_on = True
         view.budgets = [budget_line(s) for s in (*snap.budgets.groups, *snap.budgets.users)]
+    view.devices = [
+        (name, [DeviceLine.of(d) for d in sorted(devices, key=_by_node)])
+        for name, devices in sorted(snap.devices.items())
+    ]
     return view
+
+
+def _by_node(device: DeviceFree) -> tuple[str, int, str]:
+    """Node, then GPU number (GPU 2 before GPU 10), then name."""
+    parts = device.name.split()
+    number = parts[1] if len(parts) > 1 and parts[0] == "GPU" else ""
+    return (device.node, int(number) if number.isdigit() else -1, device.name)
 
 
 def unexplained_text(entry: Unexplained) -> str:
