@@ -89,6 +89,21 @@ export interface IGpuTypeOption {
   description?: string | null;
   max_gpus: number;
   mig: boolean;
+  /**
+   * How the type shares its devices: by memory (a job gets `default` of one
+   * device's `memory`, as quantities like "8G"), or by time (`replicas` units
+   * per device); null or absent for whole GPUs.
+   */
+  sharing?:
+    | {
+        kind: 'memory';
+        memory: string;
+        min: string;
+        max: string;
+        default: string;
+      }
+    | { kind: 'time'; replicas: number }
+    | null;
 }
 
 /** `GET /gpuhub/api/jobs/options`: what this user may choose. */

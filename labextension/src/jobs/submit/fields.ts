@@ -92,6 +92,11 @@ export class SubmitFields {
       'aria-live': 'polite',
       hidden: true
     });
+    this.budget = h('p', {
+      className: 'gpuhub-JobForm-budget',
+      'aria-live': 'polite',
+      hidden: true
+    });
     this.nodes = [
       h(
         'p',
@@ -118,6 +123,8 @@ export class SubmitFields {
   readonly status: HTMLElement;
   /** "You hold 1 of your 4 GPUs.", hidden until the hub answers. */
   readonly quota: HTMLElement;
+  /** What the job would cost per hour of the GPU-hour budgets, hidden where none applies. */
+  readonly budget: HTMLElement;
   /** Each field's error line and control, by the name the server uses. */
   readonly errors = new Map<FieldName, HTMLElement>();
   readonly controls = new Map<FieldName, HTMLElement>();
@@ -242,6 +249,8 @@ export class SubmitFields {
       value: 2,
       'aria-describedby': `${workersId}-help`
     });
+    // The workers multiply the job's GPU-hours per hour (the budget line).
+    this.workers.addEventListener('input', () => this._events.changed());
     this.workersRow = this._row(
       'workers',
       'Workers',
@@ -454,7 +463,7 @@ export class SubmitFields {
       );
       section.append(this.gpuTypeRow);
     }
-    section.append(this.quota);
+    section.append(this.quota, this.budget);
     return section;
   }
 

@@ -5,9 +5,10 @@
  * next dialog starts from.
  */
 import { GpuhubAPIError, IProblem, requestAPI } from '../../api';
+import { IBudget, costText } from '../../gpu/budgets';
 import { IHoldings, summary } from '../../gpu/holdings';
 import { parseParameterValue } from '../params';
-import { ISubmitBody, JobKind } from '../types';
+import { IGpuTypeOption, ISubmitBody, JobKind } from '../types';
 import {
   CUSTOM_IMAGE,
   DISTRIBUTED_KINDS,
@@ -15,6 +16,57 @@ import {
   maxGpus,
   SubmitFields
 } from './fields';
+
+const UNITS: Record<string, number> = {
+  '': 1,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  P: 1e15,
+  E: 1e18,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+  Pi: 2 ** 50,
+  Ei: 2 ** 60
+};
+
+/** Bytes of a memory quantity as the server writes it ("8G", "512Mi"); NaN otherwise. */
+export function memoryBytes(quantity: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([kMGTPE]i?)?\s*$/.exec(quantity);
+  const unit = match ? UNITS[match[2] ?? ''] : undefined;
+  return match && unit !== undefined ? Number(match[1]) * unit : NaN;
+}
+
+/**
+ * The GPUs a request counts as, as the hub counts them (a share counts its
+ * fraction: its memory of the device's, or its units of the device's
+ * replicas), times its workers; null when the GPU field is not a number yet.
+ */
+export function gpuAmount(
+  gpus: number,
+  workers: number,
+  type: IGpuTypeOption | undefined
+): number | null {
+  if (!Number.isFinite(gpus) || gpus < 0 || !Number.isFinite(workers)) {
+    return null;
+  }
+  if (gpus === 0) {
+    return 0;
+  }
+  const sharing = type?.sharing;
+  let each = gpus;
+  if (sharing?.kind === 'memory') {
+    // One device's memory share: the server gives its default (the dialog asks none).
+    const part = memoryBytes(sharing.default) / memoryBytes(sharing.memory);
+    each = Number.isFinite(part) ? part : gpus;
+  } else if (sharing?.kind === 'time' && sharing.replicas > 0) {
+    each = gpus / sharing.replicas;
+  }
+  return each * Math.max(1, workers);
+}
 
 /** What was submitted last in this page session: the next dialog starts there. */
 let lastChoices: ISubmitBody | null = null;
@@ -206,6 +258,38 @@ export class FormState {
       }
     }
     f.gpusHelp.textContent = help;
+    this._syncBudget();
+  }
+
+  /**
+   * What the job would cost per hour of each GPU-hour budget that applies;
+   * hidden when none does. A job on this server's GPUs costs nothing more:
+   * the server's GPUs count already.
+   */
+  private _syncBudget(): void {
+    const f = this._fields;
+    const o = this._opts.options;
+    const kind = this.kind();
+    const gpus = f.gpus.value.trim() === '' ? 0 : Number(f.gpus.value);
+    let rate: number | null = null; // null: on this server's GPUs, counted already
+    if (o.kubernetes || !(o.local && kind === 'job') || gpus === 0) {
+      const workers = DISTRIBUTED_KINDS.includes(kind)
+        ? Number(f.workers.value.trim() || '1')
+        : 1;
+      const type = (o.gpu_types ?? []).find(t => t.key === f.gpuType?.value);
+      rate = gpuAmount(gpus, workers, type);
+      if (rate === null) {
+        f.budget.hidden = true; // the GPU field says what is wrong with it
+        return;
+      }
+    }
+    const text = costText(rate, this._budgets);
+    f.budget.textContent = text;
+    f.budget.hidden = !text;
+    f.budget.classList.toggle(
+      'gpuhub-mod-over',
+      this._budgets.some(b => b.state === 'over') && rate !== 0
+    );
   }
 
   /** "You hold 1 of your 4 GPUs." from the hub's ledger, shown when it answers. */
@@ -214,6 +298,8 @@ export class FormState {
     const kubernetes = this._opts.options.kubernetes;
     requestAPI<IHoldings>('holdings')
       .then(data => {
+        this._budgets = Array.isArray(data.budgets) ? data.budgets : [];
+        this._syncBudget();
         if (!data.available || data.quota === null) {
           return;
         }
@@ -226,6 +312,8 @@ export class FormState {
       })
       .catch(() => undefined); // the quota is checked on submit anyway
   }
+
+  private _budgets: IBudget[] = [];
 
   /**
    * Everything the server refused, each sentence under the field it names

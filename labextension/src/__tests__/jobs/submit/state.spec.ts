@@ -5,7 +5,7 @@ import {
   SubmitFields,
   maxGpus
 } from '../../../jobs/submit/fields';
-import { FormState } from '../../../jobs/submit/state';
+import { FormState, gpuAmount, memoryBytes } from '../../../jobs/submit/state';
 import { IJobOptions, ISubmitBody } from '../../../jobs/types';
 import { settle, until } from '../../utils';
 import { jobOptions } from '../fixtures';
@@ -757,5 +757,162 @@ describe('FormState.loadQuota', () => {
     state.loadQuota();
     await settle(10);
     expect(f.quota.hidden).toBe(true);
+  });
+});
+
+describe('gpuAmount and memoryBytes', () => {
+  it('reads memory quantities as the server writes them', () => {
+    expect(memoryBytes('8G')).toBe(8e9);
+    expect(memoryBytes('512Mi')).toBe(512 * 2 ** 20);
+    expect(memoryBytes('16Gi')).toBe(16 * 2 ** 30);
+    expect(memoryBytes('1000')).toBe(1000);
+    expect(memoryBytes('lots')).toBeNaN();
+  });
+
+  it('counts whole GPUs, shares by their fraction, and every worker', () => {
+    expect(gpuAmount(2, 1, undefined)).toBe(2);
+    expect(gpuAmount(2, 3, undefined)).toBe(6);
+    expect(gpuAmount(0, 3, undefined)).toBe(0);
+    expect(gpuAmount(NaN, 1, undefined)).toBeNull();
+    const byMemory = {
+      key: 't4-shared',
+      display_name: 'T4, shared',
+      max_gpus: 1,
+      mig: false,
+      sharing: {
+        kind: 'memory' as const,
+        memory: '16G',
+        min: '1G',
+        max: '16G',
+        default: '4G'
+      }
+    };
+    expect(gpuAmount(1, 1, byMemory)).toBe(0.25);
+    expect(gpuAmount(1, 2, byMemory)).toBe(0.5);
+    const byTime = {
+      ...byMemory,
+      sharing: { kind: 'time' as const, replicas: 4 }
+    };
+    expect(gpuAmount(2, 1, byTime)).toBe(0.5);
+  });
+});
+
+describe('the cost of the job in GPU-hour budgets', () => {
+  const week = {
+    scope: 'user',
+    name: 'alice',
+    shared: false,
+    hours: 20,
+    extra_hours: 0,
+    used_hours: 14.2,
+    left_hours: 5.8,
+    period: 'week',
+    resets_at: '2026-11-30T00:00:00+01:00',
+    resets: 'Monday 00:00 Europe/Berlin',
+    state: 'ok',
+    at_limit: 'refuse',
+    grants: [],
+    text: '14.2 of 20 GPU-hours used this week; resets Monday 00:00 Europe/Berlin'
+  };
+
+  async function dialog(
+    options: IJobOptions,
+    budgets: unknown[] = [week]
+  ): Promise<IForm> {
+    request.mockResolvedValue({
+      available: true,
+      reason: null,
+      quota: 4,
+      held: 1,
+      holdings: [],
+      budgets
+    } as any);
+    const form = build(options);
+    form.state.loadQuota();
+    await until(() => !form.f.budget.hidden);
+    return form;
+  }
+
+  it('says what the request would cost per hour, and follows the fields', async () => {
+    const form = await dialog(jobOptions());
+    const { f } = form;
+    type(f.gpus, '2');
+    expect(f.budget.textContent).toBe(
+      'Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (2.9 hours at that rate).'
+    );
+    // A PyTorchJob: the GPUs of each of its workers.
+    choose(f.mode, 'pytorchjob');
+    type(f.workers, '3');
+    expect(f.budget.textContent).toMatch(/^Uses 6 GPU-hours per hour; /);
+    type(f.gpus, '0');
+    expect(f.budget.textContent).toBe(
+      'A CPU-only job uses no GPU-hours; 5.8 GPU-hours left this week.'
+    );
+    type(f.gpus, 'two');
+    expect(f.budget.hidden).toBe(true); // the GPU field says what is wrong
+  });
+
+  it('counts a share of a GPU by its fraction', async () => {
+    const options = jobOptions({
+      gpu_types: [
+        {
+          key: 't4-shared',
+          display_name: 'T4, shared',
+          max_gpus: 1,
+          mig: false,
+          sharing: {
+            kind: 'memory',
+            memory: '16G',
+            min: '1G',
+            max: '16G',
+            default: '8G'
+          }
+        }
+      ]
+    });
+    const { f } = await dialog(options);
+    type(f.gpus, '1');
+    expect(f.budget.textContent).toBe(
+      'Uses 0.5 GPU-hours per hour; 5.8 GPU-hours left this week (11.6 hours at that rate).'
+    );
+  });
+
+  it('stands out when a budget is used up', async () => {
+    const { f } = await dialog(jobOptions(), [
+      { ...week, state: 'over', used_hours: 20, left_hours: 0 }
+    ]);
+    type(f.gpus, '1');
+    expect(f.budget.textContent).toBe(
+      'Uses 1 GPU-hour per hour; none left this week: new GPU servers and jobs are refused until it resets (Monday 00:00 Europe/Berlin).'
+    );
+    expect(f.budget.classList.contains('gpuhub-mod-over')).toBe(true);
+  });
+
+  it("says a job on this server's GPUs costs nothing more", async () => {
+    const { f } = await dialog(
+      jobOptions({
+        kubernetes: false,
+        local: { gpus: 2, gpu_type: 'a100' }
+      })
+    );
+    type(f.gpus, '1');
+    expect(f.budget.textContent).toBe(
+      "A job here runs on this server's GPUs, which count already: 5.8 GPU-hours left this week."
+    );
+  });
+
+  it('says nothing where no budget applies', async () => {
+    request.mockResolvedValue({
+      available: true,
+      reason: null,
+      quota: 4,
+      held: 1,
+      holdings: [],
+      budgets: []
+    } as any);
+    const { f, state } = build(jobOptions());
+    state.loadQuota();
+    await until(() => !f.quota.hidden);
+    expect(f.budget.hidden).toBe(true);
   });
 });
