@@ -533,9 +533,11 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         yield {"progress": 50, "message": self.starting_message()}
 
     def _line_progress(self, ticket: Ticket) -> int:
-        """10 % on joining at the back, 40 % at the head of the line (50 %: GPUs given)."""
-        joined = max(self._gpuhub_joined_at, 1)
+        """10 % on joining at the back, 40 % at the head of the line (50 %: GPUs given). In a
+        fair line people who came later may pass: the bar then starts again from the farthest
+        place back, never below 10 %."""
         place = LINE.position(ticket) or 1
+        self._gpuhub_joined_at = joined = max(self._gpuhub_joined_at, place, 1)
         return round(10 + 30 * (joined - place + 1) / joined)
 
     def _line_deadline(self, ticket: Ticket) -> float:
