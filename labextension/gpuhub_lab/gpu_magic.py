@@ -41,6 +41,7 @@ def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
         return _for_job(_from_nvml(), job)
     try:
         data = _from_server(timeout)
+        data["budgets"] = _budgets(timeout)
     except Exception as exc:  # no server, no gpuhub there, refused...: fall back
         data = _from_nvml()
         what = "the simulated GPUs" if data.get("source") == "simulated" else "NVML"
@@ -88,6 +89,27 @@ def _from_server(timeout: float) -> dict[str, Any]:
     with request.urlopen(req, timeout=timeout) as response:
         data: dict[str, Any] = json.loads(response.read())
     return data
+
+
+def _budgets(timeout: float) -> list[str]:
+    """The user's GPU-hour budget sentences, as the hub says them (through the server's
+    ``/gpuhub/api/holdings``); none when no budget applies or the hub cannot be asked."""
+    from urllib import request
+
+    from .jobs_client import find_server
+
+    server = find_server()
+    headers = {"Accept": "application/json"}
+    if server.token:
+        headers["Authorization"] = f"token {server.token}"
+    try:
+        req = request.Request(server.url + "gpuhub/api/holdings", headers=headers)
+        with request.urlopen(req, timeout=timeout) as response:
+            answer = json.loads(response.read())
+    except Exception:  # an older gpuhub, a hub not answering: the GPUs are still shown
+        return []
+    found = answer.get("budgets") if isinstance(answer, dict) else None
+    return [str(b["text"]) for b in found or [] if isinstance(b, dict) and b.get("text")]
 
 
 def _from_nvml() -> dict[str, Any]:
@@ -178,11 +200,18 @@ class GPUReport:
         kind = "MIG slice of GPU" if gpu.get("mig") else "GPU"
         return f"{kind} {gpu['index']}: {gpu['name']}"
 
+    def _budget_lines(self) -> list[str]:
+        """ "GPU-hour budget: 14.2 of 20 GPU-hours used this week; resets Monday 00:00
+        Europe/Berlin." (the hub's words)."""
+        return [f"GPU-hour budget: {text}." for text in self.data.get("budgets") or []]
+
     def __repr__(self) -> str:
         headline = self._headline()
         if not self.data.get("available"):
-            return headline or f"No GPU: {self.data.get('reason') or 'unknown reason'}"
+            first = headline or f"No GPU: {self.data.get('reason') or 'unknown reason'}"
+            return "\n".join([first, *self._budget_lines()])
         lines = [headline] if headline else []
+        lines += self._budget_lines()
         for gpu in self.data["gpus"]:
             lines.append(self._label(gpu))
             if gpu.get("error"):
@@ -202,11 +231,14 @@ class GPUReport:
     def _repr_html_(self) -> str:
         esc = html.escape
         headline = self._headline()
+        budgets = "".join(
+            f'<div class="gpuhub-gpu-budget">{esc(line)}</div>' for line in self._budget_lines()
+        )
         if not self.data.get("available"):
             if headline:
-                return f'<div class="gpuhub-gpu-magic">{esc(headline)}</div>'
+                return f'<div class="gpuhub-gpu-magic">{esc(headline)}</div>{budgets}'
             reason = self.data.get("reason") or "unknown reason"
-            return f'<div class="gpuhub-gpu-magic"><b>No GPU</b>: {esc(reason)}</div>'
+            return f'<div class="gpuhub-gpu-magic"><b>No GPU</b>: {esc(reason)}</div>{budgets}'
         rows = []
         for gpu in self.data["gpus"]:
             if gpu.get("error"):
@@ -234,6 +266,7 @@ class GPUReport:
         note = self.data.get("note")
         return (
             (f"<div><b>{esc(headline)}</b></div>" if headline else "")
+            + budgets
             + '<table class="gpuhub-gpu-magic"><thead><tr><th>GPU</th><th>Utilization</th>'
             "<th>Memory</th><th>Temp, power</th><th>Memory held by</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"

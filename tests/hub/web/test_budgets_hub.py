@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.hub.local import LEDGER_READER, jobs_hub_config, token_for
+from tests.support.hub.local import LEDGER_READER, jobs_hub_config, server_kernel, token_for
 from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
+from tests.support.jupyter.kernel import run
+from tests.support.jupyter.notebooks import write_notebook
 
 pytestmark = pytest.mark.e2e
 
@@ -132,6 +134,17 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     assert job.status_code == 403 and job.json()["message"] == message, job.text
     assert spawn(hub, "bob", {"gpus": 0}).status_code in (201, 202)
     wait_ready(hub, "bob")
+    # %gpu in bob's CPU-only server says the budget in the hub's words.
+    write_notebook(hub.workdir / "users" / "bob" / "b.ipynb", "print(1)")
+    client = server_kernel(hub, "bob", "b.ipynb")
+    try:
+        client.wait_for_ready(timeout=60)
+        run(client, "%load_ext gpuhub_lab")
+        shown = run(client, "%gpu")
+        said = f"GPU-hour budget: {budget(hub, 'bob')['text']}."
+        assert said in shown.text and any(said in h for h in shown.html), shown
+    finally:
+        client.stop_channels()
     stop(hub, "bob")
 
     # The fleet page and /hub/metrics say what the holdings answer says.
