@@ -360,8 +360,8 @@ def over_sentence(
     until = (
         "this hub starts no new GPU servers or jobs for you"
         if at_limit == "refuse"
-        else "GPU servers and jobs start for you only on GPUs nobody else waits for, and "
-        "others wait for these now"
+        else "GPU servers and jobs start for you only on GPUs that would otherwise stay idle, "
+        "and these would not (none are free, or others wait for them)"
     )
     return (
         f"You have used {hours_words(used_hours)} of the {hours_words(allowed_hours)} GPU-hours "

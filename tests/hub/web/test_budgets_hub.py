@@ -256,3 +256,59 @@ def test_usage_survives_a_restart_and_a_damaged_file(hub: Hub, workdir: Path) ->
         wait_for("the log line", lambda: str(aside) in damaged.log(), damaged)
     finally:
         damaged.stop()
+
+
+IDLE_ONLY = """
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.load_groups = {"rich": {"users": ["carol"]}, "others": {"users": ["alice"]}}
+c.LocalGPUSpawner.gpu_devices = [0]
+c.LocalGPUSpawner.default_limits = {"max_gpus": 1}
+c.LocalGPUSpawner.gpu_queue_timeout = 120
+c.LocalGPUSpawner.gpu_monitor_interval = 0.4
+c.LocalGPUSpawner.gpu_hours = {
+    "default": {"hours": 0.0005, "per": "day"},
+    "groups": {"rich": {"hours": 1, "per": "day"}},
+    "at_limit": "idle_only",
+    "grace": 1,
+}
+from gpuhub.hub.web.api import configure_hub
+
+configure_hub(c)
+"""
+
+
+@pytest.fixture(scope="module")
+def idle_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    workdir = tmp_path_factory.mktemp("budgets-idle-only")
+    hub = start_hub(workdir, jobs_hub_config(workdir) + IDLE_ONLY + LEDGER_READER)
+    try:
+        yield hub
+    finally:
+        for name in ("alice", "carol"):
+            hub.api("DELETE", f"/users/{name}/server")
+        hub.stop()
+
+
+def test_idle_only_runs_over_budget_work_until_someone_within_budget_waits(
+    idle_hub: Hub,
+) -> None:
+    hub = idle_hub
+    assert spawn(hub, "alice", {"gpus": 1}).status_code in (201, 202)
+    wait_ready(hub, "alice")
+    wait_for("alice over budget", lambda: budget(hub, "alice")["state"] == "over", hub)
+    # Nobody else wants the GPU: past the grace alice's server goes on (checked over ticks).
+    spent = budget(hub, "alice")["used_hours"]
+    wait_for("more ticks", lambda: budget(hub, "alice")["used_hours"] > spent + 0.0003, hub)
+    assert hub.user_model("alice")["servers"][""]["ready"]
+    # Over budget, with no GPU that would stay idle: refused with the sentence.
+    more = spawn(hub, "alice", {"gpus": 1}, "second")
+    assert more.status_code == 403, more.text
+    assert "only on GPUs that would otherwise stay idle" in more.json()["message"]
+    # carol, within her budget, waits in line for the GPU: alice's server is the one stopped.
+    assert spawn(hub, "carol", {"gpus": 1}).status_code in (201, 202)
+    wait_ready(hub, "carol", timeout=120)
+    assert "" not in hub.user_model("alice")["servers"]
+    [stopped] = [n for n in notices(hub, "alice") if n["kind"] == "server"]
+    assert "someone within their budget waits for these GPUs" in stopped["text"]
+    assert budget(hub, "carol")["state"] == "ok"
+    stop(hub, "carol")
