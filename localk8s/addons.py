@@ -30,6 +30,7 @@ import yaml
 
 from .build import go_env
 from .components import JOBSET, KUEUE, TRAINER, TRAINING_OPERATOR
+from .dra import kueue_device_class_mappings
 from .kubeapi import load_documents
 
 Obj = dict[str, Any]
@@ -230,6 +231,8 @@ def operators(
             "visibilityServer": {"bindPort": ports["visibility"], "bindAddress": "127.0.0.1"},
             "clientConnection": {"qps": 300, "burst": 500},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            # DRA requests count against quota (localk8s/dra.py names the resources).
+            "resources": {"deviceClassMappings": kueue_device_class_mappings()},
             # Admission fair sharing (beta and on by default since Kueue 0.15): a ClusterQueue
             # with admissionScope.admissionMode UsageBasedAdmissionFairSharing orders its
             # LocalQueues' workloads by their decayed past usage, which gpuhub's fair line

@@ -92,6 +92,16 @@ PRODUCTS = {
 }
 
 
+# Kueue's quota names for DRA requests (its Configuration's resources.deviceClassMappings, in
+# count mode): a request counts its device count, a memory share one device.
+KUEUE_RESOURCES = {GPU_CLASS: "gpu.nvidia.com/gpu", MIG_CLASS: "mig.nvidia.com/mig"}
+
+
+def kueue_device_class_mappings() -> list[dict[str, Any]]:
+    """Kueue's ``resources.deviceClassMappings`` for the two classes."""
+    return [{"name": name, "deviceClassNames": [cls]} for cls, name in KUEUE_RESOURCES.items()]
+
+
 class DRASpecError(ValueError):
     """A node's ``dra`` entry is wrong; the message says what, what is expected and what was
     given."""

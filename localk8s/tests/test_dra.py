@@ -96,6 +96,16 @@ def allocated(kube: Kube, claim: str, timeout: float = 60) -> list[dict[str, Any
     return kube.wait_for(results, timeout)
 
 
+def phase(kube: Kube, pod: str) -> str:
+    return str((kube.get("Pod", pod) or {}).get("status", {}).get("phase", ""))
+
+
+def printed(kube: Kube, pod: str) -> str:
+    """The first line a pod's container printed, once it has started."""
+    kube.wait_for(lambda: phase(kube, pod) in ("Running", "Succeeded", "Failed"), 60)
+    return kube.wait_for(lambda: kube.logs(pod).strip())
+
+
 def slice_devices(kube: Kube, node: str) -> dict[str, dict[str, Any]]:
     obj = kube.get("ResourceSlice", dra.slice_name(node), api_version=RESOURCE)
     assert obj is not None, f"no ResourceSlice for {node}"
@@ -230,12 +240,7 @@ def test_the_scheduler_allocates_refuses_and_releases_claims(kube: Kube) -> None
     assert not too_big.get("status", {}).get("allocation")
 
     # Pods that end release their claims; the claims made for them are deleted.
-    kube.wait_for(
-        lambda: all(
-            (kube.get("Pod", p) or {}).get("status", {}).get("phase") == "Running"
-            for p in ("whole", "share-a")
-        )
-    )
+    kube.wait_for(lambda: all(phase(kube, p) == "Running" for p in ("whole", "share-a")))
     kube.finish_pods([kube.get("Pod", "whole") or {}, kube.get("Pod", "share-a") or {}])
     kube.delete("Pod", "mig")
 
@@ -282,15 +287,13 @@ def test_a_pod_on_the_process_node_computes_on_its_allocated_device(
         [result] = allocated(kube, claim)
         assert result["pool"] == "local-0"
         index = result["device"].removeprefix("gpu-")
-        line = kube.wait_for(lambda name=name: kube.logs(name).strip())
+        line = printed(kube, name)
         if name == "whole":
             assert line == f"{index} {index}"
         else:
             assert line == f"{index} {index} {4 * GiB} 1/4"
     go.touch()
-    kube.wait_for(
-        lambda: (kube.get("Pod", "share") or {}).get("status", {}).get("phase") == "Succeeded"
-    )
+    kube.wait_for(lambda: phase(kube, "share") == "Succeeded")
     kube.delete("Pod", "whole")
     kube.wait_for(
         lambda: all(
@@ -298,3 +301,79 @@ def test_a_pod_on_the_process_node_computes_on_its_allocated_device(
         ),
         timeout=60,
     )
+
+
+def test_kueue_counts_dra_claims_against_quota(kube: Kube) -> None:
+    """Kueue's deviceClassMappings (localk8s/addons.py): a pod whose claim comes from a
+    template counts one gpu.nvidia.com/gpu, a memory share too, and the next waits for quota."""
+    kube.require_local("the process node and Kueue")
+    kueue = "kueue.x-k8s.io/v1beta2"
+    resource = dra.KUEUE_RESOURCES["gpu.nvidia.com"]
+    name = f"dra-{kube.namespace}"
+    kube.create(
+        {
+            "apiVersion": kueue,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": name},
+            "spec": {"nodeLabels": PROCESS_NODE_SELECTOR},
+        }
+    )
+    kube.create(
+        {
+            "apiVersion": kueue,
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": kube.namespace}
+                },
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", resource],
+                        "flavors": [
+                            {
+                                "name": name,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 8},
+                                    {"name": resource, "nominalQuota": 1},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    kube.create(
+        {
+            "apiVersion": kueue,
+            "kind": "LocalQueue",
+            "metadata": {"name": "team"},
+            "spec": {"clusterQueue": name},
+        }
+    )
+    kube.create(template("share", "gpu.nvidia.com", capacity={"requests": {"memory": "1Gi"}}))
+    for pod in ("first", "second"):
+        obj = claiming_pod(pod, "share", "sleep 600")
+        obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+        obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m"}
+        kube.create(obj)
+
+    def workloads() -> dict[str, dict[str, Any]]:
+        found = {}
+        for w in kube.list("Workload"):
+            conditions = {c["type"]: c for c in w.get("status", {}).get("conditions") or []}
+            owner = w["metadata"]["ownerReferences"][0]["name"]
+            if "QuotaReserved" in conditions:
+                found[owner] = w | {"conditions": conditions}
+        return found if len(found) == 2 else {}
+
+    both = kube.wait_for(workloads, 60)
+    first = both["first"]
+    assert first["conditions"]["QuotaReserved"]["status"] == "True"
+    [usage] = first["status"]["admission"]["podSetAssignments"]
+    assert usage["resourceUsage"][resource] == "1"
+    waiting = both["second"]["conditions"]["QuotaReserved"]
+    assert waiting["status"] == "False"
+    assert f"insufficient unused quota for {resource}" in waiting["message"]
+    kube.wait_for(lambda: phase(kube, "first") == "Running")
