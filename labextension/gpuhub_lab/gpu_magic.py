@@ -42,6 +42,7 @@ def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
     try:
         data = _from_server(timeout)
         data["budgets"] = _budgets(timeout)
+        data["claimed"] = _claimed(timeout, job)
     except Exception as exc:  # no server, no gpuhub there, refused...: fall back
         data = _from_nvml()
         what = "the simulated GPUs" if data.get("source") == "simulated" else "NVML"
@@ -110,6 +111,30 @@ def _budgets(timeout: float) -> list[str]:
         return []
     found = answer.get("budgets") if isinstance(answer, dict) else None
     return [str(b["text"]) for b in found or [] if isinstance(b, dict) and b.get("text")]
+
+
+def _claimed(timeout: float, job: str | None) -> list[str]:
+    """The devices this server (or job) was allocated through DRA, as the hub names them
+    ("GPU 3 (A100-SXM4-80GB) on a100-7", the holdings' ``device_names``); none elsewhere."""
+    from urllib import request
+
+    from .jobs_client import find_server
+
+    server = find_server()
+    headers = {"Accept": "application/json"}
+    if server.token:
+        headers["Authorization"] = f"token {server.token}"
+    try:
+        req = request.Request(server.url + "gpuhub/api/holdings", headers=headers)
+        with request.urlopen(req, timeout=timeout) as response:
+            answer = json.loads(response.read())
+    except Exception:  # an older gpuhub, a hub not answering: the GPUs are still shown
+        return []
+    kind, name = ("job", job) if job else ("server", os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+    for holding in answer.get("holdings") or [] if isinstance(answer, dict) else []:
+        if isinstance(holding, dict) and (holding.get("kind"), holding.get("name")) == (kind, name):
+            return [str(d) for d in holding.get("device_names") or []]
+    return []
 
 
 def _from_nvml() -> dict[str, Any]:
@@ -183,6 +208,9 @@ class GPUReport:
         if not assigned:
             return None
         text = f"{describe(assigned)} to this {'job' if self.data.get('job') else 'server'}."
+        claimed = self.data.get("claimed")
+        if claimed:
+            text += f" Allocated: {', '.join(claimed)}."
         if not self.data.get("available"):
             reason = self.data.get("reason") or "they cannot be read here."
             return f"{text} No live figures: {reason}"

@@ -121,3 +121,22 @@ def test_in_a_cluster_jobs_pod_it_shows_the_pods_gpus(tmp_path: Path) -> None:
     assert "GPU 0 (NVIDIA A100 80GB) assigned to this job." in shown, shown
     assert "utilization 70%" in shown and "3.0 GiB / 80.0 GiB" in shown, shown
     assert "parent" not in shown and "did not answer" not in shown, shown
+
+
+def test_a_dra_server_names_the_device_it_was_allocated() -> None:
+    """``%gpu`` in a server whose GPU was claimed through DRA: the device the hub says it was
+    allocated (the holdings' ``device_names``), after what the server was given."""
+    from gpuhub_lab.gpu_magic import GPUReport
+
+    data = {
+        "available": False,
+        "reason": "they cannot be read here.",
+        "gpus": [],
+        "assigned": {"devices": [0], "gpu_type": "A100 (DRA)", "share_text": None},
+        "claimed": ["GPU 3 (A100-SXM4-80GB) on a100-7"],
+    }
+    report = GPUReport(data, own_pids=set())
+    assert repr(report).startswith(
+        "GPU 0 (A100 (DRA)) assigned to this server. Allocated: GPU 3 (A100-SXM4-80GB) on a100-7."
+    )
+    assert "Allocated: GPU 3 (A100-SXM4-80GB) on a100-7." in report._repr_html_()
