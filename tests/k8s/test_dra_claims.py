@@ -5,12 +5,14 @@ extended resource; each object is checked against the official schema of Kuberne
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+from gpuhub import GPUSpawner
 from gpuhub.core.policy import Policy, PolicyConfigError
 from gpuhub.jobs.k8s import backend
 from gpuhub.jobs.k8s import manifests as m
@@ -19,9 +21,13 @@ from gpuhub.jobs.model import JobError
 from gpuhub.k8s import dra
 from gpuhub.k8s.labels import (
     JOB_ID_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUEUE_NAME_LABEL,
     USERNAME_ANNOTATION,
 )
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
+from tests.support.manifests import make_spawner, manifest
 from tests.support.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.usefixtures("no_cluster")
@@ -127,6 +133,66 @@ def test_each_mistake_is_one_sentence_naming_the_setting(entry: dict[str, Any], 
 def test_a_workstation_has_no_dra() -> None:
     with pytest.raises(PolicyConfigError, match="which a workstation does not have"):
         Policy.from_config(gpu_types=DRA_TYPES).check_platform("workstation")
+
+
+# -- a server's pod ---------------------------------------------------------------------------
+
+
+async def test_server_pod_claims_its_gpus_from_a_template_made_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No cluster to ask whether Kueue runs: as if it did.
+    monkeypatch.setattr(GPUSpawner, "_gpuhub_kueue_checked", True)
+    spawner = make_spawner(["staff"], gpu_types=CONFIG["gpu_types"], kueue_queue_name="gpus")
+    body = await manifest(spawner, {"gpu_type": "a100", "gpus": 2, "cpu": 2, "memory": "16G"})
+    container = body["spec"]["containers"][0]
+    assert not [k for k in container["resources"]["limits"] if "/" in k]  # no extended resource
+    assert container["resources"]["claims"] == [{"name": "gpus"}]
+    template = spawner._gpuhub_claims
+    assert template is not None
+    name = template["metadata"]["name"]
+    assert name == f"{spawner.pod_name}-gpus"
+    assert body["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": name}]
+    validate(template)
+    assert requests_of(template) == [
+        {
+            "name": "gpu",
+            "exactly": {
+                "deviceClassName": "gpu.nvidia.com",
+                "allocationMode": "ExactCount",
+                "count": 2,
+                "selectors": [{"cel": {"expression": A100}}],
+            },
+        }
+    ]
+    labels = template["metadata"]["labels"]
+    assert labels[MANAGED_BY_LABEL] == MANAGED_BY
+    assert labels["component"] == "singleuser-server"
+    # Kueue's queue label is the pod's alone; claims of the template carry gpuhub's labels.
+    assert body["metadata"]["labels"][QUEUE_NAME_LABEL] == "gpus"
+    assert QUEUE_NAME_LABEL not in labels
+    assert template["spec"]["metadata"]["labels"] == labels
+    assert template["metadata"]["annotations"]["hub.jupyter.org/username"] == "alice"
+    # The type's placement and /dev/shm still apply; the environment names the GPUs.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUHUB_GPUS"] == "2" and env["GPUHUB_GPU_TYPE_NAME"] == "A100"
+
+
+async def test_share_and_mig_claims_and_a_cpu_server_claims_nothing() -> None:
+    spawner = make_spawner(["staff"], gpu_types=CONFIG["gpu_types"])
+    await manifest(spawner, {"gpu_type": "a100-shared", "gpu_memory": "8Gi"})
+    template = validate(copy.deepcopy(spawner._gpuhub_claims or {}))
+    (request,) = requests_of(template)
+    assert request["exactly"]["count"] == 1
+    assert request["exactly"]["capacity"] == {"requests": {"memory": "8Gi"}}
+    assert "selectors" not in request["exactly"]
+    await manifest(spawner, {"gpu_type": "mig-1g", "gpus": 1})
+    (request,) = requests_of(validate(copy.deepcopy(spawner._gpuhub_claims or {})))
+    assert request["exactly"]["deviceClassName"] == "mig.nvidia.com"
+    body = await manifest(spawner, {"gpus": 0, "image": "cpu"})
+    assert spawner._gpuhub_claims is None
+    assert "resourceClaims" not in body["spec"]
+    assert "claims" not in body["spec"]["containers"][0]["resources"]
 
 
 # -- every job kind ---------------------------------------------------------------------------

@@ -29,8 +29,25 @@ from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
 from gpuhub.jobs.k8s.manifests import user_label
+from gpuhub.k8s.dra import (
+    ClaimTemplates,
+    claim_template,
+    claims_gpus,
+    container_claims,
+    missing_class_words,
+    pod_claims,
+    shared_device_classes,
+    template_name,
+)
 from gpuhub.k8s.kueue import FairSharing, Pending, gated, shared_kueue, waiting_words
-from gpuhub.k8s.labels import MANAGED_BY, MANAGED_BY_LABEL, QUEUE_NAME_LABEL, USER_LABEL
+from gpuhub.k8s.labels import (
+    COMPONENT_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUEUE_NAME_LABEL,
+    SERVER_COMPONENT,
+    USER_LABEL,
+)
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
@@ -84,6 +101,21 @@ def _listed(value: Any) -> Any:
     if isinstance(value, dict):
         return [value[k] for k in sorted(value)]
     return value
+
+
+# DRA types whose missing DeviceClass the log has said, (type key, class): once per process.
+_LOGGED_MISSING: set[tuple[str, str]] = set()
+
+
+def _age(meta: dict[str, Any]) -> float:
+    """Seconds since an object's ``creationTimestamp`` (0 if unreadable)."""
+    from datetime import datetime
+
+    try:
+        made = datetime.fromisoformat(str(meta.get("creationTimestamp")).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return time.time() - made.timestamp()
 
 
 class NeverSchedulable(Exception):
@@ -246,6 +278,101 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         env.update(gpu_env(self.launch_options))
         return env
 
+    # -- GPUs claimed through DRA (gpuhub.k8s.dra) --------------------------------------------
+    # The template this start's pod claims its GPUs from (made by get_pod_manifest, created
+    # before the pod by _make_create_pod_request); None: no DRA claim.
+    _gpuhub_claims: dict[str, Any] | None = None
+    # Once per hub process: templates of servers whose pod never came (a hub that died
+    # between the two) are deleted.
+    _gpuhub_orphans_swept = False
+    ORPHAN_AGE = 600.0  # seconds: far more than between a template and its pod's creation
+
+    async def get_pod_manifest(self) -> Any:
+        """KubeSpawner's pod, with a DRA type's claim: the pod's ``resourceClaims`` names the
+        template made for this request, the notebook container's ``resources.claims`` the
+        claim; no GPU resource (:func:`gpuhub.k8s.pods.gpu_resources` gives none)."""
+        from kubernetes_asyncio.client import CoreV1ResourceClaim, V1PodResourceClaim
+
+        pod = await super().get_pod_manifest()
+        options = self.launch_options
+        self._gpuhub_claims = None
+        if not claims_gpus(options):
+            return pod
+        assert options is not None
+        name = template_name(self.pod_name)
+        labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k != QUEUE_NAME_LABEL}
+        labels[MANAGED_BY_LABEL] = MANAGED_BY
+        annotations = {
+            k: v
+            for k, v in (pod.metadata.annotations or {}).items()
+            if k.startswith("hub.jupyter.org/")
+        }
+        self._gpuhub_claims = claim_template(options, name, self.namespace, labels, annotations)
+        pod.spec.resource_claims = [
+            V1PodResourceClaim(name=c["name"], resource_claim_template_name=name)
+            for c in pod_claims(name)
+        ]
+        container = pod.spec.containers[0]
+        container.resources.claims = [
+            CoreV1ResourceClaim(name=c["name"]) for c in container_claims()
+        ]
+        return pod
+
+    def _claim_templates(self) -> ClaimTemplates:
+        return ClaimTemplates(self.api.api_client, self.namespace)
+
+    async def _delete_claim_template(self) -> None:
+        """The server's template, if it had one (a 404 is fine: the pod took it along)."""
+        with contextlib.suppress(Exception):
+            await self._claim_templates().delete(template_name(self.pod_name))
+
+    async def _sweep_orphan_templates(self) -> None:
+        """Delete the servers' templates that no pod owns and whose pod is gone: a hub
+        stopped between creating one and its pod. Once per hub process."""
+        cls = self.__class__
+        if cls._gpuhub_orphans_swept:
+            return
+        cls._gpuhub_orphans_swept = True
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}={SERVER_COMPONENT}"
+        try:
+            templates = await self._claim_templates().list(selector)
+            for item in templates:
+                meta = item.get("metadata") or {}
+                if meta.get("ownerReferences") or _age(meta) < self.ORPHAN_AGE:
+                    continue
+                name = str(meta.get("name") or "")
+                self.log.info("Deleting ResourceClaimTemplate %s: no server pod owns it", name)
+                await self._claim_templates().delete(name)
+        except (TimeoutError, ApiException, OSError) as exc:
+            cls._gpuhub_orphans_swept = False  # try again later
+            self.log.info("Sweeping servers' ResourceClaimTemplates failed: %s", exc)
+
+    async def _missing_classes(self, types: list[GPUType]) -> dict[str, str]:
+        """``{type key: sentence}`` for DRA types whose DeviceClass the cluster lacks (one
+        shared read of the classes a minute); the admin reads each once in the log."""
+        wanted = {t.key: t.dra.device_class for t in types if t.dra is not None}
+        if not wanted:
+            return {}
+        missing = await shared_device_classes(self.api.api_client).missing(wanted.values())
+        said = {}
+        for key, device_class in wanted.items():
+            if device_class not in missing:
+                continue
+            gpu_type = self.gpu_policy.gpu_types[key]
+            said[key] = missing_class_words(gpu_type.display_name, device_class)
+            if (key, device_class) not in _LOGGED_MISSING:
+                _LOGGED_MISSING.add((key, device_class))
+                self.log.warning(
+                    "gpuhub: gpu_types[%r].dra.device_class is %r, but this cluster has no "
+                    "DeviceClass of that name (is its DRA driver installed?); the type is "
+                    "shown as unavailable.",
+                    key,
+                    device_class,
+                )
+        return said
+
     async def load_user_options(self) -> None:
         # KubeSpawner calls this at the top of start(): make sure gpuhub validated first.
         await self.ensure_launch_options()
@@ -258,9 +385,18 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         # pod have been created after all, the retry's 409 makes KubeSpawner replace it.
         from kubernetes_asyncio.client.rest import ApiException
 
+        claims = self._gpuhub_claims
         try:
-            return bool(await super()._make_create_pod_request(pod, request_timeout))
+            if claims is not None:
+                # Before its pod: a pod whose template is missing waits for it.
+                await self._claim_templates().replace(claims)
+            made = bool(await super()._make_create_pod_request(pod, request_timeout))
+            if made and claims is not None:
+                await self._own_claim_template(claims["metadata"]["name"])
+            return made
         except ApiException as exc:
+            if claims is not None:
+                await self._delete_claim_template()  # a failed start leaves nothing behind
             if exc.status in TRANSIENT_STATUSES:
                 self.log.warning("Creating pod %s: HTTP %s, retrying", self.pod_name, exc.status)
                 return False
@@ -271,6 +407,21 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 self.log.warning("Kubernetes refused the pod of %s: %s", log_name(self), reason)
                 raise refusal(f"Kubernetes refused the server's pod: {reason}", 403) from None
             raise
+
+    async def _own_claim_template(self, name: str) -> None:
+        """The pod owns its template from now on: it goes with the pod, even should the hub
+        never stop the server."""
+        pod = await self.api.read_namespaced_pod(self.pod_name, self.namespace)
+        await self._claim_templates().own(
+            name,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": self.pod_name,
+                "uid": pod.metadata.uid,
+                "blockOwnerDeletion": True,
+            },
+        )
 
     async def _make_delete_pod_request(
         self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
@@ -306,13 +457,20 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         """Free/total GPUs per type from the shared watch of the cluster (no LIST per view)."""
         if not self.gpu_policy.gpu_types:
             return {}, ""
+        types = list(self.gpu_policy.gpu_types.values())
+        if any(t.dra is not None for t in types):
+            await self._sweep_orphan_templates()
+        missing = await self._missing_classes(types)
         cache = shared_capacity(self.api)
         if not await cache.wait_ready(self.capacity_wait):
             return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
         try:
-            return cache.capacity(map(self._as_placed, self.gpu_policy.gpu_types.values())), ""
+            figures = cache.capacity(map(self._as_placed, types))
         except CapacityUnavailable:
             return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
+        # A DRA type whose DeviceClass the cluster lacks has no device: none free, and why.
+        figures.update({key: GPUCapacity(free=0, total=0) for key in missing})
+        return figures, " ".join(missing.values())
 
     async def gpu_ledger(self) -> Ledger:
         """The hub's ledger of this cluster, once the pod watch has answered."""
@@ -437,6 +595,14 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 shared_ledger(self.api).release_grant(self.user.name, self.name)
 
     async def _check_fit(self, gpu_type: GPUType, options: LaunchOptions) -> None:
+        if gpu_type.dra is not None:
+            # Without its DeviceClass the claim could never be allocated, whatever the slices.
+            missing = await self._missing_classes([gpu_type])
+            if missing:
+                raise refusal(missing[gpu_type.key])
+            # The fit of its devices (capacity.fit's DRA branch) is checked once that branch
+            # knows every node's devices; until then the scheduler says what cannot fit.
+            return
         cache = shared_capacity(self.api)
         if not await cache.wait_ready(self.capacity_wait):
             return  # cannot tell now; the scheduler will
@@ -697,5 +863,6 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             self._gpuhub_start_task.cancel()
         try:
             await super().stop(now=now)
+            await self._delete_claim_template()
         finally:
             self._release_grant()

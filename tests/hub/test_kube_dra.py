@@ -1,0 +1,315 @@
+"""End to end: GPUs claimed through DRA (admin guide, "GPUs through DRA") on the test cluster,
+whose simulated NVIDIA DRA driver publishes ResourceSlices that the real kube-scheduler
+allocates from and the real controller-manager releases (localk8s/dra.py).
+
+A real JupyterHub with GPUSpawner spawns a server of a DRA type on the process node: its pod
+claims its GPU from a ResourceClaimTemplate the hub made for it, the scheduler allocates one
+of the node's DRA GPUs, and the server's kernel computes on that device, as the lab's metrics
+see it; when the server stops, template and claim go. Each job kind the jobs service offers
+for DRA types gets its claims the same way: a Job on the process node, a PyTorchJob and a TFJob
+on kwok's DRA node of A100s; claims are released when the jobs end. One hub and one backend
+for the module: cluster tests are few and share their setup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import requests
+from kubernetes_asyncio import config
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+from gpuhub.core.policy import Policy
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.backend import KubernetesBackend
+from tests.support.cluster import GPU_TOLERATION, KWOK_TOLERATION, PROCESS_NODE_SELECTOR, Kube
+from tests.support.hub.kube import hub_config
+from tests.support.hub.process import API_TOKEN, Hub, spawn_json, start_hub, stop, wait_ready
+from tests.support.jobs_service import make_request, write_notebook
+from tests.support.policies import CLUSTER_CONFIG
+
+pytestmark = pytest.mark.e2e
+
+RESOURCE = "resource.k8s.io/v1"
+SIMULATED = "device.attributes['gpu.nvidia.com'].productName == 'gpuhub-simulated-GPU'"
+A100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'"
+DRA_TYPES: dict[str, Any] = {
+    # The process node's GPUs claimed through DRA (gpu-4, gpu-5): pods there really run.
+    "dra": {
+        "display_name": "Simulated GPU (DRA)",
+        "dra": {"device_class": "gpu.nvidia.com", "selectors": [SIMULATED]},
+        "node_selector": PROCESS_NODE_SELECTOR,
+        "max_gpus": 2,
+    },
+    # kwok's DRA node of whole A100s: pods run with no process, until a test ends them.
+    "dra-a100": {
+        "display_name": "A100 (DRA)",
+        "dra": {"device_class": "gpu.nvidia.com", "selectors": [A100]},
+        "tolerations": [GPU_TOLERATION, KWOK_TOLERATION],
+        "max_gpus": 4,
+    },
+    # A DeviceClass no driver of this cluster defines.
+    "dra-missing": {
+        "display_name": "Gaudi (DRA)",
+        "dra": {"device_class": "gaudi.example.com"},
+    },
+}
+# The jobs service's policy: the test cluster's types and these.
+POLICY = Policy.from_config(
+    **{**CLUSTER_CONFIG, "gpu_types": {**CLUSTER_CONFIG["gpu_types"], **DRA_TYPES}}
+)
+HUB_EXTRA = f"c.GPUSpawner.gpu_types = {{**c.GPUSpawner.gpu_types, **{DRA_TYPES!r}}}\n"
+# The kernel spins on its GPU (the simulated GPU's utilization is its processes' CPU) and says
+# which device it was given.
+SPIN = (
+    "import os, threading, time\n"
+    "def spin():\n"
+    "    end = time.time() + 120\n"
+    "    while time.time() < end:\n"
+    "        pass\n"
+    "threading.Thread(target=spin, daemon=True).start()\n"
+    "print('visible', os.environ.get('CUDA_VISIBLE_DEVICES'))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def hub(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    running = start_hub(
+        tmp_path_factory.mktemp("hub"),
+        hub_config(module_kube.namespace, HUB_EXTRA),
+        env={"KUBECONFIG": str(module_kube.kubeconfig)},
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def kube(module_kube: Kube) -> Kube:
+    """This module's tests share the hub's namespace."""
+    return module_kube
+
+
+def claim_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The ResourceClaim the controller-manager made from the pod's template, once named."""
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if status.get("name") == "gpus" and status.get("resourceClaimName"):
+            return kube.get("ResourceClaim", status["resourceClaimName"], api_version=RESOURCE)
+    return None
+
+
+def allocated(kube: Kube, pod_name: str) -> list[tuple[str, str]]:
+    """(node pool, device) of each device the pod's claim was allocated; [] until then."""
+    pod = kube.get("Pod", pod_name) or {}
+    claim = claim_of(kube, pod) or {}
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+        "results"
+    ) or []
+    return [(r["pool"], r["device"]) for r in results]
+
+
+def gpuhub_claims(kube: Kube) -> list[dict[str, Any]]:
+    return kube.list("ResourceClaim", api_version=RESOURCE)
+
+
+async def run_in_kernel(hub: Hub, user: str, code: str) -> str:
+    """Start a kernel in the user's server (its REST API, as JupyterLab does) and run ``code``
+    over the kernel's WebSocket; what it printed."""
+    base = f"{hub.url}/user/{user}/api"
+    headers = {"Authorization": f"token {API_TOKEN}"}
+    kernel = await asyncio.to_thread(
+        lambda: requests.post(f"{base}/kernels", headers=headers, json={}, timeout=60).json()
+    )
+    ws = await websocket_connect(
+        HTTPRequest(
+            f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel['id']}/channels",
+            headers=headers,
+        )
+    )
+    msg_id = uuid.uuid4().hex
+    ws.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "msg_type": "execute_request",
+                    "session": uuid.uuid4().hex,
+                    "username": user,
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "channel": "shell",
+                "content": {"code": code, "silent": False, "store_history": False},
+            }
+        )
+    )
+    printed = ""
+    while True:
+        raw = await asyncio.wait_for(ws.read_message(), 60)
+        assert raw is not None, "the kernel's WebSocket closed"
+        message = json.loads(raw)
+        if message.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        kind = message["header"]["msg_type"]
+        if kind == "stream":
+            printed += message["content"]["text"]
+        elif kind == "error":
+            raise AssertionError("\n".join(message["content"]["traceback"]))
+        elif kind == "execute_reply":
+            ws.close()
+            return printed
+
+
+def lab_gpus(hub: Hub, user: str) -> list[dict[str, Any]]:
+    """The GPUs the user's server sees, with their utilization (the lab's metrics API)."""
+    response = requests.get(
+        f"{hub.url}/user/{user}/gpuhub/api/metrics",
+        headers={"Authorization": f"token {API_TOKEN}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    return list(response.json()["gpus"])
+
+
+async def test_a_dra_server_computes_on_the_device_it_was_allocated(hub: Hub, kube: Kube) -> None:
+    # A type whose DeviceClass the cluster lacks is shown unavailable, and refused in a
+    # sentence before anything is made; the admin's log said it at start.
+    session = hub.login("ada")
+    page = await asyncio.to_thread(session.get, f"{hub.url}/hub/spawn", timeout=30)
+    missing = 'this cluster has no DeviceClass "gaudi.example.com"'
+    assert missing in page.text.replace("&#34;", '"').replace("&quot;", '"')
+    refused = await asyncio.to_thread(
+        spawn_json, hub, "ada", {"gpu_type": "dra-missing", "gpus": 1}
+    )
+    assert refused.status_code == 400 and missing in refused.json()["message"]
+    assert "gpu_types['dra-missing'].dra.device_class is 'gaudi.example.com'" in hub.log()
+
+    response = await asyncio.to_thread(spawn_json, hub, "ada", {"gpu_type": "dra", "gpus": 1})
+    assert response.status_code in (201, 202), response.text
+    await asyncio.to_thread(wait_ready, hub, "ada")
+    pod = kube.get("Pod", "jupyter-ada")
+    assert pod is not None and pod["spec"]["nodeName"] == "local-0"
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "notebook")
+    assert not [k for k in container["resources"]["limits"] if k.startswith("nvidia.com/")]
+    assert container["resources"]["claims"] == [{"name": "gpus"}]
+    template = kube.get("ResourceClaimTemplate", "jupyter-ada-gpus", api_version=RESOURCE)
+    assert template is not None
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "gpus", "resourceClaimTemplateName": "jupyter-ada-gpus"}
+    ]
+    # The pod owns its template: it goes with the pod, whatever happens to the hub.
+    (owner,) = template["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("Pod", pod["metadata"]["uid"])
+    [(pool, device)] = allocated(kube, "jupyter-ada")
+    assert pool == "local-0" and re.fullmatch(r"gpu-[45]", device)
+    index = int(device.removeprefix("gpu-"))
+
+    printed = await run_in_kernel(hub, "ada", SPIN)
+    assert printed.strip() == f"visible {index}"
+
+    def busy() -> bool:
+        gpus = lab_gpus(hub, "ada")
+        return [g["index"] for g in gpus] == [index] and (gpus[0]["utilization"] or 0) > 0
+
+    kube.wait_for(busy, timeout=30, interval=0.5)
+
+    # Stopped: the template is deleted, the pod's claim released and deleted.
+    claim = claim_of(kube, kube.get("Pod", "jupyter-ada") or {})
+    assert claim is not None
+    await asyncio.to_thread(stop, hub, "ada")
+    kube.wait_for(
+        lambda: (
+            kube.get("ResourceClaimTemplate", "jupyter-ada-gpus", api_version=RESOURCE) is None
+            and kube.get("ResourceClaim", claim["metadata"]["name"], api_version=RESOURCE) is None
+        ),
+        timeout=60,
+    )
+
+
+# -- every job kind ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def backend(kube: Kube) -> AsyncIterator[KubernetesBackend]:
+    settings = m.KubeJobSettings(namespace=kube.namespace, job_image="img:1")
+    api = await config.new_client_from_config(config_file=str(kube.kubeconfig))
+    policy = POLICY
+    names = {k: t.display_name for k, t in policy.gpu_types.items()}
+    running = KubernetesBackend(api, settings, gpu_names=names)
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+async def wait_status(backend: KubernetesBackend, job_id: str, *statuses: str) -> Any:
+    for _ in range(600):
+        record = await backend.get("alice", job_id)
+        if record.status in statuses:
+            return record
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{job_id} stayed {record.status}: {record.message}")
+
+
+async def test_each_job_kind_claims_its_gpus_and_releases_them(
+    kube: Kube, backend: KubernetesBackend, tmp_path: Path
+) -> None:
+    write_notebook(
+        tmp_path / "train.ipynb",
+        ["import os", "print('visible', os.environ['CUDA_VISIBLE_DEVICES'])"],
+    )
+    policy = POLICY
+    notebook = (tmp_path / "train.ipynb").read_bytes()
+
+    def request(**body: Any) -> Any:
+        return make_request(tmp_path, policy=policy, groups=("staff",), **body)
+
+    # A Job on the process node: its pod runs the notebook on the device it was allocated.
+    job = await backend.submit(request(gpu_type="dra", gpus=1), "alice", notebook=notebook)
+    assert kube.get("ResourceClaimTemplate", f"{job.id}-gpus", api_version=RESOURCE)
+    done = await wait_status(backend, job.id, "succeeded", "failed")
+    assert done.status == "succeeded", done.error
+    output = nbformat.reads((await backend.output("alice", job.id)).decode(), as_version=4)
+    printed = "".join(o.get("text", "") for c in output.cells for o in c.get("outputs", []))
+    assert re.fullmatch(r"visible [45]\n", printed), printed
+
+    # A PyTorchJob and a TFJob on kwok's A100 node: every replica's pod gets its own claim,
+    # each allocated its own A100 by the scheduler.
+    distributed = []
+    for kind, workers in (("pytorchjob", 2), ("tfjob", 2)):
+        record = await backend.submit(
+            request(kind=kind, workers=workers, gpu_type="dra-a100", gpus=1),
+            "alice",
+            notebook=notebook,
+        )
+        await wait_status(backend, record.id, "running")
+        resource = {"pytorchjob": "PyTorchJob", "tfjob": "TFJob"}[kind]
+        pods = kube.job_pods(record.id, resource)
+        assert len(pods) == workers
+        devices = [d for p in pods for d in allocated(kube, p["metadata"]["name"])]
+        assert len(set(devices)) == workers and {pool for pool, _ in devices} == {"dra-a100-0"}
+        assert record.gpu == f"{workers} workers, 1 x A100 (DRA) each"
+        distributed.append((record, resource))
+    for record, resource in distributed:
+        kube.finish_job(record.id, resource)
+        await wait_status(backend, record.id, "succeeded")
+    # Ended pods release their claims, and the controller-manager deletes them; each job owns
+    # its template, so it goes with the job.
+    kube.wait_for(lambda: not gpuhub_claims(kube), timeout=60)
+    for record, resource in distributed:
+        made = kube.get(resource, record.id) or {}
+        template = kube.get("ResourceClaimTemplate", f"{record.id}-gpus", api_version=RESOURCE)
+        assert template is not None
+        (owner,) = template["metadata"]["ownerReferences"]
+        assert owner["uid"] == made["metadata"]["uid"]
