@@ -126,3 +126,35 @@ def test_wall_clock_jumps_neither_charge_twice_nor_forgive() -> None:
     again = monitor(usage)
     asyncio.run(again.tick(NOW + 86400, 10.0))
     assert usage.used(account) == 360.0
+
+
+def test_budget_sentences_read_right() -> None:
+    """What users read of their budgets: the refusal, the notices, the form's sentence, swept
+    by the same checker as every other message (tests/hub/test_message_sweep.py)."""
+    from gpuhub.core.policy import Policy
+    from gpuhub.hub.form import _budget_sentence, render_form
+    from tests.hub.test_message_sweep import visible_text
+    from tests.support.messages import loose_stop, problems
+
+    assert CONFIG is not None and CONFIG.default is not None
+    said = []
+    for at_limit in ("refuse", "idle_only"):
+        config = BudgetConfig(CONFIG.default, CONFIG.groups, at_limit, 60)
+        usage = BudgetUsage(None)
+        for user, groups, seconds in (("ann", [], 3000.0), ("bob", ["staff"], 8000.0)):
+            usage.charge(user, seconds, NOW, config.budget_for(groups))
+            state = state_for(user, groups, config, usage, NOW)
+            assert state is not None
+            said += [state.refusal(), state.notice(80, 60), state.notice(100, 0), state.text]
+            said.append(_budget_sentence(state.as_json()))
+            page = render_form(
+                Policy.from_config(gpu_types={"a": {"display_name": "A100"}}),
+                [],
+                budget=state.as_json(),
+            )
+            shown = visible_text(page)
+            assert any(m.startswith(state.text) for m in shown), shown
+            said += shown
+    bad = {m: problems(m) for m in said if problems(m) or loose_stop(m)}
+    assert not bad, bad
+    assert any("Your budget is used up" in m for m in said)

@@ -339,7 +339,7 @@ class GPUMonitor:
             whose = f"the {pool} group's shared pool" if pool else "their own budget"
             raise ValueError(
                 f"{user}'s GPU-hours come from {whose}, not from a shared budget of group "
-                f"{group!r}; leave group out to add to it."
+                f'"{group}"; leave group out to add to it.'
             )
         self.budgets.grant(state.account, ExtraHours(hours, reason, by, now))
         state = self.budget_state(user, groups, now)
