@@ -9,16 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from gpuhub.core.policy import Policy
 from tests.support.cluster import Kube
 from tests.support.helm import (
     HELM,
     NAMESPACE,
     by_kind,
     can_i,
+    hub_values,
     install,
     make_chart,
     render,
     served_api_versions,
+    service_config,
 )
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed")
@@ -67,6 +70,36 @@ def test_dra_rbac_is_exactly_what_claims_need(chart: Path) -> None:
     )
     none = render(chart, values={"rbac": {"create": False}})
     assert not [o for o in none if o["metadata"]["name"] in (DRA, HUB_CLAIMS)]
+
+
+A100 = "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA A100')"
+DRA_TYPES = {
+    "a100": {
+        "display_name": "A100",
+        "dra": {"device_class": "gpu.nvidia.com", "selectors": [A100]},
+    },
+    "a100-shared": {
+        "display_name": "A100, shared",
+        "dra": {"device_class": "gpu.nvidia.com", "capacity": "memory"},
+        "sharing": {"memory": "80G", "min": "4G"},
+    },
+}
+
+
+def test_dra_types_reach_the_hub_and_the_jobs_service(chart: Path) -> None:
+    values = {"jupyterhub": {"hub": {"config": {"GPUSpawner": {"gpu_types": DRA_TYPES}}}}}
+    objects = render(chart, values=values)
+    hub = hub_values(objects)["hub"]["config"]["GPUSpawner"]["gpu_types"]
+    service = service_config(objects)["policy"]["gpu_types"]
+    for types in (hub, service):
+        parsed = Policy.from_config(gpu_types=types).check_platform("kubernetes").gpu_types
+        assert parsed["a100"].dra is not None and parsed["a100"].dra.expressions == (A100,)
+        assert parsed["a100-shared"].shares_memory
+    # The chart's schema names a mistake before the hub could.
+    bad = {"gpu_types": {"a": {"dra": {"device_class": "gpu.nvidia.com", "model": "a100"}}}}
+    with pytest.raises(AssertionError) as refused:
+        render(chart, values={"jupyterhub": {"hub": {"config": {"GPUSpawner": bad}}}})
+    assert "Additional property model is not allowed" in str(refused.value)
 
 
 @pytest.mark.e2e
