@@ -67,12 +67,7 @@ class Version:
 
     @classmethod
     def parse(cls, text: str) -> Version:
-        match = re.fullmatch(
-            r"v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?", text
-        )
-        if match is None:
-            raise ValueError(f"{text!r} is not a semantic version such as 1.2.3")
-        return cls(int(match[1]), int(match[2]), int(match[3]), match[4] or "")
+        return _version(text)
 
     def _key(self) -> tuple[int, int, int, int, str]:
         # A pre-release sorts before its release (1.0.0-rc1 < 1.0.0).
@@ -101,6 +96,17 @@ class DeviceView:
 
 
 Evaluate = Callable[[DeviceView], Any]
+
+_SEMVER = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?")
+
+
+@lru_cache(maxsize=1024)
+def _version(text: str) -> Version:
+    """A version, parsed once: a cluster's devices repeat a handful (driver, CUDA)."""
+    match = _SEMVER.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a semantic version such as 1.2.3")
+    return Version(int(match[1]), int(match[2]), int(match[3]), match[4] or "")
 
 
 class _Domain:
