@@ -11,9 +11,9 @@
  * (`@lumino/polling`, backing off after errors, asking only for history newer
  * than what it has) and tries a socket again now and then.
  *
- * Nobody looking (tab hidden, panel hidden and no status bar item showing):
- * the socket is closed, so the server stops sampling for us, and polling
- * stands by. Someone looking again (`wake()`): it opens again.
+ * Nobody looking (tab hidden, panel hidden and no status bar item showing)
+ * for a couple of seconds: the socket is closed, so the server stops sampling
+ * for us, and polling stands by. Someone looking again (`wake()`): it opens again.
  *
  * At 10 samples a second, listeners hear `changed` at most once per animation
  * frame, however many messages arrived in it.
@@ -58,6 +58,11 @@ export namespace GpuMetricsModel {
     reconnectMs?: number;
     /** How long (ms) to poll before trying a socket again. */
     socketRetryMs?: number;
+    /**
+     * How long (ms) nobody must look before the socket closes: a glance at
+     * another tab, or JupyterLab laying out its shell at start-up, keeps it.
+     */
+    closeDelayMs?: number;
   }
 }
 
@@ -100,6 +105,7 @@ export class GpuMetricsModel implements IDisposable {
     this._maxFailures = Math.max(1, options.maxSocketFailures ?? 3);
     this._reconnectMs = options.reconnectMs ?? 1000;
     this._socketRetryMs = options.socketRetryMs ?? 5 * 60 * 1000;
+    this._closeDelayMs = options.closeDelayMs ?? 2000;
     this._poll = new Poll({
       auto: true,
       factory: () => this._fetch(),
@@ -213,8 +219,23 @@ export class GpuMetricsModel implements IDisposable {
       return;
     }
     if (!this._wanted()) {
-      this._closeSocket();
+      if (this._closeDelayMs <= 0) {
+        this._closeSocket();
+      } else if (this._closing === null && this._socket !== null) {
+        this._closing = setTimeout(() => {
+          this._closing = null;
+          if (!this._wanted()) {
+            this._closeSocket();
+          }
+        }, this._closeDelayMs);
+      } else if (this._socket === null) {
+        this._closeSocket(); // a reconnect may wait: nobody needs it now
+      }
       return;
+    }
+    if (this._closing !== null) {
+      clearTimeout(this._closing);
+      this._closing = null;
     }
     if (
       this._transport === 'stream' &&
@@ -283,6 +304,10 @@ export class GpuMetricsModel implements IDisposable {
   }
 
   private _closeSocket(): void {
+    if (this._closing !== null) {
+      clearTimeout(this._closing);
+      this._closing = null;
+    }
     if (this._reconnect !== null) {
       clearTimeout(this._reconnect);
       this._reconnect = null;
@@ -424,6 +449,8 @@ export class GpuMetricsModel implements IDisposable {
   private _background: () => boolean;
   private _cancelFrame: (() => void) | null = null;
   private _changed = new Signal<this, void>(this);
+  private _closeDelayMs: number;
+  private _closing: ReturnType<typeof setTimeout> | null = null;
   private _error: string | null = null;
   private _failures = 0;
   private _idle: () => boolean;

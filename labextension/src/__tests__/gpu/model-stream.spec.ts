@@ -65,6 +65,7 @@ describe('GpuMetricsModel, stream', () => {
       idle: () => idle,
       serverSettings: fakeSocketSettings(),
       reconnectMs: 5,
+      closeDelayMs: 0,
       ...options
     });
     return model;
@@ -213,6 +214,22 @@ describe('GpuMetricsModel, stream', () => {
     expect(FakeWebSocket.live).toHaveLength(1);
   });
 
+  it('keeps the socket through a glance away, and closes it after a while', async () => {
+    create({ closeDelayMs: 40 });
+    const open = socket();
+    idle = true;
+    model.wake();
+    idle = false;
+    model.wake(); // back before the delay: the same socket goes on
+    await settle(60);
+    expect(open.closedByClient).toBe(false);
+    idle = true;
+    model.wake();
+    expect(open.closedByClient).toBe(false);
+    await until(() => open.closedByClient);
+    expect(FakeWebSocket.made).toHaveLength(1);
+  });
+
   it('closes the socket while the tab is hidden', () => {
     create();
     const open = socket();
@@ -248,7 +265,8 @@ describe('one model for the panel and the status bar item', () => {
       interval: 1,
       windowSeconds: 300,
       idle: () => nobodyShows(panel ?? null, status ?? null),
-      serverSettings: fakeSocketSettings()
+      serverSettings: fakeSocketSettings(),
+      closeDelayMs: 0
     });
     panel = new GpuPanel({
       model,
