@@ -11,7 +11,7 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from gpuhub_lab.metrics.handlers import MetricsService
-from gpuhub_lab.metrics.sampler import MAX_HISTORY, MIN_INTERVAL, GPUSampler
+from gpuhub_lab.metrics.sampler import FACTS_SECONDS, MAX_HISTORY, MIN_INTERVAL, GPUSampler
 from tests.support import fake_nvml as fake
 
 FAKE = "tests.support.fake_nvml"
@@ -58,6 +58,44 @@ def test_history_is_a_capped_ring_buffer_of_compact_entries():
     assert [json.loads(e)["time"] for e in sampler.history_since(history[0]["time"])] == [
         h["time"] for h in history[1:]
     ]
+
+
+def test_at_10_hz_figures_move_every_sample_and_processes_once_a_second():
+    scenario = fake.a100s(2, utilization=10)
+    scenario.gpus[0].processes = [fake.FakeProcess(11, 1)]
+    fake.install(scenario)
+    sampler = make_sampler(interval=MIN_INTERVAL)
+    mapped: list[set[int]] = []
+    sampler.pid_mapper = lambda pids: mapped.append(pids) or {}
+    sampler.sample_once()  # the first reads everything
+    scenario.gpus[0].utilization = 90
+    scenario.gpus[0].processes = [fake.FakeProcess(12, 2)]
+    fake.calls.clear()
+    light = sampler.sample_once()
+    assert light.gpus[0]["utilization"] == 90  # the figures are fresh
+    assert [p["pid"] for p in light.gpus[0]["processes"]] == [11]  # processes: last full read
+    assert set(fake.calls) == {
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetPowerUsage",
+    }
+    assert len(mapped) == 1  # nor are processes mapped to kernels again
+    sampler._facts_at -= FACTS_SECONDS  # as if a second had passed
+    full = sampler.sample_once()
+    assert [p["pid"] for p in full.gpus[0]["processes"]] == [12] and len(mapped) == 2
+    # A device failing in a figures-only read gets a full read, which reports it.
+    scenario.gpus[1].fail = {"nvmlDeviceGetMemoryInfo": fake.NVML_ERROR_GPU_IS_LOST}
+    lost = sampler.sample_once()
+    assert lost.gpus[1]["error"] == "NVML cannot read this GPU: GPU is lost."
+    assert lost.gpus[0]["utilization"] == 90 and lost.gpus[0]["error"] is None
+    assert len(mapped) == 3
+    # At 1 s (the default) every sample reads everything.
+    slow = make_sampler(interval=1.0)
+    slow.pid_mapper = lambda pids: mapped.append(pids) or {}
+    slow.sample_once()
+    slow.sample_once()
+    assert len(mapped) == 5
 
 
 def test_a_crashing_source_becomes_a_reason_and_sampling_goes_on():

@@ -70,6 +70,8 @@ class NVMLSource:
         self.visibility = Visibility(visible)
         self.reason: str | None = None
         self._next_try = 0.0
+        # uuid -> (its handle, its parent GPU's handle for a MIG slice), from the last read()
+        self._handles: dict[str, tuple[Any, Any]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
     def _start(self) -> bool:
@@ -120,6 +122,7 @@ class NVMLSource:
         except nvml.NVMLError as exc:
             return [], f"NVML could not count the GPUs: {exc}."
         gpus: list[dict[str, Any]] = []
+        self._handles = {}
         for index in range(count):
             gpus.extend(self._read_device(index))
         if not gpus:
@@ -145,6 +148,7 @@ class NVMLSource:
                 return []
             name = _text(nvml.nvmlDeviceGetName(handle))
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            self._handles[uuid] = (handle, None)
             return [
                 {
                     "index": index,
@@ -209,6 +213,7 @@ class NVMLSource:
             if not self.visibility.allows_mig(index, parent_uuid, uuid):
                 continue
             memory = nvml.nvmlDeviceGetMemoryInfo(mig)
+            self._handles[uuid] = (mig, parent)
             entries.append(
                 {
                     "index": index,
@@ -228,6 +233,48 @@ class NVMLSource:
                 }
             )
         return entries
+
+    def read_figures(self, previous: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """``previous`` (what :meth:`read` returned) with the figures that move read again:
+        utilization, memory, temperature, power. Names, processes and the list of devices are
+        kept (a sampler re-reads those less often). None when a device is not as it was, or
+        failed: then :meth:`read` everything."""
+        nvml = self.nvml
+        if nvml is None:
+            return None
+        sensors: dict[int, tuple[Any, Any]] = {}  # a MIG parent's figures, read once
+        gpus: list[dict[str, Any]] = []
+        try:
+            for gpu in previous:
+                found = None if gpu.get("error") else self._handles.get(gpu["uuid"])
+                if found is None:
+                    return None
+                handle, parent = found
+                sensor = handle if parent is None else parent
+                if id(sensor) not in sensors:
+                    sensors[id(sensor)] = (
+                        self._optional(
+                            nvml.nvmlDeviceGetTemperature, sensor, None, nvml.NVML_TEMPERATURE_GPU
+                        ),
+                        _watts(self._optional(nvml.nvmlDeviceGetPowerUsage, sensor)),
+                    )
+                temperature, power = sensors[id(sensor)]
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                gpus.append(
+                    {
+                        **gpu,
+                        "utilization": self._optional(
+                            nvml.nvmlDeviceGetUtilizationRates, handle, "gpu"
+                        ),
+                        "memory_used": int(memory.used),
+                        "memory_total": int(memory.total),
+                        "temperature": temperature,
+                        "power": power,
+                    }
+                )
+        except nvml.NVMLError:
+            return None
+        return gpus
 
     def _optional(self, fn: Any, handle: Any, attr: str | None = None, *args: Any) -> Any:
         """A figure this GPU may not support (None then); other NVML errors propagate."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import threading
 import time
@@ -29,6 +30,10 @@ from traitlets.config import LoggingConfigurable
 MIN_INTERVAL = 0.1
 #: Nor keep more history entries than this, whatever ``history_seconds`` says.
 MAX_HISTORY = 3600
+#: Names, the device list and the processes on each GPU (with their kernels) are read at most
+#: this often; the figures that move (utilization, memory, temperature, power) every sample.
+#: At 1 s or slower every sample reads everything; at 10 Hz, one in ten does.
+FACTS_SECONDS = 1.0
 
 PidMapper = Callable[[set[int]], dict[int, str]]
 #: Called in the sampler's thread with each new sample (see :meth:`GPUSampler.listen`).
@@ -153,6 +158,7 @@ class GPUSampler(LoggingConfigurable):
         self._last_request = 0.0
         self._seq = 0
         self._latest: Sample | None = None
+        self._facts_at = -math.inf  # when names and processes were last read
         self._history: deque[tuple[float, str]] = deque(maxlen=self.history_length)
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._listeners: list[Listener] = []
@@ -187,13 +193,17 @@ class GPUSampler(LoggingConfigurable):
         if self._source is None:
             self._source = self.make_source()
         start = time.perf_counter()
-        try:
-            gpus, reason = self._source.read()
-        except Exception as exc:  # a source must never kill the thread
-            self.log.exception("gpuhub: reading GPU metrics failed")
-            gpus, reason = [], f"Reading GPU metrics failed: {exc}."
-        if gpus and self.pid_mapper is not None:
-            self._map_processes(gpus)
+        gpus = self._read_figures(start)
+        reason = None
+        if gpus is None:
+            try:
+                gpus, reason = self._source.read()
+            except Exception as exc:  # a source must never kill the thread
+                self.log.exception("gpuhub: reading GPU metrics failed")
+                gpus, reason = [], f"Reading GPU metrics failed: {exc}."
+            if gpus and self.pid_mapper is not None:
+                self._map_processes(gpus)
+            self._facts_at = start
         cost = time.perf_counter() - start
         with self._lock:
             self._seq += 1
@@ -220,6 +230,23 @@ class GPUSampler(LoggingConfigurable):
             except Exception:  # a listener must never kill the thread either
                 self.log.exception("gpuhub: a GPU metrics listener failed")
         return sample
+
+    def _read_figures(self, now: float) -> list[dict[str, Any]] | None:
+        """Only the moving figures, when the last full read is recent enough (else None)."""
+        previous = self._latest
+        if (
+            previous is None
+            or not previous.gpus
+            or now - self._facts_at >= FACTS_SECONDS - self.interval / 2
+            or not hasattr(self._source, "read_figures")
+        ):
+            return None
+        try:
+            gpus: list[dict[str, Any]] | None = self._source.read_figures(previous.gpus)
+        except Exception:
+            self.log.exception("gpuhub: reading GPU figures failed")
+            return None
+        return gpus
 
     def _map_processes(self, gpus: list[dict[str, Any]]) -> None:
         pids = {p["pid"] for g in gpus for p in g["processes"]}
