@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
-from tornado.iostream import StreamClosedError
+from tornado.iostream import IOStream, StreamClosedError
 from tornado.websocket import WebSocketHandler
 from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
@@ -164,6 +164,7 @@ class MetricsStreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
 
     async def open(self, *args: Any, **kwargs: Any) -> None:
         super().open(*args, **kwargs)  # WebSocketMixin: keep-alive pings
+        self.set_nodelay(True)  # each sample goes out as it is taken, not batched by Nagle
         await self.stream_hub.join(self)
 
     def on_message(self, message: str | bytes) -> None:
@@ -200,18 +201,31 @@ class MetricsStreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
             if connection is None or stream is None or connection.is_closing():
                 return
             self.sent_seq = seq
-            try:
-                # The protocol's own stream: a whole frame, so it never interleaves with the
-                # pings and close frames tornado writes there the same way.
-                written = stream.write(frame)
-            except StreamClosedError:
-                self.stream_hub.leave(self)
-                return
-            self.stream_hub.sent += 1
-            if not written.done():  # the kernel's socket buffer is full: wait for it
-                self.inflight, self.inflight_since = written, time.monotonic()
-                written.add_done_callback(self._flushed)
-                return
+            hub = self.stream_hub
+            hub.sent += 1
+            if type(stream) is IOStream and not stream.writing():
+                # Nothing queued in tornado: hand the frame to the kernel ourselves, the cost
+                # of one send() (what the stream would do, without its bookkeeping).
+                try:
+                    done = stream.socket.send(frame)
+                except BlockingIOError:
+                    done = 0
+                except OSError:
+                    hub.leave(self)
+                    return  # the peer is gone: tornado's read side closes the socket
+                frame = frame[done:]  # what the kernel did not take: tornado's buffer, in order
+            if frame:
+                try:
+                    # The protocol's own stream: a whole frame, so it never interleaves with
+                    # the pings and close frames tornado writes there the same way.
+                    written = stream.write(frame)
+                except StreamClosedError:
+                    hub.leave(self)
+                    return
+                if not written.done():  # the kernel's socket buffer is full: wait for it
+                    self.inflight, self.inflight_since = written, time.monotonic()
+                    written.add_done_callback(self._flushed)
+                    return
             if self.pending is None or self.pending[0] <= seq:
                 self.pending = None
                 return

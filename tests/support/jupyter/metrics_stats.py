@@ -29,6 +29,7 @@ class MetricsStats(APIHandler):
         fake = sys.modules.get("tests.support.fake_nvml")
         stats: dict[str, Any] = {
             "samples_taken": sampler.samples_taken,
+            "sampler_cpu_seconds": sampler.cpu_seconds,
             "sleeping": sampler.sleeping,
             "listeners": sampler.listeners,
             "encodes": service.encodes,
