@@ -57,7 +57,7 @@ def render(gpu_memory: str = "", *, second_h100_taken: bool = False) -> str:
         )
         devices.set_claim(whole.key, whole)
     capacity = {
-        key: figures(devices.rooms(t.dra, everywhere, 0), t.sharing)
+        key: figures(devices.devices_for(t.dra, everywhere, 0, t.sharing), t.sharing)
         for key, t in policy.gpu_types.items()
         if t.dra is not None
     }

@@ -4,8 +4,9 @@ allocated ResourceClaims (:class:`DeviceState`), and a DRA GPU type's figures fr
 The capacity watch (:mod:`gpuhub.hub.ledger.capacity`) feeds each event of the three kinds to
 one ``set_*`` method here: a slice's devices replace its pool's (the newest generation of a
 pool only, as the scheduler reads it), a claim's allocation moves its devices' use (O(its
-results), at most 32), a class replaces its compiled selectors. Reading (:meth:`rooms`) walks
-the devices a type can use only after something changed, and is kept until then.
+results), at most 32), a class replaces its compiled selectors. Which devices a type can use is
+found again only when devices, classes or nodes change; what they have free is kept in
+running sums per type (:class:`TypeDevices`) that a claim event moves for its devices only.
 
 A device is free for a whole claim when no claim has it; a device that allows multiple
 allocations (consumable capacity, the NVIDIA driver's memory shares) has its ``memory`` less
@@ -14,15 +15,18 @@ what the shares allocated on it consumed; a whole allocation of it leaves nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import heapq
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhub.core.dra import DRAType
 from gpuhub.core.dra_devices import Device, DeviceClassInfo
+from gpuhub.core.policy import GPUType
 from gpuhub.core.sharing import Sharing
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree, GPUCapacity
 from gpuhub.k8s.dra_inventory import ClaimInfo, SliceInfo
+from gpuhub.k8s.inventory import NodeInfo, tolerates
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device), as an allocation result names it
 ClaimKey = tuple[str, str]  # (namespace, name)
@@ -67,8 +71,8 @@ class DeviceState:
         self.pod_claims: dict[ClaimKey, set[ClaimKey]] = {}
         self.generation = 0  # moves on every change a figure reads
         self.device_generation = 0  # moves when devices or classes change (not claims)
-        self._matching: dict[tuple[Any, ...], tuple[int, tuple[DeviceKey, ...]]] = {}
-        self._rooms: dict[tuple[Any, ...], tuple[int, tuple[DeviceRoom, ...]]] = {}
+        # Per type (its config, nodes, smallest share): its devices and running sums.
+        self._views: dict[tuple[Any, ...], tuple[int, TypeDevices]] = {}
 
     # -- changes -----------------------------------------------------------------------------
     def set_slice(self, name: str, info: SliceInfo | None) -> bool:
@@ -135,6 +139,9 @@ class DeviceState:
 
     def _count(self, claim: ClaimInfo, sign: int) -> None:
         for result in claim.devices:
+            for _, view in self._views.values():  # a handful: the hub's DRA types
+                if result.key in view.rooms:
+                    view.dirty.add(result.key)
             use = self.use.setdefault(result.key, Use())
             if result.share:
                 use.memory += sign * (result.memory or 0)
@@ -174,6 +181,7 @@ class DeviceState:
             self.device_generation += 1
         else:
             self.claims, self.use, self.pod_claims = {}, {}, {}
+            self._views.clear()  # every device's use may have moved
             for claim in items:
                 if claim.devices or claim.pods:
                     self.claims[claim.key] = claim
@@ -191,45 +199,54 @@ class DeviceState:
         return [(device, key) for key, device in out.items()]
 
     def matching(
-        self, dra: DRAType, node_ok: Callable[[str], bool], node_generation: int
+        self, dra: DRAType, node_ok: Callable[[str], bool], node_generation: Hashable
     ) -> tuple[DeviceKey, ...]:
         """The devices of ``dra``'s class that pass its selectors, on nodes ``node_ok``
-        accepts; recomputed only when devices, classes or nodes changed."""
-        key = (dra, node_generation)
-        hit = self._matching.get(key)
-        if hit is not None and hit[0] == self.device_generation:
-            return hit[1]
+        accepts (O(devices): only when devices, classes or nodes changed)."""
         klass = self.classes.get(dra.device_class)
-        found: tuple[DeviceKey, ...] = ()
-        if klass is not None:
-            found = tuple(
-                sorted(
-                    (
-                        k
-                        for k, d in self.devices.items()
-                        if d.node and node_ok(d.node) and klass.admits(d) and dra.admits(d)
-                    ),
-                    key=_device_order,
-                )
+        if klass is None:
+            return ()
+        return tuple(
+            sorted(
+                (
+                    k
+                    for k, d in self.devices.items()
+                    if d.node and node_ok(d.node) and klass.admits(d) and dra.admits(d)
+                ),
+                key=_device_order,
             )
-        if len(self._matching) > 64:
-            self._matching.clear()
-        self._matching[key] = (self.device_generation, found)
-        return found
+        )
+
+    def devices_for(
+        self,
+        dra: DRAType,
+        node_ok: Callable[[str], bool],
+        node_generation: Hashable,
+        sharing: Sharing | None = None,
+    ) -> TypeDevices:
+        """The devices a type can use and its running sums, brought up to date: made anew
+        when devices, classes or nodes changed (``node_generation``), else moved by the
+        devices claims changed since (O(those))."""
+        smallest = sharing.min if sharing is not None and sharing.memory is not None else 0
+        key = (dra, node_generation, smallest)
+        hit = self._views.get(key)
+        if hit is None or hit[0] != self.device_generation:
+            if len(self._views) >= 64:  # types no view asks for any more
+                self._views.clear()
+            keys = self.matching(dra, node_ok, node_generation)
+            view = TypeDevices([self.room(k) for k in keys], smallest)
+            self._views[key] = (self.device_generation, view)
+            return view
+        view = hit[1]
+        if view.dirty:
+            view.update(self)
+        return view
 
     def rooms(
-        self, dra: DRAType, node_ok: Callable[[str], bool], node_generation: int
+        self, dra: DRAType, node_ok: Callable[[str], bool], node_generation: Hashable
     ) -> tuple[DeviceRoom, ...]:
-        """What each device ``dra`` can use has free now (kept until a figure moves)."""
-        key = (dra, node_generation)
-        hit = self._rooms.get(key)
-        if hit is not None and hit[0] == self.generation:
-            return hit[1]
-        rooms = tuple(self.room(k) for k in self.matching(dra, node_ok, node_generation))
-        if len(self._rooms) > 64:
-            self._rooms.clear()
-        self._rooms[key] = (self.generation, rooms)
-        return rooms
+        """What each device ``dra`` can use has free now, in device order."""
+        return tuple(self.devices_for(dra, node_ok, node_generation).rooms.values())
 
     def room(self, key: DeviceKey) -> DeviceRoom:
         device = self.devices[key]
@@ -243,17 +260,81 @@ class DeviceState:
         return DeviceRoom(device, False, max(total - use.memory, 0), total, claims)
 
 
+# Devices a type's figures carry one by one (GPUCapacity.dra_devices): every device up to this
+# many (the fleet page lists them; the form shows the first few), else this many of the most
+# free, so that a view of a 40,000-device cluster stays small.
+SHOWN = 256
+
+
+class TypeDevices:
+    """The devices one DRA type can use (:meth:`DeviceState.devices_for`) and running sums of
+    what they have free, moved by deltas as claims move devices' use."""
+
+    def __init__(self, rooms: Iterable[DeviceRoom], smallest: int) -> None:
+        self.rooms: dict[DeviceKey, DeviceRoom] = {r.device.key: r for r in rooms}
+        self.smallest = max(smallest, 1)  # the least memory a share may ask for
+        self.nodes: dict[str, list[DeviceKey]] = {}
+        for key, room in self.rooms.items():
+            self.nodes.setdefault(room.device.node, []).append(key)
+        self.free = self.with_room = self.memory_free = self.memory_total = 0
+        self.node_free: dict[str, int] = {}  # whole devices free per node
+        self.node_best: dict[str, int] = {}  # the most memory free on one device per node
+        for room in self.rooms.values():
+            self._add(room, +1)
+        for node in self.nodes:
+            self._node(node)
+        self.dirty: set[DeviceKey] = set()  # devices whose use changed since
+
+    def _add(self, room: DeviceRoom, sign: int) -> None:
+        self.free += sign * room.free
+        if room.memory_total is not None:
+            self.memory_total += sign * room.memory_total
+            self.memory_free += sign * (room.memory_free or 0)
+            self.with_room += sign * ((room.memory_free or 0) >= self.smallest)
+
+    def _node(self, node: str) -> None:
+        keys = self.nodes[node]
+        self.node_free[node] = sum(self.rooms[k].free for k in keys)
+        self.node_best[node] = max((self.rooms[k].memory_free or 0 for k in keys), default=0)
+
+    def update(self, state: DeviceState) -> None:
+        nodes = set()
+        for key in self.dirty:
+            if key not in state.devices:
+                continue  # gone with its slice: the next device change makes the view anew
+            old, new = self.rooms[key], state.room(key)
+            self._add(old, -1)
+            self._add(new, +1)
+            self.rooms[key] = new
+            nodes.add(new.device.node)
+        for node in nodes:
+            self._node(node)
+        self.dirty.clear()
+
+    def shown(self, by_memory: bool) -> list[DeviceRoom]:
+        """Every device, or :data:`SHOWN` of those on the nodes with the most free."""
+        if len(self.rooms) <= SHOWN:
+            return list(self.rooms.values())
+        score = self.node_best if by_memory else self.node_free
+        picked: list[DeviceRoom] = []
+        for node in heapq.nlargest(SHOWN, score, key=score.__getitem__):
+            picked.extend(self.rooms[k] for k in self.nodes[node])
+            if len(picked) >= SHOWN:
+                break
+        return picked
+
+
 def figures(
-    rooms: Iterable[DeviceRoom],
+    view: TypeDevices,
     sharing: Sharing | None,
     who: Callable[[ClaimKey], Iterable[str]] | None = None,
 ) -> GPUCapacity:
-    """A DRA type's figures from its devices' rooms: whole devices free and in all, the most
-    free on one node; shared by memory, devices with room for the smallest share, memory
-    free and in all, and the largest share one device could give now. Each device's own
-    figures come along, most free first (:class:`DeviceFree`), with who holds them (``who``:
-    a claim's holders in words)."""
-    rooms = tuple(rooms)
+    """A DRA type's figures from its devices (:class:`TypeDevices`): whole devices free and in
+    all, the most free on one node; shared by memory, devices with room for the smallest
+    share, memory free and in all, and the largest share one device could give now. The
+    devices' own figures come along (:data:`SHOWN` at most), most free first
+    (:class:`DeviceFree`), with who holds them (``who``: a claim's holders in words)."""
+    by_memory = sharing is not None and sharing.memory is not None
 
     def holders(room: DeviceRoom) -> tuple[str, ...]:
         if who is None:
@@ -271,34 +352,27 @@ def figures(
                     r.memory_total,
                     holders(r),
                 )
-                for r in rooms
+                for r in view.shown(by_memory)
             ),
             key=lambda d: (-(d.memory_free or 0), not d.free),
         )
     )
-    if sharing is None or sharing.memory is None:
-        per_node: dict[str, int] = {}
-        for room in rooms:
-            if room.free:
-                per_node[room.device.node] = per_node.get(room.device.node, 0) + 1
-        free = sum(per_node.values())
+    total = len(view.rooms)
+    if not by_memory:
         return GPUCapacity(
-            free=free,
-            total=len(rooms),
-            largest_free=max(per_node.values(), default=0),
+            free=view.free,
+            total=total,
+            largest_free=max(view.node_free.values(), default=0),
             dra_devices=each,
         )
-    known = [r for r in rooms if r.memory_total is not None]
-    smallest = max(sharing.min, 1)
-    with_room = sum(1 for r in known if (r.memory_free or 0) >= smallest)
     return GPUCapacity(
-        free=with_room,
-        total=len(rooms),
-        largest_free=1 if with_room else 0,
-        devices=len(rooms),
-        memory_free=sum(r.memory_free or 0 for r in known),
-        memory_total=sum(r.memory_total or 0 for r in known),
-        largest_share=max((r.memory_free or 0 for r in known), default=0),
+        free=view.with_room,
+        total=total,
+        largest_free=1 if view.with_room else 0,
+        devices=total,
+        memory_free=view.memory_free,
+        memory_total=view.memory_total,
+        largest_share=max(view.node_best.values(), default=0),
         dra_devices=each,
     )
 
@@ -308,3 +382,17 @@ def _device_order(key: DeviceKey) -> tuple[str, int, str]:
     name = key[2]
     digits = name.split("-")[1] if name.startswith("gpu-") and "-" in name else ""
     return (key[1], int(digits) if digits.isdigit() else -1, name)
+
+
+def node_takes(node: NodeInfo | None, gpu_type: GPUType) -> bool:
+    """Whether pods of ``gpu_type`` may run on ``node`` (known, Ready, not cordoned, its
+    labels and taints): a DRA type's devices count only there."""
+    if node is None or not node.usable:
+        return False
+    if any(node.labels.get(k) != v for k, v in gpu_type.node_selector.items()):
+        return False
+    return all(
+        tolerates(gpu_type.tolerations, taint)
+        for taint in node.taints
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )
