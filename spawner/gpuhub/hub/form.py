@@ -28,7 +28,7 @@ from gpuhub.core.holdings import (
 from gpuhub.core.options import FIELDS, OptionsError
 from gpuhub.core.policy import GPUType, Policy
 from gpuhub.core.quantity import QuantityError, format_memory, human_memory, parse_cpu, parse_memory
-from gpuhub.hub.ledger.gpu_capacity import DeviceFree, GPUCapacity
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 
 CUSTOM_IMAGE = "__custom__"
 
@@ -330,7 +330,7 @@ def capacity_text(capacity: GPUCapacity) -> str:
         if largest is not None and 0 < largest < capacity.free:
             text += f"; at most {largest:,} together on one node"
         if capacity.dra_devices:
-            text += _free_devices_text(capacity.dra_devices)
+            text += _free_devices_text(capacity)
     return text + _waiting_text(capacity)
 
 
@@ -338,29 +338,28 @@ def capacity_text(capacity: GPUCapacity) -> str:
 SHOWN_DEVICES = 8
 
 
-def _free_devices_text(devices: tuple[DeviceFree, ...]) -> str:
-    """ " (GPU 1, GPU 2, GPU 3 on node a100-7)": which whole devices of a DRA type are free,
-    by node."""
+def _free_devices_text(capacity: GPUCapacity) -> str:
+    """ " (GPU 1, GPU 2, GPU 3 on node a100-7; and 5 more)": which whole devices of a DRA
+    type are free, by node (the figures carry a few hundred devices at most: the rest are
+    counted)."""
     by_node: dict[str, list[str]] = {}
-    for device in devices:
+    for device in capacity.dra_devices:
         if device.free:
             by_node.setdefault(device.node, []).append(device.name)
     if not by_node:
         return ""
-    shown = [
-        f"{', '.join(names)} on node {node}"
-        for node, names in list(by_node.items())[:SHOWN_DEVICES]
-    ]
-    more = len(by_node) - len(shown)
-    if more:
-        shown.append(f"and {words.plural(more, 'more node')}")
+    nodes = list(by_node.items())[:SHOWN_DEVICES]
+    shown = [f"{', '.join(names)} on node {node}" for node, names in nodes]
+    more = capacity.free - sum(len(names) for _, names in nodes)
+    if more > 0:
+        shown.append(f"and {more:,} more")
     return f" ({'; '.join(shown)})"
 
 
-def _device_memory_text(devices: tuple[DeviceFree, ...]) -> str:
+def _device_memory_text(capacity: GPUCapacity) -> str:
     """ "GPU 3 on node a100-7: 24 GB of 80 GB free; GPU 0 on node a100-7: all 80 GB in
     use": each device of a DRA type shared by memory, most free first."""
-    known = [d for d in devices if d.memory_total is not None]
+    known = [d for d in capacity.dra_devices if d.memory_total is not None]
     if not known:
         return NONE_ONLINE
     shown = [
@@ -372,8 +371,8 @@ def _device_memory_text(devices: tuple[DeviceFree, ...]) -> str:
         )
         for d in known[:SHOWN_DEVICES]
     ]
-    more = len(known) - len(shown)
-    return "; ".join(shown) + (f"; and {words.plural(more, 'more GPU')}" if more else "")
+    more = capacity.total - len(shown)
+    return "; ".join(shown) + (f"; and {words.plural(more, 'more GPU')}" if more > 0 else "")
 
 
 def _waiting_text(capacity: GPUCapacity) -> str:
@@ -446,7 +445,7 @@ def _memory_free_text(capacity: GPUCapacity) -> str:
     """ "9 GB of 16 GB free on GPU 3; 16 GB of 16 GB free on GPU 4" on a workstation; on a
     cluster the memory free in all, and what cannot be known."""
     if capacity.dra_devices:
-        return _device_memory_text(capacity.dra_devices)
+        return _device_memory_text(capacity)
     if capacity.total == 0 and not capacity.per_device:
         return NONE_ONLINE
     if capacity.per_device:
