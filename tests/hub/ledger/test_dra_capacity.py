@@ -133,3 +133,39 @@ def test_without_its_class_or_slices_a_type_has_no_device(missing: str) -> None:
     devices = state()
     devices.relisted(missing, [])
     assert devices.rooms(A100, everywhere, 0) == ()
+
+
+def test_running_sums_moved_by_claims_equal_sums_made_anew() -> None:
+    """Claims come and go in any order: each type's sums, kept by deltas, always equal what
+    a fresh count of its devices says."""
+    import random
+
+    from gpuhub.core.sharing import Sharing
+    from gpuhub.hub.ledger.dra_capacity import TypeDevices, figures
+    from gpuhub.k8s.dra_inventory import Allocated, ClaimInfo
+
+    shares = Sharing(memory=80 * GI, min=4 * GI, max=80 * GI, default=8 * GI)
+    devices = state()
+    pick = random.Random(29)
+    h100s = [r.device.key for r in devices.rooms(H100, everywhere, 0)]
+    a100s = [r.device.key for r in devices.rooms(A100, everywhere, 0)]
+    live: list[ClaimInfo] = []
+    for step in range(200):
+        if live and pick.random() < 0.4:
+            gone = live.pop(pick.randrange(len(live)))
+            devices.set_claim(gone.key, None)
+        else:
+            share = pick.random() < 0.6
+            key = pick.choice(h100s if share else a100s)
+            memory = pick.choice([4, 8, 20]) * GI if share else None
+            claim = ClaimInfo(
+                "t", f"c{step}", (Allocated(*key, memory=memory, share=share),), (f"p{step}",)
+            )
+            devices.set_claim(claim.key, claim)
+            live.append(claim)
+        for dra, sharing in ((H100, shares), (A100, None)):
+            kept = devices.devices_for(dra, everywhere, 0, sharing)
+            fresh = TypeDevices(
+                [devices.room(k) for k in kept.rooms], sharing.min if sharing else 0
+            )
+            assert figures(kept, sharing) == figures(fresh, sharing)
