@@ -272,6 +272,10 @@ class ProcessNode:
         run.gpus = []
 
     def _forget(self, run: PodRun) -> None:
+        # Once only: a graceful delete (_delete) and the watch's DELETED event may both end
+        # a run, and an address freed twice would be handed to two pods at once.
+        if self.runs.get(run.uid) is not run:
+            return
         self._release(run)
         self.runs.pop(run.uid, None)
         if self.by_key.get(run.key) == run.uid:

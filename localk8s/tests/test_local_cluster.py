@@ -155,6 +155,12 @@ def test_deleting_a_pod_stops_its_process_within_the_grace_period(kube: Kube) ->
     kube.delete("Pod", "sleeper")
     kube.wait_for(lambda: kube.get("Pod", "sleeper") is None, timeout=30)
     assert time.monotonic() - started < 5  # SIGTERM ended it; no SIGKILL after the grace
+    # Its address is free again, once: two pods after it never share it.
+    for name in ("after-1", "after-2"):
+        kube.create(pod(name, "sleep 30"))
+    kube.wait_for(lambda: phase(kube, "after-1") == phase(kube, "after-2") == "Running")
+    ips = [(kube.get("Pod", n) or {})["status"]["podIP"] for n in ("after-1", "after-2")]
+    assert ips[0] != ips[1], ips
 
 
 def test_gpus_are_never_shared_and_a_pod_waits_for_them(kube: Kube) -> None:
