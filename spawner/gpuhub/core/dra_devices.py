@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from gpuhub.core.cel import DeviceView, Quantity, Selector, SelectorError, Version, compile_selector
@@ -46,13 +46,13 @@ class Device(DeviceView):
         quantity = self.capacity.get(f"{self.driver}/memory")
         return None if quantity is None else int(quantity.value)
 
-    @property
+    @cached_property
     def product(self) -> str:
         """Its product without the maker ("A100-SXM4-80GB"); "" where not published."""
         product = self.attribute("productName")
         return product.removeprefix("NVIDIA ") if isinstance(product, str) else ""
 
-    @property
+    @cached_property
     def short_words(self) -> str:
         """ "GPU 3", "MIG 1g.10gb #2 of GPU 0": how people call it, from the NVIDIA driver's
         names (``gpu-<minor>``, ``gpu-<minor>-mig-<profile>-<id>-<placement start>``) and its
@@ -67,12 +67,12 @@ class Device(DeviceView):
             return f"MIG {profile} #{mig[2]} of GPU {mig[1]}"
         return f"device {self.name}"
 
-    @property
+    @cached_property
     def words(self) -> str:
         """ "GPU 3 (A100-SXM4-80GB)", "MIG 1g.10gb #0 of GPU 0 (A100-SXM4-80GB)"."""
         return f"{self.short_words} ({self.product})" if self.product else self.short_words
 
-    @property
+    @cached_property
     def words_on_node(self) -> str:
         """ "GPU 3 (A100-SXM4-80GB) on a100-7"."""
         return f"{self.words} on {self.node}" if self.node else self.words
