@@ -160,7 +160,8 @@ def test_service_yaml_contract(chart: Path) -> None:
     }
     assert config["max_notebook_bytes"] == 500000
     assert config["max_output_bytes"] == 64 * 1024 * 1024  # the default bound on inflating
-    assert config["kueue"] == {"queue_name": ""}  # jobs do not go through Kueue by default
+    # Jobs do not go through Kueue by default; the hub's line_order comes along.
+    assert config["kueue"] == {"queue_name": "", "line_order": "fifo"}
     # The service's policy is loadable by gpuhub's one policy parser.
     Policy.from_config(**config["policy"])
 
@@ -815,7 +816,7 @@ def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(
     }
     objects = render(chart, values=values, api_versions=served_api_versions(module_kube))
     validate_all(module_kube, objects)  # v1beta1 would fail here: deprecated since Kueue 0.15
-    assert service_config(objects)["kueue"] == {"queue_name": "gpu-jobs"}
+    assert service_config(objects)["kueue"] == {"queue_name": "gpu-jobs", "line_order": "fifo"}
     local = by_kind(objects, "LocalQueue", "gpu-jobs")
     assert local["apiVersion"] == "kueue.x-k8s.io/v1beta2"
     assert local["metadata"]["namespace"] == "jupyter-users"
@@ -847,4 +848,4 @@ def test_kueue_queue_reaches_the_service_with_its_rights_and_local_queue(
     # Queue without the chart's LocalQueue (the admin made one): the name alone.
     only_name = render(chart, values={"jobs": {"kueue": {"queueName": "team-a"}}})
     assert not any(o["kind"] == "LocalQueue" for o in only_name)
-    assert service_config(only_name)["kueue"] == {"queue_name": "team-a"}
+    assert service_config(only_name)["kueue"] == {"queue_name": "team-a", "line_order": "fifo"}

@@ -7,7 +7,10 @@ account, gpuhub finds fair sharing on (:meth:`KueueAPI.fair_sharing`) and makes 
 light's LocalQueues (:meth:`KueueAPI.user_queue`); heavy's workload holds the queue's only
 GPU until Kueue counts the usage; heavy then asks again, light after heavy, and when heavy's
 first workload ends Kueue admits light's, while the visibility API already put light first.
-Workloads are made directly (no pods), so nothing waits on a scheduler.
+Those workloads are made directly (no pods), so nothing waits on a scheduler. Last, heavy's
+job, submitted by the jobs service's backend with the fair setting, waits in heavy's queue
+too, behind heavy's server-like workload, and its message says the queue favours who used
+least.
 """
 
 from __future__ import annotations
@@ -21,12 +24,16 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes_asyncio import config as kube_config
 
+from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.k8s.kueue import FAIR_QUEUE_WORDS, KueueAPI, user_queue_name, waiting_words
-from gpuhub.k8s.labels import MANAGED_BY, MANAGED_BY_LABEL
+from gpuhub.k8s.labels import MANAGED_BY, MANAGED_BY_LABEL, QUEUE_NAME_LABEL
 from localk8s.kubeapi import kubeconfig
 from tests.support.cluster import Kube
 from tests.support.helm import HELM, can_i, install, make_chart, render, served_api_versions
+from tests.support.jobs_service import NOTEBOOK_OK, cluster_request, write_notebook
 from tests.support.kueue import kueue_queues
+from tests.support.policies import cluster_policy
 
 pytestmark = [
     pytest.mark.e2e,
@@ -34,6 +41,7 @@ pytestmark = [
 ]
 
 T = TypeVar("T")
+GPU_NAMES = {k: t.display_name for k, t in cluster_policy().gpu_types.items()}
 WORKLOADS = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
 
@@ -165,3 +173,46 @@ async def test_kueue_admits_the_lighter_users_workload_first(kube: Kube, tmp_pat
         assert not admitted(kube, "heavy-2")
     finally:
         await client.close()
+
+    # heavy's job (the jobs service, line_order fair) waits in heavy's queue too, and light,
+    # who asks after it, goes first again; the job's place is its place in the ClusterQueue
+    # and its message says why, with the queue's own name.
+    settings = m.KubeJobSettings(
+        namespace=kube.namespace, job_image="img:1", kueue_queue="gpus", kueue_fair=True
+    )
+    api = await kube_config.new_client_from_config(config_file=str(kube.kubeconfig))
+    backend = KubernetesBackend(api, settings, gpu_names=GPU_NAMES)
+    try:
+        root = tmp_path / "home"
+        write_notebook(root / "train.ipynb", NOTEBOOK_OK)
+        request = cluster_request(root, gpus=1, gpu_type="a100")
+        job = await backend.submit(request, "heavy", notebook=(root / "train.ipynb").read_bytes())
+        made = kube.get("Job", job.id) or {}
+        assert made["metadata"]["labels"][QUEUE_NAME_LABEL] == heavy_q
+        kube.create(workload("light-2", light_q))
+
+        async def seen() -> tuple[int | None, int | None, int | None]:
+            """(the job's place as the backend says it, as the visibility API does; light-2's)"""
+            record = await backend.get("heavy", job.id)
+            uid = made["metadata"]["uid"]
+            heavy_line = await backend.kueue.line(kube.namespace, heavy_q) or []
+            light_line = await backend.kueue.line(kube.namespace, light_q) or []
+            return (
+                record.queue_position,
+                next(
+                    (p.in_cluster_queue for p in heavy_line if uid in {o[2] for o in p.owners}),
+                    None,
+                ),
+                next((p.in_cluster_queue for p in light_line if p.name == "light-2"), None),
+            )
+
+        said, listed, light = await eventually(
+            seen, lambda f: f[0] is not None and f[0] == f[1] and f[2] == 1
+        )
+        assert light == 1 and said == listed and said in (2, 3), (said, listed, light)
+        record = await backend.get("heavy", job.id)
+        assert record.status == "queued", record
+        assert record.message.startswith('Waiting in queue "gpus" for 1 NVIDIA A100'), record
+        assert record.message.endswith(f"{FAIR_QUEUE_WORDS}."), record
+    finally:
+        await backend.close()

@@ -13,7 +13,9 @@
                                                    # with an endpoint while pipeline is offered)
     max_notebook_bytes: 1048576
     max_output_bytes: 67108864             # most bytes inflated from a job's log (its notebook)
-    kueue: {queue_name: ""}                # Kueue LocalQueue jobs wait in; "": no queueing
+    kueue: {queue_name: "",                # Kueue LocalQueue jobs wait in; "": no queueing
+            line_order: fifo}              # the hub's line_order: fair = each user's own
+                                           # LocalQueue where Kueue orders by past usage
     kinds: [job, pytorchjob, tfjob, trainjob, pipeline]   # the kinds offered (all by default)
     trainer: {runtimes: [torch-distributed], default_runtime: torch-distributed,
               service_account: ""}         # TrainJob runtimes offered; what its pods run as
@@ -33,6 +35,7 @@ from typing import Any
 import yaml
 
 from gpuhub.core.holdings import GPUQuota
+from gpuhub.core.line_order import DEFAULT_HALF_LIFE, FIFO, LineOrder
 from gpuhub.core.policy import Policy, PolicyConfigError
 from gpuhub.core.policy_traits import POLICY_KEYS
 from gpuhub.jobs.k8s.manifests import HomeVolume, KubeJobSettings
@@ -118,7 +121,7 @@ class ServiceConfig:
         if extra_kfp:
             raise ServiceConfigError(f"kfp.{extra_kfp[0]} is not a kfp setting")
         kueue = _mapping(data, "kueue")
-        extra_kueue = sorted(set(kueue) - {"queue_name"})
+        extra_kueue = sorted(set(kueue) - {"queue_name", "line_order"})
         if extra_kueue:
             raise ServiceConfigError(f"kueue.{extra_kueue[0]} is not a kueue setting")
         queue_name = _text(kueue, "queue_name", "", "kueue.")
@@ -127,6 +130,10 @@ class ServiceConfig:
                 "kueue.queue_name must name a LocalQueue (lower-case letters, digits, '-' and "
                 "'.', at most 63 characters)"
             )
+        try:
+            order = LineOrder.from_config(kueue.get("line_order", FIFO), DEFAULT_HALF_LIFE, "kueue")
+        except PolicyConfigError as exc:
+            raise ServiceConfigError(str(exc).rstrip(".")) from None
         kinds = _kinds(data.get("kinds", list(KINDS)))
         trainer = _mapping(data, "trainer")
         extra_trainer = sorted(set(trainer) - {"runtimes", "default_runtime", "service_account"})
@@ -157,6 +164,7 @@ class ServiceConfig:
                 max_notebook_bytes=max_bytes,
                 max_output_bytes=max_output,
                 kueue_queue=queue_name,
+                kueue_fair=order.fair,
                 job_service_account=account,
             ),
             kfp=KFPSettings(

@@ -68,7 +68,7 @@ from gpuhub.jobs.model import (
 )
 from gpuhub.k8s import dra
 from gpuhub.k8s.inventory import pod_holding
-from gpuhub.k8s.kueue import KueueAPI, QueueUse, positions
+from gpuhub.k8s.kueue import FairSharing, KueueAPI, QueueUse, positions, user_queue_name
 from gpuhub.k8s.labels import (
     COMPONENT_LABEL,
     HUB_USERNAME_KEY,
@@ -194,6 +194,7 @@ class KubernetesBackend(JobBackend):
         self._discovered: tuple[float, frozenset[str]] | None = None
         self._needed_seen: dict[str, float] = {}  # Needed.path -> when it was last found
         self.kueue = KueueAPI(api)
+        self._fair: FairSharing | None = None  # whether Kueue orders the queue by usage
         self._kueue_said: OrderedDict[str, str] = OrderedDict()  # Workload uid -> what Kueue said
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
@@ -334,7 +335,10 @@ class KubernetesBackend(JobBackend):
                 await quota.reserve(owner, job_id, request)
             created = utcnow().isoformat().replace("+00:00", "Z")
             configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
-            workload = m.workload(request, owner, job_id, self.settings, key=key, created=created)
+            queue = await self._job_queue(owner)
+            workload = m.workload(
+                request, owner, job_id, self.settings, key=key, created=created, queue=queue
+            )
             policy = m.replica_network_policy(request, owner, job_id, self.settings)
             claims = m.gpu_claim_template(request, owner, job_id, self.settings)
             try:
@@ -608,14 +612,16 @@ class KubernetesBackend(JobBackend):
         queue = queue_of(obj)
         if queue is not None:
             key = _resources(obj)["gpu_type"] or ""
+            fair = self._users_queue(queue)
             return queue_phase(
-                queue,
+                self.settings.kueue_queue if fair else queue,  # the queue's name to people
                 workload,
                 gpus=_workload_gpus(obj),
                 gpu_name=self.gpu_names.get(key, key),
                 resource=_gpu_resource(obj),
                 use=use,
                 place=place,
+                fair=fair,
             )
         return of_object(obj).phase(obj, pods, self._gpu_summary(obj), refused)
 
@@ -731,8 +737,62 @@ class KubernetesBackend(JobBackend):
 
     async def _queue_positions(self, queue: str) -> dict[str, int]:
         """Job uid -> place in line (1 = next) from Kueue's visibility API (v1beta2, else
-        v1beta1: :meth:`gpuhub.k8s.kueue.KueueAPI.line`); empty when it cannot be read."""
-        return positions(await self.kueue.line(self.namespace, queue))
+        v1beta1: :meth:`gpuhub.k8s.kueue.KueueAPI.line`); empty when it cannot be read. In
+        a user's own LocalQueue, the place among the whole ClusterQueue."""
+        line = await self.kueue.line(self.namespace, queue)
+        if not self._users_queue(queue):
+            return positions(line)
+        return {
+            uid: pending.in_cluster_queue
+            for pending in line or []
+            if pending.in_cluster_queue is not None
+            for _kind, _name, uid in pending.owners
+            if uid
+        }
+
+    def _users_queue(self, queue: str) -> bool:
+        """Whether ``queue`` is a user's own LocalQueue of a fair queue (not the admin's)."""
+        return bool(self.settings.kueue_fair and queue != self.settings.kueue_queue)
+
+    async def _job_queue(self, owner: str) -> str:
+        """The LocalQueue ``owner``'s new job waits in: with ``kueue_fair`` where Kueue
+        offers admission fair sharing, their own (made on first use); else the admin's
+        (``kueue_queue``, "" for none). Whether Kueue offers it is asked once and logged."""
+        queue = self.settings.kueue_queue
+        if not queue or not self.settings.kueue_fair:
+            return queue
+        if self._fair is None:
+            self._fair = await self.kueue.fair_sharing(self.namespace, queue)
+            if self._fair.on:
+                log.info(
+                    "gpuhub: line_order is fair: Kueue's ClusterQueue %s orders by past usage "
+                    "(admission fair sharing); each user's jobs wait in a LocalQueue of "
+                    "their own",
+                    self._fair.cluster_queue,
+                )
+            else:
+                log.warning(
+                    "gpuhub: line_order is fair, but Kueue does not order the queue %r by "
+                    "past usage (%s): jobs wait in it first come, first served.",
+                    queue,
+                    self._fair.why_not,
+                )
+        if not self._fair.on:
+            return queue
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, USER_LABEL: m.user_label(owner)}
+        try:
+            return await self.kueue.user_queue(
+                self.namespace, queue, owner, self._fair.cluster_queue, labels
+            )
+        except Exception as exc:  # not allowed, say: the admin's queue, first come first served
+            log.warning(
+                "gpuhub: cannot make %s's LocalQueue %s, so the job waits in %r: %s",
+                owner,
+                user_queue_name(queue, owner),
+                queue,
+                exc,
+            )
+            return queue
 
     def _gpu_summary(self, obj: Obj) -> str:
         res = _resources(obj)

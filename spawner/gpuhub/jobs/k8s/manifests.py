@@ -82,6 +82,10 @@ class KubeJobSettings:
     # and created suspended waits there until its ClusterQueue has quota, then Kueue
     # unsuspends it (https://kueue.sigs.k8s.io/docs/concepts/; its API: gpuhub.k8s.kueue).
     kueue_queue: str = ""
+    # line_order = "fair" (the hub's): where Kueue orders ``kueue_queue``'s ClusterQueue by
+    # past usage (admission fair sharing), each user's jobs wait in a LocalQueue of their own
+    # beside it (gpuhub.k8s.kueue.user_queue_name), as their GPU servers do.
+    kueue_fair: bool = False
     # The ServiceAccount a TrainJob's pods run as (the chart's, which mounts no token):
     # Trainer's runtime patches cannot turn automountServiceAccountToken off per pod. "": the
     # runtime's own (the namespace's default account).
@@ -433,12 +437,15 @@ def workload(
     *,
     key: str,
     created: str,
+    queue: str = "",
 ) -> dict[str, Any]:
     """The object of ``request``'s kind; created suspended when jobs wait in Kueue's queue
-    (Kueue resumes it once admitted)."""
+    (Kueue resumes it once admitted): ``queue``, the user's own LocalQueue in a fair queue,
+    else ``settings.kueue_queue``."""
     kind = workload_kind(request.kind)
     # The queue label is the workload's only, as Kueue reads it; pods carry gpuhub's labels.
-    queued = {QUEUE_NAME_LABEL: settings.kueue_queue} if settings.kueue_queue else {}
+    queue = queue or settings.kueue_queue
+    queued = {QUEUE_NAME_LABEL: queue} if queue else {}
     metadata = {
         "name": job_id,
         "namespace": settings.namespace,

@@ -239,6 +239,7 @@ def queue_phase(
     resource: str = "",
     use: QueueUse | None = None,
     place: int | None = None,
+    fair: bool = False,
 ) -> Phase:
     """A job waiting in Kueue's queue: status ``queued``, and why in people's words
     (:func:`gpuhub.k8s.kueue.waiting_words`): what of the queue's GPUs is in use and by how
@@ -248,7 +249,9 @@ def queue_phase(
     but not resumed yet. Kueue's own message is for the admin's log, never shown here.
 
     ``gpus``: what the job asks for in all, of ``resource`` (the GPU type ``gpu_name``);
-    ``place``: its place in line (1 = next), said beside the message, not in it.
+    ``place``: its place in line (1 = next), said beside the message, not in it; ``fair``:
+    it waits in its user's own LocalQueue of a queue ordered by past usage (``queue`` is
+    then the admin's name for the queue, ``place`` the place in its ClusterQueue).
     """
     say = functools.partial(
         waiting_words,
@@ -259,6 +262,7 @@ def queue_phase(
         use=use,
         place=place,
         say_place=False,
+        fair=fair,
     )
     if workload is None:
         return Phase("queued", say())
