@@ -1,4 +1,4 @@
-import { h, uid } from '../dom';
+import { h, setText, uid } from '../dom';
 
 describe('h', () => {
   it('sets attributes, skipping null, undefined and false', () => {
@@ -34,6 +34,18 @@ describe('h', () => {
     const node = h('div', {}, '<img src=x onerror=alert(1)>');
     expect(node.children).toHaveLength(0);
     expect(node.textContent).toBe('<img src=x onerror=alert(1)>');
+  });
+});
+
+describe('setText', () => {
+  it('writes text only when it changed', () => {
+    const node = h('span', {}, 'a');
+    const text = node.firstChild;
+    setText(node, 'a');
+    expect(node.firstChild).toBe(text);
+    setText(node, '<b>b</b>');
+    expect(node.textContent).toBe('<b>b</b>');
+    expect(node.children).toHaveLength(0);
   });
 });
 

@@ -14,7 +14,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from '../dom';
+import { h, setText } from '../dom';
 import { ServerGone, startAgainUrl } from '../hub/stopped';
 import { formatTime } from '../time';
 import { assignedText, basename, gib, percent, unit } from './format';
@@ -131,9 +131,9 @@ class HolderRow {
         ? `Other process (pid ${holder.pids[0]})`
         : `${holder.pids.length} other processes`;
     this._name = name;
-    this._label.textContent = name;
+    setText(this._label, name);
     this._label.title = holder.path ?? `pid ${holder.pids.join(', ')}`;
-    this._memory.textContent = gib(holder.memory);
+    setText(this._memory, gib(holder.memory));
     // Buttons only for a kernel, Open only where its notebook is known; hidden ones
     // leave the DOM, so lists and tests see only what applies.
     if (!holder.kernelId) {
@@ -223,12 +223,12 @@ class GpuCard {
 
   update(gpu: IGpu, model: GpuMetricsModel): void {
     const kind = gpu.mig ? `GPU ${gpu.index} slice` : `GPU ${gpu.index}`;
-    this._title.textContent = `${kind} · ${gpu.name}`;
+    setText(this._title, `${kind} · ${gpu.name}`);
     this._title.title = gpu.uuid;
     this.node.setAttribute('aria-label', `${kind}, ${gpu.name}`);
     this._badge.hidden = !gpu.mig;
     this._error.hidden = !gpu.error;
-    this._error.textContent = gpu.error ?? '';
+    setText(this._error, gpu.error ?? '');
     this._figures.hidden = !!gpu.error;
     if (gpu.error) {
       this._holdersTitle.hidden = true;
@@ -236,7 +236,7 @@ class GpuCard {
       return;
     }
     const util = percent(gpu.utilization);
-    this._utilValue.textContent = util;
+    setText(this._utilValue, util);
     this._utilValue.title =
       gpu.utilization === null
         ? gpu.mig
@@ -244,13 +244,13 @@ class GpuCard {
           : 'This GPU does not report its utilization.'
         : '';
     const memText = `${gib(gpu.memory_used)} of ${gib(gpu.memory_total)}`;
-    this._memValue.textContent = memText;
-    this._vitals.textContent = [
-      unit(gpu.temperature, '°C'),
-      unit(gpu.power, 'W')
-    ]
-      .filter(Boolean)
-      .join(' · ');
+    setText(this._memValue, memText);
+    setText(
+      this._vitals,
+      [unit(gpu.temperature, '°C'), unit(gpu.power, 'W')]
+        .filter(Boolean)
+        .join(' · ')
+    );
 
     const times = model.times;
     const series = model.series(gpu.uuid);
@@ -265,7 +265,7 @@ class GpuCard {
     this._utilChart.node.style.display = noUtil ? 'none' : '';
     this._utilAxis.hidden = noUtil;
     for (const node of [this._utilAxis, this._memAxis]) {
-      node.firstElementChild!.textContent = `−${minutes} min`;
+      setText(node.firstElementChild!, `−${minutes} min`);
     }
     this._utilChart.update(
       times,
@@ -383,8 +383,12 @@ export class GpuPanel extends Widget {
 
     const header = h('header', { className: 'gpuhub-GpuPanel-header' });
     header.append(h('h2', { className: 'gpuhub-SidePanel-title' }, 'GPUs'));
+    // Where the figures come from is announced when it changes; the time of the
+    // latest sample, which changes with every one, is not.
     this._status = h('p', { className: 'gpuhub-GpuPanel-status' });
-    this._status.setAttribute('aria-live', 'polite');
+    this._statusText = h('span', { 'aria-live': 'polite' });
+    this._statusTime = h('span', { className: 'gpuhub-GpuPanel-time' });
+    this._status.append(this._statusText, this._statusTime);
     header.append(this._status);
     this._banner = h('p', { className: 'gpuhub-GpuPanel-banner' });
     this._banner.setAttribute('role', 'alert');
@@ -493,7 +497,7 @@ export class GpuPanel extends Widget {
       this._banner.textContent = `Cannot reach gpuhub's metrics service: ${model.error}. Retrying…`;
     }
     if (metrics === null) {
-      this._status.textContent = model.error === null ? 'Loading…' : '';
+      this._setStatus(model.error === null ? 'Loading…' : '', '');
       this._showEmpty(null, null);
       return;
     }
@@ -511,8 +515,10 @@ export class GpuPanel extends Widget {
           : `Sampled every ${metrics.interval} s from ${metrics.source.toUpperCase()}`
       );
     }
-    this._status.textContent =
-      parts.join(' ') + (metrics.available && when ? ` · ${when}` : '');
+    this._setStatus(
+      parts.join(' '),
+      metrics.available && when ? ` · ${when}` : ''
+    );
     if (!metrics.available) {
       this._showEmpty(metrics.reason, assigned);
       return;
@@ -544,6 +550,11 @@ export class GpuPanel extends Widget {
     }
   }
 
+  private _setStatus(text: string, time: string): void {
+    setText(this._statusText, text);
+    setText(this._statusTime, time);
+  }
+
   /**
    * This server was stopped under the user: say so, why (the hub's notice) and
    * offer to start it again; the GPUs and holdings shown before are no longer
@@ -555,7 +566,7 @@ export class GpuPanel extends Widget {
     this._idleClock.style.display = 'none';
     this._holdings.setActive(false);
     this._holdings.node.hidden = true;
-    this._status.textContent = '';
+    this._setStatus('', '');
     this._empty.hidden = false;
     if (this._emptyKey === 'stopped') {
       return;
@@ -650,4 +661,6 @@ export class GpuPanel extends Widget {
   private _kernels: Kernel.IManager;
   private _model: GpuMetricsModel;
   private _status: HTMLElement;
+  private _statusText: HTMLElement;
+  private _statusTime: HTMLElement;
 }

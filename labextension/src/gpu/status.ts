@@ -8,6 +8,7 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { setText } from '../dom';
 import { ServerGone } from '../hub/stopped';
 import { assignedText, gib } from './format';
 import { GpuMetricsModel } from './model';
@@ -78,13 +79,13 @@ export class GpuStatus extends Widget {
     const node = this.node;
     if (ServerGone.instance.gone) {
       // Its last figures are no longer true: the server, and its GPUs, are gone.
-      node.textContent = 'Server stopped · no GPU';
+      setText(node, 'Server stopped · no GPU');
       node.title =
         ServerGone.instance.notice?.text ?? 'This server is not running.';
       return;
     }
     if (metrics === null) {
-      node.textContent = 'GPU …';
+      setText(node, 'GPU …');
       node.title = this._model.error ?? 'Loading GPU metrics';
       return;
     }
@@ -95,14 +96,14 @@ export class GpuStatus extends Widget {
       const what = assigned.share_text
         ? 'GPU share'
         : `${n} ${n === 1 ? 'GPU' : 'GPUs'}`;
-      node.textContent = `${what} assigned · no live figures`;
+      setText(node, `${what} assigned · no live figures`);
       node.title = `${assignedText(assigned)}. No live figures: ${
         metrics.reason ?? 'the GPUs cannot be read here.'
       }`;
       return;
     }
     if (!metrics.available) {
-      node.textContent = 'No GPU';
+      setText(node, 'No GPU');
       node.title = metrics.reason ?? 'No GPU on this server';
       return;
     }
@@ -117,7 +118,10 @@ export class GpuStatus extends Widget {
       : '';
     const count = metrics.gpus.length > 1 ? ` ×${metrics.gpus.length}` : '';
     const kind = metrics.source === 'simulated' ? 'Simulated GPU' : 'GPU';
-    node.textContent = `${kind}${count} ${util}${gib(used, 1).replace(' GiB', '')}/${gib(total, 0)}`;
+    setText(
+      node,
+      `${kind}${count} ${util}${gib(used, 1).replace(' GiB', '')}/${gib(total, 0)}`
+    );
     const heading = assigned ? [`${assignedText(assigned)}.`] : [];
     const lines = metrics.gpus.map(
       g =>

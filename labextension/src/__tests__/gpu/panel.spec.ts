@@ -145,6 +145,16 @@ describe('GpuPanel', () => {
     );
   });
 
+  it("announces where the figures come from, not every sample's time", () => {
+    model.set(metrics({ time: 1_700_000_000 }));
+    const live = $('.gpuhub-GpuPanel-status [aria-live]');
+    expect(live.textContent).toBe('Sampled every 1 s from NVML');
+    const text = live.firstChild;
+    model.set(metrics({ time: 1_700_000_001 }));
+    expect(live.firstChild).toBe(text); // untouched: nothing to announce
+    expect($('.gpuhub-GpuPanel-status').hasAttribute('aria-live')).toBe(false);
+  });
+
   it('draws a card per GPU with its figures', () => {
     model.set(
       metrics({
