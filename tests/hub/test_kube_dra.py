@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from tests.support.cluster import GPU_TOLERATION, KWOK_TOLERATION, PROCESS_NODE_
 from tests.support.hub.kube import hub_config
 from tests.support.hub.process import API_TOKEN, Hub, spawn_json, start_hub, stop, wait_ready
 from tests.support.jobs_service import make_request, write_notebook
+from tests.support.kueue import KUEUE
 from tests.support.policies import CLUSTER_CONFIG
 
 pytestmark = pytest.mark.e2e
@@ -67,7 +69,18 @@ DRA_TYPES: dict[str, Any] = {
 POLICY = Policy.from_config(
     **{**CLUSTER_CONFIG, "gpu_types": {**CLUSTER_CONFIG["gpu_types"], **DRA_TYPES}}
 )
-HUB_EXTRA = f"c.GPUSpawner.gpu_types = {{**c.GPUSpawner.gpu_types, **{DRA_TYPES!r}}}\n"
+# GPU servers wait in Kueue, whose ClusterQueue has one DRA GPU of quota (Kueue's
+# deviceClassMappings on the local cluster: gpu.nvidia.com -> gpu.nvidia.com/gpu).
+QUEUE = "dra-servers"
+DRA_QUOTA = "gpu.nvidia.com/gpu"
+HUB_EXTRA = (
+    f"c.GPUSpawner.gpu_types = {{**c.GPUSpawner.gpu_types, **{DRA_TYPES!r}}}\n"
+    f"c.GPUSpawner.kueue_queue_name = {QUEUE!r}\n"
+    "c.GPUSpawner.gpu_queue_timeout = 600\n"
+    # Templates no pod owns are swept at the hub's start however young (else: 10 minutes).
+    "from gpuhub import GPUSpawner\n"
+    "GPUSpawner.ORPHAN_AGE = 0.0\n"
+)
 # The kernel spins on its GPU (the simulated GPU's utilization is its processes' CPU) and says
 # which device it was given.
 SPIN = (
@@ -81,8 +94,92 @@ SPIN = (
 )
 
 
+def dra_queue(kube: Kube) -> None:
+    """A ClusterQueue with one DRA GPU (and CPU and memory to spare) for the module's
+    namespace, and its LocalQueue; returns once Kueue says the LocalQueue is active."""
+    stem = kube.namespace
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": f"{stem}-any"}},
+        {
+            "apiVersion": KUEUE,
+            "kind": "ClusterQueue",
+            "metadata": {"name": f"{stem}-dra"},
+            "spec": {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": kube.namespace}
+                },
+                "queueingStrategy": "StrictFIFO",
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", DRA_QUOTA],
+                        "flavors": [
+                            {
+                                "name": f"{stem}-any",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 16},
+                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                    {"name": DRA_QUOTA, "nominalQuota": 1},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": KUEUE,
+            "kind": "LocalQueue",
+            "metadata": {"name": QUEUE},
+            "spec": {"clusterQueue": f"{stem}-dra"},
+        },
+    ]
+    for obj in objects:
+        kube.create(obj)
+
+    def active() -> bool:
+        queue = kube.get("LocalQueue", QUEUE, api_version=KUEUE) or {}
+        conditions = (queue.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    kube.wait_for(active, timeout=30)
+
+
+def left_templates(kube: Kube) -> None:
+    """What a hub that died between a server's template and its pod leaves behind (one no
+    pod owns), beside a template of gpuhub's labels that something else owns."""
+    owner = kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keeper"}})
+    labels = {"app.kubernetes.io/managed-by": "gpuhub", "component": "singleuser-server"}
+    for name, owners in (
+        ("jupyter-gone-gpus", []),
+        (
+            "jupyter-kept-gpus",
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "keeper",
+                    "uid": owner["metadata"]["uid"],
+                }
+            ],
+        ),
+    ):
+        meta = {"name": name, "labels": labels, "ownerReferences": owners}
+        kube.create({**template_of(meta), "apiVersion": RESOURCE})
+
+
+def template_of(meta: dict[str, Any]) -> dict[str, Any]:
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return {
+        "kind": "ResourceClaimTemplate",
+        "metadata": meta,
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+
+
 @pytest.fixture(scope="module")
 def hub(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    dra_queue(module_kube)
+    left_templates(module_kube)
     running = start_hub(
         tmp_path_factory.mktemp("hub"),
         hub_config(module_kube.namespace, HUB_EXTRA),
@@ -116,6 +213,31 @@ def allocated(kube: Kube, pod_name: str) -> list[tuple[str, str]]:
         "results"
     ) or []
     return [(r["pool"], r["device"]) for r in results]
+
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def gated(pod: dict[str, Any] | None) -> bool:
+    """Whether Kueue still holds the pod back (its admission gate)."""
+    gates = ((pod or {}).get("spec") or {}).get("schedulingGates") or []
+    return any(g["name"] == "kueue.x-k8s.io/admission" for g in gates)
+
+
+def progress_until(hub: Hub, user: str, words: str, timeout: float = 60) -> str:
+    """The first message of the user's spawn progress that says ``words``."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    with hub.api("GET", f"/users/{user}/server/progress", stream=True) as response:
+        assert response.status_code == 200, response.text
+        for line in response.iter_lines(decode_unicode=True):
+            if line and line.startswith("data:"):
+                message = str(json.loads(line[5:]).get("message") or "")
+                seen.append(message)
+                if words in message:
+                    return message
+            assert time.monotonic() < deadline, seen
+    raise AssertionError(f"the stream ended: {seen}")
 
 
 def gpuhub_claims(kube: Kube) -> list[dict[str, Any]]:
@@ -187,6 +309,13 @@ async def test_a_dra_server_computes_on_the_device_it_was_allocated(hub: Hub, ku
     # sentence before anything is made; the admin's log said it at start.
     session = hub.login("ada")
     page = await asyncio.to_thread(session.get, f"{hub.url}/hub/spawn", timeout=30)
+
+    # The hub's first look at the cluster swept the template a dead hub left, only that one.
+    def template(name: str) -> dict[str, Any] | None:
+        return kube.get("ResourceClaimTemplate", name, api_version=RESOURCE)
+
+    kube.wait_for(lambda: template("jupyter-gone-gpus") is None, timeout=30)
+    assert template("jupyter-kept-gpus") is not None
     missing = 'this cluster has no DeviceClass "gaudi.example.com"'
     assert missing in page.text.replace("&#34;", '"').replace("&quot;", '"')
     refused = await asyncio.to_thread(
@@ -224,7 +353,19 @@ async def test_a_dra_server_computes_on_the_device_it_was_allocated(hub: Hub, ku
 
     kube.wait_for(busy, timeout=30, interval=0.5)
 
-    # Stopped: the template is deleted, the pod's claim released and deleted.
+    # Kueue counts ada's claim against the queue's one DRA GPU: bob's server waits in line,
+    # and his spawn page says his place, as for any GPU server.
+    assert (kube.get("Pod", "jupyter-ada") or {})["metadata"]["labels"][QUEUE_LABEL] == QUEUE
+    assert hub.api("POST", "/users/bob").status_code == 201
+    response = await asyncio.to_thread(spawn_json, hub, "bob", {"gpu_type": "dra", "gpus": 1})
+    assert response.status_code == 202, response.text
+    kube.wait_for(lambda: gated(kube.get("Pod", "jupyter-bob")), timeout=30)
+    said = await asyncio.to_thread(progress_until, hub, "bob", "you are 1st in line")
+    assert said.startswith(f'Waiting in queue "{QUEUE}" for 1 Simulated GPU (DRA) GPU'), said
+    assert allocated(kube, "jupyter-bob") == []
+
+    # Stopped: the template is deleted, the pod's claim released and deleted, and Kueue
+    # lets bob in: his server starts on a device of its own claim.
     claim = claim_of(kube, kube.get("Pod", "jupyter-ada") or {})
     assert claim is not None
     await asyncio.to_thread(stop, hub, "ada")
@@ -235,6 +376,11 @@ async def test_a_dra_server_computes_on_the_device_it_was_allocated(hub: Hub, ku
         ),
         timeout=60,
     )
+    await asyncio.to_thread(wait_ready, hub, "bob")
+    [(pool, _)] = allocated(kube, "jupyter-bob")
+    assert pool == "local-0"
+    await asyncio.to_thread(stop, hub, "bob")
+    kube.wait_for(lambda: not gpuhub_claims(kube), timeout=60)
 
 
 # -- every job kind ---------------------------------------------------------------------------
