@@ -316,12 +316,17 @@ class TypeDevices:
         if len(self.rooms) <= SHOWN:
             return list(self.rooms.values())
         score = self.node_best if by_memory else self.node_free
-        picked: list[DeviceRoom] = []
-        for node in heapq.nlargest(SHOWN, score, key=score.__getitem__):
-            picked.extend(self.rooms[k] for k in self.nodes[node])
-            if len(picked) >= SHOWN:
-                break
-        return picked
+        # As many nodes as hold SHOWN devices on average (a few dozen), more if they hold fewer.
+        wanted = -(-SHOWN * len(self.nodes) // len(self.rooms))
+        while True:
+            picked: list[DeviceRoom] = []
+            for node in heapq.nlargest(wanted, score, key=score.__getitem__):
+                picked.extend(self.rooms[k] for k in self.nodes[node])
+                if len(picked) >= SHOWN:
+                    return picked
+            if wanted >= len(score):
+                return picked
+            wanted *= 4
 
 
 def figures(
