@@ -14,6 +14,8 @@ import pytest
 
 from gpuhub import GPUSpawner
 from gpuhub.core.policy import Policy, PolicyConfigError
+from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
+from gpuhub.hub.progress import SpawnRequest, describe
 from gpuhub.jobs.k8s import backend
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.kinds import of_object
@@ -266,3 +268,20 @@ def test_a_missing_device_class_is_said_plainly() -> None:
         'A100 GPUs cannot be used now: this cluster has no DeviceClass "gpu.nvidia.com" '
         "(its DRA driver is not installed); ask your admin."
     )
+
+
+def test_a_dra_server_waiting_for_devices_is_said_in_words() -> None:
+    """The scheduler's "cannot allocate all claims" is a wait for GPUs, as "Insufficient
+    nvidia.com/gpu" is for a device plugin's: never fatal, in the form's words."""
+    request = SpawnRequest(image="PyTorch", gpus=2, gpu_name="A100")
+    for message in (
+        "0/8 nodes are available: 8 cannot allocate all claims. still not schedulable, "
+        "preemption: 0/8 nodes are available: 8 Preemption is not helpful for scheduling.",
+        "0/8 nodes are available: 1 cannot allocate all claims, 7 node(s) didn't match Pod's "
+        "node affinity/selector. preemption: 0/8 nodes are available: 8 Preemption is not "
+        "helpful for scheduling.",
+    ):
+        event = {"reason": "FailedScheduling", "message": message, "type": "Warning"}
+        step = describe(event, request, GPUCapacity(free=1, total=4, largest_free=1))
+        assert step is not None and not step.fatal and step.waiting_for_gpus
+        assert step.message == "Waiting for 2 free A100 GPUs (1 free now)"

@@ -29,6 +29,9 @@ _UNRESOLVABLE = (
     "node(s) didn't match pod topology spread constraints",
     "node(s) had volume node affinity conflict",
 )
+# The scheduler's reason for nodes whose devices cannot serve a pod's DRA claims now (all of
+# its GPUs claimed, or too few on one node): a GPU type claimed through DRA waits for GPUs.
+_CLAIMS_UNALLOCATABLE = "cannot allocate all claims"
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ def _scheduling_failed(request: SpawnRequest, message: str, capacity: GPUCapacit
         r.removeprefix("Insufficient ") for r in reasons if r.startswith("Insufficient ")
     }
     if request.gpu_resource and request.gpu_resource in insufficient:
+        return Step(waiting_for_gpus(request, capacity), 10, waiting_for_gpus=True)
+    if request.gpus and any(r.startswith(_CLAIMS_UNALLOCATABLE) for r in reasons):
         return Step(waiting_for_gpus(request, capacity), 10, waiting_for_gpus=True)
     if insufficient or "Too many pods" in reasons:
         wanted = []
