@@ -3,7 +3,8 @@
 Debian's Chromium under Playwright, a real Jupyter server with the NVML stand-in sampling
 five times a second: one WebSocket per tab at ``gpuhub/api/metrics/stream`` serves the panel
 and the status bar alike (no polling while it is open), the panel's figures follow the
-frames, and the socket closes when neither shows and opens again when one does.
+frames, and the socket closes when neither shows and opens again when one does. Through a
+proxy that refuses WebSockets, the same page polls instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from tests.support import fake_nvml as fake
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.jupyter.notebooks import write_notebook
+from tests.support.jupyter.plain_proxy import plain_proxy
 from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.support.paths import REPO
 
@@ -163,6 +165,28 @@ def test_panel_and_status_bar_share_one_pushed_stream(
         wait_until(page, lambda: sockets.live() == [1], "one new stream")
         wait_until(page, lambda: sockets.frames[1] >= 5, "its frames")
         assert utilization.inner_text() == "17 %"
+        page.close()
+
+        # Through a proxy that refuses WebSockets: a few tries, then the page polls.
+        with plain_proxy(server.url) as proxied:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            sockets = Sockets(page)
+            page.goto(f"{proxied}lab?token={TOKEN}")
+            page.wait_for_selector(".jp-LabShell .jp-SideBar", timeout=TIMEOUT)
+            # The workspace restores the panel as the first page left it: show it, whatever.
+            page.wait_for_function("() => window.jupyterapp?.commands", timeout=TIMEOUT)
+            page.evaluate("() => window.jupyterapp.commands.execute('gpuhub:show-gpu-panel')")
+            panel = page.locator("#gpuhub-gpu-panel")
+            panel.locator(".gpuhub-GpuCard").wait_for(timeout=30_000)
+            scenario_path.write_text(fake.a100s(1, utilization=41).to_json())
+            page.wait_for_function(
+                "() => document.querySelector('#gpuhub-gpu-panel .gpuhub-GpuCard-value')"
+                "?.textContent === '41 %'",
+                timeout=30_000,
+            )
+            wait_until(page, lambda: len(sockets.polls) >= 2, "polls")
+            assert len(sockets.opened) == 3, [s.url for s in sockets.opened]
+            assert sockets.live() == []
+            page.close()
         log = server.log()
         assert "Traceback" not in log, log[-3000:]
-        page.close()
