@@ -26,8 +26,21 @@ from kubernetes_asyncio import config as kube_config
 
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
-from gpuhub.k8s.kueue import FAIR_QUEUE_WORDS, KueueAPI, user_queue_name, waiting_words
-from gpuhub.k8s.labels import MANAGED_BY, MANAGED_BY_LABEL, QUEUE_NAME_LABEL
+from gpuhub.k8s.kueue import (
+    FAIR_QUEUE_WORDS,
+    KueueAPI,
+    NotOurQueue,
+    user_queue_name,
+    waiting_words,
+)
+from gpuhub.k8s.labels import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUEUE_NAME_LABEL,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+    user_label,
+)
 from localk8s.kubeapi import kubeconfig
 from tests.support.cluster import Kube
 from tests.support.helm import HELM, can_i, install, make_chart, render, served_api_versions
@@ -125,23 +138,33 @@ async def test_kueue_admits_the_lighter_users_workload_first(kube: Kube, tmp_pat
             lambda: api.fair_sharing(kube.namespace, "gpus"), lambda found: found.on
         )
         assert fair.on and fair.cluster_queue == queues.cluster_queue, fair
-        labels = {MANAGED_BY_LABEL: MANAGED_BY}
-        heavy_q = await api.user_queue(kube.namespace, "gpus", "heavy", fair.cluster_queue, labels)
-        light_q = await api.user_queue(
-            kube.namespace, "gpus", "Light.User@example.org", fair.cluster_queue, labels
-        )
+        heavy_q = await api.user_queue(kube.namespace, "gpus", "heavy", fair.cluster_queue)
+        light_user = "Light.User@example.org"
+        light_q = await api.user_queue(kube.namespace, "gpus", light_user, fair.cluster_queue)
         assert heavy_q == user_queue_name("gpus", "heavy") == "gpus-heavy"
         assert light_q.startswith("gpus-") and len(light_q) <= 63 and light_q != heavy_q
         # Asked again (a hub restarted, another spawn): the same queue, no error.
-        assert (
-            await KueueAPI(client).user_queue(
-                kube.namespace, "gpus", "heavy", fair.cluster_queue, labels
-            )
-            == heavy_q
+        again = await KueueAPI(client).user_queue(
+            kube.namespace, "gpus", "heavy", fair.cluster_queue
         )
-        made = kube.get("LocalQueue", heavy_q, api_version=WORKLOADS) or {}
+        assert again == heavy_q
+        made = kube.get("LocalQueue", light_q, api_version=WORKLOADS) or {}
         assert made["spec"]["clusterQueue"] == queues.cluster_queue
         assert made["metadata"]["labels"][MANAGED_BY_LABEL] == MANAGED_BY
+        assert made["metadata"]["labels"][USER_LABEL] == user_label(light_user)
+        assert made["metadata"]["annotations"][USERNAME_ANNOTATION] == light_user
+        # A queue of that name that is not gpuhub's for that user is never used: someone
+        # named "team" does not wait in the admin's queue "gpus-team".
+        kube.create(
+            {
+                "apiVersion": WORKLOADS,
+                "kind": "LocalQueue",
+                "metadata": {"name": "gpus-team"},
+                "spec": {"clusterQueue": queues.cluster_queue},
+            }
+        )
+        with pytest.raises(NotOurQueue, match="gpus-team exists but is not team's queue"):
+            await api.user_queue(kube.namespace, "gpus", "team", fair.cluster_queue)
 
         # heavy holds the only GPU until Kueue has counted some of its use.
         kube.create(workload("heavy-1", heavy_q))

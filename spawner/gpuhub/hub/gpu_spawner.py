@@ -28,7 +28,6 @@ from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
-from gpuhub.jobs.k8s.manifests import user_label
 from gpuhub.k8s.dra import (
     ClaimTemplates,
     claim_template,
@@ -46,7 +45,6 @@ from gpuhub.k8s.labels import (
     MANAGED_BY_LABEL,
     QUEUE_NAME_LABEL,
     SERVER_COMPONENT,
-    USER_LABEL,
 )
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 
@@ -572,10 +570,9 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         fair = cls._gpuhub_fair_queue
         if not fair.on:
             return
-        labels = {MANAGED_BY_LABEL: MANAGED_BY, USER_LABEL: user_label(self.user.name)}
         try:
             self._gpuhub_user_queue = await kueue.user_queue(
-                self.namespace, self.kueue_queue_name, self.user.name, fair.cluster_queue, labels
+                self.namespace, self.kueue_queue_name, self.user.name, fair.cluster_queue
             )
         except Exception as exc:  # not allowed, say: the admin's queue, first come first served
             self.log.warning(

@@ -51,6 +51,13 @@ from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.quantity import parse_quantity
+from gpuhub.k8s.labels import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    USER_LABEL,
+    USERNAME_ANNOTATION,
+    user_label,
+)
 from gpuhub.k8s.rawapi import request_json, served_resources
 
 log = logging.getLogger("gpuhub.k8s.kueue")
@@ -281,22 +288,24 @@ class KueueAPI:
             )
         return fair_sharing_of(local, cluster)
 
-    async def user_queue(
-        self, namespace: str, queue: str, user: str, cluster_queue: str, labels: Mapping[str, str]
-    ) -> str:
+    async def user_queue(self, namespace: str, queue: str, user: str, cluster_queue: str) -> str:
         """The name of ``user``'s own LocalQueue beside ``queue``, pointing at
-        ``cluster_queue``: made on first use with ``labels`` (gpuhub's), kept afterwards
-        (a user's usage lives in it). One that exists already is used as it is."""
+        ``cluster_queue``: made on first use, labelled as gpuhub's and the user's (the exact
+        name in an annotation), and kept afterwards (a user's usage lives in it). One of that
+        name that exists already is used only if it is that: else :class:`NotOurQueue`, so
+        that a user whose name makes another queue's name never waits in it."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         name = user_queue_name(queue, user)
         if (namespace, name) in self._made:
             return name
         version = await self.version()
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, USER_LABEL: user_label(user)}
+        meta = {"name": name, "namespace": namespace, "labels": labels}
         body = {
             "apiVersion": f"{GROUP}/{version}",
             "kind": "LocalQueue",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "metadata": {**meta, "annotations": {USERNAME_ANNOTATION: user}},
             "spec": {"clusterQueue": cluster_queue},
         }
         try:
@@ -314,6 +323,18 @@ class KueueAPI:
         except ApiException as exc:
             if exc.status != 409:  # 409: it exists (made before, or by a hub beside this one)
                 raise
+            found = await self._get(version or "", f"namespaces/{namespace}/localqueues/{name}")
+            found_meta = found.get("metadata") or {}
+            ours = (
+                all((found_meta.get("labels") or {}).get(k) == v for k, v in labels.items())
+                and (found_meta.get("annotations") or {}).get(USERNAME_ANNOTATION) == user
+                and (found.get("spec") or {}).get("clusterQueue") == cluster_queue
+            )
+            if not ours:
+                raise NotOurQueue(
+                    f"the LocalQueue {namespace}/{name} exists but is not {user}'s queue for "
+                    f"the ClusterQueue {cluster_queue!r} (made by someone else)"
+                ) from None
         self._made.add((namespace, name))
         return name
 
@@ -375,6 +396,10 @@ class KueueAPI:
                 "gpuhub: cannot read the quota of Kueue's queue %s: HTTP %s", queue, exc.status
             )
             return None
+
+
+class NotOurQueue(Exception):
+    """A LocalQueue of the name a user's own would have exists, and is not gpuhub's for them."""
 
 
 AFS_MODE = "UsageBasedAdmissionFairSharing"  # a ClusterQueue's spec.admissionScope.admissionMode

@@ -44,3 +44,11 @@ JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 # -- NVIDIA GPU feature discovery's, on nodes; the hub's capacity reads them -------------------
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"  # how many GPUs the node has
 GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # units each is advertised as when shared
+
+
+def user_label(user: str) -> str:
+    """The :data:`USER_LABEL` value of ``user``: KubeSpawner's slug of the name (label-safe;
+    a name that is no label, or too long, is a slug with a hash)."""
+    from kubespawner.slugs import is_valid_label, safe_slug
+
+    return str(safe_slug(user, is_valid=is_valid_label))

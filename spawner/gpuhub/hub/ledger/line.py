@@ -125,7 +125,7 @@ class GPULine:
         """The devices, if this request is served at once: nobody of its type waits and
         enough are free. None: it must wait in line (:meth:`join`)."""
         if self.lines.get(type_key):
-            return None  # first come, first served: behind those already waiting
+            return None  # the line comes before the book: it joins those already waiting
         try:
             return self.book.allocate(key, gpus, candidates, holder)
         except NotEnoughGPUs:

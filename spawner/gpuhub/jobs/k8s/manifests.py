@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
-from kubespawner.slugs import is_valid_label, safe_slug
+from kubespawner.slugs import safe_slug
 
 from gpuhub.core.env import (
     CWD_ENV,
@@ -41,6 +41,7 @@ from gpuhub.k8s.labels import (
     RECORD_ANNOTATION,
     USER_LABEL,
     USERNAME_ANNOTATION,
+    user_label,
 )
 from gpuhub.k8s.pods import container_resources, gpu_env, placement, shm_volume
 
@@ -95,11 +96,6 @@ class KubeJobSettings:
     def shipped_notebook_limit(self) -> int:
         """Largest notebook that can travel in the ConfigMap."""
         return min(self.max_notebook_bytes, CONFIGMAP_LIMIT - _CONFIGMAP_SLACK)
-
-
-def user_label(owner: str) -> str:
-    """The ``gpuhub.io/user`` label value: KubeSpawner's slug of the name (label-safe)."""
-    return safe_slug(owner, is_valid=is_valid_label)
 
 
 # Seeds a submit tries for its id (make_job_id's ``attempt``): another job may have one, by
