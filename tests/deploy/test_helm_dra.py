@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not 
 
 DRA = f"{NAMESPACE}-gpuhub-gpuhub-dra"
 HUB_CLAIMS = f"{NAMESPACE}-gpuhub-gpuhub-hub-claims"
+SERVICE_DRA = f"{NAMESPACE}-gpuhub-gpuhub-service-dra"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,13 @@ def test_dra_rbac_is_exactly_what_claims_need(chart: Path) -> None:
         ("resource.k8s.io", "deviceclasses"): ["get", "list", "watch"],
     }
     assert [s["name"] for s in by_kind(objects, "ClusterRoleBinding", DRA)["subjects"]] == ["hub"]
+    # The jobs service reads only a job's DeviceClass (is it there?).
+    assert rules(by_kind(objects, "ClusterRole", SERVICE_DRA)) == {
+        ("resource.k8s.io", "deviceclasses"): ["get"]
+    }
+    assert [s["name"] for s in by_kind(objects, "ClusterRoleBinding", SERVICE_DRA)["subjects"]] == [
+        "gpuhub-service"
+    ]
     hub = by_kind(objects, "Role", HUB_CLAIMS)
     assert hub["metadata"]["namespace"] == users  # where the servers' pods are
     assert rules(hub) == {
@@ -110,13 +118,15 @@ def test_the_apiserver_lets_each_do_its_part_and_no_more(chart: Path, kube: Kube
     install(kube, [o for o in objects if o["metadata"]["name"].endswith(("-dra", "-claims"))])
     hub, service = (f"system:serviceaccount:{ns}:{sa}" for sa in ("hub", "gpuhub-service"))
     kube.wait_for(lambda: can_i(kube, "watch", "resourceslices.resource.k8s.io", None, hub))
+    kube.wait_for(lambda: can_i(kube, "get", "deviceclasses.resource.k8s.io", None, service))
     for verb, resource in [
         ("list", "resourceslices"),
         ("watch", "resourceclaims"),
         ("get", "deviceclasses"),
     ]:
         assert can_i(kube, verb, f"{resource}.resource.k8s.io", None, hub), (verb, resource)
-        assert not can_i(kube, verb, f"{resource}.resource.k8s.io", None, service)
+        service_may = (verb, resource) == ("get", "deviceclasses")
+        assert can_i(kube, verb, f"{resource}.resource.k8s.io", None, service) == service_may
     templates = "resourceclaimtemplates.resource.k8s.io"
     for verb in ("create", "patch", "delete", "list"):
         assert can_i(kube, verb, templates, ns, hub), verb

@@ -32,6 +32,7 @@ from tornado.websocket import websocket_connect
 from gpuhub.core.policy import Policy
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
+from gpuhub.jobs.model import JobError
 from tests.support.cluster import GPU_TOLERATION, KWOK_TOLERATION, PROCESS_NODE_SELECTOR, Kube
 from tests.support.hub.kube import hub_config
 from tests.support.hub.process import API_TOKEN, Hub, spawn_json, start_hub, stop, wait_ready
@@ -420,6 +421,13 @@ async def test_each_job_kind_claims_its_gpus_and_releases_them(
 
     def request(**body: Any) -> Any:
         return make_request(tmp_path, policy=policy, groups=("staff",), **body)
+
+    # A type whose DeviceClass the cluster lacks is refused before anything is made.
+    with pytest.raises(JobError) as refused:
+        await backend.check(request(gpu_type="dra-missing", gpus=1), "alice")
+    assert refused.value.field == "gpu_type"
+    assert 'this cluster has no DeviceClass "gaudi.example.com"' in refused.value.message
+    await backend.check(request(gpu_type="dra", gpus=1), "alice")  # the class is there
 
     # A Job on the process node: its pod runs the notebook on the device it was allocated.
     job = await backend.submit(request(gpu_type="dra", gpus=1), "alice", notebook=notebook)

@@ -97,6 +97,7 @@ _FINAL_CACHE = 2048  # result lines of finished jobs kept (they never change; a 
 _TOMBSTONE_SECONDS = 24 * 3600
 # A DRA type's job: the template its pods claim their GPUs from (gpuhub.k8s.dra).
 CLAIM_TEMPLATE = Resource("ResourceClaimTemplate", dra.GROUP, dra.VERSION, dra.TEMPLATES)
+DEVICE_CLASS = Resource("DeviceClass", dra.GROUP, dra.VERSION, "deviceclasses")
 
 
 def _pod_gpus(pod: Obj) -> int:
@@ -253,6 +254,13 @@ class KubernetesBackend(JobBackend):
                 raise JobError("kind", kind.unserved([workload_kind(k) for k in served]), 422)
         for needed in kind.needs(request):
             await self._check_needed(needed)
+        gpu_type = request.resources.gpu_type
+        if dra.claims_gpus(request.resources):
+            assert gpu_type is not None and gpu_type.dra is not None
+            # Without its DeviceClass the job's claims could never be allocated.
+            device_class = gpu_type.dra.device_class
+            words = dra.missing_class_words(gpu_type.display_name, device_class)
+            await self._check_needed(Needed(DEVICE_CLASS, device_class, "gpu_type", words))
 
     async def _check_needed(self, needed: Needed) -> None:
         """A cluster object a request needs exists (looked up at most once a minute)."""
@@ -779,9 +787,10 @@ class KubernetesBackend(JobBackend):
                 )
         if not self._fair.on:
             return queue
+        labels = {MANAGED_BY_LABEL: MANAGED_BY, USER_LABEL: m.user_label(owner)}
         try:
             return await self.kueue.user_queue(
-                self.namespace, queue, owner, self._fair.cluster_queue
+                self.namespace, queue, owner, self._fair.cluster_queue, labels
             )
         except Exception as exc:  # not allowed, say: the admin's queue, first come first served
             log.warning(
