@@ -787,10 +787,9 @@ class KubernetesBackend(JobBackend):
                 )
         if not self._fair.on:
             return queue
-        labels = {MANAGED_BY_LABEL: MANAGED_BY, USER_LABEL: m.user_label(owner)}
         try:
             return await self.kueue.user_queue(
-                self.namespace, queue, owner, self._fair.cluster_queue, labels
+                self.namespace, queue, owner, self._fair.cluster_queue
             )
         except Exception as exc:  # not allowed, say: the admin's queue, first come first served
             log.warning(
