@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,13 @@ def _wait_http(
         wait_for(what, check, timeout=timeout)
     except TimeoutError as error:
         raise ClusterError(f"{error}; its log is {log}.") from None
+
+
+def pod_range(root: Path) -> str:
+    """The process node's pod addresses: a /16 of loopback picked by the cluster's root, so
+    that clusters side by side on one machine rarely draw from the same (the agent also skips
+    an address something listens on)."""
+    return f"127.{1 + zlib.crc32(str(root).encode()) % 63}.0.0/16"
 
 
 def _advertise_flags() -> list[str]:
@@ -467,6 +475,7 @@ class Launcher:
                     f"--port={ports['node-agent']}",
                     f"--gpus={self.gpus}",
                     f"--dra-gpus={self.dra_gpus}",
+                    f"--pod-range={pod_range(root)}",
                 ],
                 cwd=REPO,
                 ports=(ports["node-agent"],),

@@ -234,6 +234,7 @@ async def main(args: argparse.Namespace) -> None:
             Path(args.state),
             gpus=args.gpus,
             dra_gpus=args.dra_gpus,
+            ip_range=args.pod_range,
             apiserver_port=int(args.server.rsplit(":", 1)[1]),
         )
         runner = web.AppRunner(make_app(agent), access_log=None)
@@ -297,6 +298,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--name", default="local-0")
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--dra-gpus", type=int, default=0, help="GPUs claimed through DRA")
+    parser.add_argument(
+        "--pod-range", default="127.1.0.0/16", help="the loopback addresses pods get"
+    )
     parser.add_argument("--cpu", default="16")
     parser.add_argument("--memory", default="64Gi")
     return parser.parse_args(argv)

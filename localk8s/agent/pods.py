@@ -118,6 +118,21 @@ class PodRun:
         return str(self.pod["metadata"]["uid"])
 
 
+def listening_addresses(table: Path = Path("/proc/net/tcp")) -> set[str]:
+    """The IPv4 addresses with a listening TCP socket on this machine (Linux' table: the
+    local address in hex, little-endian, state 0A = LISTEN)."""
+    try:
+        lines = table.read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":
+            found.add(str(ipaddress.IPv4Address(bytes.fromhex(fields[1].split(":")[0])[::-1])))
+    return found
+
+
 def gpu_request(pod: dict[str, Any]) -> int:
     """GPUs a pod needs: the sum over its containers, or the largest init container's."""
 
@@ -265,7 +280,13 @@ class ProcessNode:
         run.task = asyncio.create_task(self._run(run))
 
     def _allocate_ip(self) -> str:
-        return self._free_ips.pop() if self._free_ips else next(self._ips)
+        """A loopback address for a new pod: one this node freed, else a new one; never one
+        something already listens on (a pod of another cluster on this machine)."""
+        taken = listening_addresses()
+        while True:
+            ip = self._free_ips.pop() if self._free_ips else next(self._ips)
+            if ip not in taken:
+                return ip
 
     def _release(self, run: PodRun) -> None:
         self.free_gpus |= set(run.gpus)
