@@ -422,12 +422,29 @@ async def test_each_job_kind_claims_its_gpus_and_releases_them(
     def request(**body: Any) -> Any:
         return make_request(tmp_path, policy=policy, groups=("staff",), **body)
 
+    kept = kube.list("ResourceClaimTemplate", api_version=RESOURCE)  # the hub test's
     # A type whose DeviceClass the cluster lacks is refused before anything is made.
     with pytest.raises(JobError) as refused:
         await backend.check(request(gpu_type="dra-missing", gpus=1), "alice")
     assert refused.value.field == "gpu_type"
     assert 'this cluster has no DeviceClass "gaudi.example.com"' in refused.value.message
     await backend.check(request(gpu_type="dra", gpus=1), "alice")  # the class is there
+
+    # A submit Kubernetes refuses half-way (a quota of no Jobs) leaves no template behind.
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-jobs"},
+        "spec": {"hard": {"count/jobs.batch": "0"}},
+    }
+    kube.create(quota)
+    kube.wait_for(lambda: (kube.get("ResourceQuota", "no-jobs") or {}).get("status"), timeout=30)
+    with pytest.raises(JobError):
+        await backend.submit(request(gpu_type="dra", gpus=1), "alice", notebook=notebook)
+    assert kube.list("ResourceClaimTemplate", api_version=RESOURCE) == kept
+    assert not kube.list("ConfigMap", labels={"gpuhub.io/user": "alice"})
+    kube.delete("ResourceQuota", "no-jobs")
+    kube.wait_for(lambda: kube.get("ResourceQuota", "no-jobs") is None, timeout=30)
 
     # A Job on the process node: its pod runs the notebook on the device it was allocated.
     job = await backend.submit(request(gpu_type="dra", gpus=1), "alice", notebook=notebook)
