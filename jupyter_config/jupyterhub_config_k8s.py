@@ -28,6 +28,9 @@ NAMESPACE = os.environ.get("GPUHUB_DEMO_NAMESPACE", "gpuhub-demo")
 QUEUE = os.environ.get("GPUHUB_DEMO_QUEUE", "gpus")
 SERVICE_PORT = c.JupyterHub.port + 2101  # 10101 for 8000, the chart's port for the service
 
+# The simulated GPUs the process node offers through DRA, by the NVIDIA driver's attribute.
+_SIMULATED = "device.attributes['gpu.nvidia.com'].productName == 'gpuhub-simulated-GPU'"
+
 # What users may ask for: the same policy for the spawn form and the jobs service.
 POLICY = {
     "images": {
@@ -45,7 +48,24 @@ POLICY = {
             "node_selector": {"gpuhub.io/node-agent": "process"},
             "max_gpus": 4,
             "description": "One of the 4 simulated GPUs of the cluster's process node local-0.",
-        }
+        },
+        # The process node's 2 other simulated GPUs, claimed through Dynamic Resource
+        # Allocation from the simulated NVIDIA driver's ResourceSlice (localk8s/dra.py): whole,
+        # or a share of one's 16 GiB memory (consumable capacity).
+        "dra": {
+            "display_name": "Simulated GPU (DRA)",
+            "dra": {"device_class": "gpu.nvidia.com", "selectors": [_SIMULATED]},
+            "max_gpus": 2,
+            "description": "A whole simulated GPU of local-0, claimed through Dynamic Resource "
+            "Allocation.",
+        },
+        "dra-shared": {
+            "display_name": "Simulated GPU share (DRA)",
+            "dra": {"device_class": "gpu.nvidia.com", "selectors": [_SIMULATED]},
+            "sharing": {"memory": "16Gi", "min": "1Gi"},
+            "description": "Part of one simulated GPU's 16 GiB of memory on local-0, claimed "
+            "through Dynamic Resource Allocation beside other users' parts.",
+        },
     },
     "cpu_range": {"min": 0.5, "max": 4, "default": 1},
     "memory_range": {"min": "512Mi", "max": "8G", "default": "1G"},
@@ -113,7 +133,8 @@ c.JupyterHub.load_roles += [
 
 print(
     f"\n  gpuhub Kubernetes demo (namespace {NAMESPACE} of the local cluster):\n{_login}"
-    "  GPUs offered: the 4 simulated GPUs of the process node local-0; GPU servers and jobs\n"
+    "  GPUs offered: the 4 simulated GPUs of the process node local-0, and its 2 more claimed\n"
+    "  through DRA (whole, or shares of one's memory); GPU servers and jobs\n"
     f"  wait in Kueue's queue {QUEUE!r} when they are taken. KUBECONFIG=.cluster/kubeconfig to\n"
     "  look (admin).\n",
     flush=True,

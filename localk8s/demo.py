@@ -7,8 +7,9 @@ then runs JupyterHub with ``jupyter_config/jupyterhub_config_k8s.py``:
   ``helm template``), so the hub runs as z2jh's ``hub`` account and the jobs service as the
   chart's ``gpuhub-service``, each with a token from the TokenRequest API, never as the
   cluster's admin;
-- Kueue's queues for the demo's GPU type: a ResourceFlavor for the process node, a
-  ClusterQueue with its 4 simulated GPUs, and the chart's LocalQueue ``gpus``;
+- Kueue's queues for the demo's GPU types: a ResourceFlavor for the process node, a
+  ClusterQueue with its 4 simulated GPUs and quota for the claims on its 2 DRA GPUs, and the
+  chart's LocalQueue ``gpus``;
 - the hub's config reads where those are from ``GPUHUB_DEMO_*`` variables.
 
 Run again, it converges (server-side apply) and reuses the running cluster.
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from localk8s.dra import GPU_CLASS, KUEUE_RESOURCES
 from localk8s.kubeapi import KubeAPI, kubeconfig
 from localk8s.launcher import DEFAULT_ROOT, ClusterError, Launcher
 from localk8s.nodes import DEFAULT_NODES_FILE
@@ -30,6 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "gpuhub-demo"
 QUEUE = "gpus"
 KUEUE = "kueue.x-k8s.io/v1beta2"
+# Kueue counts a DRA claim's devices (deviceClassMappings in count mode), a memory share as a
+# whole device: room for the demo's 2 DRA GPUs whole, or for 8 claims sharing them (the
+# scheduler fits the shares to the devices' memory).
+DRA_CLAIMS = 8
 PROCESS_NODE = {"gpuhub.io/node-agent": "process"}
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 TOKEN_SECONDS = 7 * 86400
@@ -75,7 +81,12 @@ def queues(namespace: str) -> list[dict[str, Any]]:
                 "queueingStrategy": "StrictFIFO",
                 "resourceGroups": [
                     {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                        "coveredResources": [
+                            "cpu",
+                            "memory",
+                            "nvidia.com/gpu",
+                            KUEUE_RESOURCES[GPU_CLASS],
+                        ],
                         "flavors": [
                             {
                                 "name": "process-node",
@@ -83,6 +94,10 @@ def queues(namespace: str) -> list[dict[str, Any]]:
                                     {"name": "cpu", "nominalQuota": 16},
                                     {"name": "memory", "nominalQuota": "64Gi"},
                                     {"name": "nvidia.com/gpu", "nominalQuota": 4},
+                                    {
+                                        "name": KUEUE_RESOURCES[GPU_CLASS],
+                                        "nominalQuota": DRA_CLAIMS,
+                                    },
                                 ],
                             }
                         ],
