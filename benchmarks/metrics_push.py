@@ -1,0 +1,332 @@
+"""GPU charts pushed at 10 Hz: gpuhub's metrics stream beside jupyterlab-nvdashboard 0.15.
+
+Two real Jupyter servers run side by side on the same NVML stand-in (8 busy A100s of
+``tests/support/fake_nvml.py``, one scenario file):
+
+* **gpuhub**: ``GPUSampler.interval = 0.1``; each client is one socket on
+  ``/gpuhub/api/metrics/stream`` (what the sidebar opens).
+* **nvdashboard**: jupyterlab-nvdashboard 0.15.0 from PyPI, kept out of the project's
+  environment in ``.bench/nvdashboard`` (``pip install --no-deps --target``; this module
+  installs it there when it is missing) and put on that server's ``PYTHONPATH`` only, behind
+  ``benchmarks/nvml_shim`` (its ``import pynvml`` gets the stand-in). Each client is one
+  ``gpu_utilization`` socket at 100 ms, as its frontend asks: its cheapest chart (one NVML
+  call per GPU per tick), so the comparison flatters nvdashboard, not gpuhub.
+
+Both servers load gpuhub_lab (the test harness always does; idle it costs the same in both)
+and ``tests/support/jupyter/metrics_stats.py``, which counts NVML calls.
+
+For each number of clients and each server, interleaved and repeated: open the clients, let
+them settle, then for ``window`` seconds count the updates they receive and the server's CPU
+time (utime + stime of the whole process, from ``/proc/<pid>/stat``); then, still loaded,
+time ``GET /api/status`` every 100 ms for ``probe`` seconds (the probe's own CPU is outside
+the CPU window). Idle windows of both servers are interleaved the same way. Medians are
+reported: the machine is shared, so each figure is the median of ``reps`` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks import percentile
+from tests.support import fake_nvml as fake
+from tests.support.jupyter.metrics_stats import ROUTE as STATS
+from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE = "tests.support.fake_nvml"
+GIB = 2**30
+PERIOD_MS = 100  # 10 Hz: nvdashboard's frontend default, gpuhub's fastest
+PEER = "jupyterlab-nvdashboard"
+PEER_VERSION = "0.15.0"
+PEER_DIR = REPO / ".bench" / "nvdashboard"
+SHIM_DIR = REPO / "benchmarks" / "nvml_shim"
+TARGET_RATIO = 10.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+AUTH = {"Authorization": f"token {TOKEN}"}
+
+
+def peer_version() -> str | None:
+    found = sorted(PEER_DIR.glob("jupyterlab_nvdashboard-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").split("-")[1] if found else None
+
+
+def ensure_peer() -> str:
+    """jupyterlab-nvdashboard 0.15.0 under ``.bench/nvdashboard``, installed there if missing."""
+    version = peer_version()
+    if version is None:
+        print(f"installing {PEER}=={PEER_VERSION} into {PEER_DIR} (pip --target)", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+             str(PEER_DIR), f"{PEER}=={PEER_VERSION}"],
+            check=True,
+        )  # fmt: skip
+        version = peer_version()
+    if version != PEER_VERSION:
+        raise SystemExit(
+            f"{PEER_DIR} holds {PEER} {version}, not {PEER_VERSION}; remove it and run again."
+        )
+    return version
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """utime and stime of process ``pid`` (all its threads) in seconds, from
+    ``/proc/<pid>/stat`` (fields 14 and 15 of proc(5))."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid``."""
+    return sum(cpu_times(pid))
+
+
+def cpu_seconds_precise(pid: int) -> float:
+    """The same in nanoseconds of run time (``/proc/<pid>/task/*/schedstat``), a cross-check
+    of the tick-grained figure above over short windows."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that just ended
+    return total / 1e9
+
+
+def busy_machine() -> fake.Scenario:
+    scenario = fake.a100s(8, utilization=70, memory_used=30 * GIB)
+    for i, gpu in enumerate(scenario.gpus):
+        gpu.processes = [fake.FakeProcess(100_000 + 10 * i + k, GIB) for k in range(3)]
+    return scenario
+
+
+@dataclass
+class Design:
+    name: str
+    server: JupyterServer
+    path: str  # the socket's route
+    hello: dict[str, Any] | None = None  # nvdashboard's frontend sends its period first
+
+    @property
+    def pid(self) -> int:
+        return self.server.process.pid
+
+
+@dataclass
+class Run:
+    design: str
+    clients: int
+    updates_per_s: float
+    cpu_percent: float
+    cpu_percent_precise: float
+    system_percent: float  # the kernel's share of cpu_percent (sockets, wakeups)
+    nvml_calls_per_s: float
+    status: list[float] = field(default_factory=list)
+
+    @property
+    def cpu_us_per_update(self) -> float:
+        return self.cpu_percent / 100 / self.updates_per_s * 1e6 if self.updates_per_s else 0.0
+
+    @property
+    def system_us_per_update(self) -> float:
+        return self.system_percent / 100 / self.updates_per_s * 1e6 if self.updates_per_s else 0.0
+
+    @property
+    def precise_us_per_update(self) -> float:
+        return (
+            self.cpu_percent_precise / 100 / self.updates_per_s * 1e6 if self.updates_per_s else 0.0
+        )
+
+
+async def _stats(session: aiohttp.ClientSession, design: Design) -> dict[str, Any]:
+    async with session.get(design.server.url + STATS) as r:
+        stats: dict[str, Any] = await r.json()
+        return stats
+
+
+async def _probe(session: aiohttp.ClientSession, design: Design, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        async with session.get(design.server.url + "api/status") as r:
+            await r.read()
+        latencies.append((time.perf_counter() - t) * 1000)
+        await asyncio.sleep(0.1)
+    return latencies
+
+
+async def measure(design: Design, clients: int, window: float, probe: float) -> Run:
+    """``clients`` sockets on ``design`` at 10 Hz: updates received, server CPU, NVML calls
+    per second in a ``window``; then ``/api/status`` latencies while they go on."""
+    received = [0] * clients
+    ws_url = design.server.url.replace("http://", "ws://", 1) + design.path
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+
+        async def client(i: int, ws: aiohttp.ClientWebSocketResponse) -> None:
+            async for message in ws:
+                if message.type != aiohttp.WSMsgType.TEXT:
+                    break
+                received[i] += 1
+
+        async with AsyncExitStack() as stack:
+            sockets = [
+                await stack.enter_async_context(session.ws_connect(ws_url, max_msg_size=0))
+                for _ in range(clients)
+            ]
+            if design.hello is not None:
+                for ws in sockets:
+                    await ws.send_json(design.hello)
+            tasks = [asyncio.create_task(client(i, ws)) for i, ws in enumerate(sockets)]
+            settle = time.monotonic() + 30
+            while min(received) < 3 and time.monotonic() < settle:  # all ticking
+                await asyncio.sleep(0.1)
+            if min(received) < 3:
+                raise RuntimeError(f"{design.name}: clients got no updates: {received}")
+            calls0 = (await _stats(session, design))["nvml_calls"]
+            count0, t0 = sum(received), time.monotonic()
+            (user0, sys0), ns0 = cpu_times(design.pid), cpu_seconds_precise(design.pid)
+            await asyncio.sleep(window)
+            count1, t1 = sum(received), time.monotonic()
+            (user1, sys1), ns1 = cpu_times(design.pid), cpu_seconds_precise(design.pid)
+            calls1 = (await _stats(session, design))["nvml_calls"]
+            status = await _probe(session, design, probe)
+            for ws in sockets:
+                await ws.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    wall = t1 - t0
+    return Run(
+        design.name,
+        clients,
+        updates_per_s=(count1 - count0) / wall,
+        cpu_percent=(user1 + sys1 - user0 - sys0) / wall * 100,
+        system_percent=(sys1 - sys0) / wall * 100,
+        cpu_percent_precise=(ns1 - ns0) / wall * 100,
+        nvml_calls_per_s=(calls1 - calls0) / wall,
+        status=status,
+    )
+
+
+async def idle(design: Design, window: float) -> float:
+    """The server's CPU (percent of a core) with no client at all."""
+    cpu0, t0 = cpu_seconds(design.pid), time.monotonic()
+    await asyncio.sleep(window)
+    return (cpu_seconds(design.pid) - cpu0) / (time.monotonic() - t0) * 100
+
+
+@contextmanager
+def _servers(tmp: Path) -> Any:
+    scenario_path = tmp / "nvml.json"
+    scenario_path.write_text(busy_machine().to_json())
+    common = (
+        f"c.GPUSampler.nvml_module = {FAKE!r}\n"
+        "c.ServerApp.jpserver_extensions['tests.support.jupyter.metrics_stats'] = True\n"
+        "c.ServerApp.log_level = 'WARN'\n"
+    )
+    env = {"GPUHUB_FAKE_NVML": str(scenario_path), "GPUHUB_NVML_MODULE": FAKE}
+    ours_tmp, peer_tmp = tmp / "gpuhub", tmp / "nvdashboard"
+    for folder in (ours_tmp / "root", peer_tmp / "root"):
+        folder.mkdir(parents=True)
+    ours_config = common + "c.GPUSampler.interval = 0.1\nc.GPUSampler.idle_timeout = 2.0\n"
+    peer_config = common + "c.ServerApp.jpserver_extensions['jupyterlab_nvdashboard'] = True\n"
+    peer_path = os.pathsep.join([str(SHIM_DIR), str(PEER_DIR), str(REPO)])
+    with (
+        jupyter_server(
+            ours_tmp / "root", ours_tmp, env={**env, "PYTHONPATH": str(REPO)}, config=ours_config
+        ) as ours,
+        jupyter_server(
+            peer_tmp / "root", peer_tmp, env={**env, "PYTHONPATH": peer_path}, config=peer_config
+        ) as peer,
+    ):
+        yield (
+            Design("gpuhub", ours, "gpuhub/api/metrics/stream"),
+            Design(
+                "nvdashboard",
+                peer,
+                "nvdashboard/gpu_utilization",
+                {"updateFrequency": PERIOD_MS, "isPaused": False},
+            ),
+        )
+
+
+async def _run_all(
+    designs: tuple[Design, Design], clients: list[int], reps: int, window: float, probe: float
+) -> dict[str, Any]:
+    runs: list[Run] = []
+    idles: dict[str, list[float]] = {d.name: [] for d in designs}
+    for rep in range(reps):
+        order = designs if rep % 2 == 0 else designs[::-1]  # neither always goes first
+        for design in order:
+            idles[design.name].append(await idle(design, window))
+        for n in clients:
+            for design in order:
+                run = await measure(design, n, window, probe)
+                runs.append(run)
+                print(
+                    f"rep {rep + 1}/{reps} {design.name:11} {n:2} clients: "
+                    f"{run.updates_per_s:6.1f} updates/s, CPU {run.cpu_percent:5.2f} %, "
+                    f"{run.cpu_us_per_update:7.1f} us/update "
+                    f"(schedstat {run.precise_us_per_update:6.1f}), "
+                    f"{run.nvml_calls_per_s:7.1f} NVML calls/s, "
+                    f"status p95 {percentile(run.status, 95):5.1f} ms, "
+                    f"load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
+                await asyncio.sleep(2.5)  # gpuhub's sampler goes idle between runs
+    return {"runs": runs, "idle": idles}
+
+
+def run_comparison(clients: list[int], reps: int, window: float, probe: float) -> dict[str, Any]:
+    """Start both servers, measure, and summarize (medians over ``reps``)."""
+    version = ensure_peer()
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="gpuhub-push-") as tmp_name,
+        _servers(Path(tmp_name)) as designs,
+    ):
+        measured = asyncio.run(_run_all(designs, clients, reps, window, probe))
+    rows = []
+    for n in clients:
+        row: dict[str, Any] = {"clients": n}
+        for name in ("gpuhub", "nvdashboard"):
+            runs = [r for r in measured["runs"] if r.design == name and r.clients == n]
+            row[name] = {
+                "updates_per_s": statistics.median(r.updates_per_s for r in runs),
+                "cpu_percent": statistics.median(r.cpu_percent for r in runs),
+                "cpu_us_per_update": statistics.median(r.cpu_us_per_update for r in runs),
+                "system_us_per_update": statistics.median(r.system_us_per_update for r in runs),
+                "precise_us_per_update": statistics.median(r.precise_us_per_update for r in runs),
+                "cpu_us_spread": (
+                    min(r.cpu_us_per_update for r in runs),
+                    max(r.cpu_us_per_update for r in runs),
+                ),
+                "nvml_calls_per_s": statistics.median(r.nvml_calls_per_s for r in runs),
+                "status_p50": statistics.median(percentile(r.status, 50) for r in runs),
+                "status_p95": statistics.median(percentile(r.status, 95) for r in runs),
+            }
+        row["ratio"] = row["nvdashboard"]["cpu_us_per_update"] / row["gpuhub"]["cpu_us_per_update"]
+        rows.append(row)
+    return {
+        "rows": rows,
+        "idle": {k: statistics.median(v) for k, v in measured["idle"].items()},
+        "peer_version": version,
+        "reps": reps,
+        "window": window,
+        "probe": probe,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "minutes": (time.monotonic() - started) / 60,
+    }
