@@ -383,6 +383,23 @@ async def test_a_dra_server_computes_on_the_device_it_was_allocated(hub: Hub, ku
     await asyncio.to_thread(stop, hub, "bob")
     kube.wait_for(lambda: not gpuhub_claims(kube), timeout=60)
 
+    # A pod Kubernetes refuses (a namespace quota of no pods) leaves no template behind.
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    kube.create(quota)
+    kube.wait_for(lambda: (kube.get("ResourceQuota", "no-pods") or {}).get("status"), timeout=30)
+    try:
+        response = await asyncio.to_thread(spawn_json, hub, "ada", {"gpu_type": "dra", "gpus": 1})
+        assert response.status_code == 403, response.text
+        assert "Kubernetes refused the server's pod: exceeded quota: no-pods" in response.text
+        assert kube.get("ResourceClaimTemplate", "jupyter-ada-gpus", api_version=RESOURCE) is None
+    finally:
+        kube.delete("ResourceQuota", "no-pods")
+
 
 # -- every job kind ---------------------------------------------------------------------------
 
