@@ -20,7 +20,7 @@ from gpuhub.core.gpu_resources import is_gpu_resource
 from gpuhub.core.holdings import QuotaExceeded
 from gpuhub.core.options import FIELDS, LaunchOptions
 from gpuhub.core.policy import GPUType
-from gpuhub.core.quantity import format_cpu, format_memory
+from gpuhub.core.quantity import format_cpu, format_memory, human_memory
 from gpuhub.hub.form import Preset
 from gpuhub.hub.ledger.capacity import CapacityUnavailable, shared_capacity, shared_ledger
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
@@ -617,6 +617,14 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             raise refusal(
                 f"No node in this cluster has {words.gpus(options.gpus, name)} (the most on one node "
                 f"is {fit.max_gpus}); ask for {fit.max_gpus} or fewer."
+            )
+        memory = options.gpu_memory or 0
+        if fit.max_device_memory is not None and memory > fit.max_device_memory:
+            # A DRA type's devices say their memory: a share none could ever hold.
+            raise refusal(
+                f"No {name} GPU has {human_memory(memory)} of memory; the largest has "
+                f"{human_memory(fit.max_device_memory)} ({fit.largest_device}); ask for less "
+                "GPU memory."
             )
         if options.cpu > fit.max_cpu:
             raise refusal(

@@ -15,18 +15,24 @@ what the shares allocated on it consumed; a whole allocation of it leaves nothin
 
 from __future__ import annotations
 
+import asyncio
 import heapq
-from collections.abc import Callable, Hashable, Iterable
+import json
+import logging
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhub.core.dra import DRAType
-from gpuhub.core.dra_devices import Device, DeviceClassInfo
+from gpuhub.core.dra_devices import Device, DeviceClassInfo, device_class_info
 from gpuhub.core.policy import GPUType
 from gpuhub.core.sharing import Sharing
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree, GPUCapacity
-from gpuhub.k8s.dra_inventory import ClaimInfo, SliceInfo
+from gpuhub.k8s.dra_inventory import ClaimInfo, SliceInfo, claim_info, slice_info
 from gpuhub.k8s.inventory import NodeInfo, tolerates
+from gpuhub.k8s.rawapi import request_body
+
+log = logging.getLogger("gpuhub.hub.ledger.dra_capacity")
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device), as an allocation result names it
 ClaimKey = tuple[str, str]  # (namespace, name)
@@ -401,3 +407,163 @@ def node_takes(node: NodeInfo | None, gpu_type: GPUType) -> bool:
         for taint in node.taints
         if taint.get("effect") in ("NoSchedule", "NoExecute")
     )
+
+
+# The kinds of the watch: the ResourceV1Api method that lists them, and their decoder.
+DRA_KINDS: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
+    "resourceslices": ("list_resource_slice", slice_info),
+    "resourceclaims": ("list_resource_claim_for_all_namespaces", claim_info),
+    "deviceclasses": ("list_device_class", device_class_info),
+}
+LIST_PAGE = 500
+# How long a cluster that serves no resource.k8s.io/v1 (before Kubernetes 1.34) waits before
+# it is asked again: an upgrade is rare, and there is nothing to count meanwhile.
+UNSERVED_RETRY = 300.0
+
+
+class DeviceWatch:
+    """LIST then WATCH of ResourceSlices, ResourceClaims and DeviceClasses into one
+    :class:`DeviceState` (each event O(its object)); ``on_change`` is called after every
+    change a figure reads. A cluster that does not serve ``resource.k8s.io/v1`` has no DRA
+    devices (:attr:`served` False), and the rest of the capacity watch is not held up."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        on_change: Callable[[], None],
+        *,
+        request_timeout: float = 30,
+        watch_timeout: int = 300,
+    ) -> None:
+        self.api_client = api_client
+        self.on_change = on_change
+        self.request_timeout = request_timeout
+        self.watch_timeout = watch_timeout
+        self.state = DeviceState()
+        self.synced = dict.fromkeys(DRA_KINDS, False)
+        self.served: bool | None = None  # None: not asked yet
+        self.error: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def ready(self) -> bool:
+        """Whether the figures say what the cluster has (all three kinds listed)."""
+        return all(self.synced.values())
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run(kind), name=f"gpuhub-capacity-{kind}")
+                for kind in DRA_KINDS
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def _call(self, kind: str) -> Callable[..., Any]:
+        from kubernetes_asyncio.client import ResourceV1Api
+
+        method: Callable[..., Any] = getattr(ResourceV1Api(self.api_client), DRA_KINDS[kind][0])
+        return method
+
+    async def _run(self, kind: str) -> None:
+        from kubernetes_asyncio.client import ApiException
+
+        backoff = 0.5
+        while True:
+            try:
+                version = await self._relist(kind)
+                backoff = 0.5
+                while True:  # the server ends a watch after watch_timeout: resume it
+                    version = await self._watch(kind, version)
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 410:
+                    continue  # the history is gone: list again
+                if exc.status == 404:
+                    if self.served is not False:
+                        log.info("The cluster serves no resource.k8s.io/v1: no DRA devices")
+                    self.served = False
+                    self.synced[kind] = True  # nothing to wait for: no devices
+                    self.on_change()
+                    await asyncio.sleep(UNSERVED_RETRY)
+                    continue
+                self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
+            except Exception as exc:  # network errors of every kind
+                self._failed(kind, f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30)
+
+    def _failed(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            log.warning("DRA devices unavailable (%s): %s", kind, detail)
+        self.error = detail
+        self.synced[kind] = False
+
+    async def _relist(self, kind: str) -> str:
+        """LIST in pages of ``LIST_PAGE``, each decoded and let go before the next: the
+        API's JSON never stays, only what the figures read."""
+        decode = DRA_KINDS[kind][1]
+        call = self._call(kind)
+        items: list[Any] = []
+        version, token = "", None
+        while True:
+            page = {"limit": LIST_PAGE, **({"_continue": token} if token else {})}
+            body = json.loads(
+                await request_body(
+                    call(_preload_content=False, _request_timeout=self.request_timeout, **page)
+                )
+            )
+            meta = body.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or version)
+            items.extend(decode(item) for item in body.get("items") or ())
+            token = meta.get("continue")
+            if not token:
+                break
+            await asyncio.sleep(0)  # the hub's other work runs between pages
+        self.state.relisted(kind, items)
+        self.served, self.synced[kind] = True, True
+        if self.ready:
+            self.error = None
+        self.on_change()
+        return version
+
+    async def _watch(self, kind: str, version: str) -> str:
+        """Apply one watch's events from ``version`` until the server ends it."""
+        from kubernetes_asyncio import watch
+
+        stream = watch.Watch(return_type="object")
+        async with stream:
+            async for event in stream.stream(
+                self._call(kind),
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self.watch_timeout,
+                _request_timeout=self.watch_timeout + 30,
+            ):
+                obj = event.get("raw_object") or event.get("object") or {}
+                version = self.apply(kind, {"type": event.get("type"), "object": obj}) or version
+        return version
+
+    def apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
+        """One watch event of ``kind``; the version it carries."""
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        if event.get("type") == "BOOKMARK":
+            return meta.get("resourceVersion")
+        gone = event.get("type") == "DELETED"
+        decode = DRA_KINDS[kind][1]
+        if kind == "resourceclaims":
+            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+            moved = self.state.set_claim(key, None if gone else decode(obj))
+        elif kind == "resourceslices":
+            moved = self.state.set_slice(str(meta.get("name") or ""), None if gone else decode(obj))
+        else:
+            moved = self.state.set_class(str(meta.get("name") or ""), None if gone else decode(obj))
+        if moved:
+            self.on_change()
+        return meta.get("resourceVersion")
