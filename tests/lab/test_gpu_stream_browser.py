@@ -174,7 +174,10 @@ def test_panel_and_status_bar_share_one_pushed_stream(
             page.goto(f"{proxied}lab?token={TOKEN}")
             page.wait_for_selector(".jp-LabShell .jp-SideBar", timeout=TIMEOUT)
             # The workspace restores the panel as the first page left it: show it, whatever.
-            page.wait_for_function("() => window.jupyterapp?.commands", timeout=TIMEOUT)
+            page.wait_for_function(
+                "() => window.jupyterapp?.commands.hasCommand('gpuhub:show-gpu-panel')",
+                timeout=TIMEOUT,
+            )
             page.evaluate("() => window.jupyterapp.commands.execute('gpuhub:show-gpu-panel')")
             panel = page.locator("#gpuhub-gpu-panel")
             panel.locator(".gpuhub-GpuCard").wait_for(timeout=30_000)
