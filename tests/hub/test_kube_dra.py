@@ -45,6 +45,7 @@ pytestmark = pytest.mark.e2e
 RESOURCE = "resource.k8s.io/v1"
 SIMULATED = "device.attributes['gpu.nvidia.com'].productName == 'gpuhub-simulated-GPU'"
 A100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'"
+H100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"
 DRA_TYPES: dict[str, Any] = {
     # The process node's GPUs claimed through DRA (gpu-4, gpu-5): pods there really run.
     "dra": {
@@ -59,6 +60,13 @@ DRA_TYPES: dict[str, Any] = {
         "dra": {"device_class": "gpu.nvidia.com", "selectors": [A100]},
         "tolerations": [GPU_TOLERATION, KWOK_TOLERATION],
         "max_gpus": 4,
+    },
+    # kwok's DRA node of H100s shareable by memory: a claim takes a share of one.
+    "dra-h100-shared": {
+        "display_name": "H100 share (DRA)",
+        "dra": {"device_class": "gpu.nvidia.com", "selectors": [H100]},
+        "sharing": {"memory": "85520809984", "min": "1Gi"},
+        "tolerations": [GPU_TOLERATION, KWOK_TOLERATION],
     },
     # A DeviceClass no driver of this cluster defines.
     "dra-missing": {
@@ -206,14 +214,17 @@ def claim_of(kube: Kube, pod: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def allocated(kube: Kube, pod_name: str) -> list[tuple[str, str]]:
-    """(node pool, device) of each device the pod's claim was allocated; [] until then."""
+def results(kube: Kube, pod_name: str) -> list[dict[str, Any]]:
+    """The allocation results of the pod's claim; [] until it is allocated."""
     pod = kube.get("Pod", pod_name) or {}
     claim = claim_of(kube, pod) or {}
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-        "results"
-    ) or []
-    return [(r["pool"], r["device"]) for r in results]
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return list((allocation.get("devices") or {}).get("results") or [])
+
+
+def allocated(kube: Kube, pod_name: str) -> list[tuple[str, str]]:
+    """(node pool, device) of each device the pod's claim was allocated; [] until then."""
+    return [(r["pool"], r["device"]) for r in results(kube, pod_name)]
 
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -472,23 +483,35 @@ async def test_each_job_kind_claims_its_gpus_and_releases_them(
     printed = "".join(o.get("text", "") for c in output.cells for o in c.get("outputs", []))
     assert re.fullmatch(r"visible [45]\n", printed), printed
 
-    # A PyTorchJob and a TFJob on kwok's A100 node: every replica's pod gets its own claim,
-    # each allocated its own A100 by the scheduler.
-    distributed = []
-    for kind, workers in (("pytorchjob", 2), ("tfjob", 2)):
-        record = await backend.submit(
-            request(kind=kind, workers=workers, gpu_type="dra-a100", gpus=1),
-            "alice",
-            notebook=notebook,
-        )
-        await wait_status(backend, record.id, "running")
-        resource = {"pytorchjob": "PyTorchJob", "tfjob": "TFJob"}[kind]
-        pods = kube.job_pods(record.id, resource)
-        assert len(pods) == workers
-        devices = [d for p in pods for d in allocated(kube, p["metadata"]["name"])]
-        assert len(set(devices)) == workers and {pool for pool, _ in devices} == {"dra-a100-0"}
-        assert record.gpu == f"{workers} workers, 1 x A100 (DRA) each"
-        distributed.append((record, resource))
+    # A PyTorchJob on kwok's A100 node: every replica's pod gets its own claim, each
+    # allocated its own A100 by the scheduler.
+    pytorch = await backend.submit(
+        request(kind="pytorchjob", workers=2, gpu_type="dra-a100", gpus=1),
+        "alice",
+        notebook=notebook,
+    )
+    assert pytorch.gpu == "2 workers, 1 x A100 (DRA) each"
+    await wait_status(backend, pytorch.id, "running")
+    pods = kube.job_pods(pytorch.id, "PyTorchJob")
+    devices = [d for p in pods for d in allocated(kube, p["metadata"]["name"])]
+    assert len(pods) == 2 and len(set(devices)) == 2
+    assert {pool for pool, _ in devices} == {"dra-a100-0"}
+    # A TFJob of shares on kwok's H100 node: each replica's claim consumes 20 GiB of one
+    # H100's memory (consumable capacity), shares of one device told apart by their shareID.
+    tf = await backend.submit(
+        request(kind="tfjob", workers=2, gpu_type="dra-h100-shared", gpu_memory="20Gi"),
+        "alice",
+        notebook=notebook,
+    )
+    await wait_status(backend, tf.id, "running")
+    shares = [
+        r for p in kube.job_pods(tf.id, "TFJob") for r in results(kube, p["metadata"]["name"])
+    ]
+    assert len(shares) == 2
+    for share in shares:
+        assert share["pool"] == "dra-h100-0" and share["shareID"]
+        assert share["consumedCapacity"] == {"memory": "20Gi"}
+    distributed = [(pytorch, "PyTorchJob"), (tf, "TFJob")]
     for record, resource in distributed:
         kube.finish_job(record.id, resource)
         await wait_status(backend, record.id, "succeeded")
