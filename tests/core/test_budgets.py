@@ -14,6 +14,7 @@ from gpuhub.core.budgets import (
     hours_words,
     state_of,
 )
+from gpuhub.core.words import duration
 
 BERLIN = ZoneInfo("Europe/Berlin")
 CONFIG = {
@@ -142,4 +143,6 @@ def test_words() -> None:
     )
     assert hours_words(0.01) == "0.01" and hours_words(0.00833) == "0.0083"
     assert hours_words(0) == "0" and hours_words(1.5) == "1.5" and hours_words(123.45) == "123.5"
+    # A grace of one second reads as such in the 100 % notice.
+    assert duration(1) == "1 second" and duration(1.5) == "1.5 seconds"
     assert state_of(0, 10) == "ok" and state_of(8, 10) == "warning" and state_of(10, 10) == "over"

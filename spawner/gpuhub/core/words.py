@@ -56,7 +56,7 @@ def duration(seconds: float) -> str:
         return plural(int(seconds // 3600), "hour")
     if seconds >= 60 and seconds % 60 == 0:
         return plural(int(seconds // 60), "minute")
-    return f"{seconds:g} seconds"
+    return plural(int(seconds) if float(seconds).is_integer() else seconds, "second")
 
 
 def amount(value: Fraction | int | float) -> str:
