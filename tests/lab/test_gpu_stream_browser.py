@@ -93,103 +93,108 @@ def wait_until(page: Any, condition: Any, what: str, seconds: float = 30) -> Non
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with chromium() as browser:
+        yield browser
+
+
 def test_panel_and_status_bar_share_one_pushed_stream(
-    streaming_lab: tuple[JupyterServer, Path],
+    browser: Any, streaming_lab: tuple[JupyterServer, Path]
 ) -> None:
     server, scenario_path = streaming_lab
-    with chromium() as browser:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    sockets = Sockets(page)
+    page.goto(f"{server.url}lab?token={TOKEN}")
+    page.wait_for_selector(".jp-LabShell .jp-SideBar", timeout=TIMEOUT)
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]').click()
+    panel = page.locator("#gpuhub-gpu-panel")
+    card = panel.locator(".gpuhub-GpuCard")
+    card.wait_for(timeout=30_000)
+    utilization = card.locator(".gpuhub-GpuCard-value").first
+    page.wait_for_function(
+        "() => document.querySelector('#gpuhub-gpu-panel .gpuhub-GpuCard-value')"
+        "?.textContent === '63 %'",
+        timeout=30_000,
+    )
+    status = page.locator(".gpuhub-GpuStatus")
+    assert status.inner_text().startswith("GPU 63% · 21.0/"), status.inner_text()
+
+    # One socket for the panel and the status bar, frames arriving at the sampler's pace.
+    wait_until(page, lambda: sockets.opened, "a stream socket (the page polls instead)")
+    seen = sockets.frames[0]
+    wait_until(page, lambda: sockets.frames[0] >= seen + 10, "ten more frames")
+    assert len(sockets.opened) == 1, [s.url for s in sockets.opened]
+    assert sockets.live() == [0]
+
+    # The panel follows the frames: a new figure in the stand-in shows up pushed, not polled.
+    scenario = fake.a100s(1, utilization=17, memory_used=30 * GIB)
+    scenario_path.write_text(scenario.to_json())
+    page.wait_for_function(
+        "() => document.querySelector('#gpuhub-gpu-panel .gpuhub-GpuCard-value')"
+        "?.textContent === '17 %'",
+        timeout=30_000,
+    )
+    assert utilization.inner_text() == "17 %"
+    page.wait_for_function(
+        "() => document.querySelector('.gpuhub-GpuStatus')?.textContent.startsWith('GPU 17%')",
+        timeout=30_000,
+    )
+    # The chart moved with the samples (a line of many points).
+    points = page.evaluate(
+        "() => (document.querySelector('#gpuhub-gpu-panel .gpuhub-Sparkline-util "
+        ".gpuhub-Sparkline-line')?.getAttribute('d') || '').split('L').length"
+    )
+    assert points >= 10, points
+    assert sockets.polls == []  # nothing polled while the stream is open
+    page.screenshot(path=str(artifact("gpu-panel-stream.png")))
+
+    # Panel hidden, status bar still showing: the socket stays (past the model's 2 s
+    # grace before it closes an unwatched socket).
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+    panel.wait_for(state="hidden")
+    page.wait_for_timeout(3000)
+    assert sockets.live() == [0]
+    # And the status bar hidden too: nobody shows the figures, the socket closes.
+    page.evaluate("() => window.jupyterapp.commands.execute('statusbar:toggle')")
+    status.wait_for(state="hidden")
+    wait_until(page, lambda: not sockets.live(), "the stream to close")
+    frames = dict(sockets.frames)
+    page.wait_for_timeout(1000)  # five samples' time: no socket, no frame, no poll
+    assert len(sockets.opened) == 1 and sockets.frames == frames
+    assert sockets.polls == []
+
+    # Shown again: one new socket, and the panel fills from its first message.
+    page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]').click()
+    panel.wait_for(state="visible")
+    wait_until(page, lambda: sockets.live() == [1], "one new stream")
+    wait_until(page, lambda: sockets.frames[1] >= 5, "its frames")
+    assert utilization.inner_text() == "17 %"
+    page.close()
+
+    # Through a proxy that refuses WebSockets: a few tries, then the page polls.
+    with plain_proxy(server.url) as proxied:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         sockets = Sockets(page)
-        page.goto(f"{server.url}lab?token={TOKEN}")
+        page.goto(f"{proxied}lab?token={TOKEN}")
         page.wait_for_selector(".jp-LabShell .jp-SideBar", timeout=TIMEOUT)
-        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]').click()
+        # The workspace restores the panel as the first page left it: show it, whatever.
+        page.wait_for_function(
+            "() => window.jupyterapp?.commands.hasCommand('gpuhub:show-gpu-panel')",
+            timeout=TIMEOUT,
+        )
+        page.evaluate("() => window.jupyterapp.commands.execute('gpuhub:show-gpu-panel')")
         panel = page.locator("#gpuhub-gpu-panel")
-        card = panel.locator(".gpuhub-GpuCard")
-        card.wait_for(timeout=30_000)
-        utilization = card.locator(".gpuhub-GpuCard-value").first
+        panel.locator(".gpuhub-GpuCard").wait_for(timeout=30_000)
+        scenario_path.write_text(fake.a100s(1, utilization=41).to_json())
         page.wait_for_function(
             "() => document.querySelector('#gpuhub-gpu-panel .gpuhub-GpuCard-value')"
-            "?.textContent === '63 %'",
+            "?.textContent === '41 %'",
             timeout=30_000,
         )
-        status = page.locator(".gpuhub-GpuStatus")
-        assert status.inner_text().startswith("GPU 63% · 21.0/"), status.inner_text()
-
-        # One socket for the panel and the status bar, frames arriving at the sampler's pace.
-        wait_until(page, lambda: sockets.opened, "a stream socket (the page polls instead)")
-        seen = sockets.frames[0]
-        wait_until(page, lambda: sockets.frames[0] >= seen + 10, "ten more frames")
-        assert len(sockets.opened) == 1, [s.url for s in sockets.opened]
-        assert sockets.live() == [0]
-
-        # The panel follows the frames: a new figure in the stand-in shows up pushed, not polled.
-        scenario = fake.a100s(1, utilization=17, memory_used=30 * GIB)
-        scenario_path.write_text(scenario.to_json())
-        page.wait_for_function(
-            "() => document.querySelector('#gpuhub-gpu-panel .gpuhub-GpuCard-value')"
-            "?.textContent === '17 %'",
-            timeout=30_000,
-        )
-        assert utilization.inner_text() == "17 %"
-        page.wait_for_function(
-            "() => document.querySelector('.gpuhub-GpuStatus')?.textContent.startsWith('GPU 17%')",
-            timeout=30_000,
-        )
-        # The chart moved with the samples (a line of many points).
-        points = page.evaluate(
-            "() => (document.querySelector('#gpuhub-gpu-panel .gpuhub-Sparkline-util "
-            ".gpuhub-Sparkline-line')?.getAttribute('d') || '').split('L').length"
-        )
-        assert points >= 10, points
-        assert sockets.polls == []  # nothing polled while the stream is open
-        page.screenshot(path=str(artifact("gpu-panel-stream.png")))
-
-        # Panel hidden, status bar still showing: the socket stays (past the model's 2 s
-        # grace before it closes an unwatched socket).
-        page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
-        panel.wait_for(state="hidden")
-        page.wait_for_timeout(3000)
-        assert sockets.live() == [0]
-        # And the status bar hidden too: nobody shows the figures, the socket closes.
-        page.evaluate("() => window.jupyterapp.commands.execute('statusbar:toggle')")
-        status.wait_for(state="hidden")
-        wait_until(page, lambda: not sockets.live(), "the stream to close")
-        frames = dict(sockets.frames)
-        page.wait_for_timeout(1000)  # five samples' time: no socket, no frame, no poll
-        assert len(sockets.opened) == 1 and sockets.frames == frames
-        assert sockets.polls == []
-
-        # Shown again: one new socket, and the panel fills from its first message.
-        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="gpuhub-gpu-panel"]').click()
-        panel.wait_for(state="visible")
-        wait_until(page, lambda: sockets.live() == [1], "one new stream")
-        wait_until(page, lambda: sockets.frames[1] >= 5, "its frames")
-        assert utilization.inner_text() == "17 %"
+        wait_until(page, lambda: len(sockets.polls) >= 2, "polls")
+        assert len(sockets.opened) == 3, [s.url for s in sockets.opened]
+        assert sockets.live() == []
         page.close()
-
-        # Through a proxy that refuses WebSockets: a few tries, then the page polls.
-        with plain_proxy(server.url) as proxied:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            sockets = Sockets(page)
-            page.goto(f"{proxied}lab?token={TOKEN}")
-            page.wait_for_selector(".jp-LabShell .jp-SideBar", timeout=TIMEOUT)
-            # The workspace restores the panel as the first page left it: show it, whatever.
-            page.wait_for_function(
-                "() => window.jupyterapp?.commands.hasCommand('gpuhub:show-gpu-panel')",
-                timeout=TIMEOUT,
-            )
-            page.evaluate("() => window.jupyterapp.commands.execute('gpuhub:show-gpu-panel')")
-            panel = page.locator("#gpuhub-gpu-panel")
-            panel.locator(".gpuhub-GpuCard").wait_for(timeout=30_000)
-            scenario_path.write_text(fake.a100s(1, utilization=41).to_json())
-            page.wait_for_function(
-                "() => document.querySelector('#gpuhub-gpu-panel .gpuhub-GpuCard-value')"
-                "?.textContent === '41 %'",
-                timeout=30_000,
-            )
-            wait_until(page, lambda: len(sockets.polls) >= 2, "polls")
-            assert len(sockets.opened) == 3, [s.url for s in sockets.opened]
-            assert sockets.live() == []
-            page.close()
-        log = server.log()
-        assert "Traceback" not in log, log[-3000:]
+    log = server.log()
+    assert "Traceback" not in log, log[-3000:]
