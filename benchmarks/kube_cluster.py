@@ -91,15 +91,26 @@ class MemoryWatch:
 class BenchCluster:
     """``with BenchCluster(bare=True) as cluster:``: a cluster of its own, gone afterwards."""
 
-    def __init__(self, *, bare: bool, gpus: int = 4, max_used_gib: float = 15.0) -> None:
+    def __init__(
+        self,
+        *,
+        bare: bool,
+        gpus: int = 4,
+        max_used_gib: float = 15.0,
+        root: Path | None = None,
+    ) -> None:
+        """``root``: keep the cluster there afterwards, and use the one already running there
+        (filling 150,000 pods takes most of an hour; later runs reuse them)."""
         self.bare = bare
         self.gpus = gpus
         self.max_used_gib = max_used_gib
-        self.folder = Path(tempfile.mkdtemp(prefix="gpuhub-bench-cluster-"))
+        self.keep = root is not None
+        self.folder = root or Path(tempfile.mkdtemp(prefix="gpuhub-bench-cluster-"))
         self.root = self.folder / "cluster"
         self.up_s = 0.0
 
     def __enter__(self) -> BenchCluster:
+        self.folder.mkdir(parents=True, exist_ok=True)
         nodes = self.folder / "nodes.yaml"
         nodes.write_text("[]\n")  # the benchmark makes its nodes
         start = time.perf_counter()
@@ -126,9 +137,12 @@ class BenchCluster:
         trace: TracebackType | None,
     ) -> None:
         self.watch.stop()
-        self._remove()
+        if not self.keep:
+            self._remove()
 
     def _remove(self) -> None:
+        if self.keep:
+            return
         down(self.root, quiet=True)
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -222,6 +236,11 @@ class BenchCluster:
             timeout=120,
         )
         return not page["items"]
+
+    def count(self, path: str) -> int:
+        """How many objects a LIST of ``path`` would return (one object asked for)."""
+        page = self.api.request("GET", path, params={"limit": 1}, timeout=120)
+        return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
 
     def etcd_db_mb(self) -> float:
         """The size of etcd's database file."""

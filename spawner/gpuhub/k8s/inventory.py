@@ -2,15 +2,15 @@
 pod asks for and holds (:func:`pod_gpus`, :func:`pod_holding`), and whether a GPU type's pods
 may run on a node (:func:`node_serves`).
 
-Pure functions of the API's JSON: the hub's capacity watch (:mod:`gpuhub.hub.ledger.capacity`)
-and the jobs service's Kubernetes backend read pods through them. Who a pod belongs to is read
+Pure functions of the API's JSON, whole (``json.loads``) or as :mod:`gpuhub.k8s.objects`
+decodes it (only the fields read here, which it must declare): the hub's capacity watch
+(:mod:`gpuhub.hub.ledger.capacity`) and the jobs service's Kubernetes backend read pods
+through them. Who a pod belongs to is read
 from KubeSpawner's and gpuhub's labels (:mod:`gpuhub.k8s.labels`), which users cannot write.
 """
 
 from __future__ import annotations
 
-import gc
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,18 +33,6 @@ from gpuhub.k8s.labels import (
     USER_LABEL,
     USERNAME_ANNOTATION,
 )
-
-
-def parse_body(body: bytes) -> Any:
-    """``json.loads`` with the cyclic GC paused: a page of pods is hundreds of thousands of
-    fresh containers, and GC passes over them while parsing would cost more than the parse."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return json.loads(body)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _int(value: Any) -> int:
@@ -119,33 +107,41 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+def _amounts(container: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A container's resource amounts. Extended resources have requests == limits, and
+    either may be given alone: a request wins over a limit of the same name."""
+    resources = container.get("resources")
+    if not resources:
+        return {}
+    limits, requests = resources.get("limits"), resources.get("requests")
+    if not limits:
+        return requests or {}
+    return {**limits, **requests} if requests else limits
+
+
 def pod_gpus(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """``((resource, count), ...)`` of the GPUs a pod holds, as the scheduler counts them."""
+    """``((resource, count), ...)`` of the GPUs a pod holds, as the scheduler counts them:
+    its containers' together, or its largest init container's if that is more."""
     spec = pod.get("spec") or {}
     totals: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        # Extended resources: requests == limits, and either may be given alone.
-        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, value in values.items():
+    for container in spec.get("containers") or ():
+        for name, value in _amounts(container).items():
             if is_gpu_resource(name):
                 totals[name] = totals.get(name, 0) + _int(value)
-    for container in spec.get("initContainers") or []:
-        resources = container.get("resources") or {}
-        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, value in values.items():
+    for container in spec.get("initContainers") or ():
+        for name, value in _amounts(container).items():
             if is_gpu_resource(name):
                 totals[name] = max(totals.get(name, 0), _int(value))
+    if not totals:  # most of a cluster's pods
+        return ()
     return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
 
 
 def pod_extra(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     """The other extended resources a GPU pod asks for (a share's memory and cores)."""
     totals: dict[str, int] = {}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, value in values.items():
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for name, value in _amounts(container).items():
             if _is_extra(name):
                 totals[name] = totals.get(name, 0) + _int(value)
     return tuple(sorted((k, v) for k, v in totals.items() if v > 0))
@@ -155,13 +151,16 @@ def pod_extra(pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
 WorkloadOf = Callable[[Mapping[str, Any]], Workload | None]
 
 
-def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
-    """What a bound, active pod holds; None if it holds no GPUs or is not on a node."""
+def pod_info(
+    pod: Mapping[str, Any], gpus: tuple[tuple[str, int], ...] | None = None
+) -> PodInfo | None:
+    """What a bound, active pod holds; None if it holds no GPUs or is not on a node.
+    ``gpus``: its :func:`pod_gpus`, where the caller has them already."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     node = spec.get("nodeName")
     if not node or status.get("phase") in ("Succeeded", "Failed"):
         return None
-    gpus = pod_gpus(pod)
+    gpus = pod_gpus(pod) if gpus is None else gpus
     return PodInfo(node, gpus, pod_extra(pod)) if gpus else None
 
 
@@ -189,18 +188,23 @@ def claimed_gpus(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
     return ((key, int(count)),)
 
 
-def pod_holding(pod: Mapping[str, Any], workload_of: WorkloadOf | None = None) -> Holding | None:
+def pod_holding(
+    pod: Mapping[str, Any],
+    workload_of: WorkloadOf | None = None,
+    gpus: tuple[tuple[str, int], ...] | None = None,
+) -> Holding | None:
     """The ledger's view of an active pod that holds GPUs, bound yet or not (a pending pod
     counts against the quota, but holds GPUs only once bound to a node: until then it is
     ``waiting``, in Kueue's queue while Kueue's admission gate is on, else for a node);
     None for anything else. ``workload_of`` says whose object a job's pod belongs to, from
     its metadata: that depends on the job's kind, which this layer does not know (the hub
-    passes :func:`gpuhub.jobs.kinds.pod_workload`)."""
+    passes :func:`gpuhub.jobs.kinds.pod_workload`). ``gpus``: its :func:`pod_gpus`, where the
+    caller has them already."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     if status.get("phase") in ("Succeeded", "Failed"):
         return None
     env = _gpuhub_env(pod)
-    gpus = pod_gpus(pod) or claimed_gpus(env)
+    gpus = (pod_gpus(pod) if gpus is None else gpus) or claimed_gpus(env)
     if not gpus:
         return None
     labels = meta.get("labels") or {}

@@ -239,6 +239,28 @@ async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube
         await faulty.close()
 
 
+async def test_lists_in_pages_where_lists_do_not_stream(kube, kube_api, kube_faults, cache):
+    """An apiserver that cannot stream lists (before Kubernetes 1.27, or WatchList off)
+    refuses ``sendInitialEvents`` with 422: the cache lists in pages instead, then watches,
+    and its figures and holdings are the streaming cache's."""
+    faulty = await config.new_client_from_config(config_file=str(kube_faults.kubeconfig))
+    kube_faults.fail_requests(422, count=2, watch=True)  # the two kinds' streaming lists
+    paged = ClusterCapacity(client.CoreV1Api(faulty), watch_timeout=5)
+    try:
+        assert await paged.wait_ready(10)
+        assert not paged.stream_lists and cache.stream_lists
+        assert paged.capacity(TYPES) == cache.capacity(TYPES)
+        assert paged.holdings() == cache.holdings()
+        v1 = client.CoreV1Api(kube_api)
+        await v1.create_namespaced_pod(kube.namespace, gpu_pod("paged", 2, node="a100-1"))
+        await eventually(lambda: (kube.namespace, "paged") in paged.pods)
+        await eventually(lambda: (kube.namespace, "paged") in cache.pods)
+        assert paged.capacity(TYPES) == cache.capacity(TYPES)
+    finally:
+        await paged.stop()
+        await faulty.close()
+
+
 async def test_unreachable_cluster_says_so(tmp_path):
     from localk8s.kubeapi import kubeconfig
     from tests.support.hub.process import free_port

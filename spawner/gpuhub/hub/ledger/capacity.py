@@ -33,7 +33,6 @@ from typing import Any
 from gpuhub.core.holdings import Holding, Workload, per_workload
 from gpuhub.core.policy import GPUType
 from gpuhub.core.sharing import MIB, Sharing
-from gpuhub.hub.ledger.dra_capacity import DeviceWatch, TypeDevices, figures, node_takes
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger, holding_match
 from gpuhub.hub.ledger.tally import Part, Tally
@@ -44,21 +43,25 @@ from gpuhub.k8s.inventory import (
     PodInfo,
     node_info,
     node_serves,
-    parse_body,
+    pod_gpus,
     pod_holding,
     pod_info,
 )
 from gpuhub.k8s.labels import GPU_COUNT_LABEL, GPU_REPLICAS_LABEL
+from gpuhub.k8s.listwatch import initial_events_end, list_pages, watch
 
 log = logging.getLogger("gpuhub.hub.ledger.capacity")
 
 # Terminal pods hold nothing; the apiserver filters them out of the watch for us.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
-# Objects per LIST page (client-go's reflector pages by 500). A real apiserver's pod is about
-# 3.5 KB of JSON (managed fields, the kubelet's status): a page of 5,000 is 17 MB, and parsing
-# one left ~130 MB more of the hub's memory in use than pages of 1,000, which sync as fast
-# (docs/benchmarks.md).
+# Objects per LIST page where the apiserver does not stream lists (client-go's reflector
+# pages by 500). A real apiserver's pod is about 3.5 KB of JSON: a page of 5,000 is 17 MB,
+# and parsing one left ~130 MB more of the hub's memory in use than pages of 1,000, which
+# sync as fast (docs/benchmarks.md).
 LIST_PAGE = 1000
+# What an apiserver that cannot stream lists (no WatchList, before Kubernetes 1.27) answers
+# a watch with ``sendInitialEvents``: the request is invalid.
+NO_STREAMING = (400, 422)
 
 
 SEEN_SECONDS = 3600.0  # longer than any grant lives (hub_api.GRANT_SECONDS)
@@ -74,10 +77,6 @@ class Fit:
     max_gpus: int  # most GPUs of the type on one such node
     max_cpu: float  # most allocatable CPU / memory among nodes with max_gpus or more
     max_memory: int
-    # A type claimed through DRA: the most memory one of its devices has ("" / None: not
-    # known), and where ("GPU 0 of dra-h100-0").
-    max_device_memory: int | None = None
-    largest_device: str = ""
 
 
 class BetweenOwners:
@@ -160,6 +159,29 @@ class CapacityUnavailable(RuntimeError):
     """The cluster cannot be read now; the message says why, for the form."""
 
 
+class _Lists:
+    """What a LIST (paged or streamed) builds before it replaces the cache's."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[tuple[str, str], PodInfo] = {}
+        self.holders: dict[str, dict[tuple[str, str], Holding]] = {}
+
+    def drop(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "nodes":
+            self.nodes.pop(meta.get("name", ""), None)
+            return
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        self.pods.pop(key, None)
+        for held in self.holders.values():
+            held.pop(key, None)
+
+
+class _Unfinished(RuntimeError):
+    """A streaming list ended before its initial events did."""
+
+
 class ClusterCapacity:
     """A watch-backed cache of nodes and GPU-holding pods (start once, read often)."""
 
@@ -190,14 +212,8 @@ class ClusterCapacity:
         self._answered = asyncio.Event()  # the first list succeeded or failed
         # Pods whose kind's object owns them through another (a TrainJob's, its JobSet).
         self.owners = BetweenOwners(api, self._bump)
-        # GPUs claimed through DRA: slices, claims and classes, watched once a DRA type is
-        # asked about (want_devices).
-        self.dra = DeviceWatch(
-            getattr(api, "api_client", None),
-            self._bump,
-            request_timeout=request_timeout,
-            watch_timeout=watch_timeout,
-        )
+        # Streaming lists (sendInitialEvents) until the apiserver says it cannot.
+        self.stream_lists = True
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -213,13 +229,6 @@ class ClusterCapacity:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self.owners.stop()
-        await self.dra.stop()
-
-    def want_devices(self, gpu_types: Iterable[GPUType]) -> None:
-        """Start watching DRA's objects once a type claimed through DRA is asked about (a
-        hub without such types never lists them)."""
-        if any(t.dra is not None for t in gpu_types):
-            self.dra.start()
 
     @property
     def available(self) -> bool:
@@ -244,28 +253,15 @@ class ClusterCapacity:
         return self.api.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}
 
     async def _run(self, kind: str) -> None:
-        from kubernetes_asyncio import watch
         from kubernetes_asyncio.client import ApiException
 
         backoff = 0.5
         while True:
             try:
-                version = await self._relist(kind)
+                version = await self._sync(kind)
                 backoff = 0.5
-                method, kwargs = self._list_call(kind)
-                while True:
-                    stream = watch.Watch(return_type="object")
-                    async with stream:
-                        async for event in stream.stream(
-                            method,
-                            resource_version=version,
-                            allow_watch_bookmarks=True,
-                            timeout_seconds=self.watch_timeout,
-                            _request_timeout=self.watch_timeout + 30,
-                            **kwargs,
-                        ):
-                            version = self._apply(kind, event) or version
-                    # The server ended the watch (timeout or a dropped connection): resume.
+                while True:  # the server ends a watch after watch_timeout: resume it
+                    version = await self._watch(kind, version)
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
@@ -285,46 +281,98 @@ class ClusterCapacity:
         self.synced[kind] = False
         self._answered.set()
 
+    async def _sync(self, kind: str) -> str:
+        """Everything of ``kind`` now, installed; the version to watch from. A streaming list
+        goes on as the watch, and returns only when the server ends it."""
+        from kubernetes_asyncio.client import ApiException
+
+        if self.stream_lists:
+            try:
+                return await self._watch(kind, "", initial=True)
+            except ApiException as exc:
+                if exc.status not in NO_STREAMING:
+                    raise
+                self.stream_lists = False
+                log.info(
+                    "The Kubernetes API does not stream lists (it answered %s %s): "
+                    "listing in pages",
+                    exc.status,
+                    exc.reason,
+                )
+            except _Unfinished:
+                # The apiserver ended it early: it closes a watch that falls behind the
+                # changes (a busy hub, a cluster in churn). Pages wait for the hub.
+                log.info("The streaming list of %s ended early: listing it in pages", kind)
+        return await self._relist(kind)
+
+    async def _watch(self, kind: str, version: str, initial: bool = False) -> str:
+        """Apply the events of one watch from ``version`` until the server ends it; the last
+        version seen. ``initial``: a streaming list, whose initial events replace the cache's
+        lists once all have come."""
+        method, kwargs = self._list_call(kind)
+        lists = _Lists() if initial else None
+        events = watch(
+            method,
+            kind,
+            version=version,
+            initial=initial,
+            timeout_seconds=self.watch_timeout,
+            **kwargs,
+        )
+        async with contextlib.aclosing(events):  # the connection goes back at once
+            async for event in events:
+                if lists is None:
+                    version = self._apply(kind, event) or version
+                elif initial_events_end(event):
+                    version = self._install(kind, lists, event["object"])
+                    lists = None
+                elif event["type"] in ("ADDED", "MODIFIED"):  # the initial events are ADDED
+                    self._take(kind, event["object"], lists)
+                elif event["type"] == "DELETED":
+                    lists.drop(kind, event["object"])
+        if lists is not None:
+            raise _Unfinished(f"its list of {kind} ended before its initial events did")
+        return version
+
     async def _relist(self, kind: str) -> str:
         """LIST in pages of ``LIST_PAGE`` (as client-go's reflector does), keeping only what
         the figures and the ledger need from each page: a 150,000-pod cluster never sits in
         memory as one JSON document."""
         method, kwargs = self._list_call(kind)
-        nodes: dict[str, NodeInfo] = {}
-        pods: dict[tuple[str, str], PodInfo] = {}
-        holders: dict[str, dict[tuple[str, str], Holding]] = {}
-        version, token = "", None
-        while True:
-            page = {"limit": LIST_PAGE, **({"_continue": token} if token else {})}
-            response = await method(
-                _preload_content=False, _request_timeout=self.request_timeout, **kwargs, **page
-            )
-            # Raw JSON: deserialising into client models would cost seconds per 10,000 pods.
-            body = parse_body(await response.read())
-            meta = body.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            for item in body.get("items") or []:
-                if kind == "nodes":
-                    info = node_info(item)
-                    nodes[info.name] = info
-                    continue
-                item_meta = item.get("metadata") or {}
-                key = (item_meta.get("namespace", ""), item_meta.get("name", ""))
-                pod = pod_info(item)
-                if pod is not None:
-                    pods[key] = pod
-                holding = pod_holding(item, pod_workload)
-                if holding is not None:
-                    holders.setdefault(holding.user, {})[key] = holding
-                    self.owners.note(item_meta)
-            token = meta.get("continue")
-            if not token:
-                break
+        lists = _Lists()
+        version = ""
+        pages = list_pages(method, kind, limit=LIST_PAGE, timeout=self.request_timeout, **kwargs)
+        async with contextlib.aclosing(pages):
+            async for page in pages:
+                version = page.version or version
+                for item in page.items:
+                    self._take(kind, item, lists)
+        return self._install(kind, lists, {"metadata": {"resourceVersion": version}})
+
+    def _take(self, kind: str, item: Mapping[str, Any], lists: _Lists) -> None:
+        """One object of a LIST, into what the LIST builds."""
         if kind == "nodes":
-            self.nodes = nodes
+            info = node_info(item)
+            lists.nodes[info.name] = info
+            return
+        gpus = pod_gpus(item)  # once for both
+        meta = item.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        pod = pod_info(item, gpus) if gpus else None
+        if pod is not None:
+            lists.pods[key] = pod
+        holding = pod_holding(item, pod_workload, gpus)
+        if holding is not None:
+            lists.holders.setdefault(holding.user, {})[key] = holding
+            self.owners.note(meta)
+
+    def _install(self, kind: str, lists: _Lists, end: Mapping[str, Any]) -> str:
+        """A LIST's lists become the cache's; ``end`` holds its resource version."""
+        if kind == "nodes":
+            self.nodes = lists.nodes
         else:
-            self.pods, self.holders = pods, holders
-            self._holder_of = {key: user for user, held in holders.items() for key in held}
+            self.pods, self.holders = lists.pods, lists.holders
+            self._holder_of = {key: user for user, held in lists.holders.items() for key in held}
         self._tallies.clear()  # rebuilt from the new lists at the next view
         self._recount()
         self.node_generation += 1
@@ -334,7 +382,7 @@ class ClusterCapacity:
             self._ready.set()
             self._answered.set()
         self._bump()
-        return version
+        return str((end.get("metadata") or {}).get("resourceVersion") or "")
 
     def _apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
         obj = event.get("raw_object") or event.get("object") or {}
@@ -360,12 +408,13 @@ class ClusterCapacity:
         else:
             key = (meta.get("namespace", ""), meta.get("name", ""))
             deleted = event.get("type") == "DELETED"
-            holding = None if deleted else pod_holding(obj, pod_workload)
+            gpus = () if deleted else pod_gpus(obj)
+            holding = None if deleted else pod_holding(obj, pod_workload, gpus)
             if holding is not None:
                 self.owners.note(meta)
             self._hold(key, holding)
             before = self.pods.pop(key, None)
-            after = None if deleted else pod_info(obj)
+            after = pod_info(obj, gpus) if gpus else None
             if before == after:
                 # Nothing the figures read changed: a status update, or a pod without GPUs
                 # (most of a cluster's pods and events). Holdings are read directly.
@@ -419,25 +468,9 @@ class ClusterCapacity:
         holding per server and one per job (its replicas' pods together)."""
         self._require()
         owned = self.owners.workload
-        if self.dra.state.pod_claims:
-            plain = owned
-
-            def owned(holding: Holding) -> Holding:
-                return self._claimed(plain(holding))
-
         if user is not None:
             return per_workload(owned(h) for h in self.holders.get(user, {}).values())
         return per_workload(owned(h) for pods in self.holders.values() for h in pods.values())
-
-    def _claimed(self, holding: Holding) -> Holding:
-        """``holding`` with the DRA devices allocated to its pods' claims, named."""
-        state = self.dra.state
-        named: list[str] = []
-        for pod in holding.pods:
-            claims = state.pod_claims.get(pod)
-            for device, key in state.devices_of(sorted(claims)) if claims else ():
-                named.append(device.words_on_node if device else f"device {key[2]} of {key[1]}")
-        return replace(holding, claimed=tuple(named)) if named else holding
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}
@@ -509,49 +542,8 @@ class ClusterCapacity:
         """Free and total GPUs of each type now, and the most free together on one node."""
         self._require()
         types = tuple(gpu_types)
-        self.want_devices(types)
         key = ("capacity", *map(_type_key, types))
-        return self._cached(key, lambda: self._figures(types))
-
-    def _figures(self, types: tuple[GPUType, ...]) -> dict[str, GPUCapacity]:
-        """Each type's figures; a DRA type's only once its devices are known."""
-        out = {}
-        for gpu_type in types:
-            if gpu_type.dra is None:
-                out[gpu_type.key] = self._capacity(gpu_type)
-            elif self.dra.ready:
-                devices = self.type_devices(gpu_type)
-                out[gpu_type.key] = figures(devices, gpu_type.sharing, self._claim_holders)
-        return out
-
-    def _claim_holders(self, key: tuple[str, str]) -> list[str]:
-        """Who holds a claim's devices: "ana: server 'default'" for a server's or job's pod
-        (:meth:`holdings`' own words), "pod lab/x" for any other pod."""
-        claim = self.dra.state.claims.get(key)
-        if claim is None:
-            return []
-        names = []
-        for pod in claim.pods:
-            pod_key = (claim.namespace, pod)
-            user = self._holder_of.get(pod_key)
-            holding = self.holders.get(user, {}).get(pod_key) if user else None
-            if holding is not None:
-                names.append(f"{user}: {self.owners.workload(holding).label}")
-            else:
-                names.append(f"pod {claim.namespace}/{pod}")
-        return names
-
-    def type_devices(self, gpu_type: GPUType) -> TypeDevices:
-        """The devices a DRA type can use, on nodes its pods may run on, and what they have
-        free now (:mod:`gpuhub.hub.ledger.dra_capacity`)."""
-        assert gpu_type.dra is not None
-        nodes = self.nodes
-        return self.dra.state.devices_for(
-            gpu_type.dra,
-            lambda name: node_takes(nodes.get(name), gpu_type),
-            (self.node_generation, _type_key(gpu_type)),
-            gpu_type.sharing,
-        )
+        return self._cached(key, lambda: {t.key: self._capacity(t) for t in types})
 
     def _capacity(self, gpu_type: GPUType) -> GPUCapacity:
         """From the type's running sums (:meth:`_tally`): no walk over the nodes.
@@ -582,40 +574,10 @@ class ClusterCapacity:
     def fit(self, gpu_type: GPUType, gpus: int = 1) -> Fit:
         """What the biggest node serving ``gpu_type`` could hold if it were empty."""
         self._require()
-        if gpu_type.dra is not None:
-            self.want_devices((gpu_type,))
-            return self._cached(
-                ("fit", _type_key(gpu_type), gpus),
-                lambda: self._device_fit(gpu_type, gpus),
-                # what devices there are: nodes, slices and classes; claims do not change it
-                hash((self.node_generation, self.dra.state.device_generation)),
-            )
         return self._cached(
             ("fit", _type_key(gpu_type), gpus),
             lambda: self._fit(gpu_type, gpus),
             self.node_generation,  # what nodes could hold: pods do not change it
-        )
-
-    def _device_fit(self, gpu_type: GPUType, gpus: int) -> Fit:
-        """What the biggest node's devices of a DRA type could hold if none were claimed."""
-        if not self.dra.ready:
-            raise CapacityUnavailable(self.dra.error or "the cluster's devices are still loading")
-        rooms = self.type_devices(gpu_type).rooms.values()
-        per_node: dict[str, int] = {}
-        for room in rooms:
-            per_node[room.device.node] = per_node.get(room.device.node, 0) + 1
-        big_enough = [self.nodes[n] for n, count in per_node.items() if count >= gpus]
-        sized = [r for r in rooms if r.memory_total is not None]
-        largest = max(sized, key=lambda r: r.memory_total or 0, default=None)
-        return Fit(
-            nodes=len(per_node),
-            max_gpus=max(per_node.values(), default=0),
-            max_cpu=max((n.cpu for n in big_enough), default=0.0),
-            max_memory=max((n.memory for n in big_enough), default=0),
-            max_device_memory=None if largest is None else largest.memory_total,
-            largest_device=""
-            if largest is None
-            else f"{largest.device.short_words} of {largest.device.node}",
         )
 
     def _fit(self, gpu_type: GPUType, gpus: int) -> Fit:
