@@ -29,6 +29,7 @@ from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
 from gpuhub.k8s.dra import (
+    TEMPLATE_SUFFIX,
     ClaimTemplates,
     claim_template,
     claims_gpus,
@@ -341,11 +342,24 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 if meta.get("ownerReferences") or _age(meta) < self.ORPHAN_AGE:
                     continue
                 name = str(meta.get("name") or "")
+                if await self._pod_exists(name.removesuffix(TEMPLATE_SUFFIX)):
+                    continue  # its pod runs on it (owning it failed); its stop deletes it
                 self.log.info("Deleting ResourceClaimTemplate %s: no server pod owns it", name)
                 await self._claim_templates().delete(name)
         except (TimeoutError, ApiException, OSError) as exc:
             cls._gpuhub_orphans_swept = False  # try again later
             self.log.info("Sweeping servers' ResourceClaimTemplates failed: %s", exc)
+
+    async def _pod_exists(self, name: str) -> bool:
+        from kubernetes_asyncio.client.rest import ApiException
+
+        try:
+            await self.api.read_namespaced_pod(name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     async def _missing_classes(self, types: list[GPUType]) -> dict[str, str]:
         """``{type key: sentence}`` for DRA types whose DeviceClass the cluster lacks (one
@@ -389,9 +403,6 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 # Before its pod: a pod whose template is missing waits for it.
                 await self._claim_templates().replace(claims)
             made = bool(await super()._make_create_pod_request(pod, request_timeout))
-            if made and claims is not None:
-                await self._own_claim_template(claims["metadata"]["name"])
-            return made
         except ApiException as exc:
             if claims is not None:
                 await self._delete_claim_template()  # a failed start leaves nothing behind
@@ -405,21 +416,30 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 self.log.warning("Kubernetes refused the pod of %s: %s", log_name(self), reason)
                 raise refusal(f"Kubernetes refused the server's pod: {reason}", 403) from None
             raise
+        if made and claims is not None:
+            await self._own_claim_template(claims["metadata"]["name"])
+        return made
 
     async def _own_claim_template(self, name: str) -> None:
         """The pod owns its template from now on: it goes with the pod, even should the hub
-        never stop the server."""
-        pod = await self.api.read_namespaced_pod(self.pod_name, self.namespace)
-        await self._claim_templates().own(
-            name,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": self.pod_name,
-                "uid": pod.metadata.uid,
-                "blockOwnerDeletion": True,
-            },
-        )
+        never stop the server. Should that fail, the pod has its template all the same, and
+        the server's stop deletes it."""
+        from kubernetes_asyncio.client.rest import ApiException
+
+        try:
+            pod = await self.api.read_namespaced_pod(self.pod_name, self.namespace)
+            await self._claim_templates().own(
+                name,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": self.pod_name,
+                    "uid": pod.metadata.uid,
+                    "blockOwnerDeletion": True,
+                },
+            )
+        except (TimeoutError, ApiException, OSError) as exc:
+            self.log.warning("Giving ResourceClaimTemplate %s to its pod failed: %s", name, exc)
 
     async def _make_delete_pod_request(
         self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
