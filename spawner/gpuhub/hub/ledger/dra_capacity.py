@@ -57,10 +57,6 @@ class DeviceRoom:
     memory_total: int | None
     claims: tuple[ClaimKey, ...] = ()  # the claims allocated it
 
-    @property
-    def taken(self) -> bool:
-        return not self.claims
-
 
 class DeviceState:
     """Slices, classes and allocated claims as the figures read them (module docstring)."""
