@@ -9,8 +9,8 @@ GPU until Kueue counts the usage; heavy then asks again, light after heavy, and 
 first workload ends Kueue admits light's, while the visibility API already put light first.
 Those workloads are made directly (no pods), so nothing waits on a scheduler. Last, heavy's
 job, submitted by the jobs service's backend with the fair setting, waits in heavy's queue
-too, behind heavy's server-like workload, and its message says the queue favours who used
-least.
+too, a newcomer's later workload goes first, and the job's message says the queue favours
+who used least.
 """
 
 from __future__ import annotations
@@ -165,6 +165,9 @@ async def test_kueue_admits_the_lighter_users_workload_first(kube: Kube, tmp_pat
         )
         with pytest.raises(NotOurQueue, match="gpus-team exists but is not team's queue"):
             await api.user_queue(kube.namespace, "gpus", "team", fair.cluster_queue)
+        # As the hub and the jobs service ask: team keeps the admin's queue (""), heavy his own.
+        assert await api.own_queue(kube.namespace, "gpus", "team", "jobs") == ""
+        assert await api.own_queue(kube.namespace, "gpus", "heavy", "jobs") == heavy_q
 
         # heavy holds the only GPU until Kueue has counted some of its use.
         kube.create(workload("heavy-1", heavy_q))
@@ -197,8 +200,9 @@ async def test_kueue_admits_the_lighter_users_workload_first(kube: Kube, tmp_pat
     finally:
         await client.close()
 
-    # heavy's job (the jobs service, line_order fair) waits in heavy's queue too, and light,
-    # who asks after it, goes first again; the job's place is its place in the ClusterQueue
+    # heavy's job (the jobs service, line_order fair) waits in heavy's queue too, and a
+    # newcomer who never used a GPU, asking after it, goes first (not light, whose admitted
+    # workload now adds to light's usage); the job's place is its place in the ClusterQueue
     # and its message says why, with the queue's own name.
     settings = m.KubeJobSettings(
         namespace=kube.namespace, job_image="img:1", kueue_queue="gpus", kueue_fair=True
@@ -212,27 +216,28 @@ async def test_kueue_admits_the_lighter_users_workload_first(kube: Kube, tmp_pat
         job = await backend.submit(request, "heavy", notebook=(root / "train.ipynb").read_bytes())
         made = kube.get("Job", job.id) or {}
         assert made["metadata"]["labels"][QUEUE_NAME_LABEL] == heavy_q
-        kube.create(workload("light-2", light_q))
+        new_q = await backend.kueue.user_queue(kube.namespace, "gpus", "new", fair.cluster_queue)
+        kube.create(workload("new-1", new_q))
 
         async def seen() -> tuple[int | None, int | None, int | None]:
-            """(the job's place as the backend says it, as the visibility API does; light-2's)"""
+            """(the job's place as the backend says it, as the visibility API does; new-1's)"""
             record = await backend.get("heavy", job.id)
             uid = made["metadata"]["uid"]
             heavy_line = await backend.kueue.line(kube.namespace, heavy_q) or []
-            light_line = await backend.kueue.line(kube.namespace, light_q) or []
+            new_line = await backend.kueue.line(kube.namespace, new_q) or []
             return (
                 record.queue_position,
                 next(
                     (p.in_cluster_queue for p in heavy_line if uid in {o[2] for o in p.owners}),
                     None,
                 ),
-                next((p.in_cluster_queue for p in light_line if p.name == "light-2"), None),
+                next((p.in_cluster_queue for p in new_line if p.name == "new-1"), None),
             )
 
-        said, listed, light = await eventually(
+        said, listed, new = await eventually(
             seen, lambda f: f[0] is not None and f[0] == f[1] and f[2] == 1
         )
-        assert light == 1 and said == listed and said in (2, 3), (said, listed, light)
+        assert new == 1 and said == listed and said in (2, 3), (said, listed, new)
         record = await backend.get("heavy", job.id)
         assert record.status == "queued", record
         assert record.message.startswith('Waiting in queue "gpus" for 1 NVIDIA A100'), record

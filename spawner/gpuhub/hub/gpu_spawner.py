@@ -10,7 +10,7 @@ import inspect
 import json
 import re
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 from kubespawner import KubeSpawner
 from traitlets import Bool, Float, TraitError, Unicode, default, validate
@@ -39,7 +39,7 @@ from gpuhub.k8s.dra import (
     shared_device_classes,
     template_name,
 )
-from gpuhub.k8s.kueue import FairSharing, Pending, gated, shared_kueue, waiting_words
+from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
 from gpuhub.k8s.labels import (
     COMPONENT_LABEL,
     MANAGED_BY,
@@ -556,50 +556,16 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
     _gpuhub_kueue_checked = False
 
     # -- a fair queue: one LocalQueue per user (line_order = "fair", gpuhub.k8s.kueue) -------
-    # Whether Kueue orders the admin's queue by past usage, as the hub found at its first
-    # queued spawn (None: not asked yet).
-    _gpuhub_fair_queue: ClassVar[FairSharing | None] = None
     _gpuhub_user_queue = ""  # this spawn's own LocalQueue ("": the admin's queue)
 
     async def _choose_queue(self) -> None:
         """With ``line_order = "fair"`` where Kueue offers admission fair sharing, this
         user's own LocalQueue (made on first use): Kueue orders LocalQueues by past usage.
-        Elsewhere the admin's queue, first come, first served; the hub said why once."""
+        Elsewhere the admin's queue, first come, first served; the hub says why once."""
         self._gpuhub_user_queue = ""
-        if not self.gpu_line_order().fair:
-            return
-        kueue = shared_kueue(self.api.api_client)
-        cls = GPUSpawner
-        if cls._gpuhub_fair_queue is None:
-            cls._gpuhub_fair_queue = fair = await kueue.fair_sharing(
-                self.namespace, self.kueue_queue_name
-            )
-            if fair.on:
-                self.log.info(
-                    "gpuhub: line_order is fair: Kueue's ClusterQueue %s orders by past usage "
-                    "(admission fair sharing); each user waits in a LocalQueue of their own",
-                    fair.cluster_queue,
-                )
-            else:
-                self.log.warning(
-                    "gpuhub: line_order is fair, but Kueue does not order the queue %r by "
-                    "past usage (%s): GPU servers wait in it first come, first served.",
-                    self.kueue_queue_name,
-                    fair.why_not,
-                )
-        fair = cls._gpuhub_fair_queue
-        if not fair.on:
-            return
-        try:
-            self._gpuhub_user_queue = await kueue.user_queue(
-                self.namespace, self.kueue_queue_name, self.user.name, fair.cluster_queue
-            )
-        except Exception as exc:  # not allowed, say: the admin's queue, first come first served
-            self.log.warning(
-                "gpuhub: cannot make %s's LocalQueue, so the server waits in %r: %s",
-                self.user.name,
-                self.kueue_queue_name,
-                exc,
+        if self.gpu_line_order().fair:
+            self._gpuhub_user_queue = await shared_kueue(self.api.api_client).own_queue(
+                self.namespace, self.kueue_queue_name, self.user.name, "GPU servers", self.log
             )
 
     def _waits_in(self) -> str:

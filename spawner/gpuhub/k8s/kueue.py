@@ -151,6 +151,7 @@ class KueueAPI:
         self._uses: dict[tuple[str, str], tuple[float, asyncio.Future[QueueUse | None]]] = {}
         self._use_refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
         self._made: set[tuple[str, str]] = set()  # users' LocalQueues known to exist
+        self._fair: dict[tuple[str, str], FairSharing] = {}  # (namespace, queue) -> as found
 
     async def _served(self, group: str, resource: str) -> str | None:
         """The first of :data:`VERSIONS` whose discovery lists ``resource`` in ``group``."""
@@ -287,6 +288,60 @@ class KueueAPI:
                 f"the LocalQueue {queue!r} or its ClusterQueue cannot be read (HTTP {exc.status})",
             )
         return fair_sharing_of(local, cluster)
+
+    async def own_queue(
+        self,
+        namespace: str,
+        queue: str,
+        user: str,
+        what: str,
+        logger: logging.Logger | logging.LoggerAdapter[Any] | None = None,
+    ) -> str:
+        """With ``line_order = "fair"``: the LocalQueue ``user``'s ``what`` ("GPU servers",
+        "jobs") wait in, their own (:meth:`user_queue`) where Kueue orders ``queue``'s
+        ClusterQueue by past usage, else "" (the admin's ``queue``, first come, first
+        served). Whether it does is asked once and said once in the log; an answer that
+        could not be had (the apiserver failing) is asked again next time, and a user's
+        queue that cannot be made leaves them in the admin's queue, saying why (in ``logger``:
+        the hub's own log, where it is given)."""
+        say = logger or log
+        key = (namespace, queue)
+        fair = self._fair.get(key)
+        if fair is None:
+            try:
+                fair = await self.fair_sharing(namespace, queue)
+            except Exception as exc:
+                say.info("gpuhub: cannot tell whether Kueue orders %r by usage: %s", queue, exc)
+                return ""
+            self._fair[key] = fair
+            if fair.on:
+                say.info(
+                    "gpuhub: line_order is fair: Kueue's ClusterQueue %s orders by past usage "
+                    "(admission fair sharing); each user's %s wait in a LocalQueue of their own",
+                    fair.cluster_queue,
+                    what,
+                )
+            else:
+                say.warning(
+                    "gpuhub: line_order is fair, but Kueue does not order the queue %r by past "
+                    "usage (%s): %s wait in it first come, first served.",
+                    queue,
+                    fair.why_not,
+                    what,
+                )
+        if not fair.on:
+            return ""
+        try:
+            return await self.user_queue(namespace, queue, user, fair.cluster_queue)
+        except Exception as exc:  # not allowed, not ours: the admin's queue, and why
+            say.warning(
+                "gpuhub: %s's %s wait in %r, not a LocalQueue of their own: %s",
+                user,
+                what,
+                queue,
+                exc,
+            )
+            return ""
 
     async def user_queue(self, namespace: str, queue: str, user: str, cluster_queue: str) -> str:
         """The name of ``user``'s own LocalQueue beside ``queue``, pointing at

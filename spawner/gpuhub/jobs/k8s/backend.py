@@ -68,7 +68,7 @@ from gpuhub.jobs.model import (
 )
 from gpuhub.k8s import dra
 from gpuhub.k8s.inventory import pod_holding
-from gpuhub.k8s.kueue import FairSharing, KueueAPI, QueueUse, positions, user_queue_name
+from gpuhub.k8s.kueue import KueueAPI, QueueUse, positions
 from gpuhub.k8s.labels import (
     COMPONENT_LABEL,
     HUB_USERNAME_KEY,
@@ -195,7 +195,6 @@ class KubernetesBackend(JobBackend):
         self._discovered: tuple[float, frozenset[str]] | None = None
         self._needed_seen: dict[str, float] = {}  # Needed.path -> when it was last found
         self.kueue = KueueAPI(api)
-        self._fair: FairSharing | None = None  # whether Kueue orders the queue by usage
         self._kueue_said: OrderedDict[str, str] = OrderedDict()  # Workload uid -> what Kueue said
         self._final_logs: OrderedDict[str, PodLog] = OrderedDict()
         self._tombstones: dict[str, tuple[float, JobRecord]] = {}
@@ -769,37 +768,7 @@ class KubernetesBackend(JobBackend):
         queue = self.settings.kueue_queue
         if not queue or not self.settings.kueue_fair:
             return queue
-        if self._fair is None:
-            self._fair = await self.kueue.fair_sharing(self.namespace, queue)
-            if self._fair.on:
-                log.info(
-                    "gpuhub: line_order is fair: Kueue's ClusterQueue %s orders by past usage "
-                    "(admission fair sharing); each user's jobs wait in a LocalQueue of "
-                    "their own",
-                    self._fair.cluster_queue,
-                )
-            else:
-                log.warning(
-                    "gpuhub: line_order is fair, but Kueue does not order the queue %r by "
-                    "past usage (%s): jobs wait in it first come, first served.",
-                    queue,
-                    self._fair.why_not,
-                )
-        if not self._fair.on:
-            return queue
-        try:
-            return await self.kueue.user_queue(
-                self.namespace, queue, owner, self._fair.cluster_queue
-            )
-        except Exception as exc:  # not allowed, say: the admin's queue, first come first served
-            log.warning(
-                "gpuhub: cannot make %s's LocalQueue %s, so the job waits in %r: %s",
-                owner,
-                user_queue_name(queue, owner),
-                queue,
-                exc,
-            )
-            return queue
+        return await self.kueue.own_queue(self.namespace, queue, owner, "jobs") or queue
 
     def _gpu_summary(self, obj: Obj) -> str:
         res = _resources(obj)
