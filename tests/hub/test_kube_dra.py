@@ -5,10 +5,12 @@ allocates from and the real controller-manager releases (localk8s/dra.py).
 A real JupyterHub with GPUSpawner spawns a server of a DRA type on the process node: its pod
 claims its GPU from a ResourceClaimTemplate the hub made for it, the scheduler allocates one
 of the node's DRA GPUs, and the server's kernel computes on that device, as the lab's metrics
-see it; when the server stops, template and claim go. Each job kind the jobs service offers
-for DRA types gets its claims the same way: a Job on the process node, a PyTorchJob and a TFJob
-on kwok's DRA node of A100s; claims are released when the jobs end. One hub and one backend
-for the module: cluster tests are few and share their setup.
+see it; a second server waits in Kueue, which counts the first one's claim against its quota;
+when a server stops, template and claim go; a type whose DeviceClass is missing is said and
+refused. Each job kind the jobs service offers for DRA types gets its claims the same way: a
+Job on the process node (a whole GPU), a PyTorchJob of MIG slices and a TFJob of memory shares
+on kwok's DRA nodes; claims are released when the jobs end, and a failed submit leaves no
+template. One hub and one backend for the module: cluster tests are few and share their setup.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ pytestmark = pytest.mark.e2e
 
 RESOURCE = "resource.k8s.io/v1"
 SIMULATED = "device.attributes['gpu.nvidia.com'].productName == 'gpuhub-simulated-GPU'"
-A100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-80GB'"
 H100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"
+MIG_1G = "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"
 DRA_TYPES: dict[str, Any] = {
     # The process node's GPUs claimed through DRA (gpu-4, gpu-5): pods there really run.
     "dra": {
@@ -54,14 +56,14 @@ DRA_TYPES: dict[str, Any] = {
         "node_selector": PROCESS_NODE_SELECTOR,
         "max_gpus": 2,
     },
-    # kwok's DRA node of whole A100s: pods run with no process, until a test ends them.
-    "dra-a100": {
-        "display_name": "A100 (DRA)",
-        "dra": {"device_class": "gpu.nvidia.com", "selectors": [A100]},
+    # kwok's DRA nodes (pods run there with no process, until a test ends them): MIG
+    # devices, 1g.10gb slices of A100s ...
+    "dra-mig": {
+        "display_name": "A100 MIG 1g.10gb (DRA)",
+        "dra": {"device_class": "mig.nvidia.com", "selectors": [MIG_1G]},
         "tolerations": [GPU_TOLERATION, KWOK_TOLERATION],
-        "max_gpus": 4,
     },
-    # kwok's DRA node of H100s shareable by memory: a claim takes a share of one.
+    # ... and H100s shareable by memory: a claim takes a share of one.
     "dra-h100-shared": {
         "display_name": "H100 share (DRA)",
         "dra": {"device_class": "gpu.nvidia.com", "selectors": [H100]},
@@ -483,19 +485,20 @@ async def test_each_job_kind_claims_its_gpus_and_releases_them(
     printed = "".join(o.get("text", "") for c in output.cells for o in c.get("outputs", []))
     assert re.fullmatch(r"visible [45]\n", printed), printed
 
-    # A PyTorchJob on kwok's A100 node: every replica's pod gets its own claim, each
-    # allocated its own A100 by the scheduler.
+    # A PyTorchJob of MIG slices on kwok's MIG node: every replica's pod gets its own claim,
+    # each allocated a 1g.10gb slice of its own by the scheduler.
     pytorch = await backend.submit(
-        request(kind="pytorchjob", workers=2, gpu_type="dra-a100", gpus=1),
+        request(kind="pytorchjob", workers=2, gpu_type="dra-mig", gpus=1),
         "alice",
         notebook=notebook,
     )
-    assert pytorch.gpu == "2 workers, 1 x A100 (DRA) each"
+    assert pytorch.gpu == "2 workers, 1 x A100 MIG 1g.10gb (DRA) each"
     await wait_status(backend, pytorch.id, "running")
     pods = kube.job_pods(pytorch.id, "PyTorchJob")
     devices = [d for p in pods for d in allocated(kube, p["metadata"]["name"])]
     assert len(pods) == 2 and len(set(devices)) == 2
-    assert {pool for pool, _ in devices} == {"dra-a100-0"}
+    assert {pool for pool, _ in devices} == {"dra-mig-0"}
+    assert all(re.fullmatch(r"gpu-\d+-mig-1g10gb-\d+-\d+", d) for _, d in devices), devices
     # A TFJob of shares on kwok's H100 node: each replica's claim consumes 20 GiB of one
     # H100's memory (consumable capacity), shares of one device told apart by their shareID.
     tf = await backend.submit(
