@@ -321,7 +321,10 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         return ClaimTemplates(self.api.api_client, self.namespace)
 
     async def _delete_claim_template(self) -> None:
-        """The server's template, if it had one (a 404 is fine: the pod took it along)."""
+        """The server's template, if it had one (a 404 is fine: the pod took it along). Only
+        where some GPU type is claimed through DRA: no request is made for nothing."""
+        if not any(t.dra is not None for t in self.gpu_policy.gpu_types.values()):
+            return
         with contextlib.suppress(Exception):
             await self._claim_templates().delete(template_name(self.pod_name))
 
