@@ -4,7 +4,8 @@ the jobs service as its own process, both under the Helm chart's RBAC on the tes
 
 One quota across servers (named too), Jobs, every PyTorchJob replica and pipeline runs, and
 concurrent spawns and submits of one user that never end above it: the service asks the
-hub's ledger for every submit, so both go through one lock. Servers that must answer the hub
+hub's ledger for every submit, so both go through one lock. A cluster job spends its user's
+GPU-hour budget, and past it is cancelled and the next submit refused. Servers that must answer the hub
 run on the process node (GPU type ``local``); jobs and the other servers hold fake A100s.
 """
 
@@ -30,7 +31,7 @@ from gpuhub.k8s.labels import (
 )
 from tests.support.cluster import Kube
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
-from tests.support.hub.process import Hub, wait_ready
+from tests.support.hub.process import API_TOKEN, Hub, wait_ready
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 from tests.support.kfp_standin import KFPStandIn
 
@@ -67,11 +68,22 @@ def jobs(
         c.JupyterHub.named_server_limit_per_user = 30
         c.GPUSpawner.gpu_monitor_interval = 1
         c.Authenticator.admin_users = {"root"}
+        # GPU-hour budgets (issue 32) for the group "tiny" only: seconds, spent by a job.
+        c.GPUSpawner.gpu_hours = {"groups": {"tiny": {"hours": 0.0005, "per": "day"}}, "grace": 1}
         """
     with jobs_on_cluster(
         module_kube,
         tmp_path_factory.mktemp("ledger-kube"),
-        users={"alice": ["staff"], "bob": [], "carol": [], "dan": [], "root": []},
+        users={
+            "alice": ["staff"],
+            "bob": [],
+            "carol": [],
+            "dan": [],
+            # Hers alone: other tests' hubs run jobs as erin on this cluster, and this hub
+            # sees every gpuhub pod, so a name they use would be charged here too.
+            "tina": ["tiny"],
+            "root": [],
+        },
         service_config=config,
         ledger=True,
         hub_extra=hub,
@@ -328,3 +340,48 @@ def test_a_job_that_ran_and_ended_unseen_frees_its_grant(
         again = submit(service, erin, notebook_text, gpus=2, gpu_type="local", name="again")
         assert again.status_code == 201, again.text
         cancel(service, erin, again.json()["id"])
+
+
+def test_a_cluster_job_spends_the_budget_and_is_cancelled_past_it(
+    jobs: JobsOnCluster, notebook_text: str
+) -> None:
+    """tina's group has 0.0005 GPU-hours (1.8 GPU-seconds) a day: her job's pod, bound to a
+    fake A100, spends them; past the 1 s grace the hub cancels the job (its Job object goes),
+    she reads why, and the next submit is refused with the budget's sentence. The holdings
+    answer, the fleet page and /hub/metrics say the same."""
+    hub, service, cluster = jobs.hub, jobs.url, jobs.kube
+    tina = jobs.token("tina")
+    job = submit(service, tina, notebook_text, gpus=1, name="spend")
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+
+    def budget() -> dict[str, Any]:
+        [found] = jobs.holdings("tina")["budgets"]
+        return found
+
+    cluster.wait_for(lambda: budget()["used_hours"] > 0, timeout=90, interval=0.5)
+    cluster.wait_for(lambda: cluster.get("Job", job_id) is None, timeout=90, interval=0.5)
+    spent = budget()
+    assert spent["state"] == "over" and spent["scope"] == "user" and spent["name"] == "tina"
+    notices = hub.api("GET", "/gpuhub/notices/tina").json()["notices"]
+    [ended] = [n for n in notices if n["kind"] == "job"]
+    assert ended["by"] == "budget" and "GPU-hours" in ended["text"], ended
+    refused = submit(service, tina, notebook_text, gpus=1, name="again")
+    assert refused.status_code == 403, refused.text
+    assert (
+        "GPU-hours the tiny group's budget for each member gives you" in refused.json()["message"]
+    )
+    assert submit(service, tina, notebook_text, gpus=0, name="cpu").status_code == 201
+    # Nothing GPU runs now: once the last tick has seen that, every surface says the same.
+    admin = {"Authorization": f"token {API_TOKEN}"}
+    line = 'gpuhub_gpu_budget_used_seconds{name="tina",scope="user"} '
+
+    def agree() -> bool:
+        used = round(budget()["used_hours"] * 3600, 3)
+        metrics = requests.get(f"{hub.url}/hub/metrics", headers=admin, timeout=30).text
+        values = [float(x.split()[-1]) for x in metrics.splitlines() if x.startswith(line)]
+        return values == [pytest.approx(used, abs=0.002)]
+
+    cluster.wait_for(agree, timeout=30, interval=1)
+    page = hub.login("root").get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+    assert 'data-scope="user" data-name="tina"' in page
