@@ -263,9 +263,18 @@ async def run_in_kernel(hub: Hub, user: str, code: str) -> str:
     over the kernel's WebSocket; what it printed."""
     base = f"{hub.url}/user/{user}/api"
     headers = {"Authorization": f"token {API_TOKEN}"}
-    kernel = await asyncio.to_thread(
-        lambda: requests.post(f"{base}/kernels", headers=headers, json={}, timeout=60).json()
-    )
+    # A server the hub just called ready may still be checking the token with the hub: ask
+    # until it answers as the API does.
+    deadline = time.monotonic() + 30
+    while True:
+        response = await asyncio.to_thread(
+            lambda: requests.post(f"{base}/kernels", headers=headers, json={}, timeout=60)
+        )
+        if response.status_code == 201:
+            break
+        assert time.monotonic() < deadline, (response.status_code, response.text[:2000])
+        await asyncio.sleep(0.5)
+    kernel = response.json()
     ws = await websocket_connect(
         HTTPRequest(
             f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel['id']}/channels",

@@ -586,9 +586,6 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             missing = await self._missing_classes([gpu_type])
             if missing:
                 raise refusal(missing[gpu_type.key])
-            # The fit of its devices (capacity.fit's DRA branch) is checked once that branch
-            # knows every node's devices; until then the scheduler says what cannot fit.
-            return
         cache = shared_capacity(self.api)
         if not await cache.wait_ready(self.capacity_wait):
             return  # cannot tell now; the scheduler will
