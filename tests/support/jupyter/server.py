@@ -103,6 +103,9 @@ def jupyter_server(
             "JUPYTER_DATA_DIR": str(jupyter_dirs["data"]),
             "JUPYTER_RUNTIME_DIR": str(jupyter_dirs["runtime"]),
             "JUPYTER_PLATFORM_DIRS": "1",
+            # The data dir above, where this tree's build is linked, wins over the copy an
+            # install left in the venv (inside a venv Jupyter prefers the env's own path).
+            "JUPYTER_PREFER_ENV_PATH": "0",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             # The sources themselves, whether or not an editable install is present.
             "PYTHONPATH": os.pathsep.join([*SOURCE_PATHS, os.environ.get("PYTHONPATH", "")]),
