@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
 from gpuhub_lab.metrics.handlers import MetricsService
-from gpuhub_lab.metrics.sampler import FACTS_SECONDS, MAX_HISTORY, MIN_INTERVAL, GPUSampler
+from gpuhub_lab.metrics.nvml import NVMLSource
+from gpuhub_lab.metrics.sampler import (
+    FACTS_SECONDS,
+    LOOP_READ_SECONDS,
+    LOOP_READ_WINDOW,
+    MAX_HISTORY,
+    MIN_INTERVAL,
+    GPUSampler,
+    Sample,
+)
 from tests.support import fake_nvml as fake
 
 FAKE = "tests.support.fake_nvml"
@@ -60,30 +72,36 @@ def test_history_is_a_capped_ring_buffer_of_compact_entries():
     ]
 
 
-def test_at_10_hz_figures_move_every_sample_and_processes_once_a_second():
+def test_at_10_hz_utilization_and_memory_move_every_sample_the_rest_once_a_second():
     scenario = fake.a100s(2, utilization=10)
     scenario.gpus[0].processes = [fake.FakeProcess(11, 1)]
     fake.install(scenario)
     sampler = make_sampler(interval=MIN_INTERVAL)
     mapped: list[set[int]] = []
     sampler.pid_mapper = lambda pids: mapped.append(pids) or {}
-    sampler.sample_once()  # the first reads everything
+    first = sampler.sample_once()  # the first reads everything
+    assert first.full
     scenario.gpus[0].utilization = 90
+    scenario.gpus[0].memory_used = 7 * 2**30
+    scenario.gpus[0].temperature = first.gpus[0]["temperature"] + 9
     scenario.gpus[0].processes = [fake.FakeProcess(12, 2)]
     fake.calls.clear()
     light = sampler.sample_once()
+    assert not light.full
     assert light.gpus[0]["utilization"] == 90  # the figures are fresh
+    assert light.gpus[0]["memory_used"] == 7 * 2**30
+    # Every figure is still in the sample: the slow ones repeat the last full read.
+    assert set(light.gpus[0]) == set(first.gpus[0])
+    assert light.gpus[0]["temperature"] == first.gpus[0]["temperature"]
+    assert light.gpus[0]["power"] == first.gpus[0]["power"]
     assert [p["pid"] for p in light.gpus[0]["processes"]] == [11]  # processes: last full read
-    assert set(fake.calls) == {
-        "nvmlDeviceGetUtilizationRates",
-        "nvmlDeviceGetMemoryInfo",
-        "nvmlDeviceGetTemperature",
-        "nvmlDeviceGetPowerUsage",
-    }
+    # Two NVML calls per GPU.
+    assert fake.calls == {"nvmlDeviceGetUtilizationRates": 2, "nvmlDeviceGetMemoryInfo": 2}
     assert len(mapped) == 1  # nor are processes mapped to kernels again
     sampler._facts_at -= FACTS_SECONDS  # as if a second had passed
     full = sampler.sample_once()
     assert [p["pid"] for p in full.gpus[0]["processes"]] == [12] and len(mapped) == 2
+    assert full.full and full.gpus[0]["temperature"] == first.gpus[0]["temperature"] + 9
     # A device failing in a figures-only read gets a full read, which reports it.
     scenario.gpus[1].fail = {"nvmlDeviceGetMemoryInfo": fake.NVML_ERROR_GPU_IS_LOST}
     lost = sampler.sample_once()
@@ -152,7 +170,98 @@ async def test_samples_only_while_clients_poll_then_sleeps_and_wakes():
         assert time.monotonic() - woken.mono < 1.0
     finally:
         sampler.stop()
-    assert not sampler._thread.is_alive()
+    stopped = sampler.samples_taken
+    await asyncio.sleep(3 * MIN_INTERVAL)
+    assert sampler.samples_taken == stopped and sampler._timer is None
+
+
+class TimedSource(NVMLSource):
+    """The NVML stand-in, noting which thread each read runs in, and as slow as told."""
+
+    def __init__(self) -> None:
+        super().__init__(FAKE)
+        self.delay = 0.0
+        self.threads: list[int] = []
+
+    def read(self) -> Any:
+        self._note()
+        return super().read()
+
+    def read_figures(self, previous: list[dict[str, Any]]) -> Any:
+        self._note()
+        return super().read_figures(previous)
+
+    def _note(self) -> None:
+        self.threads.append(threading.get_ident())
+        if self.delay:
+            time.sleep(self.delay)  # a slow driver
+
+
+async def until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_in_a_server_the_loop_is_the_clock_and_reads_there_only_while_quick():
+    fake.install(fake.a100s(2))
+    sampler = make_sampler(interval=MIN_INTERVAL)
+    source = sampler._source = TimedSource()
+    loop_thread = threading.get_ident()
+    got: list[tuple[Sample, int]] = []
+    sampler.listen(lambda sample: got.append((sample, threading.get_ident())))
+    try:
+        # The first read of each kind runs in the reader thread (NVML starts in the first);
+        # once reads of a kind are known to be quick, they run on the loop itself.
+        await until(lambda: sum(s.read_on_loop and s.full for s, _ in got) >= 1, "full reads")
+        assert got[0][0].full and source.threads[0] != loop_thread
+        for full in (True, False):
+            first = next(s for s, _ in got if s.full is full)
+            assert not first.read_on_loop
+            assert source.threads[first.seq - 1] != loop_thread
+        assert [s.seq for s, _ in got] == list(range(1, len(got) + 1))  # every one, in order
+        # Wherever it was read, every sample reaches listeners on the loop: no thread clock.
+        assert {thread for _, thread in got} == {loop_thread} and sampler._thread is None
+        on_loop = [s for s, _ in got if s.read_on_loop]
+        assert on_loop and sampler.samples_on_loop == len(on_loop)
+        assert {source.threads[s.seq - 1] for s in on_loop} == {loop_thread}
+
+        # The driver turns slow: within a few reads of each kind they leave the loop.
+        source.delay = 2 * LOOP_READ_SECONDS
+        seen = len(got)
+        await until(
+            lambda: (
+                not sampler.reads_on_loop(full=False)
+                and not sampler.reads_on_loop(full=True)
+                and len(got) > seen + 2 * LOOP_READ_WINDOW
+                and not any(s.read_on_loop for s, _ in got[-LOOP_READ_WINDOW:])
+            ),
+            "slow reads to move to the reader thread",
+        )
+        slow = [s for s, _ in got[seen:]]
+        # At most the reads it took for the median of each kind to turn.
+        for full in (True, False):
+            assert sum(s.read_on_loop for s in slow if s.full is full) <= LOOP_READ_WINDOW // 2 + 1
+        assert {thread for _, thread in got} == {loop_thread}
+        assert [s.seq for s, _ in got] == list(range(1, len(got) + 1))
+    finally:
+        sampler.stop()
+
+
+def test_only_a_started_nvml_reads_on_the_loop_never_dcgm():
+    from gpuhub_lab.metrics.dcgm import DCGMSource
+
+    fake.install(fake.a100s(1))
+    sampler = make_sampler()
+    assert not sampler.reads_on_loop(full=True)  # nothing known yet
+    sampler._source = NVMLSource(FAKE)
+    sampler._costs[True].extend([0.0001] * 3)
+    assert not sampler.reads_on_loop(full=True)  # NVML not started: starting it may be slow
+    sampler.sample_once()
+    assert sampler.reads_on_loop(full=True)
+    sampler._source = DCGMSource("http://127.0.0.1:9/metrics")  # the network: never
+    assert not sampler.reads_on_loop(full=True)
 
 
 def test_a_listener_keeps_it_sampling_without_polls_until_it_leaves():
@@ -163,6 +272,7 @@ def test_a_listener_keeps_it_sampling_without_polls_until_it_leaves():
         assert sampler.sleeping
         sampler.listen(lambda sample: got.append(sample.seq))  # starts the thread
         assert not sampler.sleeping
+        assert sampler._loop is None  # no event loop here: the sampler's thread is the clock
         deadline = time.monotonic() + 30
         while len(got) < 8 and time.monotonic() < deadline:  # well past idle_timeout
             time.sleep(0.05)

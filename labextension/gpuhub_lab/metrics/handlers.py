@@ -18,16 +18,17 @@ server (from the spawner's environment, see :mod:`.assigned`), driver or not. ``
 newer than ``time`` (what a poller already has is not sent again).
 
 Many clients poll the same server: the part of the answer that only depends on the sample is
-serialized once per sample and shared, with the stream (:mod:`.stream`) as well.
+serialized once per sample (by msgspec, about ten times faster than the standard library's
+``json`` here) and shared, with the stream (:mod:`.stream`) as well.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import Any
 
+import msgspec
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
@@ -36,6 +37,8 @@ from tornado import web
 from .assigned import assignment
 from .kernels import KernelPids, SessionPaths
 from .sampler import MIN_INTERVAL, GPUSampler, Sample
+
+_encode = msgspec.json.Encoder().encode
 
 
 class MetricsService:
@@ -51,10 +54,10 @@ class MetricsService:
         self.paths = paths
         self.assigned = assigned
         self._head_key: tuple[int, int] | None = None
-        self._head = ""
+        self._head = b""
         self.encodes = 0  # samples serialized: once each, however many clients (tests count)
 
-    async def head(self, sample: Sample | None) -> tuple[tuple[int, int], str]:
+    async def head(self, sample: Sample | None) -> tuple[tuple[int, int], bytes]:
         """The answer for ``sample`` without history, serialized once per sample (and per
         change of notebook paths), with the key it was serialized for."""
         paths: dict[str, str] = {}
@@ -62,6 +65,21 @@ class MetricsService:
             kernel_ids = sample.kernel_ids()
             if kernel_ids:
                 paths = await self.paths.lookup(kernel_ids)
+        return self._head_for(sample, paths)
+
+    def head_now(self, sample: Sample) -> tuple[tuple[int, int], bytes] | None:
+        """:meth:`head` without waiting, or None when notebook paths must be fetched first
+        (at most every few seconds, see :class:`.kernels.SessionPaths`)."""
+        paths: dict[str, str] | None = {}
+        if self.paths is not None:
+            kernel_ids = sample.kernel_ids()
+            if kernel_ids:
+                paths = self.paths.cached(kernel_ids)
+        return None if paths is None else self._head_for(sample, paths)
+
+    def _head_for(
+        self, sample: Sample | None, paths: dict[str, str]
+    ) -> tuple[tuple[int, int], bytes]:
         key = (
             sample.seq if sample is not None else -1,
             self.paths.version if self.paths is not None else 0,
@@ -72,16 +90,16 @@ class MetricsService:
             self.encodes += 1
         return key, self._head
 
-    async def response(self, since: float | None) -> str:
+    async def response(self, since: float | None) -> bytes:
         return (await self.response_at(since))[1]
 
-    async def response_at(self, since: float | None) -> tuple[int, str]:
+    async def response_at(self, since: float | None) -> tuple[int, bytes]:
         """The full answer (history newer than ``since``) and the sample number it shows."""
         (seq, _), head = await self.head(await self.sampler.latest())
         history = self.sampler.history_since(since)
-        return seq, f'{head[:-1]},"history":[{",".join(history)}]}}'
+        return seq, b"".join((head[:-1], b',"history":[', b",".join(history), b"]}"))
 
-    def _serialize_head(self, sample: Sample | None, paths: dict[str, str]) -> str:
+    def _serialize_head(self, sample: Sample | None, paths: dict[str, str]) -> bytes:
         if sample is None:
             body: dict[str, Any] = {
                 "available": False,
@@ -89,16 +107,18 @@ class MetricsService:
                 "gpus": [],
             }
         else:
-            gpus = [
-                {
-                    **g,
-                    "processes": [
-                        {**p, "path": paths.get(p["kernel_id"]) if p["kernel_id"] else None}
-                        for p in g["processes"]
-                    ],
-                }
-                for g in sample.gpus
-            ]
+            gpus = sample.gpus  # processes carry "path": None until a notebook is known
+            if paths:
+                gpus = [
+                    {
+                        **g,
+                        "processes": [
+                            {**p, "path": paths.get(p["kernel_id"]) if p["kernel_id"] else None}
+                            for p in g["processes"]
+                        ],
+                    }
+                    for g in gpus
+                ]
             body = {
                 "available": sample.available,
                 "reason": sample.reason,
@@ -109,7 +129,7 @@ class MetricsService:
         body["interval"] = self.sampler.interval
         body["min_interval"] = MIN_INTERVAL
         body["source"] = "simulated" if self.sampler.simulated else self.sampler.source
-        return json.dumps(body, separators=(",", ":"))
+        return _encode(body)
 
 
 class MetricsHandler(APIHandler):

@@ -5,8 +5,9 @@ in a child of it (DataLoader workers, ``multiprocessing``), so a GPU process bel
 kernel whose process is its nearest ancestor. Walking up a few parents per GPU process is
 cheaper than listing every kernel's process tree.
 
-:class:`KernelPids` runs in the sampler thread; :class:`SessionPaths` runs on the event loop
-(the sessions database is not thread-safe) and caches kernel id -> notebook path.
+:class:`KernelPids` runs where the sampler reads (its thread, or the event loop when reads
+are quick, :mod:`.sampler`); :class:`SessionPaths` runs on the event loop (the sessions
+database is not thread-safe) and caches kernel id -> notebook path.
 """
 
 from __future__ import annotations
@@ -102,13 +103,20 @@ class SessionPaths:
 
     async def lookup(self, kernel_ids: set[str]) -> dict[str, str]:
         now = time.monotonic()
-        missing = bool(kernel_ids - self.paths.keys())
-        # A kernel without a session (e.g. started through the kernels API) stays missing,
-        # so refresh on misses at most once per second rather than on every request.
-        if now - self._fetched > self.ttl or (missing and now - self._fetched > 1.0):
+        if self._due(kernel_ids, now):
             self._fetched = now
             await self._refresh()
         return self.paths
+
+    def cached(self, kernel_ids: set[str]) -> dict[str, str] | None:
+        """What :meth:`lookup` would answer without fetching, or None when it must fetch."""
+        return None if self._due(kernel_ids, time.monotonic()) else self.paths
+
+    def _due(self, kernel_ids: set[str], now: float) -> bool:
+        age = now - self._fetched
+        # A kernel without a session (e.g. started through the kernels API) stays missing,
+        # so refresh on misses at most once per second rather than on every request.
+        return age > self.ttl or (age > 1.0 and not kernel_ids <= self.paths.keys())
 
     async def _refresh(self) -> None:
         try:

@@ -235,46 +235,37 @@ class NVMLSource:
         return entries
 
     def read_figures(self, previous: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        """``previous`` (what :meth:`read` returned) with the figures that move read again:
-        utilization, memory, temperature, power. Names, processes and the list of devices are
-        kept (a sampler re-reads those less often). None when a device is not as it was, or
-        failed: then :meth:`read` everything."""
+        """``previous`` (what :meth:`read` returned) with utilization and memory read again:
+        two NVML calls per device. The rest (names, processes, temperature, power, the list
+        of devices) is kept: a sampler re-reads it with :meth:`read` once a second. None when
+        a device is not as it was, or failed: then :meth:`read` everything."""
         nvml = self.nvml
         if nvml is None:
             return None
-        sensors: dict[int, tuple[Any, Any]] = {}  # a MIG parent's figures, read once
+        utilization_of, memory_of = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo
+        handles = self._handles
         gpus: list[dict[str, Any]] = []
         try:
             for gpu in previous:
-                found = None if gpu.get("error") else self._handles.get(gpu["uuid"])
+                found = None if gpu.get("error") else handles.get(gpu["uuid"])
                 if found is None:
                     return None
-                handle, parent = found
-                sensor = handle if parent is None else parent
-                if id(sensor) not in sensors:
-                    sensors[id(sensor)] = (
-                        self._optional(
-                            nvml.nvmlDeviceGetTemperature, sensor, None, nvml.NVML_TEMPERATURE_GPU
-                        ),
-                        _watts(self._optional(nvml.nvmlDeviceGetPowerUsage, sensor)),
-                    )
-                temperature, power = sensors[id(sensor)]
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                gpus.append(
-                    {
-                        **gpu,
-                        "utilization": self._optional(
-                            nvml.nvmlDeviceGetUtilizationRates, handle, "gpu"
-                        ),
-                        "memory_used": int(memory.used),
-                        "memory_total": int(memory.total),
-                        "temperature": temperature,
-                        "power": power,
-                    }
-                )
+                handle = found[0]
+                memory = memory_of(handle)
+                fresh = gpu.copy()
+                fresh["utilization"] = self._optional(utilization_of, handle, "gpu")
+                fresh["memory_used"] = int(memory.used)
+                fresh["memory_total"] = int(memory.total)
+                gpus.append(fresh)
         except nvml.NVMLError:
             return None
         return gpus
+
+    @property
+    def loop_safe(self) -> bool:
+        """Reads may run on an event loop once NVML has started (its calls then take tens of
+        microseconds; starting it can take seconds); the sampler still times them."""
+        return self.nvml is not None
 
     def _optional(self, fn: Any, handle: Any, attr: str | None = None, *args: Any) -> Any:
         """A figure this GPU may not support (None then); other NVML errors propagate."""

@@ -5,10 +5,11 @@ one message per new sample, the same JSON without ``history`` (docs/gpu-metrics.
 send nothing.
 
 Costs do not grow with the sockets but by one write each: the server's one sampler
-(:mod:`.sampler`) hands each sample to the event loop, which serializes it once (the same
-text the polling endpoint serves, :class:`.handlers.MetricsService`) and frames it once. A
-server's WebSocket frame is the same bytes for every socket (unmasked, and this handler never
-negotiates compression), so that frame is written as it is to each socket's stream.
+(:mod:`.sampler`) publishes each sample on the event loop, in the same tick that read it when
+the read is quick; there it is serialized once (the same text the polling endpoint serves,
+:class:`.handlers.MetricsService`) and framed once. A server's WebSocket frame is the same
+bytes for every socket (unmasked, and this handler never negotiates compression), so that
+frame is handed as it is to each socket: one ``send()`` each when nothing waits before it.
 
 A slow socket never holds back the sampler or the others: a socket keeps at most one frame
 in flight and the newest sample waiting behind it, replacing older ones (a chart wants the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +78,7 @@ class MetricsStream(LoggingConfigurable):
         self.service = service
         self.sockets: set[MetricsStreamHandler] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1
         self._frame_key: tuple[int, int] | None = None
         self._frame = b""
         self._tasks: set[asyncio.Future[None]] = set()
@@ -88,7 +91,7 @@ class MetricsStream(LoggingConfigurable):
     # -- sockets come and go ---------------------------------------------------------------
     async def join(self, socket: MetricsStreamHandler) -> None:
         """Send ``socket`` the full answer, then every new sample until it leaves."""
-        self._loop = asyncio.get_running_loop()
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         self.sockets.add(socket)
         if len(self.sockets) == 1:
             self.service.sampler.listen(self._on_sample)
@@ -98,7 +101,7 @@ class MetricsStream(LoggingConfigurable):
         socket.sent_seq = seq - 1
         socket.ready = True
         # Its own first message (its own history) is framed for it alone.
-        socket.offer(seq, text_frame(body.encode()), time.monotonic())
+        socket.offer(seq, text_frame(body), time.monotonic())
 
     def leave(self, socket: MetricsStreamHandler) -> None:
         self.sockets.discard(socket)
@@ -113,23 +116,37 @@ class MetricsStream(LoggingConfigurable):
 
     # -- samples go out --------------------------------------------------------------------
     def _on_sample(self, sample: Sample) -> None:
-        """In the sampler's thread: hand the sample to the event loop, nothing more."""
+        """The sampler's listener: send ``sample`` now when on the event loop (a server's
+        sampler publishes there), else hand it to the loop."""
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._publish_soon, sample)
+        if loop is None or loop.is_closed():
+            return
+        if threading.get_ident() == self._loop_thread:
+            self.publish_now(sample)
+        else:
+            loop.call_soon_threadsafe(self.publish_now, sample)
 
-    def _publish_soon(self, sample: Sample) -> None:
-        task = asyncio.ensure_future(self.publish(sample))
-        self._tasks.add(task)  # the loop keeps only a weak reference
-        task.add_done_callback(self._tasks.discard)
-
-    async def publish(self, sample: Sample) -> None:
-        """Frame ``sample`` once and offer that frame to every socket."""
+    def publish_now(self, sample: Sample) -> None:
+        """Frame ``sample`` once and offer it to every socket, in this very call unless
+        notebook paths must be fetched first (then in a task)."""
         if not self.sockets:
             return
-        key, head = await self.service.head(sample)
+        found = self.service.head_now(sample)
+        if found is None:
+            task = asyncio.ensure_future(self.publish(sample))
+            self._tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._offer_all(sample, *found)
+
+    async def publish(self, sample: Sample) -> None:
+        """:meth:`publish_now`, waiting for notebook paths when needed."""
+        if self.sockets:
+            self._offer_all(sample, *await self.service.head(sample))
+
+    def _offer_all(self, sample: Sample, key: tuple[int, int], head: bytes) -> None:
         if key != self._frame_key:
-            self._frame = text_frame(head.encode())
+            self._frame = text_frame(head)
             self._frame_key = key
             self.frames += 1
         frame, now = self._frame, time.monotonic()
