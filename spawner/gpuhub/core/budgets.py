@@ -347,8 +347,9 @@ def state_of(used: float, allowed: float) -> str:
 
 def budget_text(used_hours: float, allowed_hours: float, per: str, resets: str) -> str:
     """ "14.2 of 20 GPU-hours used this week; resets Monday 00:00 Europe/Berlin"."""
+    unit = "GPU-hour" if hours_words(allowed_hours) == "1" else "GPU-hours"
     return (
-        f"{hours_words(used_hours)} of {hours_words(allowed_hours)} GPU-hours used this "
+        f"{hours_words(used_hours)} of {hours_words(allowed_hours)} {unit} used this "
         f"{per}; resets {resets}"
     )
 
@@ -368,8 +369,3 @@ def over_sentence(
         f"{budget.label} gives you this {budget.per}; it resets {budget.resets_words(now)}, "
         f"and until then {until} (CPU-only servers still start)."
     )
-
-
-def cost_per_hour(gpus: float) -> str:
-    """ "costs 0.5 GPU-hours per hour": what a request spends of a budget while it runs."""
-    return f"costs {hours_words(gpus) if gpus < 10 else f'{gpus:g}'} GPU-hours per hour"

@@ -223,6 +223,34 @@ def test_the_fleet_page_grants_hours_with_its_form(hub: Hub) -> None:
     assert refused.status_code in (403,), refused.status_code
 
 
+@pytest.mark.browser
+def test_the_form_says_what_the_chosen_gpus_cost_per_hour(hub: Hub) -> None:
+    from gpuhub.core.budgets import hours_words
+    from tests.support.browser.chromium import chromium
+
+    left = budget(hub, "carol")["left_hours"]
+    with chromium() as browser:
+        page = browser.new_page()  # type: ignore[attr-defined]
+        hub.log_in_browser(page, "carol")
+        page.goto(f"{hub.url}/hub/spawn")
+        said = page.locator("#gpuhub-budget")
+        assert "GPU-hours used this day; resets " in said.inner_text()
+        cost = page.locator("#gpuhub-budget-cost")
+        assert cost.inner_text() == "A CPU-only server uses none of your GPU-hours."
+        page.fill("#gpuhub-gpus", "1")
+        # The page writes hours as the hub does (gpuhub.core.budgets.hours_words).
+        expected = f"(about {hours_words(left)} hours of your budget at that rate)."
+        page.wait_for_function(
+            "() => document.querySelector('#gpuhub-budget-cost').textContent.startsWith("
+            "'This server would use 1 GPU-hour per hour')"
+        )
+        assert expected in cost.inner_text(), cost.inner_text()
+        page.fill("#gpuhub-gpus", "0")
+        page.wait_for_function(
+            "() => document.querySelector('#gpuhub-budget-cost').textContent.startsWith('A CPU')"
+        )
+
+
 def test_a_shared_pool_counts_its_members_together(hub: Hub) -> None:
     pool = budget(hub, "alice")
     assert pool["scope"] == "group" and pool["name"] == "staff" and pool["shared"]
