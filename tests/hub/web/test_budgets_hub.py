@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 
 BUDGETS = """
 c.Authenticator.admin_users = {"root"}
-c.JupyterHub.load_groups = {"staff": {"users": ["alice"]}, "students": {"users": ["bob", "carol"]}}
+c.JupyterHub.load_groups = {"staff": {"users": ["alice", "dora"]}, "students": {"users": ["bob", "carol"]}}
 c.LocalGPUSpawner.group_limits = {"staff": {"max_gpus": 3}, "students": {"max_gpus": 1}}
 c.LocalGPUSpawner.gpu_monitor_interval = 0.4
 c.LocalGPUSpawner.gpu_hours = {
@@ -107,7 +107,9 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     # 80 %: a notice; 100 %: another; past the 2 s grace the server stops, saying why.
     wait_for(
         "the 80 % notice",
-        lambda: any("At the limit" in n["text"] for n in notices(hub, "bob")),
+        lambda: any(
+            n["text"].startswith("The default budget is 80 % used: ") for n in notices(hub, "bob")
+        ),
         hub,
     )
     wait_for("the server's stop", lambda: not hub.user_model("bob")["servers"], hub)
@@ -260,6 +262,9 @@ def test_a_shared_pool_counts_its_members_together(hub: Hub) -> None:
     wait_for("the pool to fill", lambda: budget(hub, "alice")["state"] == "over", hub)
     wait_for("the stop", lambda: not hub.user_model("alice")["servers"], hub)
     spent = budget(hub, "alice")["used_hours"] * 3600
+    # dora holds nothing but draws on the same pool: she is told too.
+    told = [n["text"] for n in notices(hub, "dora")]
+    assert any(t.startswith("You have used all 0.004 GPU-hours of the staff group's") for t in told)
     assert metric(hub, "gpuhub_gpu_budget_used_seconds", "group", "staff") == pytest.approx(
         spent, abs=0.01
     )

@@ -310,15 +310,13 @@ class BudgetState:
     def notice(self, level: int, grace: float) -> str:
         """The 80 % or 100 % notice's sentence."""
         if level < 100:
-            return (
-                f"You have used {self.text}. At the limit "
-                + (
-                    "this hub starts no new GPU servers or jobs for you"
-                    if self.at_limit == "refuse"
-                    else "new GPU servers and jobs start only on GPUs nobody else waits for"
-                )
-                + "."
+            at_limit = (
+                "this hub starts no new GPU servers or jobs for you"
+                if self.at_limit == "refuse"
+                else "new GPU servers and jobs start only on GPUs nobody else waits for"
             )
+            label = self.budget.label[0].upper() + self.budget.label[1:]
+            return f"{label} is 80 % used: {self.text}. At the limit {at_limit}."
         after = (
             "running GPU servers and jobs are stopped"
             if self.at_limit == "refuse"

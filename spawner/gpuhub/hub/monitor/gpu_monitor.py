@@ -312,6 +312,14 @@ class GPUMonitor:
             return None
         return config
 
+    def _members(self, user: str, group: str) -> list[str]:
+        """The members of ``group``, as ``user`` (one of them) sees it in the hub's database."""
+        found = self._user(user)
+        for g in getattr(found, "groups", ()):
+            if g.name == group:
+                return sorted({user, *(u.name for u in getattr(g, "users", ()))})
+        return [user]
+
     def _groups(self, name: str) -> list[str]:
         user = self._user(name)
         return [g.name for g in user.groups] if user is not None else []
@@ -415,21 +423,24 @@ class GPUMonitor:
             task.add_done_callback(self._tasks.discard)
 
     def _budget_notice(self, user: str, state: BudgetState, level: int, now: float) -> None:
-        """The 80 % or 100 % notice, one per budget and period."""
+        """The 80 % or 100 % notice, one per budget and period: to the user, or to every
+        member of a shared pool."""
         grace = self.budget_watch.grace if self.budget_watch is not None else 0.0
         scope, name, period = state.account
-        self.store.notify(
-            user,
-            Notice(
-                f"{scope}:{name}:{period}:{level}",
-                now,
-                state.notice(level, grace),
-                0,
-                "",
-                by=BUDGET,
-                kind="budget",
-            ),
-        )
+        told = self._members(user, name) if state.budget.shared else [user]
+        for member in told:
+            self.store.notify(
+                member,
+                Notice(
+                    f"{scope}:{name}:{period}:{level}",
+                    now,
+                    state.notice(level, grace),
+                    0,
+                    "",
+                    by=BUDGET,
+                    kind="budget",
+                ),
+            )
         log.info("gpuhub: %s reached %s%% of their GPU-hour budget: %s", user, level, state.text)
 
     async def _stop_over_budget(self, holding: Holding, reason: str) -> None:
