@@ -12,26 +12,37 @@ Two real Jupyter servers run side by side on the same NVML stand-in (8 busy A100
   ``gpu_utilization`` socket at 100 ms, as its frontend asks: its cheapest chart (one NVML
   call per GPU per tick), so the comparison flatters nvdashboard, not gpuhub.
 
-Both servers load gpuhub_lab (the test harness always does; idle it costs the same in both)
-and ``tests/support/jupyter/metrics_stats.py``, which counts NVML calls.
+* **floor**: not a chart server but the least any pushing server pays: a bare tornado process
+  (:func:`floor_server`) whose one 10 Hz timer sends a prepared frame of gpuhub's size to
+  every socket, one ``send()`` each: one wake-up per tick and one send per update, nothing
+  else. Its cost per update bounds what any design can reach on this machine.
+
+Both Jupyter servers load gpuhub_lab (the test harness always does; idle, its sampler sleeps
+and nothing of it runs) and ``tests/support/jupyter/metrics_stats.py``, which counts NVML
+calls and where gpuhub's samples were read.
 
 For each number of clients and each server, interleaved and repeated: open the clients, let
 them settle, then for ``window`` seconds count the updates they receive and the server's CPU
-time (utime + stime of the whole process, from ``/proc/<pid>/stat``); then, still loaded,
-time ``GET /api/status`` every 100 ms for ``probe`` seconds (the probe's own CPU is outside
-the CPU window). Idle windows of both servers are interleaved the same way. Medians are
-reported: the machine is shared, so each figure is the median of ``reps`` runs.
+time: run time in nanoseconds summed over its threads (``/proc/<pid>/task/*/schedstat``, the
+primary figure) and utime + stime (``/proc/<pid>/stat``, 10 ms ticks, a cross-check and the
+kernel's share); then, still loaded, time ``GET /api/status`` every 100 ms for ``probe``
+seconds (the probe's own CPU is outside the CPU window). Idle windows of every server are
+interleaved the same way. Medians are reported: the machine is shared, so each figure is the
+median of ``reps`` runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +52,9 @@ import aiohttp
 
 from benchmarks import percentile
 from tests.support import fake_nvml as fake
+from tests.support.hub.process import free_port
 from tests.support.jupyter.metrics_stats import ROUTE as STATS
-from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
+from tests.support.jupyter.server import TOKEN, jupyter_server
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = "tests.support.fake_nvml"
@@ -94,8 +106,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def cpu_seconds_precise(pid: int) -> float:
-    """The same in nanoseconds of run time (``/proc/<pid>/task/*/schedstat``), a cross-check
-    of the tick-grained figure above over short windows."""
+    """The same from nanoseconds of run time (``/proc/<pid>/task/*/schedstat``): what a
+    window of a few seconds at a fraction of a percent of a core needs, where 10 ms ticks
+    count a handful of times."""
     total = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -115,13 +128,86 @@ def busy_machine() -> fake.Scenario:
 @dataclass
 class Design:
     name: str
-    server: JupyterServer
+    url: str  # base URL, ending in "/"
+    pid: int
     path: str  # the socket's route
     hello: dict[str, Any] | None = None  # nvdashboard's frontend sends its period first
+    jupyter: bool = True  # a Jupyter server: NVML counters and /api/status to probe
 
-    @property
-    def pid(self) -> int:
-        return self.server.process.pid
+
+FLOOR_FRAME_BYTES = 3645  # gpuhub's per-sample message with this scenario, framed
+
+
+def floor_server(port: int, size: int) -> None:
+    """The floor (run as ``python -m benchmarks.metrics_push floor PORT SIZE``): a tornado
+    WebSocket server that sends one prepared ``size``-byte frame to every socket every
+    100 ms, one ``send()`` each, from one timer that runs while a socket is open."""
+    from tornado.ioloop import IOLoop, PeriodicCallback
+    from tornado.iostream import IOStream
+    from tornado.web import Application
+    from tornado.websocket import WebSocketHandler
+
+    from gpuhub_lab.metrics.stream import text_frame
+
+    frame = text_frame(json.dumps({"pad": "x" * (size - 14)}).encode())
+    sockets: set[WebSocketHandler] = set()
+
+    def tick() -> None:
+        for handler in list(sockets):
+            connection = handler.ws_connection
+            stream = connection.stream if connection is not None else None
+            if stream is None or connection is None or connection.is_closing():
+                continue
+            if type(stream) is IOStream and not stream.writing():
+                try:
+                    stream.socket.send(frame)
+                    continue
+                except OSError:
+                    pass
+            handler.write_message(frame[4:].decode())
+
+    clock = PeriodicCallback(tick, PERIOD_MS)
+
+    class Floor(WebSocketHandler):
+        def check_origin(self, origin: str) -> bool:
+            return True
+
+        def open(self) -> None:
+            self.set_nodelay(True)
+            sockets.add(self)
+            if not clock.is_running():
+                clock.start()
+
+        def on_close(self) -> None:
+            sockets.discard(self)
+            if not sockets:
+                clock.stop()
+
+    Application([(r"/floor", Floor)]).listen(port, address="127.0.0.1")
+    print("ready", flush=True)
+    IOLoop.current().start()
+
+
+@contextmanager
+def floor_process() -> Iterator[Design]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.metrics_push", "floor", str(port),
+         str(FLOOR_FRAME_BYTES)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "labextension"), str(REPO)])},
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the floor server did not start")
+        with socket.create_connection(("127.0.0.1", port), timeout=30):
+            pass
+        yield Design("floor", f"http://127.0.0.1:{port}/", process.pid, "floor", jupyter=False)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @dataclass
@@ -129,11 +215,13 @@ class Run:
     design: str
     clients: int
     updates_per_s: float
-    cpu_percent: float
-    cpu_percent_precise: float
+    cpu_percent: float  # from 10 ms ticks
+    cpu_percent_precise: float  # from schedstat nanoseconds
     system_percent: float  # the kernel's share of cpu_percent (sockets, wakeups)
     nvml_calls_per_s: float
     status: list[float] = field(default_factory=list)
+    samples: int = 0  # gpuhub: samples taken in the window
+    samples_on_loop: int = 0  # of which read on the event loop
 
     @property
     def cpu_us_per_update(self) -> float:
@@ -151,7 +239,9 @@ class Run:
 
 
 async def _stats(session: aiohttp.ClientSession, design: Design) -> dict[str, Any]:
-    async with session.get(design.server.url + STATS) as r:
+    if not design.jupyter:
+        return {"nvml_calls": 0}
+    async with session.get(design.url + STATS) as r:
         stats: dict[str, Any] = await r.json()
         return stats
 
@@ -161,7 +251,7 @@ async def _probe(session: aiohttp.ClientSession, design: Design, seconds: float)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t = time.perf_counter()
-        async with session.get(design.server.url + "api/status") as r:
+        async with session.get(design.url + "api/status") as r:
             await r.read()
         latencies.append((time.perf_counter() - t) * 1000)
         await asyncio.sleep(0.1)
@@ -172,7 +262,7 @@ async def measure(design: Design, clients: int, window: float, probe: float) -> 
     """``clients`` sockets on ``design`` at 10 Hz: updates received, server CPU, NVML calls
     per second in a ``window``; then ``/api/status`` latencies while they go on."""
     received = [0] * clients
-    ws_url = design.server.url.replace("http://", "ws://", 1) + design.path
+    ws_url = design.url.replace("http://", "ws://", 1) + design.path
     async with aiohttp.ClientSession(headers=AUTH) as session:
 
         async def client(i: int, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -195,14 +285,14 @@ async def measure(design: Design, clients: int, window: float, probe: float) -> 
                 await asyncio.sleep(0.1)
             if min(received) < 3:
                 raise RuntimeError(f"{design.name}: clients got no updates: {received}")
-            calls0 = (await _stats(session, design))["nvml_calls"]
+            stats0 = await _stats(session, design)
             count0, t0 = sum(received), time.monotonic()
             (user0, sys0), ns0 = cpu_times(design.pid), cpu_seconds_precise(design.pid)
             await asyncio.sleep(window)
             count1, t1 = sum(received), time.monotonic()
             (user1, sys1), ns1 = cpu_times(design.pid), cpu_seconds_precise(design.pid)
-            calls1 = (await _stats(session, design))["nvml_calls"]
-            status = await _probe(session, design, probe)
+            stats1 = await _stats(session, design)
+            status = await _probe(session, design, probe) if design.jupyter else []
             for ws in sockets:
                 await ws.close()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -214,16 +304,18 @@ async def measure(design: Design, clients: int, window: float, probe: float) -> 
         cpu_percent=(user1 + sys1 - user0 - sys0) / wall * 100,
         system_percent=(sys1 - sys0) / wall * 100,
         cpu_percent_precise=(ns1 - ns0) / wall * 100,
-        nvml_calls_per_s=(calls1 - calls0) / wall,
+        nvml_calls_per_s=(stats1["nvml_calls"] - stats0["nvml_calls"]) / wall,
         status=status,
+        samples=stats1.get("samples_taken", 0) - stats0.get("samples_taken", 0),
+        samples_on_loop=stats1.get("samples_on_loop", 0) - stats0.get("samples_on_loop", 0),
     )
 
 
 async def idle(design: Design, window: float) -> float:
-    """The server's CPU (percent of a core) with no client at all."""
-    cpu0, t0 = cpu_seconds(design.pid), time.monotonic()
+    """The server's CPU (µs per second, schedstat) with no client at all."""
+    cpu0, t0 = cpu_seconds_precise(design.pid), time.monotonic()
     await asyncio.sleep(window)
-    return (cpu_seconds(design.pid) - cpu0) / (time.monotonic() - t0) * 100
+    return (cpu_seconds_precise(design.pid) - cpu0) / (time.monotonic() - t0) * 1e6
 
 
 @contextmanager
@@ -249,20 +341,23 @@ def _servers(tmp: Path) -> Any:
         jupyter_server(
             peer_tmp / "root", peer_tmp, env={**env, "PYTHONPATH": peer_path}, config=peer_config
         ) as peer,
+        floor_process() as floor,
     ):
         yield (
-            Design("gpuhub", ours, "gpuhub/api/metrics/stream"),
+            Design("gpuhub", ours.url, ours.process.pid, "gpuhub/api/metrics/stream"),
             Design(
                 "nvdashboard",
-                peer,
+                peer.url,
+                peer.process.pid,
                 "nvdashboard/gpu_utilization",
                 {"updateFrequency": PERIOD_MS, "isPaused": False},
             ),
+            floor,
         )
 
 
 async def _run_all(
-    designs: tuple[Design, Design], clients: list[int], reps: int, window: float, probe: float
+    designs: tuple[Design, ...], clients: list[int], reps: int, window: float, probe: float
 ) -> dict[str, Any]:
     runs: list[Run] = []
     idles: dict[str, list[float]] = {d.name: [] for d in designs}
@@ -276,9 +371,10 @@ async def _run_all(
                 runs.append(run)
                 print(
                     f"rep {rep + 1}/{reps} {design.name:11} {n:2} clients: "
-                    f"{run.updates_per_s:6.1f} updates/s, CPU {run.cpu_percent:5.2f} %, "
-                    f"{run.cpu_us_per_update:7.1f} us/update "
-                    f"(schedstat {run.precise_us_per_update:6.1f}), "
+                    f"{run.updates_per_s:6.1f} updates/s, CPU {run.cpu_percent_precise:5.2f} %, "
+                    f"{run.precise_us_per_update:7.1f} us/update "
+                    f"(ticks {run.cpu_us_per_update:6.1f}), "
+                    f"{run.samples_on_loop}/{run.samples} read on the loop, "
                     f"{run.nvml_calls_per_s:7.1f} NVML calls/s, "
                     f"status p95 {percentile(run.status, 95):5.1f} ms, "
                     f"load {os.getloadavg()[0]:.1f}",
@@ -301,23 +397,30 @@ def run_comparison(clients: list[int], reps: int, window: float, probe: float) -
     rows = []
     for n in clients:
         row: dict[str, Any] = {"clients": n}
-        for name in ("gpuhub", "nvdashboard"):
+        for name in ("gpuhub", "nvdashboard", "floor"):
             runs = [r for r in measured["runs"] if r.design == name and r.clients == n]
             row[name] = {
                 "updates_per_s": statistics.median(r.updates_per_s for r in runs),
-                "cpu_percent": statistics.median(r.cpu_percent for r in runs),
-                "cpu_us_per_update": statistics.median(r.cpu_us_per_update for r in runs),
-                "system_us_per_update": statistics.median(r.system_us_per_update for r in runs),
-                "precise_us_per_update": statistics.median(r.precise_us_per_update for r in runs),
+                "cpu_percent": statistics.median(r.cpu_percent_precise for r in runs),
+                "cpu_us_per_update": statistics.median(r.precise_us_per_update for r in runs),
                 "cpu_us_spread": (
-                    min(r.cpu_us_per_update for r in runs),
-                    max(r.cpu_us_per_update for r in runs),
+                    min(r.precise_us_per_update for r in runs),
+                    max(r.precise_us_per_update for r in runs),
                 ),
+                "tick_us_per_update": statistics.median(r.cpu_us_per_update for r in runs),
+                "system_us_per_update": statistics.median(r.system_us_per_update for r in runs),
                 "nvml_calls_per_s": statistics.median(r.nvml_calls_per_s for r in runs),
                 "status_p50": statistics.median(percentile(r.status, 50) for r in runs),
                 "status_p95": statistics.median(percentile(r.status, 95) for r in runs),
+                "samples": sum(r.samples for r in runs),
+                "samples_on_loop": sum(r.samples_on_loop for r in runs),
             }
         row["ratio"] = row["nvdashboard"]["cpu_us_per_update"] / row["gpuhub"]["cpu_us_per_update"]
+        row["tick_ratio"] = (
+            row["nvdashboard"]["tick_us_per_update"] / row["gpuhub"]["tick_us_per_update"]
+        )
+        # What no design could pass: nvdashboard's cost over one wake-up and one send.
+        row["ceiling"] = row["nvdashboard"]["cpu_us_per_update"] / row["floor"]["cpu_us_per_update"]
         rows.append(row)
     return {
         "rows": rows,
@@ -330,3 +433,9 @@ def run_comparison(clients: list[int], reps: int, window: float, probe: float) -
         "load_after": os.getloadavg(),
         "minutes": (time.monotonic() - started) / 60,
     }
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["floor"]:
+        raise SystemExit("usage: python -m benchmarks.metrics_push floor PORT SIZE")
+    floor_server(int(sys.argv[2]), int(sys.argv[3]))

@@ -20,6 +20,7 @@ latest figures, not a backlog); a socket whose frame has not left the server for
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import threading
 import time
@@ -167,8 +168,9 @@ class MetricsStreamHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
     inflight_since = 0.0
     skipped = 0
 
-    @property
+    @functools.cached_property
     def stream_hub(self) -> MetricsStream:
+        # Looked up once: every sample reaches every socket through it.
         hub: MetricsStream = self.settings["gpuhub_metrics_stream"]
         return hub
 

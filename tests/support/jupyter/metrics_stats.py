@@ -29,6 +29,8 @@ class MetricsStats(APIHandler):
         fake = sys.modules.get("tests.support.fake_nvml")
         stats: dict[str, Any] = {
             "samples_taken": sampler.samples_taken,
+            "samples_on_loop": sampler.samples_on_loop,
+            "ticks_skipped": sampler.ticks_skipped,
             "sampler_cpu_seconds": sampler.cpu_seconds,
             "sleeping": sampler.sleeping,
             "listeners": sampler.listeners,
