@@ -41,7 +41,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -239,19 +239,36 @@ class Pods:
 
 
 class _Body:
+    """A LIST answer, read raw (``_preload_content=False``)."""
+
+    status, reason = 200, "OK"
+
     def __init__(self, data: bytes) -> None:
         self.data = data
 
     async def read(self) -> bytes:
         return self.data
 
+    def release(self) -> None:
+        pass
+
 
 class _Stream:
-    """A watch response: one JSON event per line, as the apiserver streams them."""
+    """A watch answer: one JSON event per line, as the apiserver streams them; a streaming
+    list (``sendInitialEvents``) first sends every object and the bookmark that ends them."""
 
-    def __init__(self, events: asyncio.Queue[bytes]) -> None:
+    status, reason = 200, "OK"
+
+    def __init__(self, events: asyncio.Queue[bytes], initial: Iterator[bytes] = iter(())) -> None:
         self.content = self
         self.events = events
+        self.initial = initial
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for line in self.initial:
+            yield line
+        while True:
+            yield await self.events.get()
 
     async def readline(self) -> bytes:
         return await self.events.get()
@@ -263,9 +280,17 @@ class _Stream:
         pass
 
 
+def _initial(objects: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+    for obj in objects:
+        yield json.dumps({"type": "ADDED", "object": obj}, separators=(",", ":")).encode() + b"\n"
+    end = {"resourceVersion": "999999", "annotations": {"k8s.io/initial-events-end": "true"}}
+    yield json.dumps({"type": "BOOKMARK", "object": {"metadata": end}}).encode() + b"\n"
+
+
 class MemoryApi:
     """The two CoreV1Api calls :class:`ClusterCapacity` makes, answered from a layout: LIST in
-    pages (``limit``, ``_continue``) made as they are asked for, and WATCH from a queue."""
+    pages (``limit``, ``_continue``) made as they are asked for, and WATCH from a queue, after
+    every object of the layout when it is a streaming list (``send_initial_events``)."""
 
     def __init__(self, node_count: int, pods: Pods) -> None:
         self.node_count = node_count  # all of them: HAMi and time-sliced
@@ -282,7 +307,10 @@ class MemoryApi:
 
     async def list_node(self, **kwargs: Any) -> Any:
         if kwargs.get("watch"):
-            return _Stream(self.watches["nodes"])
+            nodes = self.pods.nodes
+            every = (node_object(n, nodes) for n in range(self.node_count))
+            initial = _initial(every) if kwargs.get("send_initial_events") else iter(())
+            return _Stream(self.watches["nodes"], initial)
         start, limit = int(kwargs.get("_continue") or 0), kwargs["limit"]
         end = min(start + limit, self.node_count)
         nodes = self.pods.nodes
@@ -291,10 +319,12 @@ class MemoryApi:
         )
 
     async def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
-        if kwargs.get("watch"):
-            return _Stream(self.watches["pods"])
         per = self.pods.per_node
         total = self.node_count * per
+        if kwargs.get("watch"):
+            every = (self.pods.pod(i // per, i % per) for i in range(total))
+            initial = _initial(every) if kwargs.get("send_initial_events") else iter(())
+            return _Stream(self.watches["pods"], initial)
         start, limit = int(kwargs.get("_continue") or 0), kwargs["limit"]
         end = min(start + limit, total)
         return self._page(
