@@ -257,14 +257,16 @@ def _why_not_ready(hub: Hub, ready: int) -> str:
 
 
 def bench_spawns(
-    cluster: BenchCluster, count: int, workdir: Path, profile: bool = False
+    cluster: BenchCluster, count: int, workdir: Path, profile: bool = False, extra: str = ""
 ) -> dict[str, Any]:
+    """``extra``: more hub config, after the lag monitor (``benchmarks spawn_lag``'s
+    stack sampler)."""
     workdir.mkdir(parents=True, exist_ok=True)
     # A small HTTP server stands in for jupyterhub-singleuser (50 JupyterLabs do not fit on
     # this machine); on the process node it binds the pod IP like the real one (0.0.0.0 there
     # means the pod's address), and the hub waits for it the same way.
     server = json.dumps([sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "8888"])
-    extra = f"c.GPUSpawner.cmd = {server}\n" + LAG_MONITOR + (PROFILER if profile else "")
+    extra = f"c.GPUSpawner.cmd = {server}\n" + LAG_MONITOR + (PROFILER if profile else "") + extra
     hub = start_hub(workdir / "hub", hub_config(extra))
     try:
         users = [f"user{n:02d}" for n in range(count)]
