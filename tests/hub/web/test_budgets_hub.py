@@ -112,6 +112,8 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
         ),
         hub,
     )
+    home = hub.login("bob").get(f"{hub.url}/hub/home", timeout=30).text
+    assert "The default budget is 80 % used: " in home  # every hub page shows notices
     wait_for("the server's stop", lambda: not hub.user_model("bob")["servers"], hub)
     texts = [n["text"] for n in notices(hub, "bob")]
     assert any(
