@@ -33,6 +33,7 @@ from typing import Any
 from gpuhub.core.holdings import Holding, Workload, per_workload
 from gpuhub.core.policy import GPUType
 from gpuhub.core.sharing import MIB, Sharing
+from gpuhub.hub.ledger.dra_capacity import DeviceWatch, TypeDevices, figures, node_takes
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger, holding_match
 from gpuhub.hub.ledger.tally import Part, Tally
@@ -77,6 +78,10 @@ class Fit:
     max_gpus: int  # most GPUs of the type on one such node
     max_cpu: float  # most allocatable CPU / memory among nodes with max_gpus or more
     max_memory: int
+    # A type claimed through DRA: the most memory one of its devices has ("" / None: not
+    # known), and where ("GPU 0 of dra-h100-0").
+    max_device_memory: int | None = None
+    largest_device: str = ""
 
 
 class BetweenOwners:
@@ -212,6 +217,14 @@ class ClusterCapacity:
         self._answered = asyncio.Event()  # the first list succeeded or failed
         # Pods whose kind's object owns them through another (a TrainJob's, its JobSet).
         self.owners = BetweenOwners(api, self._bump)
+        # GPUs claimed through DRA: slices, claims and classes, watched once a DRA type is
+        # asked about (want_devices).
+        self.dra = DeviceWatch(
+            getattr(api, "api_client", None),
+            self._bump,
+            request_timeout=request_timeout,
+            watch_timeout=watch_timeout,
+        )
         # Streaming lists (sendInitialEvents) until the apiserver says it cannot.
         self.stream_lists = True
 
@@ -229,6 +242,13 @@ class ClusterCapacity:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self.owners.stop()
+        await self.dra.stop()
+
+    def want_devices(self, gpu_types: Iterable[GPUType]) -> None:
+        """Start watching DRA's objects once a type claimed through DRA is asked about (a
+        hub without such types never lists them)."""
+        if any(t.dra is not None for t in gpu_types):
+            self.dra.start()
 
     @property
     def available(self) -> bool:
@@ -468,9 +488,25 @@ class ClusterCapacity:
         holding per server and one per job (its replicas' pods together)."""
         self._require()
         owned = self.owners.workload
+        if self.dra.state.pod_claims:
+            plain = owned
+
+            def owned(holding: Holding) -> Holding:
+                return self._claimed(plain(holding))
+
         if user is not None:
             return per_workload(owned(h) for h in self.holders.get(user, {}).values())
         return per_workload(owned(h) for pods in self.holders.values() for h in pods.values())
+
+    def _claimed(self, holding: Holding) -> Holding:
+        """``holding`` with the DRA devices allocated to its pods' claims, named."""
+        state = self.dra.state
+        named: list[str] = []
+        for pod in holding.pods:
+            claims = state.pod_claims.get(pod)
+            for device, key in state.devices_of(sorted(claims)) if claims else ():
+                named.append(device.words_on_node if device else f"device {key[2]} of {key[1]}")
+        return replace(holding, claimed=tuple(named)) if named else holding
 
     def _used_on(self, node: str) -> dict[str, int]:
         used: dict[str, int] = {}
@@ -542,8 +578,49 @@ class ClusterCapacity:
         """Free and total GPUs of each type now, and the most free together on one node."""
         self._require()
         types = tuple(gpu_types)
+        self.want_devices(types)
         key = ("capacity", *map(_type_key, types))
-        return self._cached(key, lambda: {t.key: self._capacity(t) for t in types})
+        return self._cached(key, lambda: self._figures(types))
+
+    def _figures(self, types: tuple[GPUType, ...]) -> dict[str, GPUCapacity]:
+        """Each type's figures; a DRA type's only once its devices are known."""
+        out = {}
+        for gpu_type in types:
+            if gpu_type.dra is None:
+                out[gpu_type.key] = self._capacity(gpu_type)
+            elif self.dra.ready:
+                devices = self.type_devices(gpu_type)
+                out[gpu_type.key] = figures(devices, gpu_type.sharing, self._claim_holders)
+        return out
+
+    def _claim_holders(self, key: tuple[str, str]) -> list[str]:
+        """Who holds a claim's devices: "ana: server 'default'" for a server's or job's pod
+        (:meth:`holdings`' own words), "pod lab/x" for any other pod."""
+        claim = self.dra.state.claims.get(key)
+        if claim is None:
+            return []
+        names = []
+        for pod in claim.pods:
+            pod_key = (claim.namespace, pod)
+            user = self._holder_of.get(pod_key)
+            holding = self.holders.get(user, {}).get(pod_key) if user else None
+            if holding is not None:
+                names.append(f"{user}: {self.owners.workload(holding).label}")
+            else:
+                names.append(f"pod {claim.namespace}/{pod}")
+        return names
+
+    def type_devices(self, gpu_type: GPUType) -> TypeDevices:
+        """The devices a DRA type can use, on nodes its pods may run on, and what they have
+        free now (:mod:`gpuhub.hub.ledger.dra_capacity`)."""
+        assert gpu_type.dra is not None
+        nodes = self.nodes
+        return self.dra.state.devices_for(
+            gpu_type.dra,
+            lambda name: node_takes(nodes.get(name), gpu_type),
+            (self.node_generation, _type_key(gpu_type)),
+            gpu_type.sharing,
+        )
 
     def _capacity(self, gpu_type: GPUType) -> GPUCapacity:
         """From the type's running sums (:meth:`_tally`): no walk over the nodes.
@@ -574,10 +651,40 @@ class ClusterCapacity:
     def fit(self, gpu_type: GPUType, gpus: int = 1) -> Fit:
         """What the biggest node serving ``gpu_type`` could hold if it were empty."""
         self._require()
+        if gpu_type.dra is not None:
+            self.want_devices((gpu_type,))
+            return self._cached(
+                ("fit", _type_key(gpu_type), gpus),
+                lambda: self._device_fit(gpu_type, gpus),
+                # what devices there are: nodes, slices and classes; claims do not change it
+                hash((self.node_generation, self.dra.state.device_generation)),
+            )
         return self._cached(
             ("fit", _type_key(gpu_type), gpus),
             lambda: self._fit(gpu_type, gpus),
             self.node_generation,  # what nodes could hold: pods do not change it
+        )
+
+    def _device_fit(self, gpu_type: GPUType, gpus: int) -> Fit:
+        """What the biggest node's devices of a DRA type could hold if none were claimed."""
+        if not self.dra.ready:
+            raise CapacityUnavailable(self.dra.error or "the cluster's devices are still loading")
+        rooms = self.type_devices(gpu_type).rooms.values()
+        per_node: dict[str, int] = {}
+        for room in rooms:
+            per_node[room.device.node] = per_node.get(room.device.node, 0) + 1
+        big_enough = [self.nodes[n] for n, count in per_node.items() if count >= gpus]
+        sized = [r for r in rooms if r.memory_total is not None]
+        largest = max(sized, key=lambda r: r.memory_total or 0, default=None)
+        return Fit(
+            nodes=len(per_node),
+            max_gpus=max(per_node.values(), default=0),
+            max_cpu=max((n.cpu for n in big_enough), default=0.0),
+            max_memory=max((n.memory for n in big_enough), default=0),
+            max_device_memory=None if largest is None else largest.memory_total,
+            largest_device=""
+            if largest is None
+            else f"{largest.device.short_words} of {largest.device.node}",
         )
 
     def _fit(self, gpu_type: GPUType, gpus: int) -> Fit:
