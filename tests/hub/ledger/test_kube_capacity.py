@@ -216,8 +216,9 @@ async def test_pods_without_gpus_keep_the_snapshot(kube, kube_api, cache):
 
 
 async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube_faults):
-    """Through the fault proxy: two LISTs fail, the watch history is compacted (a resumed
-    watch gets 410 Gone) and every open watch is cut; the cache lists again and is right."""
+    """Through the fault proxy: every open watch is cut, the next two requests for pods fail,
+    and the watch history is compacted (a resumed watch gets 410 Gone); the cache lists
+    again and is right."""
     faulty = await config.new_client_from_config(config_file=str(kube_faults.kubeconfig))
     capacity = ClusterCapacity(client.CoreV1Api(faulty), watch_timeout=5)
     try:
@@ -225,8 +226,9 @@ async def test_recovers_from_dropped_watches_and_compaction(kube, kube_api, kube
         # Both watches (nodes, pods) are open through the proxy before the faults begin.
         await eventually(lambda: kube_faults.open_watches() >= 2)
         v1 = client.CoreV1Api(kube_api)
-        # The next LISTs of pods fail; every watch resumes from before the compaction.
-        kube_faults.fail_requests(500, count=2, path="/api/v1/pods", watch=False)
+        # The next two requests for pods fail (resumed watches or lists alike); every watch
+        # resumes from before the compaction.
+        kube_faults.fail_requests(500, count=2, path="/api/v1/pods")
         await asyncio.to_thread(kube_faults.compact)
         assert await asyncio.to_thread(kube_faults.drop_watches, True) >= 2
         await v1.create_namespaced_pod(kube.namespace, gpu_pod("during", 2, node="a100-0"))
