@@ -313,3 +313,21 @@ async def test_service_shares_one_serialized_answer_per_sample():
         {"pid": 21, "memory_used": 2**30, "kernel_id": "k1", "path": "work/train.ipynb"}
     ]
     assert len(body["history"]) == 1 and again["history"] == []
+
+
+def test_a_sampler_whose_loop_ended_follows_the_next_one():
+    fake.install(fake.a100s(1))
+    sampler = make_sampler(interval=MIN_INTERVAL, idle_timeout=60)
+    try:
+        first = asyncio.run(sampler.latest())
+        assert first is not None and first.available
+        taken = sampler.samples_taken
+
+        async def later() -> int:
+            sampler.touch()  # a request on the new loop
+            await until(lambda: sampler.samples_taken >= taken + 3, "samples on the new loop")
+            return sampler._loop_thread
+
+        assert asyncio.run(later()) == threading.get_ident() and sampler._thread is None
+    finally:
+        sampler.stop()

@@ -174,6 +174,10 @@ async def test_thirty_sockets_get_every_sample_from_one_encoding(rig: Rig):
     assert after["encodes"] - before["encodes"] <= samples + 1
     assert after["frames"] - before["frames"] <= samples + 1
     assert after["sent"] - before["sent"] >= 30 * 8
+    # The stand-in answers in microseconds: its reads run on the server's event loop, whose
+    # timer is the clock (no sampler thread wakes, nothing is handed between threads).
+    assert after["samples_on_loop"] > before["samples_on_loop"]
+    assert after["samples_on_loop"] - before["samples_on_loop"] <= samples
     history = rig.sample_times()
     for first, times in zip(firsts, received, strict=True):
         assert_one_per_sample([first["time"], *times], history)

@@ -46,8 +46,9 @@ MAX_HISTORY = 3600
 #: NVML's power figure is itself averaged over a second on recent GPUs.
 FACTS_SECONDS = 1.0
 #: A read runs on the event loop when the median of the last :data:`LOOP_READ_WINDOW` reads
-#: of its kind took less than this (wall clock); else in the sampler's thread. One figures
-#: read of one GPU through real NVML takes about 0.05 ms, of eight about 0.4 ms.
+#: of its kind took less than this (wall clock); else in the sampler's thread. NVML calls
+#: take about 20 µs on an H200 (docs/benchmarks.md, "One sample"): utilization and memory of
+#: eight GPUs about 0.3 ms (the loop), everything about 0.2 ms per GPU (the thread from five).
 LOOP_READ_SECONDS = 0.001
 LOOP_READ_WINDOW = 5
 
@@ -365,6 +366,8 @@ class GPUSampler(LoggingConfigurable):
     def _run(self, wake: bool) -> None:
         """Make sure a clock runs: the event loop's when called on one (the first call
         decides, once), else the sampler's own thread."""
+        if self._loop is not None and self._loop.is_closed():  # its loop ended: a new one may
+            self._loop, self._timer, self._reading = None, None, False
         if self._loop is None and self._thread is None:
             with contextlib.suppress(RuntimeError):  # no running loop: the thread is the clock
                 self._loop = asyncio.get_running_loop()
@@ -483,11 +486,12 @@ class GPUSampler(LoggingConfigurable):
             self._timer.cancel()
             self._timer = None
         self._wake.set()
+        reader, self._reader = self._reader, None
         if self._thread is not None:
             self._thread.join(timeout=5)
-        elif self._reader is not None:
-            self._reader.submit(self._close_source)  # after a read under way, if any
-            self._reader.shutdown(wait=False)
+        elif reader is not None:
+            reader.submit(self._close_source)  # after a read under way, if any
+            reader.shutdown(wait=False)
         else:
             self._close_source()
 
