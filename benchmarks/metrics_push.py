@@ -222,6 +222,7 @@ class Run:
     status: list[float] = field(default_factory=list)
     samples: int = 0  # gpuhub: samples taken in the window
     samples_on_loop: int = 0  # of which read on the event loop
+    load: float = 0.0  # the machine's 1-minute load average at the end of the window
 
     @property
     def cpu_us_per_update(self) -> float:
@@ -308,6 +309,7 @@ async def measure(design: Design, clients: int, window: float, probe: float) -> 
         status=status,
         samples=stats1.get("samples_taken", 0) - stats0.get("samples_taken", 0),
         samples_on_loop=stats1.get("samples_on_loop", 0) - stats0.get("samples_on_loop", 0),
+        load=os.getloadavg()[0],
     )
 
 
@@ -429,6 +431,10 @@ def run_comparison(clients: list[int], reps: int, window: float, probe: float) -
         "reps": reps,
         "window": window,
         "probe": probe,
+        "load_range": (
+            min(r.load for r in measured["runs"]),
+            max(r.load for r in measured["runs"]),
+        ),
         "load_before": load_before,
         "load_after": os.getloadavg(),
         "minutes": (time.monotonic() - started) / 60,
