@@ -24,6 +24,7 @@ import gzip
 import os
 import platform
 import random
+import subprocess
 import sys
 import tempfile
 import threading
@@ -253,15 +254,29 @@ divided by the clients, and a few µs of Python per socket.
 Each sample is one timer tick on the server's event loop: the stand-in's reads take tens of
 µs, under the 1 ms rule (docs/gpu-metrics.md), so they run on the loop itself, with no
 sampler thread to wake and no hand-off between threads (the "read on the loop" column; the
-first read of each kind runs in the thread). Before this change each sample woke the
-sampler thread, which read NVML and then woke the event loop to serialize with the standard
-library's `json`: about 0.6 ms of server CPU per sample at load 9-15, against about
-{first["gpuhub"]["cpu_us_per_update"] / 1000:.2f} ms now with {first["clients"]} client. A
-real driver changes the balance further in gpuhub's favour: NVML calls cost about 20 µs each
-on an H200 (the real row of "One sample" above); nvdashboard makes 8 per update per socket,
-gpuhub 2 per GPU per sample whatever the clients (everything once a second). This run does
+first read of each kind runs in the thread).{_before_text(push)} A real driver changes the
+balance further in gpuhub's favour: NVML calls cost about 20 µs each on an H200 (the real row
+of "One sample" above); nvdashboard makes 8 per update per socket, gpuhub 2 per GPU per
+sample whatever the clients (everything once a second). This run does
 not measure that: both servers read the same stand-in.
 """
+
+
+def _before_text(push: dict[str, Any]) -> str:
+    rows = push["rows"]
+    if not push.get("before") or "before" not in rows[0]:
+        return ""
+    figures = ", ".join(
+        f"{r['before']['cpu_us_per_update']:.0f} → {r['gpuhub']['cpu_us_per_update']:.0f} µs "
+        f"with {r['clients']}"
+        for r in rows
+    )
+    return (
+        f' The "before" rows run the stream as of {push["before"]} in the same run: each '
+        "sample woke the sampler thread, which read NVML (utilization, memory, temperature and "
+        "power every sample) and then woke the event loop to serialize the sample with the "
+        f"standard library's `json`. Per update: {figures} clients."
+    )
 
 
 def _push_section(push: dict[str, Any]) -> tuple[str, bool, bool]:
@@ -273,6 +288,8 @@ def _push_section(push: dict[str, Any]) -> tuple[str, bool, bool]:
         "nvdashboard": f"nvdashboard {version}",
         "floor": "floor: one wake-up, one send",
     }
+    if push.get("before"):
+        names["before"] = f"gpuhub stream before ({push['before']})"
     table = []
     for r in rows:
         for key, name in names.items():
@@ -280,7 +297,7 @@ def _push_section(push: dict[str, Any]) -> tuple[str, bool, bool]:
             low, high = d["cpu_us_spread"]
             loop = (
                 f"{d['samples_on_loop']} of {d['samples']}"
-                if key == "gpuhub" and d["samples"]
+                if key in ("gpuhub", "before") and d["samples"]
                 else ""
             )
             status = f"{d['status_p50']:.1f} / {d['status_p95']:.1f} ms" if key != "floor" else ""
@@ -299,6 +316,11 @@ def _push_section(push: dict[str, Any]) -> tuple[str, bool, bool]:
             f"| {r['clients']} | nvdashboard / floor: no design passes this | | | "
             f"{r['ceiling']:.2f}x | | | | | |"
         )
+        if "before_ratio" in r:
+            table.append(
+                f"| {r['clients']} | nvdashboard / gpuhub before | | | "
+                f"{r['before_ratio']:.2f}x | | | | | |"
+            )
     cpu_ok = all(r["ratio"] >= TARGET_RATIO for r in rows)
     status_ok = all(r["gpuhub"]["status_p95"] <= r["nvdashboard"]["status_p95"] for r in rows)
     met = [r["clients"] for r in rows if r["ratio"] >= TARGET_RATIO]
@@ -446,6 +468,11 @@ def main(argv: list[str] | None = None) -> int:
         "--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 10, 50]
     )
     parser.add_argument("--no-doc", action="store_true", help="print only")
+    parser.add_argument(
+        "--before",
+        metavar="COMMIT",
+        help="also measure gpuhub's stream as of this commit, in the same run (git archive)",
+    )
     args = parser.parse_args(argv)
     results: dict[str, Any] = {
         "sample_1": sample_cost(1),
@@ -456,7 +483,18 @@ def main(argv: list[str] | None = None) -> int:
     print("sample cost done", flush=True)
     results["sampler_cpu"] = sampler_cpu_share(min(args.seconds, 10.0))
     print("sampler CPU done", flush=True)
-    results["push"] = run_comparison(args.clients, args.reps, args.window, args.probe)
+    with tempfile.TemporaryDirectory(prefix="gpuhub-before-") as before_dir:
+        before = None
+        if args.before:
+            before = Path(before_dir)
+            archive = subprocess.run(
+                ["git", "-C", str(REPO), "archive", args.before],
+                check=True,
+                capture_output=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        results["push"] = run_comparison(args.clients, args.reps, args.window, args.probe, before)
+        results["push"]["before"] = args.before
     results["server"] = asyncio.run(server_runs(args.clients, args.seconds))
     body, ok = report(results, args)
     if not args.no_doc:

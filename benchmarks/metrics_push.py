@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,7 +321,7 @@ async def idle(design: Design, window: float) -> float:
 
 
 @contextmanager
-def _servers(tmp: Path) -> Any:
+def _servers(tmp: Path, before: Path | None = None) -> Any:
     scenario_path = tmp / "nvml.json"
     scenario_path.write_text(busy_machine().to_json())
     common = (
@@ -330,22 +330,25 @@ def _servers(tmp: Path) -> Any:
         "c.ServerApp.log_level = 'WARN'\n"
     )
     env = {"GPUHUB_FAKE_NVML": str(scenario_path), "GPUHUB_NVML_MODULE": FAKE}
-    ours_tmp, peer_tmp = tmp / "gpuhub", tmp / "nvdashboard"
-    for folder in (ours_tmp / "root", peer_tmp / "root"):
-        folder.mkdir(parents=True)
     ours_config = common + "c.GPUSampler.interval = 0.1\nc.GPUSampler.idle_timeout = 2.0\n"
     peer_config = common + "c.ServerApp.jpserver_extensions['jupyterlab_nvdashboard'] = True\n"
     peer_path = os.pathsep.join([str(SHIM_DIR), str(PEER_DIR), str(REPO)])
-    with (
-        jupyter_server(
-            ours_tmp / "root", ours_tmp, env={**env, "PYTHONPATH": str(REPO)}, config=ours_config
-        ) as ours,
-        jupyter_server(
-            peer_tmp / "root", peer_tmp, env={**env, "PYTHONPATH": peer_path}, config=peer_config
-        ) as peer,
-        floor_process() as floor,
-    ):
-        yield (
+    ours_path = str(REPO)
+    if before is not None:  # another gpuhub tree (its own stand-in and stats extension too)
+        before_path = os.pathsep.join(str(before / d) for d in ("labextension", "spawner", ""))
+
+    def start(name: str, path: str, config: str) -> Any:
+        folder = tmp / name
+        (folder / "root").mkdir(parents=True)
+        return jupyter_server(
+            folder / "root", folder, env={**env, "PYTHONPATH": path}, config=config
+        )
+
+    with ExitStack() as stack:
+        ours = stack.enter_context(start("gpuhub", ours_path, ours_config))
+        peer = stack.enter_context(start("nvdashboard", peer_path, peer_config))
+        floor = stack.enter_context(floor_process())
+        designs = [
             Design("gpuhub", ours.url, ours.process.pid, "gpuhub/api/metrics/stream"),
             Design(
                 "nvdashboard",
@@ -355,7 +358,11 @@ def _servers(tmp: Path) -> Any:
                 {"updateFrequency": PERIOD_MS, "isPaused": False},
             ),
             floor,
-        )
+        ]
+        if before is not None:
+            old = stack.enter_context(start("before", before_path, ours_config))
+            designs.append(Design("before", old.url, old.process.pid, "gpuhub/api/metrics/stream"))
+        yield tuple(designs)
 
 
 async def _run_all(
@@ -386,20 +393,23 @@ async def _run_all(
     return {"runs": runs, "idle": idles}
 
 
-def run_comparison(clients: list[int], reps: int, window: float, probe: float) -> dict[str, Any]:
-    """Start both servers, measure, and summarize (medians over ``reps``)."""
+def run_comparison(
+    clients: list[int], reps: int, window: float, probe: float, before: Path | None = None
+) -> dict[str, Any]:
+    """Start the servers, measure, and summarize (medians over ``reps``). ``before``: another
+    gpuhub tree (``git archive <commit>`` unpacked) measured in the same run, as "before"."""
     version = ensure_peer()
     load_before = os.getloadavg()
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="gpuhub-push-") as tmp_name,
-        _servers(Path(tmp_name)) as designs,
+        _servers(Path(tmp_name), before) as designs,
     ):
         measured = asyncio.run(_run_all(designs, clients, reps, window, probe))
     rows = []
     for n in clients:
         row: dict[str, Any] = {"clients": n}
-        for name in ("gpuhub", "nvdashboard", "floor"):
+        for name in [d.name for d in designs]:
             runs = [r for r in measured["runs"] if r.design == name and r.clients == n]
             row[name] = {
                 "updates_per_s": statistics.median(r.updates_per_s for r in runs),
@@ -423,6 +433,10 @@ def run_comparison(clients: list[int], reps: int, window: float, probe: float) -
         )
         # What no design could pass: nvdashboard's cost over one wake-up and one send.
         row["ceiling"] = row["nvdashboard"]["cpu_us_per_update"] / row["floor"]["cpu_us_per_update"]
+        if "before" in row:
+            row["before_ratio"] = (
+                row["nvdashboard"]["cpu_us_per_update"] / row["before"]["cpu_us_per_update"]
+            )
         rows.append(row)
     return {
         "rows": rows,
