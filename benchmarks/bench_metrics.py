@@ -412,9 +412,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, bool
         f"{r['status_p95']:.1f} ms | {r['cpu_percent']:.1f} % | {r['nvml_calls_per_s']:.1f} |"
         for r in ours
     )
+    before_arg = f" --before {args.before}" if args.before else ""
     body = f"""## GPU metrics (sampler, stream, `GET /gpuhub/api/metrics`, lab extension size)
 
-`python -m benchmarks metrics --reps {args.reps} --window {args.window:g} --seconds {args.seconds:g}`
+`python -m benchmarks metrics --reps {args.reps} --window {args.window:g} --seconds {args.seconds:g}{before_arg}`
 on {platform.machine()}, {os.cpu_count()} CPUs (shared with other work, so figures are noisy),
 Python {platform.python_version()}. GPUs are the NVML stand-in (`tests/support/fake_nvml.py`:
 A100s, three processes each) unless the row says real NVML. The stand-in answers in
