@@ -420,7 +420,8 @@ def test_form_while_the_hub_still_reads_the_cluster_says_so(
     """Just after a hub starts on a big cluster, the first LIST of pods takes a while: the
     form says the figures are still loading (not that the cluster did not answer), and shows
     them once they are in."""
-    proxy.slow_requests(15, method="GET", path="/api/v1/pods", watch=False, count=1)
+    # The first read of pods, a streaming list (a watch) or a paged LIST alike.
+    proxy.slow_requests(15, method="GET", path="/api/v1/pods", count=1)
     config = hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
     try:
         with running_hub(tmp_path / "hub", config) as hub:
