@@ -92,9 +92,9 @@ test-cluster: install
 # that measure CPU activity (marked `alone`).
 PYTEST_WORKERS ?= 4
 pytest: install test-cluster
-	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m "cluster and not alone"
+	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m "cluster and not alone" --durations=15
 	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
-		--dist loadgroup -m "not cluster and not alone"
+		--dist loadgroup -m "not cluster and not alone" --durations=15
 	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m alone
 
 # The tests that start no real hub, Jupyter server, service, browser or cluster
