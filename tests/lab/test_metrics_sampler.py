@@ -134,6 +134,16 @@ def test_a_crashing_source_becomes_a_reason_and_sampling_goes_on():
     assert sampler.sample_once().available
 
 
+def test_a_dcgm_source_without_its_url_is_a_reason_not_a_crash():
+    sampler = make_sampler(source="dcgm")
+    sample = sampler.sample_once()
+    assert not sample.available
+    assert sample.reason == (
+        "GPUSampler.source is 'dcgm' but GPUSampler.dcgm_url is not set: set it to the DCGM "
+        "exporter's metrics URL."
+    )
+
+
 def test_pid_mapper_labels_processes_and_its_failure_does_not_lose_the_sample():
     scenario = fake.a100s(1)
     scenario.gpus[0].processes = [fake.FakeProcess(11, 1), fake.FakeProcess(12, 2)]

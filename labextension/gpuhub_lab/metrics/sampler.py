@@ -219,7 +219,10 @@ class GPUSampler(LoggingConfigurable):
             from .dcgm import DCGMSource
 
             if not self.dcgm_url:
-                raise ValueError("GPUSampler.source is 'dcgm' but GPUSampler.dcgm_url is not set")
+                raise ValueError(
+                    "GPUSampler.source is 'dcgm' but GPUSampler.dcgm_url is not set: set it "
+                    "to the DCGM exporter's metrics URL."
+                )
             return DCGMSource(self.dcgm_url, pod=self.dcgm_pod)
         from .nvml import NVMLSource
 
@@ -233,7 +236,10 @@ class GPUSampler(LoggingConfigurable):
         """Read the GPUs: (gpus, reason when none, wall seconds it took, whether it read
         everything). Never raises: a failing source becomes a reason."""
         if self._source is None:
-            self._source = self.make_source()
+            try:
+                self._source = self.make_source()
+            except ValueError as exc:  # its settings are wrong: say so where figures would be
+                return [], str(exc), 0.0, True
         start = time.perf_counter()
         gpus = None if self._full_due(start) else self._read_figures()
         full = gpus is None
@@ -431,8 +437,8 @@ class GPUSampler(LoggingConfigurable):
         try:
             if read.cancelled() or self._stopping:
                 return
-            if (error := read.exception()) is not None:  # make_source refused its settings
-                self.log.error("gpuhub: cannot read GPU metrics: %s", error)
+            if (error := read.exception()) is not None:  # _read() does not raise; just in case
+                self.log.error("gpuhub: reading GPU metrics failed: %s", error)
                 return
             self._publish(read.result())
         finally:
