@@ -279,6 +279,33 @@ def _before_text(push: dict[str, Any]) -> str:
     )
 
 
+def _status_text(rows: list[dict[str, Any]]) -> str:
+    """``/api/status`` p95 per repetition: how far the medians in the table can be read."""
+
+    def spread(name: str) -> str:
+        return ", ".join(
+            f"{r[name]['status_p95_spread'][0]:.1f}-{r[name]['status_p95_spread'][1]:.1f}"
+            for r in rows
+        )
+
+    overlap = all(
+        r["gpuhub"]["status_p95_spread"][0] <= r["nvdashboard"]["status_p95_spread"][1]
+        and r["nvdashboard"]["status_p95_spread"][0] <= r["gpuhub"]["status_p95_spread"][1]
+        for r in rows
+    )
+    counts = ", ".join(str(r["clients"]) for r in rows)
+    return (
+        f"`/api/status` p95 per repetition (the probe's requests of one window) with {counts} "
+        f"clients: gpuhub {spread('gpuhub')} ms, nvdashboard {spread('nvdashboard')} ms"
+        + (
+            "; the ranges overlap at every client count, so the medians in the table differ "
+            "by less than the repetitions do."
+            if overlap
+            else "."
+        )
+    )
+
+
 def _push_section(push: dict[str, Any]) -> tuple[str, bool, bool]:
     """The 10 Hz comparison: its table, whether the CPU target and the status p95 hold."""
     rows = push["rows"]
@@ -373,6 +400,8 @@ NVML calls per second stay at {min(calls):.0f}-{max(calls):.0f} for gpuhub whate
 clients (one sampler; utilization and memory every sample, everything else once a second),
 while nvdashboard's grow with every socket.
 
+{_status_text(rows)}
+
 Verdict: {verdict}.
 
 {_push_analysis(push)}"""
@@ -429,6 +458,9 @@ latency, which nvdashboard pays per socket, on the event loop.
 | stand-in, 1 | {s1["read_ms"]:.3f} ms | {s1["read_ms"]:.3f} ms | {s1["sample_ms"]:.3f} ms |
 | stand-in, 8 | {s8["read_ms"]:.3f} ms | {s8["read_ms"] / 8:.3f} ms | {s8["sample_ms"]:.3f} ms |
 {real_row}
+
+Back to back, as here, the sampler's samples after the first read utilization and memory
+only (everything is read again once a second), hence a sample cheaper than a full read.
 
 {push}
 ### Polling at 1 Hz, the fallback where a proxy refuses WebSockets

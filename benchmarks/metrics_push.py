@@ -424,6 +424,10 @@ def run_comparison(
                 "nvml_calls_per_s": statistics.median(r.nvml_calls_per_s for r in runs),
                 "status_p50": statistics.median(percentile(r.status, 50) for r in runs),
                 "status_p95": statistics.median(percentile(r.status, 95) for r in runs),
+                "status_p95_spread": (
+                    min(percentile(r.status, 95) for r in runs),
+                    max(percentile(r.status, 95) for r in runs),
+                ),
                 "samples": sum(r.samples for r in runs),
                 "samples_on_loop": sum(r.samples_on_loop for r in runs),
             }
