@@ -41,8 +41,9 @@ def fetch_metrics(timeout: float = 5.0) -> dict[str, Any]:
         return _for_job(_from_nvml(), job)
     try:
         data = _from_server(timeout)
-        data["budgets"] = _budgets(timeout)
-        data["claimed"] = _claimed(timeout, job)
+        holdings = _holdings(timeout)  # one request for both
+        data["budgets"] = _budgets(holdings)
+        data["claimed"] = _claimed(holdings, job)
     except Exception as exc:  # no server, no gpuhub there, refused...: fall back
         data = _from_nvml()
         what = "the simulated GPUs" if data.get("source") == "simulated" else "NVML"
@@ -92,9 +93,9 @@ def _from_server(timeout: float) -> dict[str, Any]:
     return data
 
 
-def _budgets(timeout: float) -> list[str]:
-    """The user's GPU-hour budget sentences, as the hub says them (through the server's
-    ``/gpuhub/api/holdings``); none when no budget applies or the hub cannot be asked."""
+def _holdings(timeout: float) -> dict[str, Any]:
+    """What the hub says this user holds (through the server's ``/gpuhub/api/holdings``);
+    empty when the hub cannot be asked (an older gpuhub, no hub): the GPUs are still shown."""
     from urllib import request
 
     from .jobs_client import find_server
@@ -107,31 +108,22 @@ def _budgets(timeout: float) -> list[str]:
         req = request.Request(server.url + "gpuhub/api/holdings", headers=headers)
         with request.urlopen(req, timeout=timeout) as response:
             answer = json.loads(response.read())
-    except Exception:  # an older gpuhub, a hub not answering: the GPUs are still shown
-        return []
-    found = answer.get("budgets") if isinstance(answer, dict) else None
-    return [str(b["text"]) for b in found or [] if isinstance(b, dict) and b.get("text")]
+    except Exception:
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
-def _claimed(timeout: float, job: str | None) -> list[str]:
+def _budgets(answer: dict[str, Any]) -> list[str]:
+    """The user's GPU-hour budget sentences, as the hub says them; none when none applies."""
+    found = answer.get("budgets") or []
+    return [str(b["text"]) for b in found if isinstance(b, dict) and b.get("text")]
+
+
+def _claimed(answer: dict[str, Any], job: str | None) -> list[str]:
     """The devices this server (or job) was allocated through DRA, as the hub names them
     ("GPU 3 (A100-SXM4-80GB) on a100-7", the holdings' ``device_names``); none elsewhere."""
-    from urllib import request
-
-    from .jobs_client import find_server
-
-    server = find_server()
-    headers = {"Accept": "application/json"}
-    if server.token:
-        headers["Authorization"] = f"token {server.token}"
-    try:
-        req = request.Request(server.url + "gpuhub/api/holdings", headers=headers)
-        with request.urlopen(req, timeout=timeout) as response:
-            answer = json.loads(response.read())
-    except Exception:  # an older gpuhub, a hub not answering: the GPUs are still shown
-        return []
     kind, name = ("job", job) if job else ("server", os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
-    for holding in answer.get("holdings") or [] if isinstance(answer, dict) else []:
+    for holding in answer.get("holdings") or []:
         if isinstance(holding, dict) and (holding.get("kind"), holding.get("name")) == (kind, name):
             return [str(d) for d in holding.get("device_names") or []]
     return []
