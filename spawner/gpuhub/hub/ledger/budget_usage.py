@@ -47,7 +47,7 @@ from gpuhub.core.budgets import (
     state_of,
 )
 from gpuhub.core.words import duration, iso
-from gpuhub.hub.ledger.statefile import kind_of, read_json, set_aside, write_json
+from gpuhub.hub.ledger.statefile import kind_of, restore_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +155,7 @@ class BudgetUsage:
     # -- persistence ------------------------------------------------------------------------
     def _load(self) -> None:
         assert self.path is not None
-        data, damage = read_json(self.path)
-        if data is not None:
-            problems = self._restore(data)
-            if problems:
-                damage = set_aside(self.path, "; ".join(problems[:3]))
+        damage = restore_json(self.path, self._restore)
         if damage is None:
             return
         kept = f"{len(self.accounts)} budget accounts, {len(self.decayed)} users' decayed usage"

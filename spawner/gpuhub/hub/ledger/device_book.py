@@ -48,7 +48,7 @@ from typing import Any
 from gpuhub.core.holdings import HolderKind, Holding, job_hold_name
 from gpuhub.hub.ledger import launches
 from gpuhub.hub.ledger.launches import Process, Proof
-from gpuhub.hub.ledger.statefile import Damaged, kind_of, read_json, set_aside, write_json
+from gpuhub.hub.ledger.statefile import Damaged, kind_of, restore_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +173,7 @@ class GPUAllocator:
         if self.store == path:
             return
         self.store, self.proof = path, proof
-        data, damage = read_json(path)
-        if data is not None:
-            problems = self._restore(data)
-            if problems:
-                damage = set_aside(path, "; ".join(problems[:3]))
+        damage = restore_json(path, self._restore)
         rebuilt = self._rebuild(proof) if proof is not None else []
         self.prune()
         if damage is not None:

@@ -18,6 +18,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,17 @@ def read_json(path: Path) -> tuple[Any, Damage | None]:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = "it is empty" if not raw.strip() else f"not JSON: {_short(exc)}"
         return None, set_aside(path, reason)
+
+
+def restore_json(path: Path, restore: Callable[[Any], list[str]]) -> Damage | None:
+    """Read ``path`` and hand its data to ``restore``, which keeps every part that is what it
+    should be and returns what was not; the damage (the file then moved aside), or None."""
+    data, damage = read_json(path)
+    if data is not None:
+        problems = restore(data)
+        if problems:
+            damage = set_aside(path, "; ".join(problems[:3]))
+    return damage
 
 
 def set_aside(path: Path, reason: str) -> Damage:

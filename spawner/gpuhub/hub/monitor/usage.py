@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from gpuhub.hub.ledger.statefile import kind_of, read_json, set_aside, write_json
+from gpuhub.hub.ledger.statefile import kind_of, restore_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +176,7 @@ class UsageStore:
         """Read the file; of a damaged one keep what can be read, and keep the file aside
         (:mod:`gpuhub.hub.ledger.statefile`) so that nothing it held is overwritten."""
         assert self.path is not None
-        data, damage = read_json(self.path)
-        if data is not None:
-            problems = self._restore(data)
-            if problems:
-                damage = set_aside(self.path, "; ".join(problems[:3]))
+        damage = restore_json(self.path, self._restore)
         if damage is None:
             return
         kept = (
