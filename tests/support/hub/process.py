@@ -39,6 +39,34 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Local servers' ports from the test worker's own range, below the ephemeral ports every
+# other process binds from: JupyterHub's random_port() binds, closes and hands the port on,
+# so side-by-side workers' hubs could give two servers one port (the second exits with "port
+# in use" while the first answers the hub's check in its place).
+SERVER_PORTS = textwrap.dedent(
+    """
+    import os as _os, random as _random, socket as _socket
+    import jupyterhub.spawner as _spawner
+
+    _worker = _os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    _low = 20000 + 1500 * (int(_worker) % 8 if _worker.isdigit() else 0)
+
+    def _worker_port():
+        for _ in range(200):
+            port = _random.randrange(_low, _low + 1500)
+            with _socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+        raise RuntimeError(f"no free port in {_low}-{_low + 1499}")
+
+    _spawner.random_port = _worker_port
+    """
+)
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     bin_dirs = [str(ROOT / "node_modules" / ".bin"), str(Path(sys.executable).parent)]
@@ -162,7 +190,7 @@ def start_hub(
         c.Spawner.default_url = "/lab"
         """
     )
-    (workdir / "jupyterhub_config.py").write_text(base + textwrap.dedent(config))
+    (workdir / "jupyterhub_config.py").write_text(base + SERVER_PORTS + textwrap.dedent(config))
     log = open(workdir / "hub.log", "ab")  # noqa: SIM115 - lives as long as the hub
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterhub", "-f", "jupyterhub_config.py", "--debug"],
