@@ -13,7 +13,7 @@ from gpuhub.core.policy import Policy
 from gpuhub.hub.form import render_form
 from gpuhub.hub.ledger.dra_capacity import figures
 from gpuhub.k8s.dra_inventory import Allocated, ClaimInfo
-from tests.hub.ledger.test_dra_capacity import everywhere, state
+from tests.support.dra import everywhere, state
 
 GPU = "device.attributes['gpu.nvidia.com']"
 CONFIG: dict[str, Any] = {

@@ -36,7 +36,7 @@ from gpuhub.hub.progress import SpawnRequest, describe, timeout_message, waiting
 from gpuhub.hub.web.notices import notice_text, warning_text
 from gpuhub.jobs.local import LocalBackend
 from gpuhub.jobs.model import MAX_NAME, JobError, JobNotFound, JobRequest
-from tests.support.messages import loose_stop, problems
+from tests.support.messages import loose_stop, problems, visible_text
 
 NAMES = ["NVIDIA GPU", "Simulated GPU", "NVIDIA A100 80GB", "A100 MIG 1g.10gb slice"]
 
@@ -278,34 +278,6 @@ def form_sentences() -> Iterator[str]:
         }
         page = render_form(Policy.from_config(**config), [], capacity=capacity)
         yield from visible_text(page)
-
-
-def visible_text(page: str) -> list[str]:
-    """The text a reader sees in an HTML fragment (no script or style), one string per block
-    of inline text as a browser runs it together."""
-    import html.parser
-
-    class Text(html.parser.HTMLParser):
-        def __init__(self) -> None:
-            super().__init__()
-            self.blocks: list[str] = [""]
-            self.skip = 0
-
-        def handle_starttag(self, tag: str, attrs: Any) -> None:
-            self.skip += tag in ("script", "style")
-            if tag in ("div", "p", "br", "label", "legend", "fieldset", "option", "select"):
-                self.blocks.append("")
-
-        def handle_endtag(self, tag: str) -> None:
-            self.skip -= tag in ("script", "style")
-
-        def handle_data(self, data: str) -> None:
-            if not self.skip:
-                self.blocks[-1] += data
-
-    parser = Text()
-    parser.feed(page)
-    return [" ".join(b.split()) for b in parser.blocks if b.strip()]
 
 
 def notice_sentences() -> Iterator[str]:

@@ -8,6 +8,7 @@ against the sentence."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _QUOTED = re.compile(r'"[^"]*"')
 _DOUBLED = re.compile(r"\b([A-Za-z]+?)s?\s+\1s?\b", re.IGNORECASE)
@@ -43,3 +44,31 @@ def problems(message: str) -> list[str]:
     if message[:1].islower():
         found.append("starts lower-case")
     return found
+
+
+def visible_text(page: str) -> list[str]:
+    """The text a reader sees in an HTML fragment (no script or style), one string per block
+    of inline text as a browser runs it together."""
+    import html.parser
+
+    class Text(html.parser.HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks: list[str] = [""]
+            self.skip = 0
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            self.skip += tag in ("script", "style")
+            if tag in ("div", "p", "br", "label", "legend", "fieldset", "option", "select"):
+                self.blocks.append("")
+
+        def handle_endtag(self, tag: str) -> None:
+            self.skip -= tag in ("script", "style")
+
+        def handle_data(self, data: str) -> None:
+            if not self.skip:
+                self.blocks[-1] += data
+
+    parser = Text()
+    parser.feed(page)
+    return [" ".join(b.split()) for b in parser.blocks if b.strip()]

@@ -133,8 +133,7 @@ def test_budget_sentences_read_right() -> None:
     by the same checker as every other message (tests/hub/test_message_sweep.py)."""
     from gpuhub.core.policy import Policy
     from gpuhub.hub.form import _budget_sentence, render_form
-    from tests.hub.test_message_sweep import visible_text
-    from tests.support.messages import loose_stop, problems
+    from tests.support.messages import loose_stop, problems, visible_text
 
     assert CONFIG is not None and CONFIG.default is not None
     said = []

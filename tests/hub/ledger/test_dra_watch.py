@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuhub.hub.ledger.dra_capacity import DeviceWatch
-from tests.hub.ledger.test_dra_capacity import A100, H100, everywhere
+from tests.support.dra import A100, H100, everywhere
 
 DATA = Path(__file__).parents[2] / "k8s" / "data" / "dra"
 
