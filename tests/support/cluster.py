@@ -370,17 +370,21 @@ class Kube:
 
     # -- lifecycle -----------------------------------------------------------------------
     def cleanup(self) -> None:
-        """Delete what this test made: cluster-scoped objects, then its namespace, waiting
-        until its pods are gone so that the next test sees the cluster's full capacity."""
+        """Delete what this test made: its namespace, waiting until its pods are gone so that
+        the next test sees the cluster's full capacity, then its cluster-scoped objects.
+
+        Namespace first: a pod on a node the test added ends while kwok still runs that node;
+        with the node gone first it would wait for the pod garbage collector (about a minute).
+        """
+        with contextlib.suppress(KubeError):
+            self.delete("Namespace", self.namespace, propagationPolicy="Background")
+        with contextlib.suppress(AssertionError, KubeError):
+            self.wait_for(lambda: not self.list("Pod"), timeout=90, interval=0.25)
         for version, ref in reversed(self._cluster_scoped):
             kind, _, name = ref.partition("/")
             with contextlib.suppress(KubeError):
                 self.delete(kind, name, api_version=version)
         self._cluster_scoped.clear()
-        with contextlib.suppress(KubeError):
-            self.delete("Namespace", self.namespace, propagationPolicy="Background")
-        with contextlib.suppress(AssertionError, KubeError):
-            self.wait_for(lambda: not self.list("Pod"), timeout=90, interval=0.25)
 
 
 def _is_local(api: KubeAPI) -> bool:
