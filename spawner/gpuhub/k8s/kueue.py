@@ -394,6 +394,7 @@ class KueueAPI:
         return name
 
     async def _get(self, version: str, path: str) -> dict[str, Any]:
+        """A Kueue object at ``path`` under this served ``version``; {} when not an object."""
         found = await request_json(
             self.api.call_api(
                 f"/apis/{GROUP}/{version}/{path}",
@@ -426,23 +427,12 @@ class KueueAPI:
         if version is None:
             return None
 
-        async def get(path: str) -> dict[str, Any]:
-            found = await request_json(
-                self.api.call_api(
-                    f"/apis/{GROUP}/{version}/{path}",
-                    "GET",
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                )
-            )
-            return found if isinstance(found, dict) else {}
-
         try:
-            local = await get(f"namespaces/{namespace}/localqueues/{queue}")
+            local = await self._get(version, f"namespaces/{namespace}/localqueues/{queue}")
             cluster_queue = str((local.get("spec") or {}).get("clusterQueue") or "")
             if not cluster_queue:
                 return None
-            return queue_use(await get(f"clusterqueues/{cluster_queue}"))
+            return queue_use(await self._get(version, f"clusterqueues/{cluster_queue}"))
         except ApiException as exc:
             if exc.status not in (403, 404):
                 raise
