@@ -13,7 +13,7 @@ import gc
 import json
 from typing import Any
 
-from gpuhub.hub.ledger.capacity import LIST_PAGE, ClusterCapacity, _Lists
+from gpuhub.hub.ledger.capacity import ACTIVE_PODS, LIST_PAGE, ClusterCapacity, _Lists
 
 
 def parse_body(body: bytes) -> Any:
@@ -29,6 +29,12 @@ def parse_body(body: bytes) -> Any:
 
 class JsonCapacity(ClusterCapacity):
     """The capacity cache with ``json.loads`` decoding and paged LISTs, one at a time."""
+
+    def _list_call(self, kind: str) -> Any:
+        """The generated list method of ``kind`` and its arguments, as the cache had them."""
+        if kind == "nodes":
+            return self.api.list_node, {}
+        return self.api.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}
 
     async def _sync(self, kind: str) -> str:
         method, kwargs = self._list_call(kind)

@@ -1,10 +1,12 @@
-"""LIST and WATCH of one kind, through a ``kubernetes_asyncio`` list call, decoded by
-:mod:`gpuhub.k8s.objects` (only the fields gpuhub reads).
+"""LIST and WATCH of one kind, read raw and decoded into only the fields gpuhub reads:
+Kubernetes' protobuf (:mod:`gpuhub.k8s.protobuf`) where the kind has it, else JSON
+(:mod:`gpuhub.k8s.objects`).
 
-``call`` is the generated method that lists the kind (``CoreV1Api.list_node``,
-``list_pod_for_all_namespaces``, ...): it is called with ``_preload_content=False`` and the
-answer read here, so neither ``kubernetes_asyncio``'s models nor ``json.loads`` touch the
-objects.
+A :class:`Source` names what to read: the kind (a key of
+:data:`gpuhub.k8s.objects.KINDS`), its collection's path (``/api/v1/pods``) and the query
+that narrows it (a field selector). Requests go through the ``kubernetes_asyncio``
+``ApiClient`` (its credentials and TLS), with ``_preload_content=False``: neither its models
+nor ``json.loads`` touch the objects.
 
 * :func:`watch` streams events; with ``initial=True`` it is a *streaming list*
   (``sendInitialEvents``, Kubernetes 1.27+): the apiserver sends every object as an
@@ -13,15 +15,20 @@ objects.
   request of the next, and nothing is gzipped.
 * :func:`list_pages` pages a LIST (for an apiserver that does not stream lists), asking for
   the next page before the caller reads the current one.
+
+Both ask for protobuf first and JSON second, and decode what the answer's content type says
+(an aggregated API or a custom resource answers JSON).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpuhub.k8s import protobuf
 from gpuhub.k8s.objects import Event, ListPage, decode_event, decode_list
 from gpuhub.k8s.rawapi import request_body
 
@@ -30,6 +37,38 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # At most this long on the event loop between two pauses while reading a stream that
 # arrives faster than it is decoded (a first sync of 150,000 pods).
 SLICE_S = 0.005
+# A watch arrives in TLS records of a few KB (the apiserver writes each event as it encodes
+# it), and reading each as it comes costs a wake-up of the event loop, the SSL layer's and
+# aiohttp's Python per record: about 20 us, two thirds of the hub's CPU for a first sync of
+# 150,000 pods (docs/benchmarks.md). So when a read brings less than GATHER_BYTES (the
+# stream is not ahead of us), the watch stops reading for GATHER_S and the kernel gathers
+# what comes meanwhile; the next read takes it in one go. An event waits 10 ms longer.
+GATHER_BYTES = 128 * 1024
+GATHER_S = 0.01
+_JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to list and watch: ``kind`` (a key of :data:`gpuhub.k8s.objects.KINDS`) at
+    ``path`` (its collection, e.g. ``/api/v1/pods``), narrowed by ``query`` (e.g.
+    ``{"fieldSelector": ...}``); ``encoding`` "protobuf" (where the kind has it) or "json"."""
+
+    kind: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+    encoding: str = "protobuf"
+
+    @property
+    def protobuf(self) -> bool:
+        return self.encoding == "protobuf" and protobuf.supports(self.kind)
+
+    def accept(self, stream: bool) -> str:
+        if not self.protobuf:
+            return _JSON
+        if stream:
+            return f"{protobuf.STREAM_CONTENT_TYPE}, {_JSON};stream=watch"
+        return f"{protobuf.CONTENT_TYPE}, {_JSON}"
 
 
 def initial_events_end(event: Event) -> bool:
@@ -48,47 +87,50 @@ def _api_exception(status: int, reason: str, body: bytes = b"") -> Exception:
     return exc
 
 
+def _get(api: Any, source: Source, query: dict[str, str], timeout: float, stream: bool) -> Any:
+    """The GET of ``source``'s collection (a coroutine of the raw aiohttp response)."""
+    return api.call_api(
+        source.path,
+        "GET",
+        query_params=list({**source.query, **query}.items()),
+        header_params={"Accept": source.accept(stream)},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=timeout,
+    )
+
+
+def _is_protobuf(response: Any) -> bool:
+    return str(response.headers.get("Content-Type", "")).startswith(protobuf.CONTENT_TYPE)
+
+
 async def watch(
-    call: Callable[..., Any],
-    kind: str,
+    api: Any,
+    source: Source,
     *,
     version: str = "",
     initial: bool = False,
     timeout_seconds: int = 300,
-    **kwargs: Any,
 ) -> AsyncGenerator[Event, None]:
-    """The events of a watch of ``kind`` (a key of :data:`gpuhub.k8s.objects.KINDS`) from
-    ``version``, bookmarks included, until the server ends it; ``initial``: a streaming list
-    first (``version`` then unused). An ``ERROR`` event or a non-2xx answer raises
+    """The events of a watch of ``source`` from ``version``, bookmarks included, until the
+    server ends it; ``initial``: a streaming list first (``version`` then unused). ``api``:
+    a ``kubernetes_asyncio`` ``ApiClient``. An ``ERROR`` event or a non-2xx answer raises
     ``ApiException`` (410: the history is gone, list again)."""
+    query = {"watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
     if initial:
-        where = {"send_initial_events": True, "resource_version_match": "NotOlderThan"}
+        query |= {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
     else:
-        where = {"resource_version": version}
-    response = await call(
-        watch=True,
-        allow_watch_bookmarks=True,
-        timeout_seconds=timeout_seconds,
-        _request_timeout=timeout_seconds + 30,
-        _preload_content=False,
-        **where,
-        **kwargs,
-    )
+        query["resourceVersion"] = version
+    response = await _get(api, source, query, timeout_seconds + 30, stream=True)
     try:
         if not 200 <= response.status <= 299:
             raise _api_exception(response.status, response.reason, await response.read())
+        events = _pb_events if _is_protobuf(response) else _json_events
         rest = b""
         paused = time.perf_counter()
         async for chunk in response.content.iter_any():
-            if b"\n" not in chunk:
-                rest += chunk
-                continue
-            *lines, tail = (rest + chunk).split(b"\n")
-            rest = tail
-            for line in lines:
-                if not line:
-                    continue
-                event = decode_event(kind, line)
+            found, rest = events(source.kind, rest + chunk if rest else chunk)
+            for event in found:
                 if event["type"] == "ERROR":
                     status = event["object"]
                     raise _api_exception(
@@ -96,7 +138,10 @@ async def watch(
                         f"{status.get('reason')}: {status.get('message')}",
                     )
                 yield event
-            if time.perf_counter() - paused > SLICE_S:
+            if len(chunk) < GATHER_BYTES:
+                await _gather(response)
+                paused = time.perf_counter()
+            elif time.perf_counter() - paused > SLICE_S:
                 # The next chunk may be buffered already: let the hub's other work run.
                 await asyncio.sleep(0)
                 paused = time.perf_counter()
@@ -104,25 +149,57 @@ async def watch(
         response.release()
 
 
+def _json_events(kind: str, data: bytes) -> tuple[Iterator[Event], bytes]:
+    """The events of the whole lines in ``data`` (one JSON event a line), and the rest."""
+    *lines, rest = data.split(b"\n")
+    return (decode_event(kind, line) for line in lines if line), rest
+
+
+def _pb_events(kind: str, data: bytes) -> tuple[Iterator[Event], bytes]:
+    """The events of the whole frames in ``data`` (length-prefixed protobuf), and the rest."""
+    frames, used = protobuf.split_frames(data)
+    return (protobuf.decode_event(kind, frame) for frame in frames), data[used:]
+
+
+async def _gather(response: Any) -> None:
+    """Stop reading ``response`` for :data:`GATHER_S`, through aiohttp's own flow control
+    (the pause its reader makes when its buffer is full), so the kernel's socket buffer
+    gathers the records that come meanwhile."""
+    protocol = getattr(response.connection, "protocol", None)
+    if protocol is None:  # the answer is all read already
+        return
+    protocol.pause_reading()
+    try:
+        await asyncio.sleep(GATHER_S)
+    finally:
+        protocol.resume_reading()
+
+
 async def list_pages(
-    call: Callable[..., Any], kind: str, *, limit: int, timeout: float, **kwargs: Any
+    api: Any, source: Source, *, limit: int, timeout: float
 ) -> AsyncGenerator[ListPage, None]:
-    """A LIST of ``kind`` in pages of ``limit`` objects. The next page is asked for as soon
-    as this one's continue token is known, so the apiserver encodes it while the caller
+    """A LIST of ``source`` in pages of ``limit`` objects. The next page is asked for as
+    soon as this one's continue token is known, so the apiserver encodes it while the caller
     works through this one."""
 
-    async def fetch(token: str | None) -> bytes:
-        page = {"limit": limit, **({"_continue": token} if token else {})}
-        return await request_body(
-            call(_preload_content=False, _request_timeout=timeout, **kwargs, **page)
-        )
+    async def fetch(token: str | None) -> ListPage:
+        page = {"limit": str(limit), **({"continue": token} if token else {})}
+        response = await _get(api, source, page, timeout, stream=False)
+        pb = _is_protobuf(response)
+        body = await request_body(_answered(response))
+        return protobuf.decode_list(source.kind, body) if pb else decode_list(source.kind, body)
 
-    pending: asyncio.Task[bytes] | None = asyncio.ensure_future(fetch(None))
+    pending: asyncio.Task[ListPage] | None = asyncio.ensure_future(fetch(None))
     try:
         while pending is not None:
-            page = decode_list(kind, await pending)
+            page = await pending
             pending = asyncio.ensure_future(fetch(page.token)) if page.token else None
             yield page
     finally:
         if pending is not None:
             pending.cancel()
+
+
+async def _answered(response: Any) -> Any:
+    """``response`` as the awaitable :func:`request_body` reads."""
+    return response

@@ -49,7 +49,7 @@ from gpuhub.k8s.inventory import (
     pod_info,
 )
 from gpuhub.k8s.labels import GPU_COUNT_LABEL, GPU_REPLICAS_LABEL
-from gpuhub.k8s.listwatch import initial_events_end, list_pages, watch
+from gpuhub.k8s.listwatch import Source, initial_events_end, list_pages, watch
 
 log = logging.getLogger("gpuhub.hub.ledger.capacity")
 
@@ -190,8 +190,18 @@ class _Unfinished(RuntimeError):
 class ClusterCapacity:
     """A watch-backed cache of nodes and GPU-holding pods (start once, read often)."""
 
-    def __init__(self, api: Any, *, request_timeout: float = 30, watch_timeout: int = 300) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        request_timeout: float = 30,
+        watch_timeout: int = 300,
+        encoding: str = "protobuf",
+    ) -> None:
+        """``encoding``: how nodes and pods are asked for, "protobuf" (half the apiserver's
+        CPU of JSON for a first sync, docs/benchmarks.md) or "json"."""
         self.api = api  # a kubernetes_asyncio CoreV1Api
+        self.encoding = encoding
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
         self.nodes: dict[str, NodeInfo] = {}
@@ -267,10 +277,11 @@ class ClusterCapacity:
         return self.available
 
     # -- list + watch ------------------------------------------------------------------------
-    def _list_call(self, kind: str) -> Any:
+    def _source(self, kind: str) -> Source:
         if kind == "nodes":
-            return self.api.list_node, {}
-        return self.api.list_pod_for_all_namespaces, {"field_selector": ACTIVE_PODS}
+            return Source("nodes", "/api/v1/nodes", encoding=self.encoding)
+        query = {"fieldSelector": ACTIVE_PODS}
+        return Source("pods", "/api/v1/pods", query, encoding=self.encoding)
 
     async def _run(self, kind: str) -> None:
         from kubernetes_asyncio.client import ApiException
@@ -329,15 +340,13 @@ class ClusterCapacity:
         """Apply the events of one watch from ``version`` until the server ends it; the last
         version seen. ``initial``: a streaming list, whose initial events replace the cache's
         lists once all have come."""
-        method, kwargs = self._list_call(kind)
         lists = _Lists() if initial else None
         events = watch(
-            method,
-            kind,
+            self.api.api_client,
+            self._source(kind),
             version=version,
             initial=initial,
             timeout_seconds=self.watch_timeout,
-            **kwargs,
         )
         async with contextlib.aclosing(events):  # the connection goes back at once
             async for event in events:
@@ -358,10 +367,11 @@ class ClusterCapacity:
         """LIST in pages of ``LIST_PAGE`` (as client-go's reflector does), keeping only what
         the figures and the ledger need from each page: a 150,000-pod cluster never sits in
         memory as one JSON document."""
-        method, kwargs = self._list_call(kind)
         lists = _Lists()
         version = ""
-        pages = list_pages(method, kind, limit=LIST_PAGE, timeout=self.request_timeout, **kwargs)
+        pages = list_pages(
+            self.api.api_client, self._source(kind), limit=LIST_PAGE, timeout=self.request_timeout
+        )
         async with contextlib.aclosing(pages):
             async for page in pages:
                 version = page.version or version
