@@ -7,7 +7,9 @@ capacity watch's field selector) with a plain aiohttp client that throws the byt
 and reports the wall time, the apiserver's CPU (``/proc``), the client's and the bytes:
 ``list-json-1000`` (LIST pages of 1,000, as the hub read before issue 30, without gzip),
 ``list-json-gzip-1000``, ``list-pb-1000`` (Kubernetes' protobuf), ``stream-json`` (a
-streaming list, ``sendInitialEvents``, as the hub reads now) and ``stream-pb``.
+streaming list, ``sendInitialEvents``) and ``stream-pb``, each read as it comes, and
+``stream-json-gathered``, ``stream-pb-gathered``: read as the hub reads now, pausing 10 ms
+whenever a read brings less than 128 KB (:func:`gpuhub.k8s.listwatch.gather`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,17 @@ import time
 from pathlib import Path
 
 from gpuhub.hub.ledger.capacity import ACTIVE_PODS
+from gpuhub.k8s.listwatch import GATHER_BYTES, gather
 
-MODES = ("list-json-1000", "list-json-gzip-1000", "list-pb-1000", "stream-json", "stream-pb")
+MODES = (
+    "list-json-1000",
+    "list-json-gzip-1000",
+    "list-pb-1000",
+    "stream-json",
+    "stream-pb",
+    "stream-json-gathered",
+    "stream-pb-gathered",
+)
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 
 
@@ -80,7 +91,7 @@ async def read(root: Path, mode: str) -> dict[str, float]:
     if "gzip" not in mode:
         headers["Accept-Encoding"] = "identity"
     url = f"{state['server']}/api/v1/pods"
-    total = 0
+    total = reads = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
         server, client, wall = server_cpu(), time.process_time(), time.perf_counter()
         if mode.startswith("stream"):
@@ -98,9 +109,12 @@ async def read(root: Path, mode: str) -> dict[str, float]:
                 tail = b""
                 async for chunk in response.content.iter_any():
                     total += len(chunk)
+                    reads += 1
                     tail = (tail + chunk)[-4000:]
                     if b"initial-events-end" in tail:
                         break
+                    if mode.endswith("gathered") and len(chunk) < GATHER_BYTES:
+                        await gather(response)
         else:
             token: str | None = None
             while True:
@@ -110,6 +124,7 @@ async def read(root: Path, mode: str) -> dict[str, float]:
                 async with session.get(url, params=page, headers=headers) as response:
                     body = await response.read()
                 total += len(body)
+                reads += 1
                 token = pb_continue(body) if "pb" in mode else json_continue(body)
                 if not token:
                     break
@@ -118,6 +133,7 @@ async def read(root: Path, mode: str) -> dict[str, float]:
             "apiserver_cpu_s": server_cpu() - server,
             "client_cpu_s": time.process_time() - client,
             "mb": total / 1e6,
+            "reads": reads,
         }
 
 
@@ -134,12 +150,15 @@ def main(argv: list[str]) -> int:
         print("apiserver_reads: needs --root, a cluster a `benchmarks ledger --root` run kept")
         return 0
     print(f"load average {os.getloadavg()[0]:.1f}")
-    print("| read | wall | kube-apiserver's CPU | client's CPU | MB |\n|---|---|---|---|---|")
+    print(
+        "| read | wall | kube-apiserver's CPU | client's CPU | MB | reads |\n"
+        "|---|---|---|---|---|---|"
+    )
     for mode in args.modes or MODES:
         r = asyncio.run(read(root, mode))
         print(
             f"| {mode} | {r['wall_s']:.1f} s | {r['apiserver_cpu_s']:.1f} s | "
-            f"{r['client_cpu_s']:.1f} s | {r['mb']:.0f} |",
+            f"{r['client_cpu_s']:.2f} s | {r['mb']:.0f} | {r['reads']:,} |",
             flush=True,
         )
     return 0

@@ -18,19 +18,27 @@ nor ``json.loads`` touch the objects.
 
 Both ask for protobuf first and JSON second, and decode what the answer's content type says
 (an aggregated API or a custom resource answers JSON).
+
+:class:`Reflector` is what a cache of some kinds builds on (the hub's capacity watch of nodes
+and pods, and of DRA's slices, claims and classes): each kind listed (streaming, else in
+pages) into what the list builds, installed whole, then kept by the watch's events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuhub.k8s import protobuf
 from gpuhub.k8s.objects import Event, ListPage, decode_event, decode_list
 from gpuhub.k8s.rawapi import request_body
+
+log = logging.getLogger("gpuhub.k8s.listwatch")
 
 # The bookmark annotation that ends a streaming list's initial events.
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -46,6 +54,9 @@ SLICE_S = 0.005
 GATHER_BYTES = 128 * 1024
 GATHER_S = 0.01
 _JSON = "application/json"
+# What an apiserver that cannot stream lists (no WatchList, before Kubernetes 1.27) answers
+# a watch with ``sendInitialEvents``: the request is invalid.
+NO_STREAMING = (400, 422)
 
 
 @dataclass(frozen=True)
@@ -139,7 +150,7 @@ async def watch(
                     )
                 yield event
             if len(chunk) < GATHER_BYTES:
-                await _gather(response)
+                await gather(response)
                 paused = time.perf_counter()
             elif time.perf_counter() - paused > SLICE_S:
                 # The next chunk may be buffered already: let the hub's other work run.
@@ -161,7 +172,7 @@ def _pb_events(kind: str, data: bytes) -> tuple[Iterator[Event], bytes]:
     return (protobuf.decode_event(kind, frame) for frame in frames), data[used:]
 
 
-async def _gather(response: Any) -> None:
+async def gather(response: Any) -> None:
     """Stop reading ``response`` for :data:`GATHER_S`, through aiohttp's own flow control
     (the pause its reader makes when its buffer is full), so the kernel's socket buffer
     gathers the records that come meanwhile."""
@@ -203,3 +214,116 @@ async def list_pages(
 async def _answered(response: Any) -> Any:
     """``response`` as the awaitable :func:`request_body` reads."""
     return response
+
+
+class Unfinished(RuntimeError):
+    """A streaming list ended before its initial events did."""
+
+
+class Reflector:
+    """List then watch, as client-go's reflector does, for a cache of one or more kinds.
+
+    :meth:`_sync` lists a kind (a streaming list while the apiserver can, else pages of
+    :attr:`list_page`) into what :meth:`_lists` makes for it, one object at a time
+    (:meth:`_take`, :meth:`_drop`), then :meth:`_install` makes that the cache's; the watch
+    that follows hands each event to :meth:`_apply`. A subclass says what these do, where
+    each kind is (:meth:`_source`) and which ``ApiClient`` asks (:attr:`api_client`)."""
+
+    list_page = 500  # client-go's reflector's
+    request_timeout: float
+    watch_timeout: int
+    # Streaming lists (sendInitialEvents) until the apiserver says it cannot.
+    stream_lists = True
+
+    @property
+    def api_client(self) -> Any:
+        raise NotImplementedError
+
+    def _source(self, kind: str) -> Source:
+        raise NotImplementedError
+
+    def _lists(self, kind: str) -> Any:
+        """What a LIST of ``kind`` builds before it replaces the cache's, empty."""
+        raise NotImplementedError
+
+    def _take(self, kind: str, item: Mapping[str, Any], lists: Any) -> None:
+        """One object of a LIST, into what the LIST builds."""
+        raise NotImplementedError
+
+    def _drop(self, kind: str, item: Mapping[str, Any], lists: Any) -> None:
+        """An object a streaming list deleted before its initial events ended."""
+        raise NotImplementedError
+
+    def _install(self, kind: str, lists: Any, end: Mapping[str, Any]) -> str:
+        """A LIST's lists become the cache's; ``end`` holds its resource version, returned."""
+        raise NotImplementedError
+
+    def _apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
+        """One watch event; the resource version it carries."""
+        raise NotImplementedError
+
+    async def _sync(self, kind: str) -> str:
+        """Everything of ``kind`` now, installed; the version to watch from. A streaming list
+        goes on as the watch, and returns only when the server ends it."""
+        from kubernetes_asyncio.client import ApiException
+
+        if self.stream_lists:
+            try:
+                return await self._watch(kind, "", initial=True)
+            except ApiException as exc:
+                if exc.status not in NO_STREAMING:
+                    raise
+                self.stream_lists = False
+                log.info(
+                    "The Kubernetes API does not stream lists (it answered %s %s): "
+                    "listing in pages",
+                    exc.status,
+                    exc.reason,
+                )
+            except Unfinished:
+                # The apiserver ended it early: it closes a watch that falls behind the
+                # changes (a busy hub, a cluster in churn). Pages wait for the hub.
+                log.info("The streaming list of %s ended early: listing it in pages", kind)
+        return await self._relist(kind)
+
+    async def _watch(self, kind: str, version: str, initial: bool = False) -> str:
+        """Apply the events of one watch from ``version`` until the server ends it; the last
+        version seen. ``initial``: a streaming list, whose initial events replace the cache's
+        lists once all have come."""
+        lists = self._lists(kind) if initial else None
+        events = watch(
+            self.api_client,
+            self._source(kind),
+            version=version,
+            initial=initial,
+            timeout_seconds=self.watch_timeout,
+        )
+        async with contextlib.aclosing(events):  # the connection goes back at once
+            async for event in events:
+                if lists is None:
+                    version = self._apply(kind, event) or version
+                elif initial_events_end(event):
+                    version = self._install(kind, lists, event["object"])
+                    lists = None
+                elif event["type"] in ("ADDED", "MODIFIED"):  # the initial events are ADDED
+                    self._take(kind, event["object"], lists)
+                elif event["type"] == "DELETED":
+                    self._drop(kind, event["object"], lists)
+        if lists is not None:
+            raise Unfinished(f"its list of {kind} ended before its initial events did")
+        return version
+
+    async def _relist(self, kind: str) -> str:
+        """LIST in pages of :attr:`list_page`, keeping only what the cache needs from each
+        page: a large cluster never sits in memory as one document."""
+        lists = self._lists(kind)
+        version = ""
+        pages = list_pages(
+            self.api_client, self._source(kind), limit=self.list_page, timeout=self.request_timeout
+        )
+        async with contextlib.aclosing(pages):
+            async for page in pages:
+                version = page.version or version
+                for item in page.items:
+                    self._take(kind, item, lists)
+        return self._install(kind, lists, {"metadata": {"resourceVersion": version}})
