@@ -9,7 +9,9 @@ labels, being deleted behind a finalizer, Succeeded, AMD and FPGA resources, a T
 node pod), ``kwok-pods.json`` Running pods with kwok's status and managed fields,
 ``nodes.json`` HAMi, cordoned (capacity without allocatable, quantities such as ``1k``) and
 NotReady nodes with a kwok node, and ``pods-watch.jsonl`` a streaming list (sendInitialEvents)
-of the odd pods up to its closing bookmark.
+of the odd pods up to its closing bookmark. ``dra/`` holds the ``resource.k8s.io/v1`` objects
+of the simulated NVIDIA DRA driver (localk8s/dra.py): slices of whole GPUs, MIG devices and
+GPUs shared by memory, the scheduler's claims (whole, MIG, memory shares) and two classes.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from typing import Any
 
 import pytest
 
+from gpuhub.core.dra_devices import device_class_info
 from gpuhub.core.policy import Policy
 from gpuhub.hub.ledger.capacity import ClusterCapacity, _Lists, node_part
 from gpuhub.jobs.kinds import of_pod, pod_workload
-from gpuhub.k8s import objects
+from gpuhub.k8s import objects, protobuf
+from gpuhub.k8s.dra_inventory import claim_info, slice_info
 from gpuhub.k8s.inventory import (
     _gpuhub_env,
     node_info,
@@ -223,3 +227,85 @@ def test_error_events_keep_the_status():
     for kind in objects.KINDS:
         line = json.dumps({"type": "ERROR", "object": status}).encode()
         assert objects.decode_event(kind, line) == {"type": "ERROR", "object": status}
+
+
+DRA_READERS: dict[str, Any] = {
+    "resourceslices": slice_info,
+    "resourceclaims": claim_info,
+    "deviceclasses": device_class_info,
+}
+
+
+@pytest.mark.parametrize("kind", DRA_READERS)
+def test_dra_objects_read_the_same_either_way(kind):
+    """Every recorded slice, claim and class reads the same from the typed decoding as from
+    ``json.loads``, in a LIST and in watch events (JSON: no protobuf of these kinds)."""
+    read = DRA_READERS[kind]
+    body = (DATA / "dra" / f"{kind}.json").read_bytes()
+    whole = json.loads(body)
+    assert objects._decode(kind, "list", body)[1] is None  # each fits its shape
+    page = objects.decode_list(kind, body)
+    assert len(page.items) == len(whole["items"]) >= 2
+    for typed, full in zip(page.items, whole["items"], strict=True):
+        assert read(typed) == read(full)
+        assert len(json.dumps(typed)) < len(json.dumps(full))  # only what is read
+        line = json.dumps({"type": "MODIFIED", "object": full}).encode()
+        assert read(objects.decode_event(kind, line)["object"]) == read(full)
+    assert not protobuf.supports(kind)
+    # The bookmark that ends a streaming list of the kind is seen as such.
+    end = {"resourceVersion": "7", "annotations": {"k8s.io/initial-events-end": "true"}}
+    bookmark = json.dumps({"type": "BOOKMARK", "object": {"metadata": end}}).encode()
+    assert initial_events_end(objects.decode_event(kind, bookmark))
+
+
+def test_recorded_dra_objects_mean_what_they_should():
+    """The recording has what the figures read: devices with attributes and memory, shares
+    allocated with their consumed memory, the claims' pods, and the classes' selectors."""
+
+    def typed(kind: str) -> list[Any]:
+        body = (DATA / "dra" / f"{kind}.json").read_bytes()
+        return [DRA_READERS[kind](o) for o in objects.decode_list(kind, body).items]
+
+    devices = [d for s in typed("resourceslices") for d in s.devices]
+    assert all(d.memory and d.attribute("productName") for d in devices)
+    assert {d.attribute("type") for d in devices} == {"gpu", "mig"}
+    assert any(d.allow_multiple for d in devices) and not all(d.allow_multiple for d in devices)
+    claims = typed("resourceclaims")
+    assert all(c.pods and c.devices for c in claims)
+    shares = [d for c in claims for d in c.devices if d.share]
+    assert sorted(d.memory for d in shares) == [20 * 2**30, 30 * 2**30]
+    assert all(c.selectors and not c.unsupported for c in typed("deviceclasses"))
+
+
+def test_dra_values_of_every_type_read_the_same_either_way():
+    """Attribute values of each type the API has (int, bool, version, a list, alpha, which is
+    not read), a quantity as a number, and references that do not name a pod."""
+    piece = json.loads((DATA / "dra" / "resourceslices.json").read_bytes())["items"][0]
+    device = piece["spec"]["devices"][0]
+    device["attributes"] |= {
+        "cores": {"int": 108},
+        "mig": {"bool": False},
+        "example.com/fw": {"version": "1.2.3"},
+        "badVersion": {"version": "1.2"},
+        "links": {"strings": ["a", "b"]},
+    }
+    device["capacity"] = {"memory": {"value": 85899345920}, "cores": {"value": "108"}}
+    device["allowMultipleAllocations"] = False
+    claim = json.loads((DATA / "dra" / "resourceclaims.json").read_bytes())["items"][0]
+    claim["status"]["reservedFor"].append({"apiGroup": "batch", "resource": "jobs", "name": "j"})
+    claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"memory": 2**30}
+    claim["metadata"]["ownerReferences"].append({"kind": "Pod", "name": "other", "uid": "u"})
+    read = {}
+    for kind, obj in (("resourceslices", piece), ("resourceclaims", claim)):
+        line = json.dumps({"type": "ADDED", "object": obj}).encode()
+        assert objects._decode(kind, "event", line)[1] is None
+        read[kind] = DRA_READERS[kind](objects.decode_event(kind, line)["object"])
+        assert read[kind] == DRA_READERS[kind](obj)
+    first = read["resourceslices"].devices[0]
+    assert (first.attribute("cores"), first.attribute("mig")) == (108, False)
+    fw = first.attributes["example.com/fw"]
+    assert (fw.major, fw.minor, fw.patch) == (1, 2, 3)
+    assert first.attribute("links") is None and first.attribute("badVersion") is None
+    assert first.memory == 85899345920 and not first.allow_multiple
+    assert read["resourceclaims"].pods == ("p-mig",)  # neither the job nor a non-controller
+    assert read["resourceclaims"].devices[0].memory == 2**30

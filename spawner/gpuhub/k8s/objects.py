@@ -114,8 +114,115 @@ class Node(TypedDict, total=False):
     status: NodeStatus
 
 
+# -- resource.k8s.io/v1 (DRA): what gpuhub.k8s.dra_inventory reads -------------------------------
+# A device attribute is one of these (list-typed ones, alpha, are not read); "bool", "int"
+# and "string" name types, so the functional form spells them.
+DeviceAttribute = TypedDict(  # noqa: UP013
+    "DeviceAttribute", {"string": str, "bool": bool, "int": int, "version": str}, total=False
+)
+
+
+class DeviceCapacity(TypedDict, total=False):
+    value: Quantity
+
+
+class Device(TypedDict, total=False):
+    name: str
+    attributes: dict[str, DeviceAttribute] | None
+    capacity: dict[str, DeviceCapacity] | None
+    allowMultipleAllocations: bool | None
+
+
+class ResourcePool(TypedDict, total=False):
+    name: str
+    generation: int
+
+
+class ResourceSliceSpec(TypedDict, total=False):
+    driver: str
+    pool: ResourcePool
+    nodeName: str | None
+    devices: list[Device] | None
+
+
+class ResourceSlice(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: ResourceSliceSpec
+
+
+class ClaimOwner(TypedDict, total=False):
+    """A claim made from a pod's template is its pod's: the owner's name is read."""
+
+    kind: str
+    name: str
+    controller: bool | None
+
+
+class ClaimMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    resourceVersion: str
+    annotations: dict[str, str] | None  # a bookmark's (the end of a streaming list)
+    ownerReferences: list[ClaimOwner] | None
+
+
+class DeviceRequestAllocationResult(TypedDict, total=False):
+    driver: str
+    pool: str
+    device: str
+    consumedCapacity: dict[str, Quantity] | None
+    shareID: str | None
+
+
+class DeviceAllocationResult(TypedDict, total=False):
+    results: list[DeviceRequestAllocationResult] | None
+
+
+class AllocationResult(TypedDict, total=False):
+    devices: DeviceAllocationResult | None
+
+
+class ResourceClaimConsumerReference(TypedDict, total=False):
+    apiGroup: str | None
+    resource: str
+    name: str
+
+
+class ResourceClaimStatus(TypedDict, total=False):
+    allocation: AllocationResult | None
+    reservedFor: list[ResourceClaimConsumerReference] | None
+
+
+class ResourceClaim(TypedDict, total=False):
+    metadata: ClaimMeta
+    status: ResourceClaimStatus
+
+
+class CELDeviceSelector(TypedDict, total=False):
+    expression: str
+
+
+class DeviceSelector(TypedDict, total=False):
+    cel: CELDeviceSelector | None
+
+
+class DeviceClassSpec(TypedDict, total=False):
+    selectors: list[DeviceSelector] | None
+
+
+class DeviceClass(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: DeviceClassSpec
+
+
 # The kinds gpuhub watches, by the name of their watch: their shape as gpuhub reads it.
-KINDS: dict[str, Any] = {"pods": Pod, "nodes": Node}
+KINDS: dict[str, Any] = {
+    "pods": Pod,
+    "nodes": Node,
+    "resourceslices": ResourceSlice,
+    "resourceclaims": ResourceClaim,
+    "deviceclasses": DeviceClass,
+}
 
 
 # -- lists and watch events ------------------------------------------------------------------
