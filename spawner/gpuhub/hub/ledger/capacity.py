@@ -49,7 +49,7 @@ from gpuhub.k8s.inventory import (
     pod_info,
 )
 from gpuhub.k8s.labels import GPU_COUNT_LABEL, GPU_REPLICAS_LABEL
-from gpuhub.k8s.listwatch import Source, initial_events_end, list_pages, watch
+from gpuhub.k8s.listwatch import Reflector, Source
 
 log = logging.getLogger("gpuhub.hub.ledger.capacity")
 
@@ -60,9 +60,6 @@ ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 # and parsing one left ~130 MB more of the hub's memory in use than pages of 1,000, which
 # sync as fast (docs/benchmarks.md).
 LIST_PAGE = 1000
-# What an apiserver that cannot stream lists (no WatchList, before Kubernetes 1.27) answers
-# a watch with ``sendInitialEvents``: the request is invalid.
-NO_STREAMING = (400, 422)
 
 
 SEEN_SECONDS = 3600.0  # longer than any grant lives (hub_api.GRANT_SECONDS)
@@ -183,12 +180,11 @@ class _Lists:
             held.pop(key, None)
 
 
-class _Unfinished(RuntimeError):
-    """A streaming list ended before its initial events did."""
+class ClusterCapacity(Reflector):
+    """A watch-backed cache of nodes and GPU-holding pods (start once, read often), listed
+    and watched as :class:`gpuhub.k8s.listwatch.Reflector` does."""
 
-
-class ClusterCapacity:
-    """A watch-backed cache of nodes and GPU-holding pods (start once, read often)."""
+    list_page = LIST_PAGE
 
     def __init__(
         self,
@@ -235,8 +231,6 @@ class ClusterCapacity:
             request_timeout=request_timeout,
             watch_timeout=watch_timeout,
         )
-        # Streaming lists (sendInitialEvents) until the apiserver says it cannot.
-        self.stream_lists = True
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -312,72 +306,15 @@ class ClusterCapacity:
         self.synced[kind] = False
         self._answered.set()
 
-    async def _sync(self, kind: str) -> str:
-        """Everything of ``kind`` now, installed; the version to watch from. A streaming list
-        goes on as the watch, and returns only when the server ends it."""
-        from kubernetes_asyncio.client import ApiException
+    @property
+    def api_client(self) -> Any:
+        return self.api.api_client
 
-        if self.stream_lists:
-            try:
-                return await self._watch(kind, "", initial=True)
-            except ApiException as exc:
-                if exc.status not in NO_STREAMING:
-                    raise
-                self.stream_lists = False
-                log.info(
-                    "The Kubernetes API does not stream lists (it answered %s %s): "
-                    "listing in pages",
-                    exc.status,
-                    exc.reason,
-                )
-            except _Unfinished:
-                # The apiserver ended it early: it closes a watch that falls behind the
-                # changes (a busy hub, a cluster in churn). Pages wait for the hub.
-                log.info("The streaming list of %s ended early: listing it in pages", kind)
-        return await self._relist(kind)
+    def _lists(self, kind: str) -> _Lists:
+        return _Lists()
 
-    async def _watch(self, kind: str, version: str, initial: bool = False) -> str:
-        """Apply the events of one watch from ``version`` until the server ends it; the last
-        version seen. ``initial``: a streaming list, whose initial events replace the cache's
-        lists once all have come."""
-        lists = _Lists() if initial else None
-        events = watch(
-            self.api.api_client,
-            self._source(kind),
-            version=version,
-            initial=initial,
-            timeout_seconds=self.watch_timeout,
-        )
-        async with contextlib.aclosing(events):  # the connection goes back at once
-            async for event in events:
-                if lists is None:
-                    version = self._apply(kind, event) or version
-                elif initial_events_end(event):
-                    version = self._install(kind, lists, event["object"])
-                    lists = None
-                elif event["type"] in ("ADDED", "MODIFIED"):  # the initial events are ADDED
-                    self._take(kind, event["object"], lists)
-                elif event["type"] == "DELETED":
-                    lists.drop(kind, event["object"])
-        if lists is not None:
-            raise _Unfinished(f"its list of {kind} ended before its initial events did")
-        return version
-
-    async def _relist(self, kind: str) -> str:
-        """LIST in pages of ``LIST_PAGE`` (as client-go's reflector does), keeping only what
-        the figures and the ledger need from each page: a 150,000-pod cluster never sits in
-        memory as one JSON document."""
-        lists = _Lists()
-        version = ""
-        pages = list_pages(
-            self.api.api_client, self._source(kind), limit=LIST_PAGE, timeout=self.request_timeout
-        )
-        async with contextlib.aclosing(pages):
-            async for page in pages:
-                version = page.version or version
-                for item in page.items:
-                    self._take(kind, item, lists)
-        return self._install(kind, lists, {"metadata": {"resourceVersion": version}})
+    def _drop(self, kind: str, item: Mapping[str, Any], lists: _Lists) -> None:
+        lists.drop(kind, item)
 
     def _take(self, kind: str, item: Mapping[str, Any], lists: _Lists) -> None:
         """One object of a LIST, into what the LIST builds."""
