@@ -1,15 +1,21 @@
 """The capacity watch's DRA kinds (gpuhub.hub.ledger.dra_capacity.DeviceWatch): watch events
 of slices, claims and classes, as kube-apiserver sends them (the recorded objects of
-tests/k8s/data/dra/), move what each device has free and nothing else."""
+tests/k8s/data/dra/), move what each device has free and nothing else; on the local
+cluster, an apiserver that does not stream lists is read in pages, and one that does not
+serve resource.k8s.io/v1 has no devices, said once."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuhub.hub.ledger.dra_capacity import DeviceWatch
 from tests.support.dra import A100, H100, everywhere
+from tests.support.wait import eventually
 
 DATA = Path(__file__).parents[2] / "k8s" / "data" / "dra"
 
@@ -45,3 +51,50 @@ def test_events_move_the_devices_and_say_when_a_figure_may_move() -> None:
     h100 = next(o for o in items("resourceslices") if o["spec"]["nodeName"] == "dra-h100-0")
     watch.apply("resourceslices", {"type": "DELETED", "object": h100})
     assert state.rooms(H100, everywhere, 0) == ()
+
+
+@pytest.mark.e2e  # a real kube-apiserver behind the fault proxy
+async def test_pages_where_lists_do_not_stream_and_none_where_dra_is_not_served(
+    kube, kube_api, kube_faults, caplog
+):
+    """Through the fault proxy: refused streaming lists (422) leave the watch reading pages,
+    and it then holds what a streaming watch holds; 404s for resource.k8s.io/v1 mean no DRA
+    devices, ready at once, logged once for the three kinds."""
+    from kubernetes_asyncio import config
+
+    kube.require_local("the simulated NVIDIA DRA driver")
+    if not kube.list("ResourceSlice", api_version="resource.k8s.io/v1", all_namespaces=True):
+        pytest.skip("the cluster publishes no ResourceSlices (no DRA driver)")
+    faulty = await config.new_client_from_config(config_file=str(kube_faults.kubeconfig))
+    watches = []
+
+    def started(api_client: Any) -> DeviceWatch:
+        watch = DeviceWatch(api_client, lambda: None, watch_timeout=5)
+        watches.append(watch)
+        watch.start()
+        return watch
+
+    def held(watch: DeviceWatch) -> tuple[Any, ...]:
+        state = watch.state
+        return (state.devices, state.classes, state.claims, state.use)
+
+    try:
+        kube_faults.fail_requests(422, count=3, path="/apis/resource.k8s.io/v1/", watch=True)
+        paged, streamed = started(faulty), started(kube_api)
+        await eventually(lambda: paged.ready and streamed.ready)
+        assert not paged.stream_lists and streamed.stream_lists and paged.served
+        await eventually(lambda: held(paged) == held(streamed) and held(paged)[0])
+        for watch in (paged, streamed):  # none of their watches meets the 404s
+            await watch.stop()
+        with caplog.at_level(logging.INFO, logger="gpuhub.hub.ledger.dra_capacity"):
+            kube_faults.fail_requests(404, count=3, path="/apis/resource.k8s.io/v1/")
+            unserved = started(faulty)
+            await eventually(lambda: unserved.ready)
+        assert unserved.served is False and unserved.error is None
+        assert not unserved.state.devices and not unserved.state.claims
+        said = [r for r in caplog.records if "serves no resource.k8s.io/v1" in r.getMessage()]
+        assert len(said) == 1
+    finally:
+        for watch in watches:
+            await watch.stop()
+        await faulty.close()

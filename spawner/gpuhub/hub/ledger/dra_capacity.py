@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import logging
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,12 +27,20 @@ from gpuhub.core.dra_devices import Device, DeviceClassInfo, device_class_info
 from gpuhub.core.policy import GPUType
 from gpuhub.core.sharing import Sharing
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree, GPUCapacity
-from gpuhub.k8s.dra_inventory import ClaimInfo, SliceInfo, claim_info, slice_info
+from gpuhub.k8s.dra_inventory import (
+    RESOURCE_GROUP,
+    RESOURCE_VERSION,
+    ClaimInfo,
+    SliceInfo,
+    claim_info,
+    slice_info,
+)
 from gpuhub.k8s.inventory import NodeInfo, tolerates
-from gpuhub.k8s.rawapi import request_body
+from gpuhub.k8s.listwatch import Reflector, Source
 
 log = logging.getLogger("gpuhub.hub.ledger.dra_capacity")
 
+RESOURCE_PATH = f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}"
 DeviceKey = tuple[str, str, str]  # (driver, pool, device), as an allocation result names it
 ClaimKey = tuple[str, str]  # (namespace, name)
 
@@ -405,11 +412,12 @@ def node_takes(node: NodeInfo | None, gpu_type: GPUType) -> bool:
     )
 
 
-# The kinds of the watch: the ResourceV1Api method that lists them, and their decoder.
+# The kinds of the watch: their collection's path (resource.k8s.io/v1, read as JSON: the
+# apiserver's protobuf of them is not read) and their decoder.
 DRA_KINDS: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
-    "resourceslices": ("list_resource_slice", slice_info),
-    "resourceclaims": ("list_resource_claim_for_all_namespaces", claim_info),
-    "deviceclasses": ("list_device_class", device_class_info),
+    "resourceslices": (f"{RESOURCE_PATH}/resourceslices", slice_info),
+    "resourceclaims": (f"{RESOURCE_PATH}/resourceclaims", claim_info),
+    "deviceclasses": (f"{RESOURCE_PATH}/deviceclasses", device_class_info),
 }
 LIST_PAGE = 500
 # How long a cluster that serves no resource.k8s.io/v1 (before Kubernetes 1.34) waits before
@@ -417,11 +425,21 @@ LIST_PAGE = 500
 UNSERVED_RETRY = 300.0
 
 
-class DeviceWatch:
+def _key(kind: str, meta: Mapping[str, Any]) -> Any:
+    """What names an object of ``kind`` in :class:`DeviceState`: a claim its namespace and
+    name, a slice or class its name."""
+    name = str(meta.get("name") or "")
+    return (str(meta.get("namespace") or ""), name) if kind == "resourceclaims" else name
+
+
+class DeviceWatch(Reflector):
     """LIST then WATCH of ResourceSlices, ResourceClaims and DeviceClasses into one
-    :class:`DeviceState` (each event O(its object)); ``on_change`` is called after every
-    change a figure reads. A cluster that does not serve ``resource.k8s.io/v1`` has no DRA
-    devices (:attr:`served` False), and the rest of the capacity watch is not held up."""
+    :class:`DeviceState` (each event O(its object)), as
+    :class:`gpuhub.k8s.listwatch.Reflector` does; ``on_change`` is called after every change
+    a figure reads. A cluster that does not serve ``resource.k8s.io/v1`` has no DRA devices
+    (:attr:`served` False), and the rest of the capacity watch is not held up."""
+
+    list_page = LIST_PAGE
 
     def __init__(
         self,
@@ -431,7 +449,7 @@ class DeviceWatch:
         request_timeout: float = 30,
         watch_timeout: int = 300,
     ) -> None:
-        self.api_client = api_client
+        self._api_client = api_client
         self.on_change = on_change
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
@@ -440,6 +458,10 @@ class DeviceWatch:
         self.served: bool | None = None  # None: not asked yet
         self.error: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def api_client(self) -> Any:
+        return self._api_client
 
     @property
     def ready(self) -> bool:
@@ -459,19 +481,13 @@ class DeviceWatch:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
-    def _call(self, kind: str) -> Callable[..., Any]:
-        from kubernetes_asyncio.client import ResourceV1Api
-
-        method: Callable[..., Any] = getattr(ResourceV1Api(self.api_client), DRA_KINDS[kind][0])
-        return method
-
     async def _run(self, kind: str) -> None:
         from kubernetes_asyncio.client import ApiException
 
         backoff = 0.5
         while True:
             try:
-                version = await self._relist(kind)
+                version = await self._sync(kind)
                 backoff = 0.5
                 while True:  # the server ends a watch after watch_timeout: resume it
                     version = await self._watch(kind, version)
@@ -500,50 +516,30 @@ class DeviceWatch:
         self.error = detail
         self.synced[kind] = False
 
-    async def _relist(self, kind: str) -> str:
-        """LIST in pages of ``LIST_PAGE``, each decoded and let go before the next: the
-        API's JSON never stays, only what the figures read."""
-        decode = DRA_KINDS[kind][1]
-        call = self._call(kind)
-        items: list[Any] = []
-        version, token = "", None
-        while True:
-            page = {"limit": LIST_PAGE, **({"_continue": token} if token else {})}
-            body = json.loads(
-                await request_body(
-                    call(_preload_content=False, _request_timeout=self.request_timeout, **page)
-                )
-            )
-            meta = body.get("metadata") or {}
-            version = str(meta.get("resourceVersion") or version)
-            items.extend(decode(item) for item in body.get("items") or ())
-            token = meta.get("continue")
-            if not token:
-                break
-            await asyncio.sleep(0)  # the hub's other work runs between pages
-        self.state.relisted(kind, items)
+    # -- what the Reflector lists and watches ----------------------------------------------
+    def _source(self, kind: str) -> Source:
+        return Source(kind, DRA_KINDS[kind][0], encoding="json")
+
+    def _lists(self, kind: str) -> dict[Any, Any]:
+        """A LIST's objects, decoded (the API's JSON never stays), by :func:`_key`."""
+        return {}
+
+    def _take(self, kind: str, item: Mapping[str, Any], lists: dict[Any, Any]) -> None:
+        lists[_key(kind, item.get("metadata") or {})] = DRA_KINDS[kind][1](item)
+
+    def _drop(self, kind: str, item: Mapping[str, Any], lists: dict[Any, Any]) -> None:
+        lists.pop(_key(kind, item.get("metadata") or {}), None)
+
+    def _install(self, kind: str, lists: dict[Any, Any], end: Mapping[str, Any]) -> str:
+        self.state.relisted(kind, lists.values())
         self.served, self.synced[kind] = True, True
         if self.ready:
             self.error = None
         self.on_change()
-        return version
+        return str((end.get("metadata") or {}).get("resourceVersion") or "")
 
-    async def _watch(self, kind: str, version: str) -> str:
-        """Apply one watch's events from ``version`` until the server ends it."""
-        from kubernetes_asyncio import watch
-
-        stream = watch.Watch(return_type="object")
-        async with stream:
-            async for event in stream.stream(
-                self._call(kind),
-                resource_version=version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self.watch_timeout,
-                _request_timeout=self.watch_timeout + 30,
-            ):
-                obj = event.get("raw_object") or event.get("object") or {}
-                version = self.apply(kind, {"type": event.get("type"), "object": obj}) or version
-        return version
+    def _apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
+        return self.apply(kind, event)
 
     def apply(self, kind: str, event: Mapping[str, Any]) -> str | None:
         """One watch event of ``kind``; the version it carries."""
@@ -552,14 +548,14 @@ class DeviceWatch:
         if event.get("type") == "BOOKMARK":
             return meta.get("resourceVersion")
         gone = event.get("type") == "DELETED"
-        decode = DRA_KINDS[kind][1]
+        info = None if gone else DRA_KINDS[kind][1](obj)
+        key = _key(kind, meta)
         if kind == "resourceclaims":
-            key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-            moved = self.state.set_claim(key, None if gone else decode(obj))
+            moved = self.state.set_claim(key, info)
         elif kind == "resourceslices":
-            moved = self.state.set_slice(str(meta.get("name") or ""), None if gone else decode(obj))
+            moved = self.state.set_slice(key, info)
         else:
-            moved = self.state.set_class(str(meta.get("name") or ""), None if gone else decode(obj))
+            moved = self.state.set_class(key, info)
         if moved:
             self.on_change()
         return meta.get("resourceVersion")
