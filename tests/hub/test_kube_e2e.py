@@ -417,12 +417,14 @@ def test_hub_restart_finds_running_servers(kube: Kube, proxy: FaultProxy, tmp_pa
 def test_form_while_the_hub_still_reads_the_cluster_says_so(
     proxy: FaultProxy, kube: Kube, tmp_path: Path
 ) -> None:
-    """Just after a hub starts on a big cluster, the first LIST of pods takes a while: the
+    """Just after a hub starts on a big cluster, the first read of pods takes a while: the
     form says the figures are still loading (not that the cluster did not answer), and shows
-    them once they are in."""
+    them once they are in; a GPU spawn under a quota meanwhile waits for the ledger and
+    starts, instead of being told to try again."""
     # The first read of pods, a streaming list (a watch) or a paged LIST alike.
     proxy.slow_requests(15, method="GET", path="/api/v1/pods", count=1)
-    config = hub_config(kube.namespace, "c.GPUSpawner.capacity_wait = 1\n")
+    extra = 'c.GPUSpawner.capacity_wait = 1\nc.GPUSpawner.gpu_quota = {"default": 2}\n'
+    config = hub_config(kube.namespace, extra)
     try:
         with running_hub(tmp_path / "hub", config) as hub:
             session = hub.login("ada")
@@ -430,10 +432,17 @@ def test_form_while_the_hub_still_reads_the_cluster_says_so(
             assert page.status_code == 200
             assert "Live GPU availability is still loading" in page.text, page.text
             assert "did not answer" not in page.text
+            options = {"image": "pytorch", "gpu_type": "local", "gpus": 1, "cpu": 1}
+            response = spawn_json(hub, "ada", {**options, "memory": "1G"})
+            assert response.status_code in (201, 202), response.text
+            hub.wait_for_server("ada", timeout=90)
+            other = hub.login("hopper")  # ada's own form now goes to her server
             kube.wait_for(
-                lambda: "free now" in session.get(f"{hub.url}/hub/spawn", timeout=30).text,
+                lambda: "free now" in other.get(f"{hub.url}/hub/spawn", timeout=30).text,
                 timeout=60,
             )
+            hub.stop_server("ada")
+            wait_pod_gone(kube, "ada")
     finally:
         proxy.clear_faults()
 

@@ -22,7 +22,12 @@ from gpuhub.core.options import FIELDS, LaunchOptions
 from gpuhub.core.policy import GPUType
 from gpuhub.core.quantity import format_cpu, format_memory, human_memory
 from gpuhub.hub.form import Preset
-from gpuhub.hub.ledger.capacity import CapacityUnavailable, shared_capacity, shared_ledger
+from gpuhub.hub.ledger.capacity import (
+    FIRST_SYNC_WAIT,
+    CapacityUnavailable,
+    shared_capacity,
+    shared_ledger,
+)
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
@@ -62,12 +67,13 @@ CAPACITY_UNAVAILABLE = (
 # The hub has just started and is still reading the cluster (a big one takes a while).
 QUOTA_LOADING = (
     "Your GPU quota cannot be checked yet: the hub is still reading the cluster's pods "
-    "after its start; try again in a minute, or start a server without GPUs."
+    "after its start (over a minute so far); try again shortly, or start a server without "
+    "GPUs."
 )
 CAPACITY_LOADING = (
     "Live GPU availability is still loading: the hub is reading the cluster's nodes and "
-    "pods after its start; reload this page in a minute. You can still start a server; it "
-    "will wait for free GPUs."
+    "pods after its start; reload this page in a few seconds. You can still start a server; "
+    "it will wait for free GPUs."
 )
 
 
@@ -493,10 +499,11 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         figures.update({key: GPUCapacity(free=0, total=0) for key in missing})
         return figures, " ".join(missing.values())
 
-    async def gpu_ledger(self) -> Ledger:
-        """The hub's ledger of this cluster, once the pod watch has answered."""
+    async def gpu_ledger(self, wait: float | None = None) -> Ledger:
+        """The hub's ledger of this cluster, once the pod watch has answered (waiting up to
+        ``wait`` seconds, else ``capacity_wait``, for the first sync after the hub's start)."""
         cache = shared_capacity(self.api)
-        if not await cache.wait_ready(self.capacity_wait):
+        if not await cache.wait_ready(max(wait or 0.0, self.capacity_wait)):
             raise refusal(_unavailable(cache, QUOTA_LOADING, QUOTA_UNAVAILABLE), 503)
         return shared_ledger(self.api)
 
@@ -517,7 +524,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         limit = self.gpu_quota_limit()
         if limit is None:
             return
-        ledger = await self.gpu_ledger()
+        ledger = await self.gpu_ledger(wait=FIRST_SYNC_WAIT)
         async with ledger.lock(self.user.name):
             try:
                 ledger.check(

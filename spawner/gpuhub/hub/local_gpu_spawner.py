@@ -273,7 +273,7 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             per_device=per_device,
         )
 
-    async def gpu_ledger(self) -> Ledger:
+    async def gpu_ledger(self, wait: float | None = None) -> Ledger:
         """The ledger of this workstation (the hub's grants endpoint asks for it)."""
         self._book  # noqa: B018 - opens the book's file of job holds
         return LEDGER

@@ -658,8 +658,10 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         """Reserve what valid options need to run here (GPUs, a place in line, a quota grant),
         or refuse (raise :func:`refusal`) what cannot run here now."""
 
-    async def gpu_ledger(self) -> Ledger:
-        """The hub's GPU ledger this spawner counts in (see :mod:`gpuhub.hub.ledger.ledger`)."""
+    async def gpu_ledger(self, wait: float | None = None) -> Ledger:
+        """The hub's GPU ledger this spawner counts in (see :mod:`gpuhub.hub.ledger.ledger`);
+        ``wait``: how long a request that changes holdings may wait for the hub's first view
+        of the cluster after its start."""
         raise NotImplementedError
 
     async def quota_view(self) -> QuotaView | None:

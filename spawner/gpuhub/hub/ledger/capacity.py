@@ -55,6 +55,11 @@ log = logging.getLogger("gpuhub.hub.ledger.capacity")
 
 # Terminal pods hold nothing; the apiserver filters them out of the watch for us.
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+# How long a request that changes what a user holds (a spawn, a job's grant) waits for the
+# hub's first sync after its start before it is refused: seconds at 150,000 pods
+# (docs/benchmarks.md), and a refusal would only make the user ask again. A page waits for
+# GPUSpawner.capacity_wait only; a cluster that does not answer refuses at once.
+FIRST_SYNC_WAIT = 60.0
 # Objects per LIST page where the apiserver does not stream lists (client-go's reflector
 # pages by 500). A real apiserver's pod is about 3.5 KB of JSON: a page of 5,000 is 17 MB,
 # and parsing one left ~130 MB more of the hub's memory in use than pages of 1,000, which

@@ -88,6 +88,7 @@ from gpuhub.core.holdings import (
 )
 from gpuhub.core.options import as_given
 from gpuhub.core.policy import PolicyConfigError
+from gpuhub.hub.ledger.capacity import FIRST_SYNC_WAIT
 from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import SHARE_OVERUSE
@@ -244,7 +245,8 @@ class GpuhubAPIHandler(BoundedAPIHandler):
             raise web.HTTPError(
                 409, "This hub's spawner keeps no GPU ledger (not a gpuhub spawner)."
             )
-        ledger = await ledger_of()
+        # A job's grant changes holdings: it waits out the hub's first sync after a start.
+        ledger = await ledger_of(wait=FIRST_SYNC_WAIT)
         return user, ledger, spawner.gpu_quota_limit()
 
 
