@@ -13,7 +13,6 @@ needs what the cluster then does (admission, quota, RBAC).
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +33,7 @@ from tests.support.helm import (
     NAMESPACE,
     by_kind,
     can_i,
+    exec_extra_config,
     gpuhub_objects,
     helm,
     hub_traitlets_config,
@@ -516,32 +516,12 @@ async def test_mig_cluster_policy_from_values(chart: Path, no_cluster: None) -> 
     assert not student.custom_image_pattern.fullmatch("docker.io/evil:latest")
 
 
-def _exec_extra_config(values: dict[str, Any], hub_yaml_text: str, tmp_path: Path) -> Config:
-    path = tmp_path / "hub.yaml"
-    path.write_text(hub_yaml_text)
-    config = hub_traitlets_config(values)
-    # z2jh sets the spawner environment from singleuser.extraEnv before extraConfig runs.
-    config.KubeSpawner.environment = {"EXISTING": "1"}
-    namespace = {"c": config}
-    old = os.environ.get("GPUHUB_HUB_CONFIG")
-    os.environ["GPUHUB_HUB_CONFIG"] = str(path)
-    try:
-        for code in values["hub"]["extraConfig"].values():
-            exec(compile(code, "extraConfig", "exec"), namespace)
-    finally:
-        if old is None:
-            del os.environ["GPUHUB_HUB_CONFIG"]
-        else:
-            os.environ["GPUHUB_HUB_CONFIG"] = old
-    return config
-
-
 async def test_hub_extra_config_sets_jobs_url_and_gpu_priority(
     chart: Path, tmp_path: Path, no_cluster: None
 ) -> None:
     objects = render(chart, values={"priorityClass": {"enabled": True}})
     data = by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"]
-    config = _exec_extra_config(hub_values(objects), data, tmp_path)
+    config = exec_extra_config(hub_values(objects), data, tmp_path)
     assert config.KubeSpawner.environment == {
         "EXISTING": "1",
         "GPUHUB_JOBS_URL": "http://gpuhub-service:10101/services/gpuhub/",
@@ -667,7 +647,7 @@ def test_servers_queue_lets_the_hub_read_the_line_and_nothing_more(chart: Path, 
 def test_hub_extra_config_without_priority_class(chart: Path, tmp_path: Path) -> None:
     objects = render(chart)
     data = by_kind(objects, "ConfigMap", "gpuhub-config")["data"]["hub.yaml"]
-    config = _exec_extra_config(hub_values(objects), data, tmp_path)
+    config = exec_extra_config(hub_values(objects), data, tmp_path)
     assert "modify_pod_hook" not in config.KubeSpawner
 
 
@@ -780,7 +760,7 @@ def test_gpu_quota_is_set_once_for_the_hub_and_the_jobs_service(
     values = {"gpuQuota": {"default": 1, "groups": {"staff": 6}}}
     objects = render(chart, values=values)
     data = by_kind(objects, "ConfigMap", "gpuhub-config")["data"]
-    config = _exec_extra_config(hub_values(objects), data["hub.yaml"], tmp_path)
+    config = exec_extra_config(hub_values(objects), data["hub.yaml"], tmp_path)
     assert config.GPUSpawner.gpu_quota == {"default": 1, "groups": {"staff": 6}}
     assert yaml.safe_load(data["service.yaml"])["gpu_quota"] == config.GPUSpawner.gpu_quota
     assert "custom:gpuhub:grants" in config.JupyterHub.custom_scopes

@@ -316,6 +316,28 @@ def hub_traitlets_config(values: dict[str, Any]) -> Config:
     return config
 
 
+def exec_extra_config(values: dict[str, Any], hub_yaml_text: str, tmp_path: Path) -> Config:
+    """hub.config and hub.extraConfig as z2jh's hub runs them, with ``hub_yaml_text`` as the
+    ConfigMap's hub.yaml it mounts: the traitlets config the hub starts with."""
+    path = tmp_path / "hub.yaml"
+    path.write_text(hub_yaml_text)
+    config = hub_traitlets_config(values)
+    # z2jh sets the spawner environment from singleuser.extraEnv before extraConfig runs.
+    config.KubeSpawner.environment = {"EXISTING": "1"}
+    namespace = {"c": config}
+    old = os.environ.get("GPUHUB_HUB_CONFIG")
+    os.environ["GPUHUB_HUB_CONFIG"] = str(path)
+    try:
+        for code in values["hub"]["extraConfig"].values():
+            exec(compile(code, "extraConfig", "exec"), namespace)
+    finally:
+        if old is None:
+            del os.environ["GPUHUB_HUB_CONFIG"]
+        else:
+            os.environ["GPUHUB_HUB_CONFIG"] = old
+    return config
+
+
 def make_spawner(config: Config, groups: list[str]) -> Any:
     """A real GPUSpawner with this config (call inside a running event loop, as the hub does)."""
     from gpuhub import GPUSpawner
