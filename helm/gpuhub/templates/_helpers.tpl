@@ -122,6 +122,38 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 {{- fail "jobs.kueue.createLocalQueue needs jobs.kueue.clusterQueue: the ClusterQueue the LocalQueue points to." }}
 {{- end }}
 {{- $policy := ($hub.config.GPUSpawner | default dict) }}
+{{- if and (hasKey $policy "line_order") (ne (toString $policy.line_order) (include "gpuhub.lineOrder" .)) }}
+{{- fail (printf "jupyterhub.hub.config.GPUSpawner.line_order is %q but line.order is %q: set only line.order, which the hub, the jobs service and the chart's RBAC share." (toString $policy.line_order) (include "gpuhub.lineOrder" .)) }}
+{{- end }}
+{{- if and (hasKey $policy "usage_half_life") (ne (toString $policy.usage_half_life) (include "gpuhub.usageHalfLife" .)) }}
+{{- fail (printf "jupyterhub.hub.config.GPUSpawner.usage_half_life is %v but line.usageHalfLife is %s: set only line.usageHalfLife." $policy.usage_half_life (include "gpuhub.usageHalfLife" .)) }}
+{{- end }}
+{{- $hours := .Values.gpuHours | default dict }}
+{{- $starts := dict "gpuHours.periodStart" $hours.periodStart }}
+{{- $zones := dict "gpuHours.timezone" $hours.timezone }}
+{{- $budgets := dict }}
+{{- if $hours.default }}{{ $_ := set $budgets "gpuHours.default" $hours.default }}{{ end }}
+{{- range $group, $budget := ($hours.groups | default dict) }}
+{{- $_ := set $budgets (printf "gpuHours.groups.%s" $group) $budget }}
+{{- end }}
+{{- range $where, $budget := $budgets }}
+{{- $_ := set $starts (printf "%s.periodStart" $where) $budget.periodStart }}
+{{- $_ := set $zones (printf "%s.timezone" $where) $budget.timezone }}
+{{- end }}
+{{- /* As the hub reads periodStart (gpuhub.core.budgets.PeriodStart.parse); tests/deploy/test_helm_budgets.py keeps the two alike. */}}
+{{- range $where, $start := $starts }}
+{{- if and $start (not (regexMatch `^\s*((?i:mon(d(ay?)?)?|tue(s(d(ay?)?)?)?|wed(n(e(s(d(ay?)?)?)?)?)?|thu(r(s(d(ay?)?)?)?)?|fri(d(ay?)?)?|sat(u(r(d(ay?)?)?)?)?|sun(d(ay?)?)?)\s+|(0?[1-9]|1[0-9]|2[0-8])\s+)?([01]?[0-9]|2[0-3]):[0-5][0-9]\s*$` $start)) }}
+{{- fail (printf "%s must be \"HH:MM\", \"<weekday> HH:MM\" or \"<day of month 1-28> HH:MM\" (such as \"monday 00:00\" or \"1 06:00\"), not %q." $where $start) }}
+{{- end }}
+{{- end }}
+{{- range $where, $zone := $zones }}
+{{- if and $zone (not (regexMatch `^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$` $zone)) }}
+{{- fail (printf "%s must be an IANA time zone such as \"Europe/Berlin\" or \"UTC\", not %q." $where $zone) }}
+{{- end }}
+{{- end }}
+{{- if and $policy.gpu_hours (ne (include "gpuhub.gpuHours" .) "null") }}
+{{- fail "jupyterhub.hub.config.GPUSpawner.gpu_hours and gpuHours are both set: keep only gpuHours, which the chart hands to the hub." }}
+{{- end }}
 {{- $allLimits := merge (dict "default_limits" ($policy.default_limits | default dict)) ($policy.group_limits | default dict) }}
 {{- range $group, $limits := $allLimits }}
 {{- range ($limits.gpu_types | default list) }}
@@ -145,4 +177,59 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 {{- define "gpuhub.gpuQuota" -}}
 default: {{ if kindIs "invalid" .Values.gpuQuota.default }}null{{ else }}{{ .Values.gpuQuota.default | toJson }}{{ end }}
 groups: {{ .Values.gpuQuota.groups | default dict | toJson }}
+{{- end }}
+
+{{/*
+GPU-hour budgets for the hub (GPUSpawner.gpu_hours), as JSON: gpuHours with its keys as the
+hub spells them (periodStart -> period_start); null while gpuHours has neither a default nor
+groups: no budgets (or the ones jupyterhub.hub.config.GPUSpawner.gpu_hours sets itself).
+*/}}
+{{- define "gpuhub.gpuHours" -}}
+{{- $h := .Values.gpuHours | default dict }}
+{{- if or $h.default $h.groups }}
+{{- $out := dict }}
+{{- range $key, $value := $h }}
+{{- if kindIs "invalid" $value }}
+{{- else if eq $key "default" }}
+{{- $_ := set $out "default" (include "gpuhub.budget" $value | fromJson) }}
+{{- else if eq $key "groups" }}
+{{- $groups := dict }}
+{{- range $group, $budget := $value }}
+{{- $_ := set $groups $group (include "gpuhub.budget" $budget | fromJson) }}
+{{- end }}
+{{- $_ := set $out "groups" $groups }}
+{{- else }}
+{{- $_ := set $out (snakecase $key) $value }}
+{{- end }}
+{{- end }}
+{{- $out | toJson }}
+{{- else -}}
+null
+{{- end }}
+{{- end }}
+{{- define "gpuhub.budget" -}}
+{{- $out := dict }}
+{{- range $key, $value := . }}
+{{- $_ := set $out (snakecase $key) $value }}
+{{- end }}
+{{- $out | toJson }}
+{{- end }}
+
+{{/*
+The line's order (GPUSpawner.line_order), which the hub, the jobs service and the RBAC for
+fair queues share: line.order; a values file's older jupyterhub.hub.config.GPUSpawner.line_order
+while line.order is left at fifo (gpuhub.validate refuses the two disagreeing otherwise).
+*/}}
+{{- define "gpuhub.lineOrder" -}}
+{{- $old := dig "hub" "config" "GPUSpawner" "line_order" "" (.Values.jupyterhub | default dict) | toString }}
+{{- $new := (.Values.line | default dict).order | default "fifo" }}
+{{- if and $old (eq $new "fifo") }}{{ $old }}{{ else }}{{ $new }}{{ end }}
+{{- end }}
+
+{{/* Seconds of the fair line's half-life (GPUSpawner.usage_half_life): line.usageHalfLife,
+or the older jupyterhub.hub.config.GPUSpawner.usage_half_life while it keeps its default. */}}
+{{- define "gpuhub.usageHalfLife" -}}
+{{- $old := dig "hub" "config" "GPUSpawner" "usage_half_life" "" (.Values.jupyterhub | default dict) }}
+{{- $new := (.Values.line | default dict).usageHalfLife | default 604800 }}
+{{- if and (ne (toString $old) "") (eq (float64 $new) 604800.0) }}{{ $old | toJson }}{{ else }}{{ $new | toJson }}{{ end }}
 {{- end }}
