@@ -34,6 +34,7 @@ Quantity = str | int | float
 # -- metadata: every kind's ---------------------------------------------------------------------
 class OwnerReference(TypedDict, total=False):
     kind: str
+    name: str  # a ResourceClaim made from a pod's template names its pod
     uid: str
     controller: bool | None
 
@@ -150,22 +151,6 @@ class ResourceSlice(TypedDict, total=False):
     spec: ResourceSliceSpec
 
 
-class ClaimOwner(TypedDict, total=False):
-    """A claim made from a pod's template is its pod's: the owner's name is read."""
-
-    kind: str
-    name: str
-    controller: bool | None
-
-
-class ClaimMeta(TypedDict, total=False):
-    name: str
-    namespace: str
-    resourceVersion: str
-    annotations: dict[str, str] | None  # a bookmark's (the end of a streaming list)
-    ownerReferences: list[ClaimOwner] | None
-
-
 class DeviceRequestAllocationResult(TypedDict, total=False):
     driver: str
     pool: str
@@ -194,7 +179,7 @@ class ResourceClaimStatus(TypedDict, total=False):
 
 
 class ResourceClaim(TypedDict, total=False):
-    metadata: ClaimMeta
+    metadata: ObjectMeta
     status: ResourceClaimStatus
 
 

@@ -62,7 +62,12 @@ WIRE: dict[str, dict[str, int | tuple[int, str]]] = {
         "annotations": 12,
         "ownerReferences": 13,
     },
-    "OwnerReference": {"kind": (1, "keep"), "uid": (4, "keep"), "controller": (6, "set")},
+    "OwnerReference": {
+        "kind": (1, "keep"),
+        "name": (3, "keep"),
+        "uid": (4, "keep"),
+        "controller": (6, "set"),
+    },
     # k8s.io/api/core/v1
     "Pod": {"metadata": 1, "spec": 2, "status": 3},
     "PodSpec": {
