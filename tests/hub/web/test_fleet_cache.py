@@ -5,6 +5,7 @@ rows of a server stopped since the last build hidden at once."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gpuhub.core.budgets import BudgetConfig
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_key
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
@@ -183,5 +185,43 @@ def test_after_a_stop_the_page_waits_for_a_build_with_held_and_free_as_of_now() 
         assert after.version == monitor.version
         assert after.view.types == [("A100", 2, 2, 4, 0)]
         assert "bob" not in {r.user for r in after.view.rows}
+
+    asyncio.run(scenario())
+
+
+def test_budget_rows_are_rendered_once_per_build_and_a_viewer_sees_only_their_own() -> None:
+    """With gpu_hours set, every budget's row is HTML in the build (as the holders' rows are):
+    an admin's request joins nothing new, a user's picks their own line, never a pool's or
+    another user's."""
+
+    async def scenario() -> None:
+        monitor, _ = make_monitor()
+        groups = {"ann": ["lab"], "bob": ["lab"], "cat": []}
+        hub_users = {
+            u: SimpleNamespace(name=u, groups=[SimpleNamespace(name=g, users=[]) for g in gs])
+            for u, gs in groups.items()
+        }
+        config = BudgetConfig.from_config(
+            {
+                "default": {"hours": 10, "per": "week"},
+                "groups": {"lab": {"hours": 100, "per": "week", "shared": True}},
+            }
+        )
+        monitor.spawner.user.settings["users"] = hub_users
+        monitor.spawner.gpu_budget_config = lambda: config
+        now = time.time()
+        await monitor.tick(now)
+        await monitor.tick(now + 60)  # a minute of one GPU each, charged to each budget
+        cache = FleetCache(monitor, hub_templates(), "/hub/", lambda: groups)
+        built = await cache.current()
+        lines = re.findall(r'data-scope="(\w+)" data-name="(\w+)"', built.budgets_html)
+        assert lines == [("group", "lab"), ("user", "ann"), ("user", "bob"), ("user", "cat")]
+        view, parts = cache.page(built, "root", see_all=True)
+        assert parts["budgets_html"] is built.budgets_html and len(view.budgets) == 4
+        view, parts = cache.page(built, "ann", see_all=False)
+        assert [(b.scope, b.name) for b in view.budgets] == [("user", "ann")]
+        assert re.findall(r'data-name="(\w+)"', parts["budgets_html"]) == ["ann"]
+        assert "<td>the lab group&#39;s shared budget</td>" in parts["budgets_html"]
+        assert cache.page(built, "dan", see_all=False)[1]["budgets_html"] == ""
 
     asyncio.run(scenario())

@@ -411,6 +411,9 @@ class Built:
     hours: tuple[tuple[str, str], ...]  # (user, GPU-hours row), in the page's order
     rows_of: Mapping[str, tuple[Row, ...]]  # each user's own rows
     seconds: float = 0.0  # what the build cost (in its thread)
+    # Every budget's row as HTML (pools, then users), and each user's own (what a viewer sees).
+    budgets_html: str = ""
+    budgets_of: Mapping[str, tuple[tuple[BudgetLine, str], ...]] = field(default_factory=dict)
 
 
 def build(snap: Snapshot, env: Any, base_url: str) -> Built:
@@ -426,6 +429,12 @@ def build(snap: Snapshot, env: Any, base_url: str) -> Built:
     rows_of: dict[str, list[Row]] = {}
     for r in view.rows:
         rows_of.setdefault(r.user, []).append(r)
+    budget_html = env.get_template(FRAGMENTS["budgets_html"]).make_module(context).budget_row
+    budgets = [(b, str(budget_html(b))) for b in view.budgets]
+    budgets_of: dict[str, list[tuple[BudgetLine, str]]] = {}
+    for b, html in budgets:
+        if b.scope == "user":  # a viewer sees their own line, never a pool's
+            budgets_of.setdefault(b.name, []).append((b, html))
     return Built(
         snap.version,
         view,
@@ -433,10 +442,16 @@ def build(snap: Snapshot, env: Any, base_url: str) -> Built:
         hours,
         {u: tuple(rs) for u, rs in rows_of.items()},
         time.perf_counter() - started,
+        "".join(html for _, html in budgets),
+        {u: tuple(bs) for u, bs in budgets_of.items()},
     )
 
 
-FRAGMENTS = {"rows_html": "gpuhub_fleet_rows.html", "hours_html": "gpuhub_fleet_hours.html"}
+FRAGMENTS = {
+    "rows_html": "gpuhub_fleet_rows.html",
+    "hours_html": "gpuhub_fleet_hours.html",
+    "budgets_html": "gpuhub_fleet_budgets.html",
+}
 
 
 class FleetCache:
@@ -515,21 +530,24 @@ class FleetCache:
             view = dataclasses.replace(base, rows=rows)
             html = "".join(h for k, h in built.rows if k not in gone)
             hours = "".join(h for _, h in built.hours)
+            budgets = built.budgets_html
         else:
             rows = [
                 r for r in built.rows_of.get(viewer, ()) if (r.user, r.kind, r.name) not in gone
             ]
+            own = built.budgets_of.get(viewer, ())
             view = FleetView(
                 rows=rows,
                 see_all=False,
                 hours=[h for h in base.hours if h[0] == viewer],
                 reclaim=base.reclaim,
-                budgets=[b for b in base.budgets if b.scope == "user" and b.name == viewer],
+                budgets=[b for b, _ in own],
                 budgets_on=base.budgets_on,
             )
             html = "".join(h for k, h in built.rows if k[0] == viewer and k not in gone)
             hours = "".join(h for u, h in built.hours if u == viewer)
-        return view, {"rows_html": html, "hours_html": hours}
+            budgets = "".join(h for _, h in own)
+        return view, {"rows_html": html, "hours_html": hours, "budgets_html": budgets}
 
 
 _CACHES: dict[int, FleetCache] = {}
