@@ -13,6 +13,10 @@ simulated time for 31 minutes, so every sparkline has its full half hour. Then
    rows from the last build plus rendering gpuhub_fleet.html inside JupyterHub's own
    page.html, as the hub does (HTTP on loopback is not included), steady and right after a
    tick. Budget: p50 < 50 ms for the admin's page, both ways.
+
+GPU-hour budgets are on (``gpu_hours``): every user draws on their group's shared pool (10
+pools), so the page shows 1,010 budget lines (each user's part, each pool), built once per
+tick with the holders' rows.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 from markupsafe import Markup
 
 from benchmarks import percentile, write_section
+from gpuhub.core.budgets import BudgetConfig
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_key
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
@@ -42,6 +47,11 @@ from gpuhub.hub.web.fleet import FleetCache, snapshot
 
 HOLDERS, GPUS_EACH, GROUPS = 1000, 4, 10
 BUDGET_MS = 50.0
+# Every user has a budget: their group's shared pool (what a member's line shows: their part).
+GPU_HOURS = {
+    "default": {"hours": 100, "per": "week"},
+    "groups": {f"group{g}": {"hours": 10**6, "per": "week", "shared": True} for g in range(GROUPS)},
+}
 
 
 class Synthetic(UtilizationSource):
@@ -73,7 +83,7 @@ def build() -> tuple[GPUMonitor, dict[str, list[str]]]:
     users = {
         name: SimpleNamespace(
             name=name,
-            groups=[SimpleNamespace(name=g) for g in gs],
+            groups=[SimpleNamespace(name=g, users=[]) for g in gs],
             spawners={"": SimpleNamespace(ready=True)},
         )
         for name, gs in groups.items()
@@ -82,9 +92,12 @@ def build() -> tuple[GPUMonitor, dict[str, list[str]]]:
     async def capacity() -> tuple[dict[str, GPUCapacity], str]:
         return {"a100": GPUCapacity(free=0, total=HOLDERS * GPUS_EACH, largest_free=None)}, ""
 
+    budgets = BudgetConfig.from_config(GPU_HOURS)
+
     spawner = SimpleNamespace(
-        user=SimpleNamespace(settings={"users": SimpleNamespace(values=users.values)}),
+        user=SimpleNamespace(settings={"users": users}),  # as the hub's: by name, values()
         gpu_capacity=capacity,
+        gpu_budget_config=lambda: budgets,
         gpu_policy=SimpleNamespace(
             gpu_types={
                 "a100": SimpleNamespace(display_name="NVIDIA A100", resource_name="nvidia.com/gpu")
@@ -101,7 +114,8 @@ def environment() -> Any:
     from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader
 
     base = os.path.join(sys.prefix, "share", "jupyterhub", "templates")
-    ours = os.path.join(os.path.dirname(__import__("gpuhub").__file__), "templates", "hub")
+    from gpuhub.hub.web.api import TEMPLATES as ours
+
     loader = ChoiceLoader(
         [PrefixLoader({"templates": FileSystemLoader([base])}, "/"), FileSystemLoader([ours, base])]
     )
@@ -163,13 +177,15 @@ async def measure(renders: int) -> dict[str, Any]:
         "admin": [],
         "user": [],
     }
-    snapshots, builds, lags = [], [], []
+    snapshots: list[float] = []
+    builds: list[float] = []
+    lags: list[float] = []
 
-    async def page(who: str, see_all: bool) -> tuple[int, str]:
+    async def page(who: str, see_all: bool) -> tuple[tuple[int, int], str]:
         view, parts = cache.page(await cache.current(), who, see_all)
         fragments = {k: Markup(v) for k, v in parts.items()}
         html = template.render(view=view, **fragments, **page_vars(who))
-        return len(view.rows), html
+        return (len(view.rows), len(view.budgets)), html
 
     await page("admin", True)  # the hub's first view waits for the first build
     for _ in range(renders):
@@ -198,7 +214,8 @@ async def measure(renders: int) -> dict[str, Any]:
             timings[key].append(time.perf_counter() - started)
         out["sizes"][key] = (count, len(html))
     out["sizes"]["admin, first view after a tick"] = out["sizes"]["admin"]
-    assert out["sizes"]["admin"][0] == HOLDERS and out["sizes"]["user"][0] == 1
+    assert out["sizes"]["admin"][0] == (HOLDERS, HOLDERS + GROUPS)
+    assert out["sizes"]["user"][0] == (1, 1)
     out.update(timings=timings, snapshots=snapshots, builds=builds, lags=lags)
     return out
 
@@ -219,7 +236,8 @@ def main(argv: list[str]) -> int:
     load = os.getloadavg()
 
     rows = "\n".join(
-        f"| {k} | {sizes[k][0]} | {sizes[k][1] / 1024:.0f} KiB | {percentile(v, 50):.1f} ms | "
+        f"| {k} | {sizes[k][0][0]} | {sizes[k][0][1]} | {sizes[k][1] / 1024:.0f} KiB | "
+        f"{percentile(v, 50):.1f} ms | "
         f"{percentile(v, 95):.1f} ms |"
         for k, v in ms.items()
     )
@@ -228,16 +246,17 @@ def main(argv: list[str]) -> int:
 `python -m benchmarks fleet --renders {args.renders}`: {HOLDERS} servers holding
 {HOLDERS * GPUS_EACH} GPUs ({GPUS_EACH} each, {GROUPS} groups), 31 minutes of samples every
 30 s (full sparklines), 8 days of hourly GPU-seconds per user (a week's GPU-hours),
-in-process: a request picks its rows from the last build and renders gpuhub_fleet.html
+GPU-hour budgets on (every user in their group's shared pool: {HOLDERS} users' lines and
+{GROUPS} pools'), in-process: a request picks its rows from the last build and renders gpuhub_fleet.html
 inside JupyterHub's page.html (HTTP not included). After each tick the page is built once
 off the request path (`gpuhub.hub.web.fleet.FleetCache`): its inputs are copied on the event loop,
-then rows, totals, sparklines, GPU-hours and every row's HTML are made in a thread. "First
-view after a tick" is a request sent right after the tick, while that build runs: it is
-served the previous build and shares the CPU with it. Verdict on the admin's p50 (steady
+then rows, totals, sparklines, GPU-hours, budget lines and every row's HTML are made in a
+thread. "First view after a tick" is a request sent right after the tick, while that build
+runs: it is served the previous build and shares the CPU with it. Verdict on the admin's p50 (steady
 and first view after a tick): {verdict}.
 
-| page for | rows | HTML | p50 | p95 |
-|---|---|---|---|---|
+| page for | rows | budget lines | HTML | p50 | p95 |
+|---|---|---|---|---|---|
 {rows}
 
 Build after each tick: p50 {percentile(build_ms, 50):.0f} ms, p95 {percentile(build_ms, 95):.0f} ms
