@@ -14,6 +14,8 @@ import pytest
 
 from gpuhub import GPUSpawner
 from gpuhub.core.policy import Policy, PolicyConfigError
+from gpuhub.hub.gpu_spawner import dra_note
+from gpuhub.hub.ledger.dra_capacity import forbidden_words
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.progress import SpawnRequest, describe
 from gpuhub.jobs.k8s import backend
@@ -268,6 +270,26 @@ def test_a_missing_device_class_is_said_plainly() -> None:
         'A100 GPUs cannot be used now: this cluster has no DeviceClass "gpu.nvidia.com" '
         "(its DRA driver is not installed); ask your admin."
     )
+
+
+def test_dra_types_the_hub_may_not_read_say_which_right_is_missing() -> None:
+    """A 403 on DRA's objects (no RBAC for DRA): the form names the right and what to do for
+    the DRA types without a figure, after those whose class is missing; others are not named."""
+    types = Policy.from_config(gpu_types=DRA_TYPES).check_platform("kubernetes").gpu_types
+    why = forbidden_words({"resourceslices": "list"})
+    missing = {"mig-1g": dra.missing_class_words("MIG 1g", "mig.nvidia.com")}
+    figures = {"a100-shared": GPUCapacity(free=1, total=4), "mig-1g": GPUCapacity(0, 0)}
+    note = dra_note(list(types.values()), figures, missing, why)
+    a100 = types["a100"].display_name
+    assert note == (
+        f"{missing['mig-1g']} Live availability of {a100} GPUs cannot be shown: the hub's "
+        "service account may not list resourceslices (API group resource.k8s.io), so GPUs "
+        "claimed through DRA cannot be counted; an admin should install the chart's RBAC for "
+        "DRA (rbac.create, templates/rbac-dra.yaml) or grant list and watch on resourceslices, "
+        "resourceclaims and deviceclasses of resource.k8s.io to the hub. You can still start a "
+        "server; it will wait for free GPUs."
+    )
+    assert dra_note(list(types.values()), figures, missing, "") == missing["mig-1g"]
 
 
 def test_a_dra_server_waiting_for_devices_is_said_in_words() -> None:

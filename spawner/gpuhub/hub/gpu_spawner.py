@@ -10,6 +10,7 @@ import inspect
 import json
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kubespawner import KubeSpawner
@@ -43,6 +44,7 @@ from gpuhub.k8s.dra import (
     pod_claims,
     shared_device_classes,
     template_name,
+    unreadable_words,
 )
 from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
 from gpuhub.k8s.labels import (
@@ -75,6 +77,22 @@ CAPACITY_LOADING = (
     "pods after its start; reload this page in a few seconds. You can still start a server; "
     "it will wait for free GPUs."
 )
+
+
+def dra_note(
+    types: list[GPUType],
+    figures: Mapping[str, GPUCapacity],
+    missing: Mapping[str, str],
+    forbidden: str,
+) -> str:
+    """What the form says of DRA types: each one whose DeviceClass the cluster lacks
+    (``missing``' sentences), then those the hub may not read (``forbidden``: a 403, the
+    capacity watch's sentence), which have no figure."""
+    notes = list(missing.values())
+    unread = [t.display_name for t in types if t.dra is not None and t.key not in figures]
+    if unread and forbidden:
+        notes.append(unreadable_words(unread, forbidden))
+    return " ".join(notes)
 
 
 def _unavailable(cache: Any, loading: str, failed: str) -> str:
@@ -497,7 +515,7 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
         # A DRA type whose DeviceClass the cluster lacks has no device: none free, and why.
         figures.update({key: GPUCapacity(free=0, total=0) for key in missing})
-        return figures, " ".join(missing.values())
+        return figures, dra_note(types, figures, missing, cache.dra.forbidden)
 
     async def gpu_ledger(self, wait: float | None = None) -> Ledger:
         """The hub's ledger of this cluster, once the pod watch has answered (waiting up to

@@ -187,6 +187,16 @@ def missing_class_words(display_name: str, device_class: str) -> str:
     )
 
 
+def unreadable_words(display_names: list[str], why: str) -> str:
+    """The sentence for DRA types whose devices the hub may not read; ``why`` is
+    :attr:`gpuhub.hub.ledger.dra_capacity.DeviceWatch.forbidden`."""
+    names = display_names[0] if len(display_names) == 1 else ", ".join(display_names)
+    return (
+        f"Live availability of {names} GPUs cannot be shown: {why}. You can still start a "
+        "server; it will wait for free GPUs."
+    )
+
+
 class DeviceClasses:
     """The cluster's DeviceClass names, read at most once per ``ttl`` seconds and shared by
     every caller (the hub's start, each form, each spawn): one GET, never one per view."""

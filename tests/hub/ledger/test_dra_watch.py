@@ -2,10 +2,12 @@
 of slices, claims and classes, as kube-apiserver sends them (the recorded objects of
 tests/k8s/data/dra/), move what each device has free and nothing else; on the local
 cluster, an apiserver that does not stream lists is read in pages, and one that does not
-serve resource.k8s.io/v1 has no devices, said once."""
+serve resource.k8s.io/v1 has no devices, said once; a 403 names the missing right once and a
+fixed Role is picked up."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -13,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpuhub.hub.ledger.dra_capacity import DeviceWatch
+from gpuhub.hub.ledger import dra_capacity
+from gpuhub.hub.ledger.dra_capacity import DRA_KINDS, DeviceWatch
+from gpuhub.k8s import dra
 from tests.support.dra import A100, H100, everywhere
 from tests.support.wait import eventually
 
@@ -98,3 +102,84 @@ async def test_pages_where_lists_do_not_stream_and_none_where_dra_is_not_served(
         for watch in watches:
             await watch.stop()
         await faulty.close()
+
+
+def forbidden(kind: str) -> Exception:
+    """kube-apiserver's 403 to a LIST of ``kind`` by a service account without the right."""
+    from kubernetes_asyncio.client import ApiException
+
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": f'{kind}.resource.k8s.io is forbidden: User "system:serviceaccount:hub:'
+            f'hub" cannot list resource "{kind}" in API group "resource.k8s.io" at the '
+            "cluster scope",
+            "reason": "Forbidden",
+            "code": 403,
+        }
+    ).encode()
+    return exc
+
+
+async def test_a_403_names_the_missing_right_once_and_a_fixed_role_is_picked_up(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service account that may list classes but not slices or claims: the watch says once
+    per kind which right is missing and what to do, keeps that as its error (the form says
+    it), asks again slowly, and counts devices once the Role is fixed."""
+    monkeypatch.setattr(dra_capacity, "FORBIDDEN_RETRY", 0.01)
+    allowed = {"deviceclasses"}
+    asked: dict[str, int] = {}
+
+    class Watch(DeviceWatch):  # the Reflector's requests, answered as the apiserver would
+        async def _sync(self, kind: str) -> str:
+            asked[kind] = asked.get(kind, 0) + 1
+            if kind not in allowed:
+                raise forbidden(kind)
+            lists: dict[Any, Any] = {}
+            for obj in items(kind):
+                self._take(kind, obj, lists)
+            return self._install(kind, lists, {"metadata": {"resourceVersion": "1"}})
+
+        async def _watch(self, kind: str, version: str, initial: bool = False) -> str:
+            await asyncio.Event().wait()  # a watch with nothing to say
+            return version
+
+    watch = Watch(None, lambda: None)
+    try:
+        with caplog.at_level(logging.INFO, logger="gpuhub.hub.ledger.dra_capacity"):
+            watch.start()
+            await eventually(
+                lambda: min(asked.get(k, 0) for k in DRA_KINDS if k not in allowed) >= 3
+            )
+            assert not watch.ready and watch.synced["deviceclasses"]
+            assert (
+                watch.error
+                == watch.forbidden
+                == (
+                    "the hub's service account may not list resourceslices and resourceclaims "
+                    "(API group resource.k8s.io), so GPUs claimed through DRA cannot be counted; an "
+                    "admin should install the chart's RBAC for DRA (rbac.create, "
+                    "templates/rbac-dra.yaml) or grant list and watch on resourceslices, "
+                    "resourceclaims and deviceclasses of resource.k8s.io to the hub"
+                )
+            )
+            said = [r.getMessage() for r in caplog.records if "may not" in r.getMessage()]
+            assert sorted(said) == [
+                f"DRA devices unavailable: the hub's service account may not list {kind} (API "
+                "group resource.k8s.io), so GPUs claimed through DRA cannot be counted; an admin "
+                "should install the chart's RBAC for DRA (rbac.create, templates/rbac-dra.yaml) "
+                "or grant list and watch on resourceslices, resourceclaims and deviceclasses of "
+                "resource.k8s.io to the hub."
+                for kind in ("resourceclaims", "resourceslices")
+            ]
+            assert "resourceslices" in dra.unreadable_words(["A100"], watch.forbidden)
+            allowed.update(DRA_KINDS)  # the admin applied the chart's RBAC for DRA
+            await eventually(lambda: watch.ready)
+        assert watch.error is None and watch.forbidden == "" and watch.served
+        assert [r.free for r in watch.state.rooms(A100, everywhere, 0)] == [False, True, True, True]
+    finally:
+        await watch.stop()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -423,6 +424,39 @@ LIST_PAGE = 500
 # How long a cluster that serves no resource.k8s.io/v1 (before Kubernetes 1.34) waits before
 # it is asked again: an upgrade is rare, and there is nothing to count meanwhile.
 UNSERVED_RETRY = 300.0
+# How long a kind the hub's service account may not read (403) waits before it is asked
+# again: a Role fixed meanwhile is picked up within a minute, without a request a second.
+FORBIDDEN_RETRY = 60.0
+# What kube-apiserver's 403 says: 'User "..." cannot list resource "resourceslices" in API
+# group "resource.k8s.io" at the cluster scope'.
+_CANNOT = re.compile(r'cannot (\w+) resource "([^"]+)" in API group "([^"]*)"')
+
+
+def forbidden_words(denied: Mapping[str, str]) -> str:
+    """The one sentence for DRA objects the hub may not read: ``denied`` maps each kind to
+    the verb its 403 named (``{"resourceslices": "list"}``)."""
+    by_verb: dict[str, list[str]] = {}
+    for kind in DRA_KINDS:
+        if kind in denied:
+            by_verb.setdefault(denied[kind], []).append(kind)
+    what = " or ".join(f"{verb} {_and(kinds)}" for verb, kinds in by_verb.items())
+    return (
+        f"the hub's service account may not {what} (API group {RESOURCE_GROUP}), so GPUs "
+        "claimed through DRA cannot be counted; an admin should install the chart's RBAC for "
+        "DRA (rbac.create, templates/rbac-dra.yaml) or grant list and watch on "
+        f"resourceslices, resourceclaims and deviceclasses of {RESOURCE_GROUP} to the hub"
+    )
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _denied_verb(kind: str, exc: Any, asked: str) -> str:
+    """The verb a 403 names for ``kind`` (the apiserver's message), else ``asked``."""
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
+    found = _CANNOT.search(str(body or ""))
+    return found.group(1) if found and found.group(2) == kind else asked
 
 
 def _key(kind: str, meta: Mapping[str, Any]) -> Any:
@@ -437,7 +471,9 @@ class DeviceWatch(Reflector):
     :class:`DeviceState` (each event O(its object)), as
     :class:`gpuhub.k8s.listwatch.Reflector` does; ``on_change`` is called after every change
     a figure reads. A cluster that does not serve ``resource.k8s.io/v1`` has no DRA devices
-    (:attr:`served` False), and the rest of the capacity watch is not held up."""
+    (:attr:`served` False), and the rest of the capacity watch is not held up. A kind the
+    hub may not read (403) is said once in the log and kept as :attr:`forbidden` (the form
+    says it), and asked again every :data:`FORBIDDEN_RETRY` seconds."""
 
     list_page = LIST_PAGE
 
@@ -457,6 +493,8 @@ class DeviceWatch(Reflector):
         self.synced = dict.fromkeys(DRA_KINDS, False)
         self.served: bool | None = None  # None: not asked yet
         self.error: str | None = None
+        # Kinds the hub's service account may not read (403), and the verb refused.
+        self.denied: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -486,9 +524,11 @@ class DeviceWatch(Reflector):
 
         backoff = 0.5
         while True:
+            asked = "list"
             try:
                 version = await self._sync(kind)
                 backoff = 0.5
+                asked = "watch"
                 while True:  # the server ends a watch after watch_timeout: resume it
                     version = await self._watch(kind, version)
             except asyncio.CancelledError:
@@ -504,16 +544,34 @@ class DeviceWatch(Reflector):
                     self.on_change()
                     await asyncio.sleep(UNSERVED_RETRY)
                     continue
+                if exc.status == 403:
+                    self._forbidden(kind, _denied_verb(kind, exc, asked))
+                    await asyncio.sleep(FORBIDDEN_RETRY)  # until a fixed Role lets it
+                    continue
                 self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
             except Exception as exc:  # network errors of every kind
                 self._failed(kind, f"{type(exc).__name__}: {exc}")
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30)
 
+    @property
+    def forbidden(self) -> str:
+        """Why DRA's GPUs cannot be counted when the hub may not read their objects, a
+        sentence without its capital; "" when it may read them all."""
+        return forbidden_words(self.denied) if self.denied else ""
+
+    def _forbidden(self, kind: str, verb: str) -> None:
+        """A 403: said once per kind in the log, and as :attr:`error` (the form says it)."""
+        if self.denied.get(kind) != verb:
+            self.denied[kind] = verb
+            log.warning("DRA devices unavailable: %s.", forbidden_words({kind: verb}))
+        self.error = self.forbidden
+        self.synced[kind] = False
+
     def _failed(self, kind: str, detail: str) -> None:
         if self.error is None:
             log.warning("DRA devices unavailable (%s): %s", kind, detail)
-        self.error = detail
+        self.error = self.forbidden or detail  # a 403's sentence says what to do: keep it
         self.synced[kind] = False
 
     # -- what the Reflector lists and watches ----------------------------------------------
@@ -533,6 +591,9 @@ class DeviceWatch(Reflector):
     def _install(self, kind: str, lists: dict[Any, Any], end: Mapping[str, Any]) -> str:
         self.state.relisted(kind, lists.values())
         self.served, self.synced[kind] = True, True
+        if self.denied.pop(kind, None) is not None:
+            log.info("DRA devices: the hub may now read %s", kind)
+            self.error = self.forbidden or None
         if self.ready:
             self.error = None
         self.on_change()
