@@ -9,7 +9,8 @@ and reports the wall time, the apiserver's CPU (``/proc``), the client's and the
 ``list-json-gzip-1000``, ``list-pb-1000`` (Kubernetes' protobuf), ``stream-json`` (a
 streaming list, ``sendInitialEvents``) and ``stream-pb``, each read as it comes, and
 ``stream-json-gathered``, ``stream-pb-gathered``: read as the hub reads now, pausing 10 ms
-whenever a read brings less than 128 KB (:func:`gpuhub.k8s.listwatch.gather`).
+whenever a read brings less than 128 KB right after another
+(:class:`gpuhub.k8s.listwatch.Gatherer`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 from gpuhub.hub.ledger.capacity import ACTIVE_PODS
-from gpuhub.k8s.listwatch import GATHER_BYTES, gather
+from gpuhub.k8s.listwatch import Gatherer
 
 MODES = (
     "list-json-1000",
@@ -107,14 +108,15 @@ async def read(root: Path, mode: str) -> dict[str, float]:
             }
             async with session.get(url, params=params, headers=headers) as response:
                 tail = b""
+                gathering = Gatherer(response)
                 async for chunk in response.content.iter_any():
                     total += len(chunk)
                     reads += 1
                     tail = (tail + chunk)[-4000:]
                     if b"initial-events-end" in tail:
                         break
-                    if mode.endswith("gathered") and len(chunk) < GATHER_BYTES:
-                        await gather(response)
+                    if mode.endswith("gathered"):
+                        await gathering.after(chunk)
         else:
             token: str | None = None
             while True:

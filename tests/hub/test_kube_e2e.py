@@ -331,6 +331,12 @@ def test_unschedulable_fails_fast_with_the_reason(hub: Hub, kube: Kube, proxy: F
         for node in ("a100-0", "a100-1"):
             kube.patch("Node", node, {"spec": {"unschedulable": None}})
         proxy.thaw_watches()
+        # The next test's hub must see the nodes usable again, not just the apiserver.
+        form = hub.login("john")
+        kube.wait_for(
+            lambda: "of 16 free now" in form.get(f"{hub.url}/hub/spawn", timeout=30).text,
+            timeout=30,
+        )
 
 
 def test_namespace_quota_refusal_is_said_plainly(hub: Hub, kube: Kube) -> None:

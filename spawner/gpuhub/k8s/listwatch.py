@@ -49,8 +49,9 @@ SLICE_S = 0.005
 # it), and reading each as it comes costs a wake-up of the event loop, the SSL layer's and
 # aiohttp's Python per record: about 20 us, two thirds of the hub's CPU for a first sync of
 # 150,000 pods (docs/benchmarks.md). So when a read brings less than GATHER_BYTES (the
-# stream is not ahead of us), the watch stops reading for GATHER_S and the kernel gathers
-# what comes meanwhile; the next read takes it in one go. An event waits 10 ms longer.
+# stream is not ahead of us) right after another (records come back to back: Gatherer),
+# the watch stops reading for GATHER_S and the kernel gathers what comes meanwhile; the
+# next read takes it in one go. In a burst an event waits up to 10 ms longer; alone, not.
 GATHER_BYTES = 128 * 1024
 GATHER_S = 0.01
 _JSON = "application/json"
@@ -139,6 +140,7 @@ async def watch(
         events = _pb_events if _is_protobuf(response) else _json_events
         rest = b""
         paused = time.perf_counter()
+        gathering = Gatherer(response)
         async for chunk in response.content.iter_any():
             found, rest = events(source.kind, rest + chunk if rest else chunk)
             for event in found:
@@ -149,8 +151,7 @@ async def watch(
                         f"{status.get('reason')}: {status.get('message')}",
                     )
                 yield event
-            if len(chunk) < GATHER_BYTES:
-                await gather(response)
+            if await gathering.after(chunk):
                 paused = time.perf_counter()
             elif time.perf_counter() - paused > SLICE_S:
                 # The next chunk may be buffered already: let the hub's other work run.
@@ -170,6 +171,26 @@ def _pb_events(kind: str, data: bytes) -> tuple[Iterator[Event], bytes]:
     """The events of the whole frames in ``data`` (length-prefixed protobuf), and the rest."""
     frames, used = protobuf.split_frames(data)
     return (protobuf.decode_event(kind, frame) for frame in frames), data[used:]
+
+
+class Gatherer:
+    """When a stream's reads are gathered: after a read of less than :data:`GATHER_BYTES`
+    that came within :data:`GATHER_S` of the one before, i.e. while records come back to
+    back (a first sync, a cluster in churn). An event after a quiet spell is handed on at
+    once, so a watch that is mostly idle adds no delay."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.last = -GATHER_S  # when the last read was handed on
+
+    async def after(self, chunk: bytes) -> bool:
+        """Called once ``chunk`` is handled: gather the next read if due; whether it was."""
+        now = time.perf_counter()
+        due = len(chunk) < GATHER_BYTES and now - self.last < GATHER_S
+        if due:
+            await gather(self.response)
+        self.last = time.perf_counter()
+        return due
 
 
 async def gather(response: Any) -> None:
