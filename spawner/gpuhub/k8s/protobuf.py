@@ -100,7 +100,8 @@ Convert = Callable[[Any], Any]
 
 def supports(kind: str) -> bool:
     """Whether the watch ``kind`` (a key of :data:`gpuhub.k8s.objects.KINDS`) is read in
-    protobuf: its shape, and every shape within it, has its wire numbers here."""
+    protobuf: its shape has wire numbers here (a shape within it without them fails the
+    first decoding, naming the field: never a field silently missing)."""
     shape = objects.KINDS.get(kind)
     return shape is not None and shape.__name__ in WIRE
 
@@ -128,7 +129,6 @@ class _Schema:
         )
         self.plans: dict[str, list[_Field]] = {}
         self.converters: dict[str, Convert] = {}
-        self._declared: set[str] = set()
         # Shared messages: a quantity, a time, an envelope's parts, a watch event, a Status.
         self._message("Quantity", [("string", 1, _T.TYPE_STRING, None, False)])
         self._message(
@@ -189,7 +189,6 @@ class _Schema:
             else:
                 entry.type = _T.TYPE_MESSAGE
                 entry.type_name = f".{_PACKAGE}.{ref}"
-        self._declared.add(name)
 
     def _envelope(self, name: str) -> None:
         """``runtime.Unknown`` around ``name``: its ``raw`` bytes read as that message (the
@@ -218,7 +217,6 @@ class _Schema:
         if numbers is None:
             raise TypeError(f"gpuhub.k8s.protobuf.WIRE has no field numbers for {name}")
         message = self.file.message_type.add(name=name)
-        self._declared.add(name)
         plan: list[_Field] = []
         self.plans[name] = plan
         hints = get_type_hints(shape)
