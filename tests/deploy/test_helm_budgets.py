@@ -15,7 +15,7 @@ import yaml
 
 from gpuhub.core.budgets import BudgetConfig, BudgetConfigError, PeriodStart
 from gpuhub.core.line_order import DEFAULT_HALF_LIFE, LineOrder
-from tests.deploy.test_helm_guide import documents
+from tests.support.guide import documents
 from tests.support.helm import (
     HELM,
     by_kind,

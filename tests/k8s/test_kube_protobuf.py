@@ -29,8 +29,8 @@ import pytest
 from gpuhub.k8s import objects, protobuf
 from gpuhub.k8s.listwatch import Source, _get, initial_events_end, watch
 from localk8s.kubeapi import KubeError
-from tests.k8s.test_objects import DATA, _node_facts, _pod_facts
 from tests.support.cluster import Kube
+from tests.support.k8s_facts import DATA, node_facts, pod_facts
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, its controllers and scheduler
 
@@ -151,7 +151,7 @@ async def _listed_both_ways(api: Any, kind: str, path: str) -> dict[str, dict[st
     pb = protobuf.decode_list(kind, pb_body)
     assert pb.version == typed.version
     assert pb.items == typed.items
-    facts = _pod_facts if kind == "pods" else _node_facts
+    facts = pod_facts if kind == "pods" else node_facts
     whole = json.loads(body)["items"]
     assert [facts(item) for item in pb.items] == [facts(item) for item in whole]
     return {item["metadata"]["name"]: item for item in pb.items}
@@ -207,7 +207,7 @@ async def test_odd_pods_and_nodes_read_the_same_in_protobuf_and_json(
         ]
         phases = {name: pod["status"].get("phase") for name, pod in pod_list.items()}
         assert phases["finished"] == "Succeeded" and phases["server-a100"] == "Running"
-        assert _pod_facts(pod_list["deleting"])["holding"] is not None
+        assert pod_facts(pod_list["deleting"])["holding"] is not None
         assert len(pod_list["init-gpus"]["spec"]["initContainers"]) == 2
         assert "containers" in pod_list["no-resources"]["spec"]
         cordoned = node_list[nodes["odd-cordoned"]]
@@ -241,8 +241,8 @@ async def test_odd_pods_and_nodes_read_the_same_in_protobuf_and_json(
         assert pb_events[:-1] == json_events[:-1]
         assert _unversioned(pb_events[-1]) == _unversioned(json_events[-1])
         assert initial_events_end(pb_events[-1]) and initial_events_end(json_events[-1])
-        assert [_pod_facts(e["object"]) for e in pb_events[:-1]] == [
-            _pod_facts(e["object"]) for e in json_events[:-1]
+        assert [pod_facts(e["object"]) for e in pb_events[:-1]] == [
+            pod_facts(e["object"]) for e in json_events[:-1]
         ]
     finally:
         await asyncio.to_thread(_end_pods, kube)

@@ -18,79 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpuhub.core.dra_devices import device_class_info
-from gpuhub.core.policy import Policy
 from gpuhub.hub.ledger.capacity import ClusterCapacity, _Lists, node_part
-from gpuhub.jobs.kinds import of_pod, pod_workload
 from gpuhub.k8s import objects, protobuf
 from gpuhub.k8s.dra_inventory import claim_info, slice_info
 from gpuhub.k8s.inventory import (
-    _gpuhub_env,
     node_info,
     node_serves,
-    pod_extra,
-    pod_gpus,
-    pod_holding,
-    pod_info,
 )
-from gpuhub.k8s.kueue import gated
 from gpuhub.k8s.listwatch import initial_events_end
-
-DATA = Path(__file__).parent / "data"
-POLICY = Policy.from_config(
-    gpu_types={
-        "a100": {
-            "display_name": "A100",
-            "resource_name": "nvidia.com/gpu",
-            "node_selector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
-            "tolerations": [{"operator": "Exists"}],
-        },
-        "t4": {
-            "display_name": "T4 shared",
-            "resource_name": "nvidia.com/gpu",
-            "node_selector": {"nvidia.com/gpu.product": "Tesla-T4"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-            "sharing": {"memory": "15Gi", "memory_resource": "nvidia.com/gpumem"},
-        },
-        "mig": {"display_name": "MIG", "resource_name": "nvidia.com/mig-1g.10gb"},
-        "amd": {"display_name": "AMD", "resource_name": "amd.com/gpu"},
-    }
-)
-
-
-def _pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
-    """Everything gpuhub reads from a pod, through the functions that read it."""
-    meta = pod.get("metadata") or {}
-    kind = of_pod(meta)
-    return {
-        "key": (meta.get("namespace"), meta.get("name")),
-        "version": meta.get("resourceVersion"),
-        "info": pod_info(pod),
-        "gpus": pod_gpus(pod),
-        "extra": pod_extra(pod),
-        "holding": pod_holding(pod, pod_workload),
-        "gated": gated(pod),
-        "env": _gpuhub_env(pod),
-        "kind": kind,
-        "workload": pod_workload(meta),
-        "between": kind.between(meta) if kind is not None and hasattr(kind, "between") else None,
-    }
-
-
-def _node_facts(node: dict[str, Any]) -> dict[str, Any]:
-    info = node_info(node)
-    facts = asdict(info)
-    # What a taint means to the scheduler; the API's timeAdded is not read.
-    facts["taints"] = [(t.get("key"), t.get("value"), t.get("effect")) for t in info.taints]
-    for gpu_type in POLICY.gpu_types.values():
-        facts[gpu_type.key] = (node_serves(info, gpu_type), node_part(info, gpu_type))
-    return facts
+from tests.support.k8s_facts import DATA, POLICY, node_facts, pod_facts
 
 
 @pytest.mark.parametrize("name", ["pods.json", "kwok-pods.json"])
@@ -102,14 +43,14 @@ def test_pods_read_the_same_either_way(name):
     assert page.token == (whole["metadata"].get("continue") or None)
     assert len(page.items) == len(whole["items"]) > 2
     for typed, full in zip(page.items, whole["items"], strict=True):
-        assert _pod_facts(typed) == _pod_facts(full)
+        assert pod_facts(typed) == pod_facts(full)
         assert len(json.dumps(typed)) < len(json.dumps(full)) / 3  # only what is read
 
 
 def test_odd_pods_mean_what_they_should():
     """The oddities are in the recording, and the typed decoding keeps their meaning."""
     page = objects.decode_list("pods", (DATA / "pods.json").read_bytes())
-    facts = {p["metadata"]["name"]: _pod_facts(p) for p in page.items}
+    facts = {p["metadata"]["name"]: pod_facts(p) for p in page.items}
     assert facts["init-gpus"]["gpus"] == (("nvidia.com/gpu", 4),)  # the larger of init, sum
     assert facts["job-sidecar"]["gpus"] == (("nvidia.com/gpu", 1), ("nvidia.com/mig-1g.10gb", 1))
     assert facts["job-sidecar"]["workload"] is not None  # the Job that controls it
@@ -139,7 +80,7 @@ def test_nodes_read_the_same_either_way():
     page = objects.decode_list("nodes", body)
     assert len(page.items) == len(whole["items"]) == 4
     for typed, full in zip(page.items, whole["items"], strict=True):
-        assert _node_facts(typed) == _node_facts(full)
+        assert node_facts(typed) == node_facts(full)
     infos = {n.name: n for n in map(node_info, page.items)}
     assert not infos["odd-cordoned"].usable and not infos["odd-notready"].usable
     assert infos["odd-cordoned"].cpu == 1000.0  # "1k", from capacity: no allocatable
@@ -179,7 +120,7 @@ def test_streaming_list_events():
     assert initial_events_end(events[-1]) and not initial_events_end(events[0])
     assert events[-1]["object"]["metadata"]["resourceVersion"].isdigit()
     for event, line in zip(events[:-1], lines, strict=False):
-        assert _pod_facts(event["object"]) == _pod_facts(json.loads(line)["object"])
+        assert pod_facts(event["object"]) == pod_facts(json.loads(line)["object"])
 
 
 def test_odd_json_the_apiserver_does_not_send(caplog):
@@ -200,7 +141,7 @@ def test_odd_json_the_apiserver_does_not_send(caplog):
         "status": {"phase": None},
     }
     body = json.dumps({"metadata": {}, "items": [pod]}).encode()
-    assert _pod_facts(objects.decode_list("pods", body).items[0]) == _pod_facts(pod)
+    assert pod_facts(objects.decode_list("pods", body).items[0]) == pod_facts(pod)
     odd = {**pod, "metadata": {"name": "p", "labels": {"component": 1}}}
     body = json.dumps({"metadata": {"resourceVersion": "7"}, "items": [odd]}).encode()
     with caplog.at_level(logging.WARNING, "gpuhub.k8s.objects"):
