@@ -242,6 +242,8 @@ class _Body:
     """A LIST answer, read raw (``_preload_content=False``)."""
 
     status, reason = 200, "OK"
+    headers = {"Content-Type": "application/json"}
+    connection = None  # nothing to pause: the answer is in memory
 
     def __init__(self, data: bytes) -> None:
         self.data = data
@@ -258,6 +260,8 @@ class _Stream:
     list (``sendInitialEvents``) first sends every object and the bookmark that ends them."""
 
     status, reason = 200, "OK"
+    headers = {"Content-Type": "application/json"}
+    connection = None  # nothing to pause: the events are in memory
 
     def __init__(self, events: asyncio.Queue[bytes], initial: Iterator[bytes] = iter(())) -> None:
         self.content = self
@@ -296,6 +300,24 @@ class MemoryApi:
         self.node_count = node_count  # all of them: HAMi and time-sliced
         self.pods = pods
         self.watches = {"nodes": asyncio.Queue[bytes](), "pods": asyncio.Queue[bytes]()}
+
+    @property
+    def api_client(self) -> MemoryApi:
+        """The cache asks through its ``ApiClient``'s ``call_api``: this answers it too."""
+        return self
+
+    async def call_api(self, path: str, method: str, **kwargs: Any) -> Any:
+        """A GET of ``/api/v1/nodes`` or ``/api/v1/pods`` as ``gpuhub.k8s.listwatch`` makes
+        it, answered by the list methods above (JSON: the layout has no protobuf)."""
+        query = dict(kwargs.get("query_params") or [])
+        asked = {
+            "watch": query.get("watch") == "true",
+            "send_initial_events": query.get("sendInitialEvents") == "true",
+            "_continue": query.get("continue"),
+            "limit": int(query.get("limit") or 0),
+        }
+        lists = {"/api/v1/nodes": self.list_node, "/api/v1/pods": self.list_pod_for_all_namespaces}
+        return await lists[path](**asked)
 
     def _page(self, items: Iterator[dict[str, Any]], limit: int, start: int, total: int) -> Any:
         end = min(start + limit, total)
