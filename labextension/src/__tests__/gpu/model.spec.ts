@@ -89,7 +89,9 @@ describe('GpuMetricsModel, polling', () => {
   let idle: boolean;
   let background: boolean;
 
-  function create(windowSeconds = 300, interval = 1): GpuMetricsModel {
+  // A minute between polls by default: the tests poll by hand, and a scheduled
+  // poll on a loaded machine would take the answer meant for theirs.
+  function create(windowSeconds = 300, interval = 60): GpuMetricsModel {
     model = new GpuMetricsModel({
       interval,
       windowSeconds,
