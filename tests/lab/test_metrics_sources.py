@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -141,6 +142,52 @@ def test_init_failure_is_not_retried_on_every_sample():
 def test_missing_binding_is_a_reason():
     _gpus, reason = NVMLSource("gpuhub_no_such_nvml_module").read()
     assert reason == "The nvidia-ml-py package is not installed on this server."
+
+
+def _partial_binding(*, memory: bool = True) -> types.ModuleType:
+    """A binding with only what jupyterlab-nvdashboard calls (no UUIDs, names, temperature,
+    power, MIG or processes, no NVMLError): the kind of stand-in written for another tool."""
+    binding = types.ModuleType("partial_nvml")
+
+    class NVMLError_NotSupported(Exception):
+        pass
+
+    def figures(used: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(gpu=40 + used, memory=5, used=used * GIB, total=80 * GIB)
+
+    binding.NVMLError_NotSupported = NVMLError_NotSupported  # type: ignore[attr-defined]
+    binding.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    binding.nvmlDeviceGetCount = lambda: 2  # type: ignore[attr-defined]
+    binding.nvmlDeviceGetHandleByIndex = lambda index: index  # type: ignore[attr-defined]
+    binding.nvmlDeviceGetUtilizationRates = figures  # type: ignore[attr-defined]
+    if memory:
+        binding.nvmlDeviceGetMemoryInfo = figures  # type: ignore[attr-defined]
+    return binding
+
+
+def test_a_binding_with_only_utilization_and_memory_still_charts_them():
+    source = NVMLSource(_partial_binding())
+    gpus, reason = source.read()
+    assert reason is None
+    assert [(g["uuid"], g["name"], g["utilization"], g["memory_used"]) for g in gpus] == [
+        ("GPU-0", "GPU 0", 40, 0),
+        ("GPU-1", "GPU 1", 41, GIB),
+    ]
+    assert all(
+        g["temperature"] is None and g["power"] is None and g["processes"] == []
+        and g["mig"] is False and g["error"] is None
+        for g in gpus
+    )  # fmt: skip
+    assert source.read_figures(gpus) == gpus  # the sampler's quick reads work on it too
+    source.close()  # without nvmlShutdown
+
+
+def test_a_binding_that_cannot_count_memory_is_a_reason_naming_what_it_lacks():
+    gpus, reason = NVMLSource(_partial_binding(memory=False)).read()
+    assert gpus == []
+    assert reason == (
+        "The NVML binding 'partial_nvml' cannot read GPUs: it has no nvmlDeviceGetMemoryInfo."
+    )
 
 
 def _gpu_present() -> bool:

@@ -6,6 +6,11 @@ processes``, plus ``error`` when that one device failed). It never raises: a mis
 or driver becomes a *reason*, a failing device becomes an entry with ``error`` set, so one
 lost GPU does not hide the others.
 
+A binding may lack functions: an older nvidia-ml-py (MIG came with 11.0), or a stand-in
+written for another tool (jupyterlab-nvdashboard's needs little more than utilization and
+memory). Only counting the GPUs and their memory is required; any other figure the binding
+cannot give is null, as one the GPU does not support.
+
 Only the GPUs this server may use are reported: NVML sees every GPU on the machine, but a
 server started with ``CUDA_VISIBLE_DEVICES`` (LocalGPUSpawner, Kubernetes CPU-only pods)
 only owns those.
@@ -24,6 +29,14 @@ from gpuhub.core.devices import visible_devices
 
 #: How long to wait before trying ``nvmlInit`` again after it failed (driver not loaded...).
 INIT_RETRY_SECONDS = 60.0
+
+#: What a binding must have to read anything at all.
+REQUIRED = (
+    "nvmlInit",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetMemoryInfo",
+)
 
 
 class Visibility:
@@ -70,6 +83,8 @@ class NVMLSource:
         self.visibility = Visibility(visible)
         self.reason: str | None = None
         self._next_try = 0.0
+        # What the binding raises: pynvml's NVMLError, or anything from a binding without it.
+        self._errors: type[Exception] = Exception
         # uuid -> (its handle, its parent GPU's handle for a MIG slice), from the last read()
         self._handles: dict[str, tuple[Any, Any]] = {}
 
@@ -88,9 +103,17 @@ class NVMLSource:
         except ImportError:
             self.reason = "The nvidia-ml-py package is not installed on this server."
             return False
+        missing = [name for name in REQUIRED if not callable(getattr(nvml, name, None))]
+        if missing:
+            self.reason = (
+                f"The NVML binding {getattr(nvml, '__name__', nvml)!r} cannot read GPUs: it "
+                f"has no {', '.join(missing)}."
+            )
+            return False
+        errors = getattr(nvml, "NVMLError", Exception)
         try:
             nvml.nvmlInit()
-        except nvml.NVMLError as exc:
+        except errors as exc:
             code = getattr(exc, "value", None)
             if code == getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", -1):
                 self.reason = "No NVIDIA driver on this server (libnvidia-ml.so not found)."
@@ -99,14 +122,20 @@ class NVMLSource:
             else:
                 self.reason = f"NVML could not start: {exc}."
             return False
-        self.nvml = nvml
+        self.nvml, self._errors = nvml, errors
         self.reason = None
         return True
 
+    def _fn(self, name: str) -> Any:
+        """The binding's function ``name``, or None where it has none."""
+        return getattr(self.nvml, name, None)
+
     def close(self) -> None:
         if self.nvml is not None:
-            with contextlib.suppress(self.nvml.NVMLError):
-                self.nvml.nvmlShutdown()
+            shutdown = self._fn("nvmlShutdown")
+            if shutdown is not None:
+                with contextlib.suppress(self._errors):
+                    shutdown()
             self.nvml = None
 
     # -- reading -----------------------------------------------------------------------
@@ -119,7 +148,7 @@ class NVMLSource:
         nvml = self.nvml
         try:
             count = nvml.nvmlDeviceGetCount()
-        except nvml.NVMLError as exc:
+        except self._errors as exc:
             return [], f"NVML could not count the GPUs: {exc}."
         gpus: list[dict[str, Any]] = []
         self._handles = {}
@@ -135,8 +164,8 @@ class NVMLSource:
         nvml = self.nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        except nvml.NVMLError as exc:
+            uuid = self._uuid(handle, index)
+        except self._errors as exc:
             if not self.visibility.all and str(index) not in self.visibility.items:
                 return []  # cannot tell whether it is ours: do not show a stranger's error
             return [_failed(index, f"GPU-unknown-{index}", f"GPU {index}", exc)]
@@ -146,7 +175,7 @@ class NVMLSource:
                 return self._read_migs(index, uuid, handle, mig_devices)
             if not self.visibility.allows(index, uuid):
                 return []
-            name = _text(nvml.nvmlDeviceGetName(handle))
+            name = self._name(handle, index)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             self._handles[uuid] = (handle, None)
             return [
@@ -154,45 +183,58 @@ class NVMLSource:
                     "index": index,
                     "uuid": uuid,
                     "name": name,
-                    "utilization": self._optional(
-                        nvml.nvmlDeviceGetUtilizationRates, handle, "gpu"
-                    ),
+                    "utilization": self._optional("nvmlDeviceGetUtilizationRates", handle, "gpu"),
                     "memory_used": int(memory.used),
                     "memory_total": int(memory.total),
-                    "temperature": self._optional(
-                        nvml.nvmlDeviceGetTemperature, handle, None, nvml.NVML_TEMPERATURE_GPU
-                    ),
-                    "power": _watts(self._optional(nvml.nvmlDeviceGetPowerUsage, handle)),
+                    "temperature": self._temperature(handle),
+                    "power": _watts(self._optional("nvmlDeviceGetPowerUsage", handle)),
                     "mig": False,
                     "processes": self._processes(handle),
                     "error": None,
                 }
             ]
-        except nvml.NVMLError as exc:
+        except self._errors as exc:
             if not self.visibility.allows(index, uuid):
                 return []
             try:
-                name = _text(nvml.nvmlDeviceGetName(handle))
-            except nvml.NVMLError:
+                name = self._name(handle, index)
+            except self._errors:
                 name = f"GPU {index}"
             return [_failed(index, uuid, name, exc)]
+
+    def _uuid(self, handle: Any, index: int) -> str:
+        """The GPU's UUID; a binding without UUIDs gets one made of its index (a chart's key)."""
+        get = self._fn("nvmlDeviceGetUUID")
+        return _text(get(handle)) if get is not None else f"GPU-{index}"
+
+    def _name(self, handle: Any, index: int) -> str:
+        get = self._fn("nvmlDeviceGetName")
+        return _text(get(handle)) if get is not None else f"GPU {index}"
+
+    def _temperature(self, handle: Any) -> Any:
+        # NVML_TEMPERATURE_GPU is 0 in every NVML; a binding may not name it.
+        sensor = getattr(self.nvml, "NVML_TEMPERATURE_GPU", 0)
+        return self._optional("nvmlDeviceGetTemperature", handle, None, sensor)
 
     def _mig_devices(self, handle: Any) -> list[Any] | None:
         """The MIG slices of a GPU in MIG mode, else None."""
         nvml = self.nvml
+        mig_mode = self._fn("nvmlDeviceGetMigMode")
+        if mig_mode is None:
+            return None  # a binding from before MIG
         try:
-            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except nvml.NVMLError as exc:
+            current, _pending = mig_mode(handle)
+        except self._errors as exc:
             if _is(nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
                 return None  # not a MIG-capable GPU
             raise
-        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
             return None
         handles = []
         for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
                 handles.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i))
-            except nvml.NVMLError as exc:
+            except self._errors as exc:
                 if _is(nvml, exc, "NVML_ERROR_NOT_FOUND"):
                     continue  # an empty slot
                 raise
@@ -203,10 +245,8 @@ class NVMLSource:
     ) -> list[dict[str, Any]]:
         """One entry per MIG slice; temperature and power are the parent GPU's."""
         nvml = self.nvml
-        temperature = self._optional(
-            nvml.nvmlDeviceGetTemperature, parent, None, nvml.NVML_TEMPERATURE_GPU
-        )
-        power = _watts(self._optional(nvml.nvmlDeviceGetPowerUsage, parent))
+        temperature = self._temperature(parent)
+        power = _watts(self._optional("nvmlDeviceGetPowerUsage", parent))
         entries = []
         for slot, mig in enumerate(migs):
             uuid = _text(nvml.nvmlDeviceGetUUID(mig))
@@ -220,7 +260,7 @@ class NVMLSource:
                     "uuid": uuid,
                     "name": _text(nvml.nvmlDeviceGetName(mig)),
                     # NVML has no utilization counter for a MIG slice (DCGM profiling does).
-                    "utilization": self._optional(nvml.nvmlDeviceGetUtilizationRates, mig, "gpu"),
+                    "utilization": self._optional("nvmlDeviceGetUtilizationRates", mig, "gpu"),
                     "memory_used": int(memory.used),
                     "memory_total": int(memory.total),
                     "temperature": temperature,
@@ -242,7 +282,7 @@ class NVMLSource:
         nvml = self.nvml
         if nvml is None:
             return None
-        utilization_of, memory_of = nvml.nvmlDeviceGetUtilizationRates, nvml.nvmlDeviceGetMemoryInfo
+        memory_of = nvml.nvmlDeviceGetMemoryInfo
         handles = self._handles
         gpus: list[dict[str, Any]] = []
         try:
@@ -253,11 +293,13 @@ class NVMLSource:
                 handle = found[0]
                 memory = memory_of(handle)
                 fresh = gpu.copy()
-                fresh["utilization"] = self._optional(utilization_of, handle, "gpu")
+                fresh["utilization"] = self._optional(
+                    "nvmlDeviceGetUtilizationRates", handle, "gpu"
+                )
                 fresh["memory_used"] = int(memory.used)
                 fresh["memory_total"] = int(memory.total)
                 gpus.append(fresh)
-        except nvml.NVMLError:
+        except self._errors:
             return None
         return gpus
 
@@ -267,26 +309,31 @@ class NVMLSource:
         microseconds; starting it can take seconds); the sampler still times them."""
         return self.nvml is not None
 
-    def _optional(self, fn: Any, handle: Any, attr: str | None = None, *args: Any) -> Any:
-        """A figure this GPU may not support (None then); other NVML errors propagate."""
-        nvml = self.nvml
+    def _optional(self, name: str, handle: Any, attr: str | None = None, *args: Any) -> Any:
+        """A figure this GPU (or the binding) may not support: None then; other NVML errors
+        propagate."""
+        fn = getattr(self.nvml, name, None)
+        if fn is None:
+            return None
         try:
             value = fn(handle, *args)
-        except nvml.NVMLError as exc:
-            if _is(nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
+        except self._errors as exc:
+            if _is(self.nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
                 return None
             raise
         return getattr(value, attr) if attr else value
 
     def _processes(self, handle: Any) -> list[dict[str, Any]]:
-        nvml = self.nvml
         by_pid: dict[int, int | None] = {}
-        for fn in (nvml.nvmlDeviceGetComputeRunningProcesses,
-                   nvml.nvmlDeviceGetGraphicsRunningProcesses):  # fmt: skip
+        for name in ("nvmlDeviceGetComputeRunningProcesses",
+                     "nvmlDeviceGetGraphicsRunningProcesses"):  # fmt: skip
+            fn = self._fn(name)
+            if fn is None:
+                continue
             try:
                 procs = fn(handle)
-            except nvml.NVMLError as exc:
-                if _is(nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
+            except self._errors as exc:
+                if _is(self.nvml, exc, "NVML_ERROR_NOT_SUPPORTED"):
                     continue
                 raise
             for p in procs:
@@ -301,7 +348,7 @@ class NVMLSource:
         ]
 
 
-def _is(nvml: Any, exc: Exception, name: str) -> bool:
+def _is(nvml: Any, exc: BaseException, name: str) -> bool:
     return getattr(exc, "value", None) == getattr(nvml, name, object())
 
 
