@@ -11,6 +11,9 @@ Two real Jupyter servers run side by side on the same NVML stand-in (8 busy A100
   ``benchmarks/nvml_shim`` (its ``import pynvml`` gets the stand-in). Each client is one
   ``gpu_utilization`` socket at 100 ms, as its frontend asks: its cheapest chart (one NVML
   call per GPU per tick), so the comparison flatters nvdashboard, not gpuhub.
+* **nvdashboard_resources**: the same server, each client one ``gpu_resource`` socket
+  instead: its "GPU Resources" chart, utilization and memory of every GPU (three NVML calls
+  per GPU per tick), the nearest of its charts to what gpuhub's stream carries.
 
 * **floor**: not a chart server but the least any pushing server pays: a bare tornado process
   (:func:`floor_server`) whose one 10 Hz timer sends a prepared frame of gpuhub's size to
@@ -357,6 +360,13 @@ def _servers(tmp: Path, before: Path | None = None) -> Any:
                 "nvdashboard/gpu_utilization",
                 {"updateFrequency": PERIOD_MS, "isPaused": False},
             ),
+            Design(
+                "nvdashboard_resources",
+                peer.url,
+                peer.process.pid,
+                "nvdashboard/gpu_resource",
+                {"updateFrequency": PERIOD_MS, "isPaused": False},
+            ),
             floor,
         ]
         if before is not None:
@@ -432,6 +442,9 @@ def run_comparison(
                 "samples_on_loop": sum(r.samples_on_loop for r in runs),
             }
         row["ratio"] = row["nvdashboard"]["cpu_us_per_update"] / row["gpuhub"]["cpu_us_per_update"]
+        row["resources_ratio"] = (
+            row["nvdashboard_resources"]["cpu_us_per_update"] / row["gpuhub"]["cpu_us_per_update"]
+        )
         row["tick_ratio"] = (
             row["nvdashboard"]["tick_us_per_update"] / row["gpuhub"]["tick_us_per_update"]
         )
