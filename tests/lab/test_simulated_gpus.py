@@ -7,9 +7,11 @@ move GPU 0 and leave GPU 1 idle, read through the same :class:`NVMLSource` as re
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -19,7 +21,7 @@ from gpuhub_lab import gpu_magic
 from gpuhub_lab.metrics import simulated
 from gpuhub_lab.metrics.assigned import assignment, describe
 from gpuhub_lab.metrics.nvml import NVMLSource
-from gpuhub_lab.metrics.sampler import GPUSampler
+from gpuhub_lab.metrics.sampler import GPUSampler, Sample
 
 BUSY = "import time\nx = bytearray(300 * 2**20)\nend = time.time() + 60\nwhile time.time() < end: pass\n"
 
@@ -98,6 +100,36 @@ def test_the_sampler_picks_simulated_gpus_only_when_told(
     monkeypatch.setenv("GPUHUB_SIMULATED_GPUS", "4")
     sampler = GPUSampler()
     assert sampler.nvml_module == simulated.__name__ and sampler.simulated
+
+
+async def test_simulated_full_reads_never_run_on_the_loop(
+    simulated_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting simulated GPUs may wait a measuring window (a new process: a kernel just
+    started); however quick the last ones were, that read stays off the server's loop, while
+    the moving figures, dictionary lookups, are read there."""
+    from gpuhub.core import simulated as core
+
+    loop_thread = threading.get_ident()
+    measured: list[int] = []  # the thread of every measurement (every full read)
+
+    def refresh() -> core.Usage:
+        measured.append(threading.get_ident())
+        return core.Usage()  # at once: as quick as a read on a quiet machine
+
+    monkeypatch.setattr(core.TRACKER, "refresh", refresh)
+    sampler = GPUSampler(interval=0.1)
+    got: list[Sample] = []
+    sampler.listen(got.append)
+    try:
+        deadline = time.monotonic() + 30
+        while not (len(measured) >= 4 and any(s.read_on_loop for s in got)):
+            assert time.monotonic() < deadline, f"{len(measured)} full reads, {len(got)} samples"
+            await asyncio.sleep(0.05)
+    finally:
+        sampler.stop()
+    assert loop_thread not in measured
+    assert all(not s.full for s in got if s.read_on_loop)
 
 
 @pytest.mark.alone  # it measures CPU activity: neighbours would skew it

@@ -303,11 +303,15 @@ class NVMLSource:
             return None
         return gpus
 
-    @property
-    def loop_safe(self) -> bool:
-        """Reads may run on an event loop once NVML has started (its calls then take tens of
-        microseconds; starting it can take seconds); the sampler still times them."""
-        return self.nvml is not None
+    def loop_safe(self, full: bool) -> bool:
+        """Whether a read (everything, or the figures only) may run on an event loop: once
+        NVML has started (its calls then take tens of microseconds; starting it can take
+        seconds); the sampler still times them. A binding that declares
+        ``gpuhub_full_read_waits`` (the simulated GPUs, which may wait a measuring window when
+        a process appears) has its full reads kept off the loop."""
+        if self.nvml is None:
+            return False
+        return not (full and getattr(self.nvml, "gpuhub_full_read_waits", False))
 
     def _optional(self, name: str, handle: Any, attr: str | None = None, *args: Any) -> Any:
         """A figure this GPU (or the binding) may not support: None then; other NVML errors

@@ -322,7 +322,8 @@ class GPUSampler(LoggingConfigurable):
         costs = self._costs[full]
         return (
             bool(costs)
-            and getattr(self._source, "loop_safe", False)
+            and hasattr(self._source, "loop_safe")
+            and self._source.loop_safe(full)
             and sorted(costs)[len(costs) // 2] < LOOP_READ_SECONDS
         )
 

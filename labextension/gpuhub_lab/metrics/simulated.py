@@ -34,6 +34,10 @@ __all__ = ["NAME", "SIMULATED_GPUS_ENV", "count", "module_name", "visible_indice
 NAME = "Simulated GPU"
 MEMORY_TOTAL = 16 * 2**30  # bytes per simulated GPU
 
+#: Counting the devices measures the processes' CPU over a window, and waits for one when a
+#: process is new (:meth:`gpuhub.core.simulated.Tracker.refresh`): never on an event loop.
+gpuhub_full_read_waits = True
+
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
