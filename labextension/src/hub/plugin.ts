@@ -3,7 +3,8 @@
  * stopped, say so, by whom and why, and offer to start it again (instead of
  * "Server unavailable or unreachable"); when it still runs, JupyterLab's own
  * dialog, but only once the hub has had its time to mark a server that just
- * died stopped (`ServerGone.check`). Replaces
+ * died stopped (`ServerGone.check`); should the hub say later that it was
+ * stopped, that dialog gives way to gpuhub's. Replaces
  * `@jupyterlab/hub-extension:connectionlost`, which package.json disables,
  * and JupyterLab's default.
  */
@@ -13,8 +14,15 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { Dialog } from '@jupyterlab/apputils';
 
 import { ServerGone, hubServer } from './stopped';
+
+function openDialogs(): Set<Dialog<unknown>> {
+  const open = new Set<Dialog<unknown>>();
+  Dialog.tracker.forEach(dialog => open.add(dialog));
+  return open;
+}
 
 export const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
   id: 'gpuhub:connection-lost',
@@ -27,6 +35,17 @@ export const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
       return ConnectionLost;
     }
     let showing = false;
+    // JupyterLab's "Server Connection Error" dialogs shown by this plugin: once the hub
+    // says the server was stopped, they are wrong, and gpuhub's waits behind them.
+    const jupyterDialogs = new Set<Dialog<unknown>>();
+    ServerGone.instance.changed.connect(() => {
+      for (const dialog of jupyterDialogs) {
+        if (!dialog.isDisposed) {
+          dialog.reject();
+        }
+      }
+      jupyterDialogs.clear();
+    });
     return async (manager, err, translator) => {
       if (showing) {
         return;
@@ -34,7 +53,18 @@ export const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
       showing = true;
       try {
         if (!(await ServerGone.instance.check())) {
-          await ConnectionLost(manager, err, translator);
+          const before = openDialogs();
+          await ConnectionLost(manager, err, translator); // creates its dialog at once
+          for (const dialog of jupyterDialogs) {
+            if (dialog.isDisposed) {
+              jupyterDialogs.delete(dialog); // closed by the person
+            }
+          }
+          for (const dialog of openDialogs()) {
+            if (!before.has(dialog)) {
+              jupyterDialogs.add(dialog);
+            }
+          }
         }
       } finally {
         showing = false;

@@ -32,7 +32,10 @@ interface IHubNotices {
   user: string;
   notices: INotice[];
   xsrf: string;
-  servers: Record<string, { active: boolean; ready: boolean }>;
+  servers: Record<
+    string,
+    { active: boolean; ready: boolean; pending?: string | null }
+  >;
 }
 
 /** The hub's answers that mean "this server is not running". */
@@ -78,15 +81,24 @@ export const RECHECK_MS: readonly number[] = [
 ];
 
 /**
+ * How long (ms) to keep asking while the hub says it is stopping this server
+ * (`pending: "stop"`): the stop is under way and ends with the server gone, however
+ * long a busy hub or a slow pod takes; asked every `STOPPING_POLL_MS`.
+ */
+export const STOPPING_WAIT_MS = 5 * 60 * 1000;
+export const STOPPING_POLL_MS = 1000;
+
+/**
  * Milliseconds to wait, once or twice, for the notice of a server the hub
  * already lists as stopped: an admin's or idle reclaim's reason is recorded
  * as the stop ends, a moment after the server stops being active.
  */
 export const NOTICE_WAIT_MS: readonly number[] = [500, 1000];
 
-/** What the hub says of this server: stopped (and why), still active, or nothing. */
+/** What the hub says of this server: stopped (and why), being stopped, still
+ * active, or nothing. */
 interface IAnswer {
-  state: 'gone' | 'active' | 'unknown';
+  state: 'gone' | 'stopping' | 'active' | 'unknown';
   notice: INotice | null;
 }
 
@@ -100,11 +112,16 @@ export class ServerGone {
 
   /**
    * ``recheck``: the waits between questions while the hub says "active";
-   * ``noticeWait``: those for the notice of a server the hub says is stopped.
+   * ``noticeWait``: those for the notice of a server the hub says is stopped;
+   * ``stopping``: how long and how often to ask while the hub is stopping it.
    */
   constructor(
     private readonly _recheck: readonly number[] = RECHECK_MS,
-    private readonly _noticeWait: readonly number[] = NOTICE_WAIT_MS
+    private readonly _noticeWait: readonly number[] = NOTICE_WAIT_MS,
+    private readonly _stopping: { waitMs: number; pollMs: number } = {
+      waitMs: STOPPING_WAIT_MS,
+      pollMs: STOPPING_POLL_MS
+    }
   ) {}
 
   /** Emitted once this server is known to be stopped. */
@@ -132,8 +149,9 @@ export class ServerGone {
   /**
    * Ask the hub whether this server still runs and why it stopped; true when
    * it is not running (then the panel and a dialog say so, once). While the
-   * hub still calls it active, ask again (`RECHECK_MS`): a server that
-   * just died is "active" until the hub has finished stopping it.
+   * hub is stopping it, ask again until it is stopped (`STOPPING_WAIT_MS` at
+   * most); while the hub still calls it active, ask again (`RECHECK_MS`): a
+   * server that just died is "active" until the hub notices.
    */
   async check(): Promise<boolean> {
     if (this._gone) {
@@ -148,12 +166,17 @@ export class ServerGone {
   }
 
   private async _askPatiently(): Promise<boolean> {
+    const stopDeadline = Date.now() + this._stopping.waitMs;
+    let rechecks = 0;
     let answer = await this._ask();
-    for (const wait of this._recheck) {
-      if (answer.state !== 'active') {
+    for (;;) {
+      if (answer.state === 'stopping' && Date.now() < stopDeadline) {
+        await sleep(this._stopping.pollMs); // it ends with the server gone
+      } else if (answer.state === 'active' && rechecks < this._recheck.length) {
+        await sleep(this._recheck[rechecks++]);
+      } else {
         break;
       }
-      await sleep(wait);
       answer = await this._ask();
     }
     if (answer.state !== 'gone') {
@@ -195,9 +218,11 @@ export class ServerGone {
     } catch {
       return unknown; // the hub cannot be reached either: nothing to say about the server
     }
-    if (data.servers?.[hub.server]?.active) {
-      // Running, starting again, or not yet marked stopped.
-      return { state: 'active', notice: null };
+    const server = data.servers?.[hub.server];
+    if (server?.active) {
+      // Being stopped; or running, starting again, or not yet marked stopped.
+      const stopping = server.pending === 'stop';
+      return { state: stopping ? 'stopping' : 'active', notice: null };
     }
     const notice =
       data.notices.find(n => n.kind === 'server' && n.server === hub.server) ??

@@ -1,4 +1,5 @@
 import { ConnectionLost, IConnectionLost } from '@jupyterlab/application';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { PageConfig } from '@jupyterlab/coreutils';
 
 import { connectionLostPlugin } from '../../hub/plugin';
@@ -55,6 +56,24 @@ describe('connectionLostPlugin', () => {
       const lost = activate();
       await lost({} as any, new Error('lost') as any);
       expect(jupyterLost).not.toHaveBeenCalled();
+    });
+
+    it("closes JupyterLab's dialog once the hub says the server was stopped", async () => {
+      // The hub was still stopping the server when the lab asked: JupyterLab's
+      // "Server Connection Error" went up; gpuhub learns better later, and its
+      // own dialog (queued behind JupyterLab's) must not wait for a click.
+      let shown!: Promise<Dialog.IResult<unknown>>;
+      jupyterLost.mockImplementationOnce(async () => {
+        shown = showDialog({ title: 'Server Connection Error', body: 'lost' });
+      });
+      check.mockResolvedValue(false);
+      const lost = activate();
+      await lost({} as any, new Error('lost') as any);
+      expect(Dialog.tracker.size).toBe(1);
+      (ServerGone.instance as any)._changed.emit(); // the server is known stopped
+      const result = await shown;
+      expect(result.button.accept).toBe(false);
+      expect(Dialog.tracker.size).toBe(0);
     });
 
     it('asks once while a check is under way', async () => {

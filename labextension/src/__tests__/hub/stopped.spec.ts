@@ -153,6 +153,43 @@ describe('ServerGone', () => {
     expect(dialog.mock.calls[0][0]!.title).toBe('Your server was stopped');
   });
 
+  it('keeps asking while the hub is stopping the server, however long', async () => {
+    // A busy hub or a slow pod: the stop takes longer than the rechecks, but the hub
+    // says it is under way (pending "stop"), and it ends with the server gone.
+    inHub('gpu');
+    const stopping = { gpu: { active: true, ready: false, pending: 'stop' } };
+    const stopped = { gpu: { active: false, ready: false, pending: null } };
+    const answers = [stopping, stopping, stopping, stopping, stopping, stopped];
+    fetchMock.mockImplementation(async () =>
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [notice()],
+        servers: answers.shift() ?? stopped
+      })
+    );
+    const gone = new ServerGone([1], [1], { waitMs: 60_000, pollMs: 1 });
+    expect(await gone.check()).toBe(true);
+    expect(fetchMock).toHaveBeenCalledTimes(6);
+    expect(dialog.mock.calls[0][0]!.title).toBe('Your server was stopped');
+  });
+
+  it('stops waiting for a stop that never ends', async () => {
+    inHub('gpu');
+    fetchMock.mockImplementation(async () =>
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [],
+        servers: { gpu: { active: true, ready: false, pending: 'stop' } }
+      })
+    );
+    const gone = new ServerGone([1], [1], { waitMs: 30, pollMs: 5 });
+    expect(await gone.check()).toBe(false);
+    expect(gone.gone).toBe(false);
+    expect(dialog).not.toHaveBeenCalled();
+  });
+
   it('waits a moment for the notice of a server the hub lists as stopped', async () => {
     // The admin's reason is recorded as the stop ends, just after the server
     // stops being active: "was stopped, by whom and why", not "not running".

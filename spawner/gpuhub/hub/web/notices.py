@@ -11,8 +11,9 @@ The notices themselves (why a server was stopped, by whom) live in the usage sto
   when there is no such notice (the key quoted cut short), 413 for a body
   over 16 KiB.
 * ``GET /hub/gpuhub/notices`` -> ``{"user", "notices": [...], "servers": {name: {"active",
-  "ready"}}, "xsrf"}``: the logged-in user's open notices and whether each of their servers
-  runs, for JupyterLab when its server is gone. A page (cookie) request, not an API
+  "ready", "pending"}}, "xsrf"}``: the logged-in user's open notices and whether each of
+  their servers runs (or is being started or stopped: ``pending`` is ``"spawn"``,
+  ``"stop"`` or null), for JupyterLab when its server is gone. A page (cookie) request, not an API
   one: JupyterLab, on the user's server's origin, has no hub XSRF token to send with a
   request; this hands it one (``xsrf``) for the dismiss above.
 """
@@ -200,7 +201,8 @@ class OwnNoticesHandler(BaseHandler):
         self.set_header("Cache-Control", "no-store")
         user = self.find_user(name)
         servers = {
-            server: {"active": bool(s.active), "ready": bool(s.ready)}
+            # pending: "spawn", "stop" or null; JupyterLab waits out a stop under way.
+            server: {"active": bool(s.active), "ready": bool(s.ready), "pending": s.pending}
             for server, s in (user.spawners.items() if user is not None else ())
         }
         self.finish(
