@@ -36,7 +36,7 @@ from typing import Any
 
 from gpuhub.k8s import protobuf
 from gpuhub.k8s.objects import Event, ListPage, decode_event, decode_list
-from gpuhub.k8s.rawapi import request_body
+from gpuhub.k8s.rawapi import read_body
 
 log = logging.getLogger("gpuhub.k8s.listwatch")
 
@@ -218,7 +218,7 @@ async def list_pages(
         page = {"limit": str(limit), **({"continue": token} if token else {})}
         response = await _get(api, source, page, timeout, stream=False)
         pb = _is_protobuf(response)
-        body = await request_body(_answered(response))
+        body = await read_body(response)
         return protobuf.decode_list(source.kind, body) if pb else decode_list(source.kind, body)
 
     pending: asyncio.Task[ListPage] | None = asyncio.ensure_future(fetch(None))
@@ -230,11 +230,6 @@ async def list_pages(
     finally:
         if pending is not None:
             pending.cancel()
-
-
-async def _answered(response: Any) -> Any:
-    """``response`` as the awaitable :func:`request_body` reads."""
-    return response
 
 
 class Unfinished(RuntimeError):

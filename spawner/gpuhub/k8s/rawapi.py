@@ -20,9 +20,14 @@ async def request_json(call: Any) -> Any:
 
 
 async def request_body(call: Any) -> bytes:
-    """The raw body of a ``_preload_content=False`` call; non-2xx raise ``ApiException`` as
-    the preloading path would (kubernetes_asyncio skips that check without preloading)."""
-    response = await call
+    """The raw body of a ``_preload_content=False`` call (see :func:`read_body`)."""
+    return await read_body(await call)
+
+
+async def read_body(response: Any) -> bytes:
+    """The raw body of an answer already received (aiohttp's response); non-2xx raise
+    ``ApiException`` as the preloading path would (kubernetes_asyncio skips that check
+    without preloading)."""
     try:
         data: bytes = await response.read()
         if not 200 <= response.status <= 299:
