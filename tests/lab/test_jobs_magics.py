@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from jupyter_client import BlockingKernelClient, KernelManager
 
-from tests.support.jupyter.kernel import Output, run
+from tests.support.jupyter.kernel import Output, ready_kernel_client, run
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
 from tests.support.jupyter.server import SOURCE_PATHS, JupyterServer, jupyter_server
 
@@ -44,12 +44,7 @@ def kernel(server: JupyterServer) -> Iterator[BlockingKernelClient]:
         "api/sessions",
         json={"path": "exp/demo.ipynb", "type": "notebook", "kernel": {"name": "python3"}},
     ).json()
-    client = BlockingKernelClient(
-        connection_file=str(server.runtime_dir / f"kernel-{session['kernel']['id']}.json")
-    )
-    client.load_connection_file()
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
+    client = ready_kernel_client(server.runtime_dir / f"kernel-{session['kernel']['id']}.json")
     loaded = run(client, "%load_ext gpuhub_lab")
     assert loaded.error is None and not loaded.stderr.strip(), loaded
     yield client

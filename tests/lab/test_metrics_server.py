@@ -17,6 +17,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from tests.support import fake_nvml as fake
+from tests.support.jupyter.kernel import ready_kernel_client
 from tests.support.jupyter.server import JupyterServer, jupyter_server
 from tests.support.paths import REPO
 
@@ -112,13 +113,7 @@ def _kernel_pid(server: JupyterServer, kernel_id: str) -> int:
 
 
 def _client(server: JupyterServer, kernel_id: str) -> BlockingKernelClient:
-    client = BlockingKernelClient(
-        connection_file=str(server.runtime_dir / f"kernel-{kernel_id}.json")
-    )
-    client.load_connection_file()
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
-    return client
+    return ready_kernel_client(server.runtime_dir / f"kernel-{kernel_id}.json")
 
 
 def _run(client: BlockingKernelClient, code: str) -> list[dict[str, Any]]:

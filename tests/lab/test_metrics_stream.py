@@ -25,7 +25,7 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from tests.support import fake_nvml as fake
-from tests.support.jupyter.kernel import run
+from tests.support.jupyter.kernel import ready_kernel_client, run
 from tests.support.jupyter.metrics_stats import ROUTE as STATS
 from tests.support.jupyter.plain_proxy import plain_proxy
 from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
@@ -261,14 +261,7 @@ def kernel(rig: Rig) -> Iterator[BlockingKernelClient]:
     )
     assert answer.status_code == 201, answer.text
     session = answer.json()
-    client = BlockingKernelClient(
-        connection_file=str(rig.server.runtime_dir / f"kernel-{session['kernel']['id']}.json")
-    )
-    client.load_connection_file()
-    # A busy shared machine can miss the 1 s heartbeat; that is no dead kernel.
-    client.hb_channel.time_to_dead = 10.0
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
+    client = ready_kernel_client(rig.server.runtime_dir / f"kernel-{session['kernel']['id']}.json")
     try:
         assert run(client, "%load_ext gpuhub_lab").error is None
         yield client

@@ -16,6 +16,7 @@ import requests
 from jupyter_client import BlockingKernelClient
 
 from tests.support.hub.process import Hub, spawn, stop, wait_ready
+from tests.support.jupyter.kernel import kernel_client
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.jupyter.server import SOURCE_PATHS
 
@@ -105,11 +106,7 @@ def server_kernel(hub: Hub, user: str, path: str) -> BlockingKernelClient:
         json={"path": path, "type": "notebook", "kernel": {"name": "python3"}},
         timeout=60,
     ).json()
-    connection = hub.workdir / "runtime" / f"kernel-{session['kernel']['id']}.json"
-    client = BlockingKernelClient(connection_file=str(connection))
-    client.load_connection_file()
-    client.start_channels()
-    return client
+    return kernel_client(hub.workdir / "runtime" / f"kernel-{session['kernel']['id']}.json")
 
 
 def shared_gpu_hub_config(grace: float, extra: str = "") -> str:
