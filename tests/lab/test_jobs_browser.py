@@ -82,6 +82,11 @@ def notebook_page(browser: Any, lab: JupyterServer, path: str, name: str) -> Ite
         page.goto(f"{lab.url}lab/workspaces/{name}/tree/{path}?token={TOKEN}")
         page.locator(f'.lm-TabBar-tab.lm-mod-current[title*="{path}"]').wait_for(timeout=TIMEOUT)
         page.wait_for_selector(".jp-NotebookPanel:visible .jp-Cell", timeout=TIMEOUT)
+        # Its kernel started: JupyterLab settles the notebook (and its focus) until then,
+        # closing a command palette opened meanwhile.
+        page.locator(
+            '.jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status="idle"]'
+        ).wait_for(timeout=TIMEOUT)
         yield page
         assert errors == [], "the page logged errors"
     except BaseException:
@@ -92,19 +97,13 @@ def notebook_page(browser: Any, lab: JupyterServer, path: str, name: str) -> Ite
 
 
 def open_palette(page: Any) -> Any:
-    """The command palette, opened from the View menu.
-
-    The palette closes when it loses focus, which a notebook still settling after its
-    first load may take; so it is opened again until it stays.
-    """
+    """The command palette, opened from the View menu (the notebook's kernel is idle, so
+    nothing takes the focus that would close it)."""
+    page.locator(".lm-MenuBar-item", has_text="View").click()
+    page.locator(".lm-Menu-item", has_text="Activate Command Palette").click()
     palette = page.locator(".lm-CommandPalette-input")
-    for _ in range(5):
-        page.locator(".lm-MenuBar-item", has_text="View").click()
-        page.locator(".lm-Menu-item", has_text="Activate Command Palette").click()
-        page.wait_for_timeout(500)
-        if palette.is_visible():
-            return palette
-    raise AssertionError("the command palette did not stay open")
+    palette.wait_for(state="visible")
+    return palette
 
 
 def test_submit_follow_and_open_result(browser: Any, lab: JupyterServer) -> None:
