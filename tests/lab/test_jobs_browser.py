@@ -49,6 +49,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     write_notebook(root / "broken.ipynb", *BROKEN)
     write_notebook(root / "slow.ipynb", SLOW)
     expose_lab_extension(tmp)
+    # The command palette in the sidebar, as JupyterLab's setting offers: the modal one closes
+    # whenever anything takes the focus, which a lab still restoring its layout on a loaded
+    # machine does at moments no page state tells.
+    settings = tmp / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "palette.jupyterlab-settings").write_text('{"modal": false}')
     # Two GPUs by CUDA_VISIBLE_DEVICES: the local backend offers them (no GPU is touched;
     # the notebooks only see the variable).
     env = {"CUDA_VISIBLE_DEVICES": "0,1"}
@@ -97,8 +103,8 @@ def notebook_page(browser: Any, lab: JupyterServer, path: str, name: str) -> Ite
 
 
 def open_palette(page: Any) -> Any:
-    """The command palette, opened from the View menu (the notebook's kernel is idle, so
-    nothing takes the focus that would close it)."""
+    """The command palette (in the sidebar: see the ``lab`` fixture), opened from the View
+    menu."""
     page.locator(".lm-MenuBar-item", has_text="View").click()
     page.locator(".lm-Menu-item", has_text="Activate Command Palette").click()
     palette = page.locator(".lm-CommandPalette-input")
