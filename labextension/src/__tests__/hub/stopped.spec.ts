@@ -37,6 +37,18 @@ function hubAnswer(body: unknown, status = 200): Response {
   return new Response(JSON.stringify(body), { status });
 }
 
+/** The hub's answers in turn (the last one repeats), each with the server's notice. */
+function serversInTurn(...servers: Record<string, unknown>[]): void {
+  fetchMock.mockImplementation(async () =>
+    hubAnswer({
+      user: 'ann',
+      xsrf: 'x',
+      notices: [notice()],
+      servers: servers.length > 1 ? servers.shift() : servers[0]
+    })
+  );
+}
+
 function inHub(server = 'gpu', user = 'ann', prefix = '/hub/'): void {
   PageConfig.setOption('hubPrefix', prefix);
   PageConfig.setOption('hubUser', user);
@@ -137,15 +149,7 @@ describe('ServerGone', () => {
     inHub('gpu');
     const stopping = { gpu: { active: true, ready: false } };
     const stopped = { gpu: { active: false, ready: false } };
-    const answers = [stopping, stopping, stopped];
-    fetchMock.mockImplementation(async () =>
-      hubAnswer({
-        user: 'ann',
-        xsrf: 'x',
-        notices: [notice()],
-        servers: answers.shift() ?? stopped
-      })
-    );
+    serversInTurn(stopping, stopping, stopped);
     const gone = new ServerGone([1, 1, 1, 1]);
     expect(await gone.check()).toBe(true);
     expect(fetchMock).toHaveBeenCalledTimes(3);
@@ -159,15 +163,7 @@ describe('ServerGone', () => {
     inHub('gpu');
     const stopping = { gpu: { active: true, ready: false, pending: 'stop' } };
     const stopped = { gpu: { active: false, ready: false, pending: null } };
-    const answers = [stopping, stopping, stopping, stopping, stopping, stopped];
-    fetchMock.mockImplementation(async () =>
-      hubAnswer({
-        user: 'ann',
-        xsrf: 'x',
-        notices: [notice()],
-        servers: answers.shift() ?? stopped
-      })
-    );
+    serversInTurn(stopping, stopping, stopping, stopping, stopping, stopped);
     const gone = new ServerGone([1], [1], { waitMs: 60_000, pollMs: 1 });
     expect(await gone.check()).toBe(true);
     expect(fetchMock).toHaveBeenCalledTimes(6);
