@@ -3,7 +3,7 @@ names each user's LocalQueue, and what the spawn page says while a server waits 
 
 from __future__ import annotations
 
-from kubespawner.slugs import is_valid_label
+import re
 
 from gpuhub.k8s.kueue import (
     AFS_MODE,
@@ -24,6 +24,8 @@ LOCAL_ON = {
         }
     }
 }
+# Kubernetes' rule for an object's name (RFC 1123 label), written out here, not imported.
+DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 CLUSTER_ON = {"metadata": {"name": "gpus"}, "spec": {"admissionScope": {"admissionMode": AFS_MODE}}}
 
 
@@ -48,15 +50,32 @@ def test_fair_sharing_needs_the_cluster_queue_and_kueues_configuration() -> None
 
 
 def test_each_user_gets_a_queue_of_their_own_with_a_valid_name() -> None:
+    """A LocalQueue's name is an object name, a DNS-1123 label: stricter than a label value,
+    which takes "john_doe", "Alice" and "a..b" (issue 39: those users lost fairness)."""
     assert user_queue_name("gpus", "alice") == "gpus-alice"
-    names = {
-        user_queue_name("gpus", user)
-        for user in ("alice", "Alice", "a.b@example.org", "a-b-example-org", "ü" * 80)
-    }
-    assert len(names) == 5  # nobody shares another's queue, whatever their names
+    users = (
+        "alice",
+        "Alice",
+        "john_doe",
+        "john-doe",
+        "a..b",
+        "a.b@example.org",
+        "a-b-example-org",
+        "x--y",
+        "1st",
+        "-",
+        "ü" * 80,
+    )
+    names = {user_queue_name("gpus", user) for user in users}
+    assert len(names) == len(users)  # nobody shares another's queue, whatever their names
     long_queue = "q" * 63
-    for name in (*names, user_queue_name(long_queue, "x" * 100), user_queue_name(long_queue, "b")):
-        assert len(name) <= 63 and is_valid_label(name), name
+    for name in (
+        *names,
+        user_queue_name(long_queue, "x" * 100),
+        user_queue_name(long_queue, "b"),
+        user_queue_name("Team.GPUs", "alice"),
+    ):
+        assert len(name) <= 63 and DNS_1123_LABEL.fullmatch(name), name
 
 
 def test_the_page_says_the_queue_favours_who_used_least() -> None:

@@ -487,18 +487,26 @@ def fair_sharing_of(local: Mapping[str, Any], cluster: Mapping[str, Any]) -> Fai
 
 
 _QUEUE_PREFIX = 40  # characters of the admin's queue name a user's LocalQueue keeps
+# An object name Kubernetes takes (RFC 1123 label).
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def user_queue_name(queue: str, user: str) -> str:
-    """The LocalQueue of ``user`` beside the admin's ``queue``: ``gpus-alice``; a name that is
-    no DNS label, or too long, is a slug with a hash (``gpus-x-j-rg---1a2b3c4d``), so that
-    two users never share one. At most 63 characters (a label value, as Kueue's queue-name
-    label is)."""
-    from kubespawner.slugs import is_valid_label, safe_slug
+    """The LocalQueue of ``user`` beside the admin's ``queue``: ``gpus-alice``. An object's
+    name must be a DNS-1123 label (lower-case letters, digits and "-", at most 63
+    characters), stricter than a label value: ``john_doe``, ``Alice`` and ``a..b`` are label
+    values, not names. A user name that is no such label, or too long, is a slug with a hash
+    (``gpus-john-doe---1a2b3c4d``, as KubeSpawner's safe slugs), so every JupyterHub user
+    gets a valid name and two users never share one: a plain name never holds "--", a hashed
+    one always does."""
+    from kubespawner.slugs import is_valid_object_name, safe_slug
 
-    prefix = queue[:_QUEUE_PREFIX].rstrip("-")
+    prefix = re.sub(r"[^a-z0-9-]+", "-", queue[:_QUEUE_PREFIX].lower()).strip("-") or "q"
     room = 63 - len(prefix) - 1
-    return f"{prefix}-{safe_slug(user, is_valid=is_valid_label, max_length=room)}"
+    name = f"{prefix}-{safe_slug(user, is_valid=is_valid_object_name, max_length=room)}"
+    if not DNS_LABEL.fullmatch(name):  # safe_slug promises it; never send Kueue a bad one
+        raise ValueError(f"{name!r} (the LocalQueue of {user!r}) is no DNS-1123 label")
+    return name
 
 
 def positions(line: list[Pending] | None) -> dict[str, int]:
