@@ -46,8 +46,10 @@ def go_env() -> dict[str, str]:
 def binary_path(component: Component) -> Path:
     """Where ``component``'s binary lives in the cache (whether or not it is built yet)."""
     digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum"):
-        digest.update((component.module_dir / name).read_bytes())
+    for name in ("go.mod", "go.sum", "main.go"):  # main.go: a module's own main package
+        path = component.module_dir / name
+        if path.exists():
+            digest.update(path.read_bytes())
     digest.update(component.package.encode())
     digest.update("\0".join(component.ldflags).encode())
     return (
@@ -148,12 +150,16 @@ def update_modules() -> None:
     lines += [")", "", "tool ("] + [f"\t{t}" for t in k8s_tools] + [")", "", "replace ("]
     lines += [f"\t{m} => {m} {staging_version}" for m in _staging_modules(go)]
     lines += [")", ""]
-    etcd = BY_NAME["etcd"]
+    etcd, coredns = BY_NAME["etcd"], BY_NAME["coredns"]
     modules = {
         "k8s": "\n".join(lines),
         "etcd": (
             f"module gpuhub.local/cluster/etcd\n\ngo 1.26.0\n\nrequire {etcd.module} "
             f"{etcd.version}\n\ntool {etcd.package}\n"
+        ),
+        # Its main package is the module's own main.go (kept): the plugins it links.
+        "coredns": (
+            f"module {coredns.package}\n\ngo 1.26.0\n\nrequire {coredns.module} {coredns.version}\n"
         ),
     }
     env = go_env() | {"GOFLAGS": "-mod=mod"}

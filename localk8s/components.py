@@ -1,13 +1,15 @@
 """What the local cluster is made of: each component, the Go module and version it is built
 from, and the binary it becomes.
 
-Two wrapper modules hold the pins (``localk8s/go/k8s`` and ``localk8s/go/etcd``,
-with their ``go.sum``). Every Kubernetes-side component lives in the one ``k8s`` module on
-purpose: Kueue, JobSet, Trainer, the Training Operator and kwok are all built against the
-0.36 client libraries, so one module graph lets them share one compiled copy of
-``k8s.io/*`` with the control plane instead of five (the cold build is most of CI's
-budget). etcd keeps its own module so its client libraries never skew the apiserver's.
-``python -m localk8s.build --update`` rewrites both modules from the pins below.
+Three wrapper modules hold the pins (``localk8s/go/k8s``, ``localk8s/go/etcd`` and
+``localk8s/go/coredns``, with their ``go.sum``). Every Kubernetes-side component lives in
+the one ``k8s`` module on purpose: Kueue, JobSet, Trainer, the Training Operator and kwok
+are all built against the 0.36 client libraries, so one module graph lets them share one
+compiled copy of ``k8s.io/*`` with the control plane instead of five (the cold build is
+most of CI's budget). etcd keeps its own module so its client libraries never skew the apiserver's;
+CoreDNS too (it is built against newer client libraries), and its module holds a small
+``main.go`` that links only the plugins the cluster's Corefile uses.
+``python -m localk8s.build --update`` rewrites the modules from the pins below.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ KUEUE = "v0.19.2"
 JOBSET = "v0.12.0"
 TRAINER = "v2.3.0"
 TRAINING_OPERATOR = "v1.9.4"
+COREDNS = "v1.15.0"
 
 # Modules the k8s wrapper requires, beside k8s.io/kubernetes (whose staging modules are
 # pinned by ``replace`` lines, since its own go.mod names them at the unpublished v0.0.0).
@@ -151,6 +154,15 @@ COMPONENTS: tuple[Component, ...] = (
         TRAINING_OPERATOR,
         "github.com/kubeflow/training-operator/cmd/training-operator.v1",
         "k8s",
+    ),
+    # Cluster DNS: the wrapper module's own main package (CoreDNS's plugins, a few of them).
+    Component(
+        "coredns",
+        "github.com/coredns/coredns",
+        COREDNS,
+        "gpuhub.local/cluster/coredns",
+        "coredns",
+        (f"-X github.com/coredns/coredns/coremain.GitCommit=gpuhub-{COREDNS}",),
     ),
 )
 
