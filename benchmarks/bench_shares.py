@@ -59,6 +59,7 @@ SHARE_GIB = (1, 2, 4, 8)  # a HAMi pod's share, by (n + p) mod 4
 GPU_TYPES: dict[str, dict[str, Any]] = {
     "t4": {
         "display_name": "T4, shared by memory",
+        "default": True,
         "resource_name": "nvidia.com/gpu",
         "node_selector": {"nvidia.com/gpu.product": T4},
         "sharing": {

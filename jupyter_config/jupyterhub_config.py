@@ -64,7 +64,12 @@ def _demo_gpu_types(devices: object) -> tuple[dict[str, object], str]:
         return {}, ""
     last = int(count) - 1
     types = {
-        "gpu": {"display_name": "Simulated GPU", "devices": list(range(last)), "max_gpus": last},
+        "gpu": {
+            "display_name": "Simulated GPU",
+            "devices": list(range(last)),
+            "max_gpus": last,
+            "default": True,
+        },
         "shared": {
             "display_name": SHARED_NAME,
             "devices": [last],

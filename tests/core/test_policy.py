@@ -68,6 +68,43 @@ def test_explicit_default_beats_order():
         Policy.from_config(images={"a-cpu": {"image": "x", "default": "yes"}})
 
 
+def test_the_default_gpu_type_does_not_depend_on_the_configs_order():
+    """Helm's toYaml and yaml.safe_dump hand maps over sorted: whatever order the admin wrote
+    the types in, the form, REST, the jobs dialog, %submit and the service pick one type."""
+    import itertools
+
+    from gpuhub.core.options import parse_launch_options
+
+    types = {
+        "sim": {"display_name": "Simulated GPU"},
+        "dra": {"display_name": "DRA GPU"},
+        "mig": {"display_name": "MIG slice", "resource_name": "nvidia.com/mig-1g.10gb"},
+    }
+    limits = {"students": {"max_gpus": 1, "gpu_types": ["sim", "mig"]}}
+
+    def picks(marked: str | None) -> set[tuple[str, str]]:
+        seen = set()
+        for order in itertools.permutations(types):
+            config = {k: {**types[k], **({"default": True} if k == marked else {})} for k in order}
+            policy = Policy.from_config(gpu_types=config, group_limits=limits)
+            for groups in ([], ["students"]):
+                picked = parse_launch_options({"gpus": 1}, policy, groups).gpu_type
+                offered = policy.choices_for(groups).gpu_types[0].gpu_type
+                assert picked == offered  # the form's and the dialog's first is the default
+                seen.add((",".join(groups), picked.key))
+        return seen
+
+    # Said: that type, for everyone whose groups allow it; else the allowed key sorted first.
+    assert picks("sim") == {("", "sim"), ("students", "sim")}
+    assert picks("dra") == {("", "dra"), ("students", "mig")}
+    # Unsaid: the key that sorts first, never the first written.
+    assert picks(None) == {("", "dra"), ("students", "mig")}
+    with pytest.raises(PolicyConfigError, match=r"gpu_types marks 2 entries .* \(dra, sim\)"):
+        Policy.from_config(
+            gpu_types={k: {**types[k], "default": k != "mig"} for k in types},
+        )
+
+
 # -- the group rule: one group must allow the whole request ---------------------------------
 MIXED = {
     **DESIGN_CONFIG,

@@ -22,6 +22,7 @@ G = 10**9
 SHARED_TYPES = {
     "t4-shared": {
         "display_name": "T4, shared",
+        "default": True,
         "resource_name": "nvidia.com/gpu",
         "sharing": {
             "memory": "16G",

@@ -22,6 +22,7 @@ import yaml
 from kubernetes_asyncio.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 from traitlets.config import Config
 
+from gpuhub.core.options import parse_launch_options
 from gpuhub.core.policy import Policy
 from gpuhub.service.config import ServiceConfig
 from tests.support.cluster import Kube
@@ -494,6 +495,16 @@ async def test_rendered_hub_config_loads_into_gpuspawner(
     assert list(policy.gpu_types) == sorted(expected["gpu_types"])
     assert list(policy.images) == sorted(expected["images"])
     assert policy.default_image is not None and policy.default_image.key == "pytorch"
+    # The examples say their default GPU type; the hub and the service pick it alike.
+    (said,) = [key for key, entry in expected["gpu_types"].items() if entry.get("default")]
+    service = Policy.from_config(**service_config(objects)["policy"])
+    assert service.gpu_types[said].default
+    for groups in ([], *([group] for group in expected.get("group_limits") or {})):
+        hub_pick = parse_launch_options({"gpus": 1}, policy, groups).gpu_type
+        service_pick = parse_launch_options({"gpus": 1}, service, groups).gpu_type
+        assert hub_pick == service_pick and hub_pick is not None
+        if policy.limits_for(groups).allows_gpu_type(said):
+            assert hub_pick.key == said
 
 
 async def test_mig_cluster_policy_from_values(chart: Path, no_cluster: None) -> None:

@@ -12,6 +12,7 @@ DESIGN_CONFIG: dict[str, Any] = {
         "pytorch": {
             "display_name": "PyTorch 2 + CUDA 12",
             "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20",
+            "default": True,
         },
         "cpu": {
             "display_name": "SciPy (CPU)",

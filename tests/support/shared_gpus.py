@@ -16,6 +16,7 @@ TOLERATE = [GPU_TOLERATION, KWOK_TOLERATION]
 GPU_TYPES = {
     "t4-shared": {
         "display_name": "T4, shared",
+        "default": True,
         "resource_name": "nvidia.com/gpu",
         "node_selector": {"nvidia.com/gpu.product": T4},
         "tolerations": TOLERATE,

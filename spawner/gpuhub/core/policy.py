@@ -237,6 +237,8 @@ class Policy:
         """Validate the admin's dicts (docs/architecture.md contract) into a Policy."""
         parsed_images = {k: _image(k, v) for k, v in (images or {}).items()}
         parsed_types = {k: _gpu_type(k, v) for k, v in (gpu_types or {}).items()}
+        _one_default("images", parsed_images)
+        _one_default("gpu_types", parsed_types)
         pattern = None
         if custom_image_pattern:
             try:
@@ -298,8 +300,28 @@ _Choice = TypeVar("_Choice", ImageChoice, GPUType)
 
 
 def _default_first(items: Iterable[_Choice]) -> list[_Choice]:
-    ordered = list(items)
-    return sorted(ordered, key=lambda item: not item.default)  # stable: admin order otherwise
+    """``items`` with the default first, then in the admin's order.
+
+    The default is the one marked ``"default": True``; else the one whose key sorts first.
+    Never "the first one written": Helm's ``toYaml`` and ``yaml.safe_dump`` hand maps over
+    sorted by key, so the order an admin wrote is lost on the way to the hub or the jobs
+    service, and each would pick another default. Sorted order is the order both of them see.
+    """
+    ordered: list[_Choice] = list(items)
+    if not ordered:
+        return ordered
+    marked = [item for item in ordered if item.default]
+    first: _Choice = marked[0] if marked else min(ordered, key=lambda item: item.key)
+    return [first] + [item for item in ordered if item is not first]
+
+
+def _one_default(name: str, items: Mapping[str, _Choice]) -> None:
+    """Refuse two defaults: which of them wins would again depend on the config's order."""
+    marked = sorted(key for key, item in items.items() if item.default)
+    if len(marked) > 1:
+        raise PolicyConfigError(
+            f'{name} marks {len(marked)} entries "default": true ({", ".join(marked)}); mark one'
+        )
 
 
 def _flag(name: str, value: Any) -> bool:

@@ -39,8 +39,9 @@ class PolicyTraits(HasTraits):
     images = Dict(
         config=True,
         help="""Images a user may pick: ``{key: {"display_name", "image", "description",
-        "default"}}``. The one with ``"default": True``, else the first, is the default. Empty:
-        the spawner's own ``image`` is used.""",
+        "default"}}``. The one with ``"default": True``, else the one whose key sorts first, is
+        the default (Helm and YAML hand maps over sorted). Empty: the spawner's own ``image``
+        is used.""",
     )
     custom_image_pattern = Unicode(
         "",
@@ -50,7 +51,9 @@ class PolicyTraits(HasTraits):
     gpu_types = Dict(
         config=True,
         help="""GPU types: ``{key: {"display_name", "resource_name", "node_selector",
-        "tolerations", "max_gpus", "description"}}`` (LocalGPUSpawner also ``devices``).""",
+        "tolerations", "max_gpus", "description", "default"}}`` (LocalGPUSpawner also
+        ``devices``). The one with ``"default": True``, else the one whose key sorts first, is
+        picked when a request names no type.""",
     )
     cpu_range = Dict(config=True, help="""CPU cores: ``{"min", "max", "default"}``.""")
     memory_range = Dict(

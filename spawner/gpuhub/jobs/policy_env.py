@@ -22,7 +22,7 @@ def policy_env(policy_config: Mapping[str, Any], groups: Iterable[str]) -> dict[
     """The environment a spawner adds for the user's server."""
     config = {k: policy_config[k] for k in POLICY_KEYS if k in policy_config}
     return {
-        # Not sort_keys: the order is the admin's (the first image is the default).
+        # Not sort_keys: the form lists the admin's order (the default is said or sorted).
         POLICY_ENV: json.dumps(config, default=str),
         GROUPS_ENV: json.dumps(sorted(groups)),
     }

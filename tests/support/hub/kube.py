@@ -55,7 +55,7 @@ def hub_config(namespace: str, extra: str = "") -> str:
             c.JupyterHub.cleanup_servers = False
             c.GPUSpawner.namespace = {namespace!r}
             c.GPUSpawner.images = {{
-                "pytorch": {{"display_name": "PyTorch 2 + CUDA 12", "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20"}},
+                "pytorch": {{"display_name": "PyTorch 2 + CUDA 12", "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20", "default": True}},
                 "cpu": {{"display_name": "SciPy (CPU)", "image": "quay.io/jupyter/scipy-notebook:2025-10-20"}},
             }}
             c.GPUSpawner.gpu_types = {GPU_TYPES!r}
