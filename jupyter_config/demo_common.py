@@ -5,7 +5,10 @@ the limits of each group. Imported by both config files (they put this folder on
 
 from __future__ import annotations
 
+import atexit
 import os
+import socket
+import subprocess
 import warnings
 from typing import Any
 
@@ -22,6 +25,36 @@ DEFAULT_LIMITS = {"max_gpus": 1}
 GPU_QUOTA = {"default": 1, "groups": {"staff": 4}}
 
 
+def free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens on it on loopback, else a port the kernel picks."""
+    for port in (preferred, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1")
+
+
+def _stop_proxy() -> None:
+    """At the hub's exit, stop the proxy it started if it still runs."""
+    from jupyterhub.app import JupyterHub
+
+    if not JupyterHub.initialized():
+        return
+    process = getattr(getattr(JupyterHub.instance(), "proxy", None), "proxy_process", None)
+    if process is None or process.poll() is not None:
+        return
+    print(f"  stopping the hub's proxy (pid {process.pid}): the hub has exited", flush=True)
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def configure_demo(c: Any) -> str:
     """Set what both demos share on ``c``; returns the banner's lines about logging in."""
     # JupyterHub 5's own event schemas give their version as a number (6 gives a string), which
@@ -31,9 +64,13 @@ def configure_demo(c: Any) -> str:
     c.JupyterHub.port = int(os.environ.get("GPUHUB_DEMO_PORT", "8000"))
     c.JupyterHub.hub_ip = "127.0.0.1"
     # The hub's own port and the proxy's API follow the public one (8081 and 8001 for 8000,
-    # as JupyterHub's defaults), so a demo moved off a taken port does not collide on those.
-    c.JupyterHub.hub_port = c.JupyterHub.port + 81
-    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{c.JupyterHub.port + 1}"
+    # as JupyterHub's defaults) where those are free, else any free port: a hub that cannot
+    # bind its port exits after starting its proxy.
+    c.JupyterHub.hub_port = free_port(c.JupyterHub.port + 81)
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{free_port(c.JupyterHub.port + 1)}"
+    # JupyterHub starts the proxy in a session of its own and stops it only on a signal (on
+    # Linux), so a hub that fails after starting it would leave it holding the demo's port.
+    atexit.register(_stop_proxy)
 
     c.JupyterHub.authenticator_class = "shared-password"
     password = os.environ.get("GPUHUB_DEMO_PASSWORD", "gpuhub-demo")

@@ -19,14 +19,15 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from demo_common import DEFAULT_LIMITS, GPU_QUOTA, GROUP_LIMITS, configure_demo
+from demo_common import DEFAULT_LIMITS, GPU_QUOTA, GROUP_LIMITS, configure_demo, free_port
 
 c = get_config()  # noqa: F821  (provided by JupyterHub when it loads this file)
 _login = configure_demo(c)
 
 NAMESPACE = os.environ.get("GPUHUB_DEMO_NAMESPACE", "gpuhub-demo")
 QUEUE = os.environ.get("GPUHUB_DEMO_QUEUE", "gpus")
-SERVICE_PORT = c.JupyterHub.port + 2101  # 10101 for 8000, the chart's port for the service
+# 10101 for 8000, the chart's port for the service, where it is free.
+SERVICE_PORT = free_port(c.JupyterHub.port + 2101)
 
 # The simulated GPUs the process node offers through DRA, by the NVIDIA driver's attribute.
 _SIMULATED = "device.attributes['gpu.nvidia.com'].productName == 'gpuhub-simulated-GPU'"
@@ -48,6 +49,8 @@ POLICY = {
             "node_selector": {"gpuhub.io/node-agent": "process"},
             "max_gpus": 4,
             "description": "One of the 4 simulated GPUs of the cluster's process node local-0.",
+            # Said, not implied by order: the service's copy below is written sorted by key.
+            "default": True,
         },
         # The process node's 2 other simulated GPUs, claimed through Dynamic Resource
         # Allocation from the simulated NVIDIA driver's ResourceSlice (localk8s/dra.py): whole,
