@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
 from gpuhub.core.options import (
     LaunchOptions,
@@ -35,6 +35,9 @@ from gpuhub.core.policy import Policy
 from gpuhub.core.quantity import format_cpu, format_memory, human_memory
 from gpuhub.jobs.kinds import DISPLAY_NAMES, KINDS
 from gpuhub.jobs.kinds.base import JobKind
+from gpuhub.jobs.kinds.phase import FINAL_STATUSES as FINAL_STATUSES
+from gpuhub.jobs.kinds.phase import STATUSES as STATUSES
+from gpuhub.jobs.kinds.phase import Status as Status
 
 # A job kind's name: one registered in gpuhub.jobs.kinds ("job", "pytorchjob", "tfjob",
 # "trainjob", "pipeline"), which says all that is particular to it.
@@ -43,11 +46,9 @@ Kind = str
 # registered later is offered too. How sentences name them:
 KIND_NAMES = DISPLAY_NAMES
 
-# "queued": waiting in a queue before it may start at all (a Kubernetes job held by Kueue,
-# docs/architecture.md); "pending": allowed to start, waiting for its pods or processes.
-Status = Literal["queued", "pending", "running", "succeeded", "failed", "cancelled"]
-STATUSES: tuple[Status, ...] = ("queued", "pending", "running", "succeeded", "failed", "cancelled")
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# A job's status ("queued", "pending", "running", ...) is said where the kinds read it
+# (gpuhub.jobs.kinds.phase, imported above): the kinds must not import this module, which
+# asks them to check a request.
 
 # Keys of the REST body besides the launch options that parse_launch_options checks.
 JOB_FIELDS = ("notebook", "kind", "workers", "runtime", "parameters", "name")

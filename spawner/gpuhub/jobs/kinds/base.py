@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpuhub.core.holdings import Workload
 
 if TYPE_CHECKING:
+    from gpuhub.core.options import LaunchOptions
     from gpuhub.jobs.kinds.phase import Phase
-    from gpuhub.jobs.model import JobRequest
 
 Obj = dict[str, Any]
 
@@ -95,11 +95,29 @@ class Between:
         return self.resource.path(self.namespace, self.name)
 
 
+class Request(Protocol):
+    """What a kind reads of a validated submit (:class:`gpuhub.jobs.model.JobRequest`). Said
+    here rather than imported: the model asks the kinds to check a request, so the kinds
+    must not import the model back."""
+
+    @property
+    def resources(self) -> LaunchOptions:
+        """Per worker: image, cpu, memory and the GPUs."""
+
+    @property
+    def workers(self) -> int:
+        """How many pods run the notebook at once (1 unless the kind is distributed)."""
+
+    @property
+    def runtime(self) -> str | None:
+        """The runtime the admin offers that it runs through, for kinds that take one."""
+
+
 class Parts(Protocol):
     """What every kind's object is made of, as :mod:`gpuhub.jobs.k8s.manifests` makes it."""
 
     @property
-    def request(self) -> JobRequest: ...
+    def request(self) -> Request: ...
 
     @property
     def metadata(self) -> Obj:
@@ -186,7 +204,7 @@ class WorkloadKind(JobKind):
     def manifest(self, parts: Parts) -> Obj:
         """Its object for ``parts.request``, not suspended (:meth:`suspend` does that)."""
 
-    def needs(self, request: JobRequest) -> tuple[Needed, ...]:
+    def needs(self, request: Request) -> tuple[Needed, ...]:
         """The cluster objects ``request`` needs before anything is created."""
         return ()
 

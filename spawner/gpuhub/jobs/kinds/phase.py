@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gpuhub.jobs.model import Status
+from typing import Any, Literal
 
 Obj = dict[str, Any]
+
+# A job's status, on every backend (:mod:`gpuhub.jobs.model` says it to the rest of gpuhub).
+# "queued": waiting in a queue before it may start at all (a Kubernetes job held by Kueue,
+# docs/architecture.md); "pending": allowed to start, waiting for its pods or processes.
+Status = Literal["queued", "pending", "running", "succeeded", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = ("queued", "pending", "running", "succeeded", "failed", "cancelled")
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.core.env import OUTPUT_ENV, SECONDARY_OUTPUT_ENV
 from gpuhub.core.holdings import Workload
@@ -20,6 +20,7 @@ from gpuhub.jobs.kinds.base import (
     Needed,
     Obj,
     Parts,
+    Request,
     Resource,
     Rule,
     WorkloadKind,
@@ -40,9 +41,6 @@ from gpuhub.k8s.labels import (
     JOBSET_REPLICATED_JOB_LABEL,
     JOBSET_UID_LABEL,
 )
-
-if TYPE_CHECKING:
-    from gpuhub.jobs.model import JobRequest
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -103,7 +101,7 @@ class TrainJob(WorkloadKind):
         # Trainer wants an RFC 1035 label (a letter first): "2024-run" -> "t-2024-run".
         return f"t-{stem}"[:room].rstrip("-")
 
-    def needs(self, request: JobRequest) -> tuple[Needed, ...]:
+    def needs(self, request: Request) -> tuple[Needed, ...]:
         runtime = request.runtime or ""
         return (
             Needed(
