@@ -35,19 +35,58 @@ GPU-hour), as in the quota.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
+    from gpuhub.core.holdings import Holding
+    from gpuhub.hub.ledger.budget_usage import BudgetView
+    from gpuhub.hub.monitor.usage import UsageStore
+    from gpuhub.hub.monitor.utilization import GPUSample, Unexplained
+
+
+class Tracked(Protocol):
+    """What the metrics read of one holding the monitor follows (its ``Track``)."""
+
+    @property
+    def holding(self) -> Holding: ...
+
+    @property
+    def samples(self) -> Sequence[GPUSample]: ...
+
+
+class Figures(Protocol):
+    """What the metrics read of the hub's monitor (:class:`.gpu_monitor.GPUMonitor`), said
+    here so that this module imports nothing of the monitor that registers it."""
+
+    @property
+    def capacity(self) -> Mapping[str, tuple[float, float]]: ...
+
+    @property
+    def memory(self) -> Mapping[str, tuple[int, int]]: ...
+
+    @property
+    def tracks(self) -> Mapping[tuple[str, str, str], Tracked]: ...
+
+    @property
+    def waiting(self) -> Mapping[tuple[str, str, str], Holding]: ...
+
+    @property
+    def unexplained(self) -> Iterable[Unexplained]: ...
+
+    @property
+    def store(self) -> UsageStore: ...
+
+    @property
+    def budget_view(self) -> BudgetView: ...
 
 
 class GPUCollector(Collector):
-    def __init__(self, monitor: GPUMonitor) -> None:
+    def __init__(self, monitor: Figures) -> None:
         self.monitor = monitor
 
     def collect(self) -> Iterator[Metric]:
@@ -187,7 +226,7 @@ class GPUCollector(Collector):
 _REGISTERED: list[GPUCollector] = []
 
 
-def register(monitor: GPUMonitor) -> None:
+def register(monitor: Figures) -> None:
     """Add the collector to the default registry once per process (a new monitor replaces
     the figures it reads)."""
     if _REGISTERED:
