@@ -13,7 +13,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpuhub_lab.metrics.handlers import MetricsService
+from gpuhub_lab.metrics.service import MetricsService
 from gpuhub_lab.metrics.nvml import NVMLSource
 from gpuhub_lab.metrics.sampler import (
     FACTS_SECONDS,

@@ -7,7 +7,7 @@ send nothing.
 Costs do not grow with the sockets but by one write each: the server's one sampler
 (:mod:`.sampler`) publishes each sample on the event loop, in the same tick that read it when
 the read is quick; there it is serialized once (the same text the polling endpoint serves,
-:class:`.handlers.MetricsService`) and framed once. A server's WebSocket frame is the same
+:class:`.service.MetricsService`) and framed once. A server's WebSocket frame is the same
 bytes for every socket (unmasked, and this handler never negotiates compression), so that
 frame is handed as it is to each socket: one ``send()`` each when nothing waits before it.
 
@@ -35,8 +35,8 @@ from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
 
 if TYPE_CHECKING:
-    from .handlers import MetricsService
     from .sampler import Sample
+    from .service import MetricsService
 
 #: Close code for a socket closed because it stopped reading ("try again later", RFC 6455).
 CLOSE_STUCK = 1013
