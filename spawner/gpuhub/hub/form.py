@@ -152,6 +152,14 @@ def form_values(policy: Policy, user_options: Mapping[str, Any] | None) -> dict[
     }
 
 
+def _asks_for_gpus(value: Any) -> bool:
+    """Whether the form's GPU count, as it will be shown, asks for at least one."""
+    try:
+        return int(value) > 0
+    except (TypeError, ValueError):
+        return False
+
+
 def _plain_cpu(value: Any) -> Any:
     """CPU as a plain number for ``<input type=number>`` (``500m`` -> ``0.5``)."""
     try:
@@ -217,13 +225,23 @@ def render_form(
     template = _environment().get_template("spawn_form.html")
     values = form_values(policy, user_options)
     shared = [t for t in gpu_types if t["sharing"] and t["sharing"]["by_memory"]]
-    if shared and not values["gpu_memory"]:
-        # What the checked type gives when the field is left as it is (its default share).
-        checked = next((t for t in gpu_types if t["key"] == values["gpu_type"]), gpu_types[0])
-        values["gpu_memory"] = (checked["sharing"] or shared[0]["sharing"])["default_text"]
+    errors = _errors_by_field(problems)
+    # The page as served is what the form posts before (or without) its script: GPU memory
+    # is shown and posted only where the checked type is shared by memory and GPUs are
+    # asked for, else a default share would be refused on a whole-GPU type. The script
+    # keeps it so as the choices change.
+    checked = next(
+        (t for t in gpu_types if t["key"] == values["gpu_type"]),
+        gpu_types[0] if gpu_types else None,
+    )
+    checked_share = checked["sharing"] if checked and checked in shared else None
+    share_type = checked["key"] if checked and checked_share else ""
+    share_applies = checked_share is not None and _asks_for_gpus(values["gpus"])
+    if share_applies and checked_share and not values["gpu_memory"]:
+        values["gpu_memory"] = checked_share["default_text"]  # what leaving it gives
     for view in shared:
         # A DRA type says when no device can hold the share asked for now, and the largest.
-        unheld = _unheld_share(view, values["gpu_memory"])
+        unheld = _unheld_share(view, values["gpu_memory"] or view["sharing"]["default_text"])
         if unheld:
             view["free_text"] = sentences(view["free_text"], unheld)
     cpu = {"min": _plain_cpu(choices.cpu.min), "max": _plain_cpu(choices.cpu.max)}
@@ -249,7 +267,10 @@ def render_form(
         presets=list(presets),
         capacity_note=capacity_note,
         quota=quota,
-        errors=_errors_by_field(problems),
+        errors=errors,
+        # A refused value stays in view with its sentence, whatever the type.
+        share_shown=share_applies or "gpu_memory" in errors,
+        share_type=share_type,
         notice=notice,
         budget=budget,
         budget_sentence=_budget_sentence(budget),
