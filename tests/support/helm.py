@@ -3,12 +3,13 @@ zero-to-jupyterhub dependency, ``helm template``, and what it renders checked by
 cluster's real kube-apiserver (with the CRDs and webhooks of Kueue and the Kubeflow operators).
 
 The zero-to-jupyterhub dependency cannot be downloaded here, so :func:`make_chart` copies the
-chart and puts a small stand-in ``jupyterhub`` chart into its ``charts/``. The stand-in
-reproduces the parts of z2jh 4.x gpuhub relies on: the hub Secret named ``hub`` holding the
-chart values (``values.yaml``, which z2jh's hub turns into traitlets config) and the generated
-``hub.services.<name>.apiToken``, and the hub ServiceAccount; with ``jupyterhub.rbac.create``
-(z2jh's default; off here, so that the chart tests see gpuhub's own Roles only) also z2jh's
-Role for it, what KubeSpawner needs to start servers (pods, PVCs, secrets, services, events).
+chart and puts gpuhub's stand-in ``jupyterhub`` chart (``localk8s/z2jh``) into its ``charts/``,
+here rendering only the parts of z2jh 4.x the render tests check: the hub Secret named ``hub``
+holding the chart values (``values.yaml``, which z2jh's hub turns into traitlets config) and
+the generated ``hub.services.<name>.apiToken``, and the hub ServiceAccount; with
+``jupyterhub.rbac.create`` (z2jh's default; off here, so that the chart tests see gpuhub's own
+Roles only) also z2jh's Role for it, what KubeSpawner needs to start servers (pods, PVCs,
+secrets, services, events). ``localk8s.charts.with_standin`` also makes its pods.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from traitlets.config import Config
 
+from localk8s.charts import with_standin
 from tests.support.paths import REPO
 
 if TYPE_CHECKING:
@@ -51,54 +52,6 @@ KUBE_VERSION = "1.33.0"  # z2jh 4.x needs >= 1.28; Helm 3.10 assumes 1.25 withou
 NAMESPACE = "jhub"
 
 
-STANDIN_SECRET = """\
-{{- /* Stand-in for zero-to-jupyterhub 4.x: what gpuhub relies on, nothing else. */}}
-kind: Secret
-apiVersion: v1
-metadata:
-  name: hub
-type: Opaque
-data:
-  values.yaml: {{ pick .Values "hub" "singleuser" "proxy" "scheduling" "custom" | toYaml | b64enc | quote }}
-  {{- range $key, $service := .Values.hub.services }}
-  hub.services.{{ $key }}.apiToken: {{ $service.apiToken | default (randAlphaNum 64) | b64enc | quote }}
-  {{- end }}
----
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: hub
-{{- if .Values.rbac.create }}
----
-# z2jh 4.x templates/hub/rbac.yaml, as it is.
-kind: Role
-apiVersion: rbac.authorization.k8s.io/v1
-metadata:
-  name: hub
-rules:
-  - apiGroups: [""]
-    resources: ["pods", "persistentvolumeclaims", "secrets", "services"]
-    verbs: ["get", "watch", "list", "create", "delete"]
-  - apiGroups: [""]
-    resources: ["events"]
-    verbs: ["get", "watch", "list"]
----
-kind: RoleBinding
-apiVersion: rbac.authorization.k8s.io/v1
-metadata:
-  name: hub
-subjects:
-  - kind: ServiceAccount
-    name: hub
-    namespace: "{{ .Release.Namespace }}"
-roleRef:
-  kind: Role
-  name: hub
-  apiGroup: rbac.authorization.k8s.io
-{{- end }}
-"""
-
-
 def helm_env(home: Path) -> dict[str, str]:
     """Keep Helm's cache and config out of the user's home."""
     env = dict(os.environ)
@@ -108,29 +61,9 @@ def helm_env(home: Path) -> dict[str, str]:
 
 
 def make_chart(tmp: Path) -> Path:
-    """A copy of helm/gpuhub with the stand-in z2jh dependency in charts/."""
-    chart = tmp / "gpuhub"
-    shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
-    dependency = yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"][0]
-    standin = chart / "charts" / "jupyterhub"
-    (standin / "templates").mkdir(parents=True)
-    (standin / "Chart.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "v2", "name": "jupyterhub", "version": dependency["version"]})
-    )
-    (standin / "values.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "fullnameOverride": "",
-                "hub": {"services": {}},
-                "singleuser": {},
-                "proxy": {},
-                "custom": {},
-                "rbac": {"create": False},
-            }
-        )
-    )
-    (standin / "templates" / "hub.yaml").write_text(STANDIN_SECRET)
-    return chart
+    """A copy of helm/gpuhub with the stand-in z2jh dependency in charts/, rendering only
+    the hub's Secret and RBAC (localk8s.charts.with_standin, ``pods=False``)."""
+    return with_standin(tmp, pods=False)
 
 
 def helm(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
