@@ -94,9 +94,27 @@ def test_refused_form_rerenders_with_the_message_and_values(hub: Hub) -> None:
     assert "Traceback" not in log
 
 
-# What Chromium sends with a navigation from one of the hub's own pages, and from another site.
-FROM_THE_HUB = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate"}
+# What Chromium sends with a navigation from one of the hub's own pages, and from another site
+# ("{hub}": the hub's URL, filled in by sent()).
+FROM_THE_HUB = {
+    "Sec-Fetch-Site": "same-origin",
+    "Sec-Fetch-Mode": "navigate",
+    "Referer": "{hub}/hub/home",
+}
 FROM_ELSEWHERE = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+# A page of a user's server shares the hub's origin (no subdomain_host): not the hub's page.
+FROM_A_SERVER = {
+    "Sec-Fetch-Site": "same-origin",
+    "Sec-Fetch-Mode": "navigate",
+    "Referer": "{hub}/user/carol/files/evil.html",
+}
+
+
+def sent(headers: dict[str, str], hub: Hub) -> dict[str, str]:
+    """``headers`` with the hub's URL filled in."""
+    return {name: value.replace("{hub}", hub.url) for name, value in headers.items()}
+
+
 LINK = "opt-gpus=2&opt-gpu_type=gpu&opt-cpu=1.5&opt-memory=1G"
 
 
@@ -106,7 +124,10 @@ def test_a_spawn_link_with_opt_options_starts_that_server(hub: Hub) -> None:
     as the form."""
     session = hub.login("alice")
     response = session.get(
-        f"{hub.url}/hub/spawn?{LINK}", headers=FROM_THE_HUB, allow_redirects=False, timeout=60
+        f"{hub.url}/hub/spawn?{LINK}",
+        headers=sent(FROM_THE_HUB, hub),
+        allow_redirects=False,
+        timeout=60,
     )
     assert response.status_code == 302, response.text
     assert "/hub/spawn-pending/alice" in response.headers["Location"]
@@ -133,8 +154,24 @@ def field_value(page: str, name: str) -> str | None:
         {"Sec-Fetch-Site": "none"},  # typed or bookmarked: nothing says it is wanted
         {},  # no Sec-Fetch-* and no Referer: an old browser or a script
         {"Referer": "https://elsewhere.example/gpus.html"},
+        FROM_A_SERVER,
+        {"Referer": "{hub}/user/carol/files/evil.html"},  # an old browser, from a server
+        {"Referer": "{hub}/hub/../user/carol/evil.html"},
+        {"Referer": "{hub}/hub/%2e%2e/user/carol/evil.html"},
+        {"Sec-Fetch-Site": "same-origin"},  # which page is not said
     ],
-    ids=["cross-site", "same-site", "typed", "no-headers", "foreign-referer"],
+    ids=[
+        "cross-site",
+        "same-site",
+        "typed",
+        "no-headers",
+        "foreign-referer",
+        "server-page",
+        "server-page-referer",
+        "dot-dot",
+        "escaped-dot-dot",
+        "same-origin-unsaid",
+    ],
 )
 def test_a_spawn_link_from_elsewhere_starts_nothing_until_the_user_confirms(
     hub: Hub, headers: dict[str, str]
@@ -144,7 +181,7 @@ def test_a_spawn_link_from_elsewhere_starts_nothing_until_the_user_confirms(
     nothing started; no server, no GPU held. The user's own submit starts it."""
     session = hub.login("alice")
     page = session.get(
-        f"{hub.url}/hub/spawn?{LINK}", headers=headers, allow_redirects=False, timeout=60
+        f"{hub.url}/hub/spawn?{LINK}", headers=sent(headers, hub), allow_redirects=False, timeout=60
     )
     assert page.status_code == 200, page.text[-2000:]
     notice = re.search(r'id="gpuhub-link-notice"[^>]*>([^<]*)<', page.text)
@@ -244,7 +281,10 @@ def test_a_refused_spawn_link_renders_the_form_with_the_rest_apis_sentence(
 
     session = hub.login("bob")
     page = session.get(
-        f"{hub.url}/hub/spawn?{query}", headers=headers, allow_redirects=False, timeout=60
+        f"{hub.url}/hub/spawn?{query}",
+        headers=sent(headers, hub),
+        allow_redirects=False,
+        timeout=60,
     )
     assert page.status_code == 400, page.text
     assert sentence in html.unescape(page.text)

@@ -18,13 +18,14 @@ import html
 import inspect
 import json
 import logging
+import posixpath
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from copy import deepcopy
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
@@ -156,23 +157,38 @@ def _forget_refused_options(spawner: Any) -> None:
     spawner.user_options = accepted
 
 
-def link_from_the_hub(request: Any) -> bool:
-    """Whether a spawn link was followed from one of the hub's own pages.
+def link_from_the_hub(request: Any, hub_prefix: str) -> bool:
+    """Whether a spawn link was followed from one of the hub's own pages: the page it was on
+    (``Referer``) is under the hub's prefix (``/hub/``) on the hub's own host.
 
-    Browsers say where a navigation comes from in ``Sec-Fetch-Site``: only ``same-origin``
-    is the hub (``cross-site`` and ``same-site`` are other sites, ``none`` a typed address or
-    a bookmark). Without that header (an old browser, a script) the ``Referer`` must be a
-    page of the hub's own host; the scheme is left out, as a TLS proxy in front of the hub
-    need not say it. Anything else is not the hub."""
+    Browsers say where a navigation comes from in ``Sec-Fetch-Site``: ``cross-site`` and
+    ``same-site`` are other sites, ``none`` a typed address or a bookmark. ``same-origin`` is
+    not enough: without ``subdomain_host`` every user's server shares the hub's origin, so
+    ``/user/carol/files/evil.html`` is same-origin too; only the ``Referer`` says which page
+    it was, and a link whose page is not said (no Referer) is not the hub's. The scheme is
+    left out, as a TLS proxy in front of the hub need not say it. (A page on the hub's
+    origin can also script the hub's own pages; only ``subdomain_host`` keeps servers off
+    it: docs/admin-guide.md.)"""
     headers = getattr(request, "headers", None)
     if headers is None:
         return False
     site = headers.get("Sec-Fetch-Site")
-    if site is not None:
-        return site.strip().lower() == "same-origin"
+    if site is not None and site.strip().lower() != "same-origin":
+        return False
     referer = urlparse(headers.get("Referer", ""))
     host = str(getattr(request, "host", "") or "")
-    return bool(referer.netloc) and referer.netloc.lower() == host.lower()
+    if not referer.netloc or referer.netloc.lower() != host.lower():
+        return False
+    # "/hub/../user/carol/x" and its %-escaped spellings are not under the prefix.
+    path = posixpath.normpath(unquote(referer.path))
+    prefix = hub_prefix.rstrip("/")
+    return bool(prefix) and (path == prefix or path.startswith(prefix + "/"))
+
+
+def _hub_prefix(spawner: Any) -> str:
+    """The path the hub's own pages are under (``/hub/``, or ``/<base_url>/hub/``)."""
+    hub = getattr(spawner, "hub", None)
+    return str(getattr(hub, "base_url", "") or "/hub/")
 
 
 async def _hold_link(spawner: Any, options: Mapping[str, Any]) -> web.HTTPError:
@@ -445,7 +461,8 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         and the form asks first, whatever it asks for (a CPU-only link starts a process too).
         """
         options = _reshape(options_from_querydata, query_data, self)
-        if not link_from_the_hub(getattr(getattr(self, "handler", None), "request", None)):
+        handler = getattr(self, "handler", None)
+        if not link_from_the_hub(getattr(handler, "request", None), _hub_prefix(self)):
             raise await _hold_link(self, options)
         return options
 
