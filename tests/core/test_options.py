@@ -4,7 +4,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuhub.core.options import FIELDS, MAX_JSON_DEPTH, OptionsError, parse_launch_options
+from gpuhub.core.options import (
+    FIELDS,
+    MAX_JSON_DEPTH,
+    OptionsError,
+    json_number,
+    parse_launch_options,
+)
 from gpuhub.core.policy import Policy
 from gpuhub.hub.form import options_from_formdata
 from tests.support.policies import DESIGN_CONFIG, design_policy
@@ -236,3 +242,22 @@ def test_words_a_person_uses():
         'GPU type "a100" is not one of this hub\'s; choose Simulated GPU ("gpu").'
     )
     assert "(none)" not in str(info.value)
+
+
+HUGE = 10**400  # a valid JSON number that no float holds
+
+
+@pytest.mark.parametrize("field", ["cpu", "memory", "gpus", "gpu_memory"])
+def test_a_400_digit_number_is_refused_with_a_sentence_naming_its_field(field):
+    with pytest.raises(OptionsError) as refused:
+        parse({"gpus": 1, "gpu_type": "a100", field: HUGE})
+    assert refused.value.field == field and "too large" in refused.value.message
+
+
+@pytest.mark.parametrize("value", [HUGE, -HUGE, float("inf"), float("nan"), True, "5", None])
+def test_json_number_takes_only_numbers_a_float_holds(value):
+    assert json_number(value) is None
+
+
+def test_json_number_keeps_ordinary_numbers():
+    assert (json_number(5), json_number(0.5), json_number(2**63)) == (5.0, 0.5, float(2**63))

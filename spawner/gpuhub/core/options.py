@@ -132,6 +132,20 @@ def _contain(field: str) -> str:
     return f"The value of {field.replace('_', ' ')} contains"
 
 
+def json_number(value: Any) -> float | None:
+    """``value`` as a float if it is a JSON number a float can hold (not a bool, not text,
+    finite), else None. JSON has no bound on a number's digits: ``float()`` of a 400-digit
+    whole number raises ``OverflowError``, and so does ``math.isfinite``, a 500 where the
+    caller is owed a sentence; every check of a user's number goes through here."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def whole_number(value: Any) -> int | None:
     """``value`` if it is a JSON whole number (not a bool, not a string), else None."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -166,6 +166,10 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     # Bad grants are refused with a sentence; a user may not grant themselves hours.
     bad = hub.api("POST", "/gpuhub/budgets/bob/grants", json={"hours": "lots", "reason": "x"})
     assert bad.status_code == 400 and "hours must be a number of GPU-hours" in bad.json()["message"]
+    # A 400-digit number is a valid JSON number that no float holds: a sentence, not a 500.
+    huge = hub.api("POST", "/gpuhub/budgets/bob/grants", json={"hours": 10**400, "reason": "x"})
+    assert huge.status_code == 400, huge.text
+    assert "hours must be a number of GPU-hours" in huge.json()["message"]
     no_reason = hub.api("POST", "/gpuhub/budgets/bob/grants", json={"hours": 1, "reason": " "})
     assert no_reason.status_code == 400 and "reason" in no_reason.json()["message"]
     wrong_pool = hub.api(

@@ -15,14 +15,13 @@ budget's current period, show in its ``grants`` and reach the user as a notice.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from gpuhub.core.budgets import hours_words
-from gpuhub.core.options import as_given
+from gpuhub.core.options import as_given, json_number
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.web.access import BoundedAPIHandler
 from gpuhub.hub.web.fleet import MAX_REASON, Refused, _ActionHandler, render_fleet
@@ -33,12 +32,8 @@ MAX_HOURS = 100_000.0
 def grant_body(hours: Any, reason: Any, group: Any) -> tuple[float, str, str]:
     """``(hours, reason, group)`` checked: one sentence naming the field otherwise
     (``ValueError(field, sentence)``)."""
-    if (
-        isinstance(hours, bool)
-        or not isinstance(hours, int | float)
-        or not math.isfinite(hours)
-        or not 0 < hours <= MAX_HOURS
-    ):
+    number = json_number(hours)
+    if number is None or not 0 < number <= MAX_HOURS:
         raise ValueError(
             "hours",
             f"hours must be a number of GPU-hours above 0 and at most {MAX_HOURS:g}, such as "
@@ -57,7 +52,7 @@ def grant_body(hours: Any, reason: Any, group: Any) -> tuple[float, str, str]:
         group = ""
     if not isinstance(group, str) or len(group) > 255:
         raise ValueError("group", f"group must be a group's name, not {as_given(group)}.")
-    return float(hours), reason, group
+    return number, reason, group
 
 
 def _form_number(text: str) -> Any:
