@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from tests.support.hub.local import jobs_hub_config, server_env
-from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, wait_ready
+from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -24,6 +24,11 @@ c.LocalGPUSpawner.gpu_idle_reclaim = {
     "after": 3600, "utilization_below": 0.05, "warn": 600, "max_postpones": 100
 }
 c.LocalGPUSpawner.gpu_monitor_interval = 0.5
+c.JupyterHub.allow_named_servers = True
+# JupyterHub's sharing: users may share their servers (the shares scope is not given by default).
+c.JupyterHub.load_roles.append(
+    {"name": "user", "scopes": ["self", "shares!user", "read:users:name"]}
+)
 from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
@@ -194,3 +199,54 @@ def test_closing_a_notice_needs_access_to_the_users_servers_and_answers_in_bound
     allowed = dismiss(token(hub, "bob", ["access:servers!user"]), {"key": notice["key"]})
     assert allowed.status_code == 204, allowed.text
     assert open_notices() == []
+
+
+def test_a_shared_server_reaches_that_server_never_its_owners_gpu_facts(hub: Hub) -> None:
+    """Issue 39: bob shares a server with carol through JupyterHub's sharing API. Her token
+    then reaches that server, and none of bob's user-wide facts: his holdings (with his
+    budget and its grant reasons), notices, idle clocks, "Keep my GPUs", closing notices."""
+    assert hub.api("POST", "/users/carol").status_code in (201, 409)
+    assert spawn(hub, "bob", {"gpus": 0}, server="x").status_code in (201, 202)
+    wait_ready(hub, "bob", "x")
+    bob = hub.login("bob")
+    shared = bob.post(
+        f"{hub.url}/hub/api/shares/bob/x",
+        json={"user": "carol"},
+        headers={"X-XSRFToken": bob.cookies.get("_xsrf", path="/hub/") or ""},
+        timeout=30,
+    )
+    assert shared.status_code in (200, 201), shared.text
+    carol = token(hub, "carol")
+    scopes = requests.get(
+        f"{hub.url}/hub/api/user", headers={"Authorization": f"token {carol}"}, timeout=30
+    ).json()["scopes"]
+    assert "access:servers!server=bob/x" in scopes, scopes
+    # The share is real: carol reaches bob's server x itself.
+    status = requests.get(
+        f"{hub.url}/user/bob/x/api/status",
+        headers={"Authorization": f"token {carol}"},
+        timeout=30,
+    )
+    assert status.status_code == 200, status.text
+    # Nothing of bob's own: not even whether he exists, for his holdings.
+    assert call(hub, "GET", "/hub/api/gpuhub/holdings/bob", carol).status_code == 404
+    for path in ("/hub/api/gpuhub/notices/bob", "/hub/api/gpuhub/reclaim/bob"):
+        answer = call(hub, "GET", path, carol)
+        assert answer.status_code == 403, (path, answer.status_code, answer.text)
+    for path, body in (
+        ("/hub/api/gpuhub/reclaim/bob/keep", {"server": "x"}),
+        ("/hub/api/gpuhub/notices/bob/dismiss", {"key": "any"}),
+    ):
+        answer = requests.post(
+            hub.url + path, json=body, headers={"Authorization": f"token {carol}"}, timeout=30
+        )
+        assert answer.status_code == 403, (path, answer.status_code, answer.text)
+    # bob's own token still reads them all.
+    own = token(hub, "bob")
+    for path in (
+        "/hub/api/gpuhub/holdings/bob",
+        "/hub/api/gpuhub/notices/bob",
+        "/hub/api/gpuhub/reclaim/bob",
+    ):
+        assert call(hub, "GET", path, own).status_code == 200, path
+    stop(hub, "bob", "x")

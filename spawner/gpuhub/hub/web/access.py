@@ -2,7 +2,8 @@
 caller sent is taken and said back.
 
 * **Access to a user's servers** (:data:`SERVER_ACCESS_SCOPES`, JupyterHub's own scopes with
-  their filters): the user's session and full tokens, their server's own token, admins. A
+  their filters): the user's session and full tokens, their server's own token, admins;
+  never another user's access to one server its owner shared with them. A
   token with identify scopes only (``read:users:name``, what OAuth gives every service a user
   logs in to) reaches nothing here: not their holdings, notices, reclaim clocks, "Keep my
   GPUs", nor closing their notices.
@@ -38,7 +39,13 @@ class BoundedAPIHandler(APIHandler):
             )
 
     def reaches_servers_of(self, user: Any) -> bool:
-        """Whether this request's scopes give access to ``user``'s servers."""
+        """Whether this request reaches ``user``'s GPU facts, which are user-wide (holdings
+        with the budget and its grant reasons, notices, idle clocks, closing notices):
+        access to all of the user's servers (``access:servers!user=``, admins), or a token
+        of the user's own that reaches one of their servers (their server's own
+        ``access:servers!server=user/name``). Access to one server that its owner shared
+        (JupyterHub's sharing gives another user ``access:servers!server=bob/x``) reaches
+        that server, never its owner's facts."""
         for scope in SERVER_ACCESS_SCOPES:
             found = self.parsed_scopes.get(scope)
             if found is None:
@@ -46,11 +53,18 @@ class BoundedAPIHandler(APIHandler):
             if check_scope_filter(found, user, "user"):
                 return True
             prefix = f"{user.name}/"
-            if isinstance(found, dict) and any(
-                s.startswith(prefix) for s in found.get("server", ())
+            if (
+                isinstance(found, dict)
+                and any(s.startswith(prefix) for s in found.get("server", ()))
+                and self._is_user(user)
             ):
-                return True  # a server's own token (access:servers!server=user/name)
+                return True  # the user's own server's token
         return False
+
+    def _is_user(self, user: Any) -> bool:
+        """Whether the caller is ``user`` themselves (not another user, nor a service)."""
+        caller = self.current_user
+        return getattr(caller, "kind", "") == "user" and getattr(caller, "name", None) == user.name
 
     def identifies_only(self, caller: Any, name: str) -> bool:
         """Whether the caller is ``name`` themselves, with a token that lacks access to
