@@ -93,7 +93,9 @@ export function summary(data: IHoldings): string {
 export class HoldingsSection {
   readonly node: HTMLElement;
 
-  constructor() {
+  /** `onData`: called with each answer, for what else in the sidebar follows it. */
+  constructor(onData?: (data: IHoldings) => void) {
+    this._onData = onData;
     this.node = h('section', {
       className: 'gpuhub-Holdings',
       'aria-label': 'Your GPUs on this hub'
@@ -164,9 +166,11 @@ export class HoldingsSection {
     this._list.replaceChildren(...rows);
     this.node.classList.toggle('gpuhub-mod-empty', rows.length === 0);
     this._budgets.update(Array.isArray(data.budgets) ? data.budgets : []);
+    this._onData?.(data);
   }
 
   private _active = false;
+  private _onData?: (data: IHoldings) => void;
   private _budgets = new BudgetList();
   private _list: HTMLElement;
   private _poll: Poll;

@@ -19,7 +19,8 @@ import { ServerGone, startAgainUrl } from '../hub/stopped';
 import { formatTime } from '../time';
 import { assignedText, basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
-import { HoldingsSection } from './holdings';
+import { IBudget } from './budgets';
+import { HoldingsSection, IHoldings } from './holdings';
 import { GpuMetricsModel } from './model';
 import { Sparkline } from './sparkline';
 import { IAssigned, IGpu } from './types';
@@ -359,12 +360,26 @@ function lowerFirst(text: string): string {
   return text.charAt(0).toLowerCase() + text.slice(1);
 }
 
-/** What a person can do about having no GPU here. */
-function emptyHint(): string {
-  if (PageConfig.getOption('hubPrefix')) {
-    return 'To get one, stop this server (File › Hub Control Panel) and start it again with a GPU type selected, or submit the notebook as a training job.';
+/**
+ * What a person can do about having no GPU here, never what the hub would
+ * refuse: with a GPU-hour budget used up (`budgets`, the holdings' answer)
+ * the budget card says GPU servers and jobs are refused, and so does this.
+ */
+export function emptyHint(budgets: IBudget[] = []): string {
+  if (!PageConfig.getOption('hubPrefix')) {
+    return 'Run JupyterLab on a machine with an NVIDIA GPU and driver, or submit the notebook as a training job.';
   }
-  return 'Run JupyterLab on a machine with an NVIDIA GPU and driver, or submit the notebook as a training job.';
+  const over = budgets.filter(b => b.state === 'over');
+  const refused = over.find(b => b.at_limit !== 'idle_only');
+  if (refused) {
+    return `GPU servers and jobs are refused until your GPU-hour budget resets (${refused.resets}); until then this server and CPU-only jobs still run.`;
+  }
+  const restart =
+    'To get one, stop this server (File › Hub Control Panel) and start it again with a GPU type selected';
+  if (over.length) {
+    return `${restart}: with your GPU-hour budget used up, it starts only on a GPU that would otherwise stay idle.`;
+  }
+  return `${restart}, or submit the notebook as a training job.`;
 }
 
 export class GpuPanel extends Widget {
@@ -646,8 +661,21 @@ export class GpuPanel extends Widget {
         'No GPU on this server'
       ),
       h('p', { className: 'gpuhub-GpuPanel-emptyReason' }, reason ?? ''),
-      h('p', { className: 'gpuhub-GpuPanel-emptyHint' }, emptyHint())
+      h(
+        'p',
+        { className: 'gpuhub-GpuPanel-emptyHint' },
+        emptyHint(this._budgets)
+      )
     );
+  }
+
+  /** The holdings' answer came: the hint follows the budgets it carries. */
+  private _onHoldings(data: IHoldings): void {
+    this._budgets = Array.isArray(data.budgets) ? data.budgets : [];
+    const hint = this._empty.querySelector('.gpuhub-GpuPanel-emptyHint');
+    if (hint) {
+      hint.textContent = emptyHint(this._budgets);
+    }
   }
 
   private _banner: HTMLElement;
@@ -657,7 +685,8 @@ export class GpuPanel extends Widget {
   private _commands: CommandRegistry;
   private _empty: HTMLElement;
   private _emptyKey = '';
-  private _holdings = new HoldingsSection();
+  private _budgets: IBudget[] = [];
+  private _holdings = new HoldingsSection(data => this._onHoldings(data));
   private _kernels: Kernel.IManager;
   private _model: GpuMetricsModel;
   private _status: HTMLElement;

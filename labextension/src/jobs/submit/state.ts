@@ -8,7 +8,7 @@ import { GpuhubAPIError, IProblem, requestAPI } from '../../api';
 import { IBudget, costText } from '../../gpu/budgets';
 import { IHoldings, summary } from '../../gpu/holdings';
 import { parseParameterValue } from '../params';
-import { IGpuTypeOption, ISubmitBody, JobKind } from '../types';
+import { IGpuTypeOption, IJobOptions, ISubmitBody, JobKind } from '../types';
 import {
   CUSTOM_IMAGE,
   DISTRIBUTED_KINDS,
@@ -295,7 +295,6 @@ export class FormState {
   /** "You hold 1 of your 4 GPUs." from the hub's ledger, shown when it answers. */
   loadQuota(): void {
     const line = this._fields.quota;
-    const kubernetes = this._opts.options.kubernetes;
     requestAPI<IHoldings>('holdings')
       .then(data => {
         this._budgets = Array.isArray(data.budgets) ? data.budgets : [];
@@ -303,11 +302,7 @@ export class FormState {
         if (!data.available || data.quota === null) {
           return;
         }
-        line.textContent = `${summary(data)} ${
-          kubernetes
-            ? "This job's GPUs count toward your quota, with your servers'."
-            : "A job here runs on this server's GPUs, which count already."
-        }`;
+        line.textContent = `${summary(data)} ${quotaNote(this._opts.options)}`;
         line.hidden = false;
       })
       .catch(() => undefined); // the quota is checked on submit anyway
@@ -398,4 +393,18 @@ export class FormState {
       f.general.textContent = '';
     }
   }
+}
+
+/**
+ * Whose GPUs a job counts against, after the quota's summary: on a cluster its
+ * own; here, this server's, which count already, unless it has none.
+ */
+export function quotaNote(o: IJobOptions): string {
+  if (o.kubernetes) {
+    return "This job's GPUs count toward your quota, with your servers'.";
+  }
+  if (o.local && o.local.gpus > 0) {
+    return "A job here runs on this server's GPUs, which count already.";
+  }
+  return 'A job here runs on this server, which has no GPU, so it holds none.';
 }
