@@ -87,12 +87,13 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 @pytest.mark.e2e
 @needs_cgroups
 def test_a_server_runs_in_a_cgroup_with_the_cpu_and_memory_it_asked_for(hub: Hub) -> None:
+    # This hub runs every server as its own account (run_as_hub_user): the server could
+    # rewrite its own cgroup, so the form promises nothing (issue 39), cgroup or not.
     page = form_of(hub, "alice")
-    assert (
-        help_of(page, "cpu") == "0.5 to 4 cores: your server and all it runs use at most this many."
-    )
-    assert "at most this much" in help_of(page, "memory")
-    assert "guaranteed" not in page and "not enforced" not in page
+    assert help_of(page, "cpu") == "0.5 to 4 cores."
+    note = re.search(r'id="gpuhub-resources-note">([^<]*)<', page)
+    assert note and note[1].startswith("CPU and memory are not enforced on this machine")
+    assert "guaranteed" not in page and "at most this many" not in page
 
     answer = spawn_json(hub, "alice", {"cpu": 1.5, "memory": "1G", "gpus": 1})
     assert answer.status_code in (201, 202), answer.text
@@ -147,6 +148,20 @@ def test_enforce_limits_true_refuses_spawns_where_no_cgroup_can_be_made(
     )
     assert LocalGPUSpawner(enforce_limits="auto").resource_enforcement() == "unenforced"
     assert LocalGPUSpawner(enforce_limits=False).resource_enforcement() == "unenforced"
+
+
+def test_a_server_that_runs_as_the_hubs_account_is_promised_no_caps(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each user's own account: the server's cgroup holds it ("capped"). The hub's own
+    account (``run_as_hub_user``): the server can rewrite its cgroup and the hub's record of
+    its GPU-hours, so neither is promised; the form and the budget's text say why."""
+    monkeypatch.setitem(cgroups._FOUND, False, (cgroups.Place(2, (tmp_path,)), ""))
+    own = LocalGPUSpawner(enforce_limits="auto")
+    assert (own.resource_enforcement(), own.caps_not_enforced()) == ("capped", "")
+    shared = LocalGPUSpawner(enforce_limits="auto", run_as_hub_user=True)
+    assert shared.resource_enforcement() == "unenforced"
+    assert "can rewrite its own limits" in shared.caps_not_enforced()
 
 
 @needs_cgroups

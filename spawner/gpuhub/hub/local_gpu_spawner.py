@@ -456,10 +456,20 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return place
 
     def resource_enforcement(self) -> str:
+        if self.caps_not_enforced():
+            return "unenforced"  # its cgroup is the hub account's, so the server's own too
         try:
             return "capped" if self.limits_place() is not None else "unenforced"
         except web.HTTPError:
             return "unenforced"
+
+    def caps_not_enforced(self) -> str:
+        if not self.run_as_hub_user:
+            return ""
+        return (
+            "every server runs as the OS account of the hub itself (run_as_hub_user), so a "
+            "server can rewrite its own limits and the record of GPU-hours used"
+        )
 
     def _make_cgroup(self) -> cgroups.ServerCgroup | None:
         """This launch's cgroup, with the cores and memory it was given; the server joins it

@@ -584,7 +584,19 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         if monitor is None:
             return None
         state = monitor.budget_state(self.user.name, self.user_groups())
-        return state.as_json() if state is not None else None
+        if state is None:
+            return None
+        found = state.as_json()
+        why = self.caps_not_enforced()
+        found["enforced"] = not why
+        if why:  # the form and the GPU sidebar show the text: they must not promise a cap
+            found["text"] = f"{found['text']}; not enforced on this hub: {why}"
+        return found
+
+    def caps_not_enforced(self) -> str:
+        """Why a server can lift the caps the hub sets it (its CPU and memory, its GPU-hour
+        budget), said where those caps are shown; "" where it cannot."""
+        return ""
 
     async def gpus_would_idle(self, gpu_type: str, gpus: int) -> bool:
         """Whether ``gpus`` GPUs of ``gpu_type`` (its key or display name) would otherwise stay

@@ -7,6 +7,7 @@ The budgets are seconds, not hours, so that real servers spend them while the te
 
 from __future__ import annotations
 
+import html
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -101,6 +102,11 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     # The form says it before anything runs.
     form = hub.login("bob").get(f"{hub.url}/hub/spawn", timeout=30).text
     assert "0 of 0.002 GPU-hours used this day" in form and 'id="gpuhub-budget-cost"' in form
+    # Servers here run as the hub's own account (run_as_hub_user): they could rewrite the
+    # record of their GPU-hours, so neither the form nor the sidebar's text promises it.
+    assert fresh["enforced"] is False, fresh
+    assert "; not enforced on this hub: every server runs as the OS account" in fresh["text"]
+    assert "not enforced on this hub: every server runs as the OS account" in html.unescape(form)
 
     assert spawn(hub, "bob", {"gpus": 1}).status_code in (201, 202)
     wait_ready(hub, "bob")
