@@ -65,6 +65,18 @@ class ServerCgroup:
         except OSError:
             return False
 
+    def members(self) -> set[int]:
+        """The processes in this cgroup now (any of its hierarchies); empty when unreadable.
+        Whatever a process did to leave its parent (a double fork, a new session) it stays
+        here, and only root moves it out."""
+        found: set[int] = set()
+        for directory in self.dirs:
+            try:
+                found |= {int(p) for p in _read(directory / "cgroup.procs").split()}
+            except (OSError, ValueError):
+                continue
+        return found
+
     def remove(self) -> bool:
         """Remove the cgroup; False while processes still run in it (a job that outlived its
         server keeps the server's limits until it ends)."""

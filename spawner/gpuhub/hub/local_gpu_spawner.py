@@ -20,7 +20,7 @@ import ipaddress
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -640,6 +640,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     _gpuhub_stopping = False
     _gpuhub_server_id = ""  # this launch's id; "" until the first use after a launch ends
     _gpuhub_pending: list[int] | None = None  # the devices a gone server left to settle
+    # Where a gone server's work may still run, for the look for survivors: its sessions
+    # (the server's own, its kernels'), and its cgroup.
+    _gpuhub_sessions: frozenset[int] = frozenset()
+    _gpuhub_left_cgroup: cgroups.ServerCgroup | None = None
 
     @property
     def _server_id(self) -> str:
@@ -683,10 +687,18 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     async def _settle_gpus(self, descendants: list[Process]) -> None:
         """Give the server's GPUs back, except those its surviving processes still use."""
         held, self._gpuhub_pending = self._gpuhub_pending, None
+        sessions, self._gpuhub_sessions = self._gpuhub_sessions, frozenset()
+        cgroup, self._gpuhub_left_cgroup = self._gpuhub_left_cgroup, None
         if not held:
             return
         survivors = await asyncio.to_thread(
-            _survivors, descendants, self._launch_proof(), self._server_id
+            _survivors,
+            descendants,
+            self._launch_proof(),
+            self._server_id,
+            held,
+            sessions | _sessions_of(descendants),
+            cgroup,
         )
         self._gpuhub_server_id = ""  # the next launch gets a new one
         kept = self._book.settle(jobs_key(self.user.name, self.name), held, survivors)
@@ -733,6 +745,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             self._book.claim(self._holder_key, state["gpus"], holder)
 
     def clear_state(self) -> None:
+        if self.pid:  # the server's session (JupyterHub starts it in one of its own)
+            self._gpuhub_sessions = self._gpuhub_sessions | {self.pid}
+        if self._gpuhub_cgroup is not None:
+            self._gpuhub_left_cgroup = self._gpuhub_cgroup
         super().clear_state()
         # Called once the server process is gone (poll, stop): its own hold ends, and what
         # its surviving processes may still use is held for them; its cgroup goes with it.
@@ -835,46 +851,95 @@ def _server_processes(pid: int) -> list[Process]:
 
 
 def _survivors(
-    descendants: list[Process], proof: Proof | None, server_id: str
+    descendants: list[Process],
+    proof: Proof | None,
+    server_id: str,
+    devices: Sequence[int] = (),
+    sessions: Iterable[int] = (),
+    cgroup: cgroups.ServerCgroup | None = None,
 ) -> list[tuple[HeldProcess, frozenset[int] | None]]:
-    """Processes of a just-stopped server that still run, with the GPUs each can see.
+    """Processes of a just-stopped server that still run, with the GPUs each keeps held.
 
-    Found by the hub itself: the server's descendants taken before the stop, and processes
-    that prove this launch's grant (``proof``: the grant signed for this ``GPUHUB_SERVER_ID``,
-    and the server's OS account), such as a job that detached from its parent. What a
-    process merely says (``GPUHUB_SERVER_ID`` alone) never makes it the server's: another
-    user's process could say it and have this user's GPUs kept for it. ``None`` for the
-    GPUs means unreadable: keep them all.
+    Found by the hub itself, so that no work escapes charging by leaving the server's process
+    tree: the server's descendants taken before the stop; every process still in the
+    server's ``cgroup`` (a double fork or a new session stays in it); every process in one of
+    the server's ``sessions`` or process groups (its own and its kernels': where there is no
+    cgroup, a double fork stays in its session, and Linux gives no new process a pid still in
+    use as a session's or a group's id); and processes that prove this launch's grant
+    (``proof``: the grant signed for this ``GPUHUB_SERVER_ID``, and the server's OS account),
+    such as a job that detached from its parent. What a process merely says
+    (``GPUHUB_SERVER_ID`` alone) never makes it the server's: another user's process could
+    say it and have this user's GPUs kept for it.
+
+    The GPUs a survivor keeps: those of ``devices`` its ``CUDA_VISIBLE_DEVICES`` lists where
+    it names some of them and nothing else (a local job given part of the server's GPUs);
+    ``None``, all of them, where it names none of them, others, or cannot be read: a process
+    can set it to "" or another GPU and use any it can open, so what it says can narrow its
+    charge but never drop it.
     """
     import psutil
 
     from gpuhub.hub.ledger.device_book import alive
 
     found: dict[int, Process] = {p[0]: p for p in descendants if alive(p)}
-    if proof is not None:
-        for proc in psutil.process_iter(["pid", "create_time", "uids", "environ"]):
-            info = proc.info
-            env = info.get("environ") or {}
-            if env.get(SERVER_ID_ENV) != server_id:
-                continue  # cheap first: most processes are no server's
-            uids = info.get("uids")
-            launch = proof.launch(env.get(LAUNCH_ENV), uids.real if uids is not None else None)
-            if launch is not None and launch.launch == server_id:
-                found.setdefault(info["pid"], (info["pid"], info["create_time"]))
+    members = cgroup.members() if cgroup is not None else set()
+    sessions = frozenset(sessions) - {os.getsid(0)}  # never the hub's own session
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid", "create_time", "uids", "environ"]):
+        info = proc.info
+        pid = info["pid"]
+        if pid == me or pid in found:
+            continue
+        if pid in members or (sessions and _in_sessions(pid, sessions)):
+            found[pid] = (pid, info["create_time"])
+            continue
+        env = info.get("environ") or {}
+        if proof is None or env.get(SERVER_ID_ENV) != server_id:
+            continue  # cheap first: most processes are no server's
+        uids = info.get("uids")
+        launch = proof.launch(env.get(LAUNCH_ENV), uids.real if uids is not None else None)
+        if launch is not None and launch.launch == server_id:
+            found[pid] = (pid, info["create_time"])
     survivors = []
+    own = frozenset(devices)
     for pid, started in found.values():
         command, job = "", ""
         try:
             proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
             environ = proc.environ()
-            visible = environ.get("CUDA_VISIBLE_DEVICES")
+            visible = device_set(environ.get("CUDA_VISIBLE_DEVICES"))
             job = environ.get(JOB_ID_ENV, "")  # a local job's runner and kernel: its id
             command = command_line(proc.cmdline())
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.AccessDenied:
             visible = None
+        if visible is not None and (not visible or not visible <= own):
+            visible = None  # says none of the server's GPUs, or others: keeps them all
         held = HeldProcess(pid, started, command, server_id, job)
-        survivors.append((held, device_set(visible)))
+        survivors.append((held, visible))
     return survivors
+
+
+def _in_sessions(pid: int, sessions: frozenset[int]) -> bool:
+    """Whether process ``pid`` is in one of ``sessions`` (as a session or process group)."""
+    try:
+        return os.getsid(pid) in sessions or os.getpgid(pid) in sessions
+    except OSError:
+        return False
+
+
+def _sessions_of(processes: Iterable[Process]) -> frozenset[int]:
+    """The sessions ``processes`` (the server's descendants) run in: a kernel has its own."""
+    found = set()
+    for pid, _ in processes:
+        try:
+            found.add(os.getsid(pid))
+        except OSError:
+            continue
+    return frozenset(found)
 
 
 def public_host(config: Any) -> str:
