@@ -211,6 +211,10 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
         # The one way out while in line: JupyterHub's own Stop Server button (>= 6) is hidden.
         assert page.get_by_role("button", name="Stop Server").count() == 0
         second = int(page.get_attribute("#progress-bar", "aria-valuenow") or 0)
+        # The bar says the place, not "25% Complete": nothing is a quarter done in a line.
+        place = "document.querySelector('#progress-bar').getAttribute('aria-valuetext')"
+        page.wait_for_function(f"{place} === '2nd in line for GPUs'")
+        assert page.locator("#progress-bar").text_content().strip() == "2nd in line for GPUs"
         page.screenshot(path=str(artifact("waiting-page.png")), full_page=True)
 
         hub.api("DELETE", "/users/bob/server")  # bob leaves: carol is first now
@@ -218,6 +222,7 @@ def test_the_waiting_page_says_the_place_and_the_deadline_and_leaving_leaves(
             "document.querySelector('#progress-message').textContent.includes('1st in line')"
         )
         first = int(page.get_attribute("#progress-bar", "aria-valuenow") or 0)
+        page.wait_for_function(f"{place} === '1st in line for GPUs'")
         assert 10 <= second < first <= 40, (second, first)
 
         leave.click()
