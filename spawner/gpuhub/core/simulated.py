@@ -70,6 +70,8 @@ class Usage:
     # pid -> the launch grant it carries and its real uid, for the hub to check (not proof
     # by itself: gpuhub.hub.ledger.launches.Proof).
     grants: dict[int, Grant] = field(default_factory=dict)
+    # pid -> its real uid: whose account a process without a grant runs as.
+    accounts: dict[int, int] = field(default_factory=dict)
 
 
 class Tracker:
@@ -117,6 +119,7 @@ class Tracker:
                 try:
                     cpu = proc.cpu_percent(None)
                     rss = proc.memory_info().rss
+                    usage.accounts[proc.pid] = proc.uids().real
                 except (psutil.Error, OSError):
                     continue
                 if grant is not None:

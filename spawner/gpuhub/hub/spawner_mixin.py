@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlparse
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 from traitlets import Any as TraitAny
-from traitlets import Dict, Float, Type, Unicode, Union, default, observe
+from traitlets import Bool, Dict, Float, Type, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from gpuhub.core import words
@@ -361,6 +361,16 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         help="""Workstation, GPU types shared by memory without the CUDA MPS daemon: seconds a
         server may use more GPU memory than its share (warned at once) before it is stopped,
         saying why. 0 turns the check off.""",
+    )
+    gpu_share_end_unexplained = Bool(
+        True,
+        config=True,
+        help="""Workstation, GPU types shared by memory (with ``gpu_share_grace``): end a process
+        whose memory on such a GPU proves no holder of it (no launch grant, and no share of
+        that GPU held by the user its OS account is named for) once it has lasted
+        ``gpu_share_grace``, telling the fleet admins its pid and account (log, fleet page).
+        False: such memory is only shown (fleet page, ``/hub/metrics``), for a machine whose
+        shared GPUs other software uses too.""",
     )
     gpu_queue_timeout = Float(
         1800,

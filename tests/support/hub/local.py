@@ -129,6 +129,9 @@ c.LocalGPUSpawner.gpu_types = {{
 c.LocalGPUSpawner.default_limits = {{"max_gpus": 1}}
 c.LocalGPUSpawner.gpu_monitor_interval = 0.5
 c.LocalGPUSpawner.gpu_share_grace = {grace}
+# Other tests' processes run on the same simulated GPUs side by side: only
+# test_overshare_strays.py, on a GPU of its own, ends what proves no holder.
+c.LocalGPUSpawner.gpu_share_end_unexplained = False
 """
     )
 

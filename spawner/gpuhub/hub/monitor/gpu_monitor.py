@@ -46,7 +46,7 @@ from gpuhub.hub.ledger.budget_usage import (
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
-from gpuhub.hub.monitor.overshare import ShareWatch
+from gpuhub.hub.monitor.overshare import ShareWatch, StrayWatch
 from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
 from gpuhub.hub.monitor.usage import BUDGET, SHARE_OVERUSE, Notice, UsageStore
 from gpuhub.hub.monitor.utilization import (
@@ -142,6 +142,11 @@ class GPUMonitor:
         # Shares of a GPU over their memory (workstation without the CUDA MPS daemon).
         grace = float(getattr(spawner, "gpu_share_grace", 0) or 0)
         self.shares = ShareWatch(grace) if grace > 0 else None
+        # Processes whose memory on a shared GPU proves no holder: ended after the same
+        # grace; what the fleet admins are told of the last ones ended (newest last).
+        end = bool(getattr(spawner, "gpu_share_end_unexplained", True))
+        self.strays = StrayWatch(grace) if grace > 0 and end else None
+        self.strays_ended: tuple[str, ...] = ()
         # Memory on shared GPUs that no proven holder explains (the admin's, never charged):
         # the last tick's, for the fleet page and /hub/metrics.
         self.unexplained: tuple[Unexplained, ...] = ()
@@ -180,6 +185,8 @@ class GPUMonitor:
             samples, unexplained = {}, ()
         self._tell_unexplained(unexplained)
         self.unexplained = unexplained
+        if self.strays is not None:  # seen as of the sample's end (it may take a while)
+            await self._end_strays(unexplained, time.time())
         # What changed while the sample was taken counts as of now: a server stopped meanwhile
         # must not come back as a row, one started meanwhile must not go (no samples yet).
         held, self.waiting = self._held()
@@ -619,6 +626,26 @@ class GPUMonitor:
                     ", ".join(map(str, entry.pids)),
                 )
 
+    async def _end_strays(self, unexplained: tuple[Unexplained, ...], now: float) -> None:
+        """End each process whose memory on a shared GPU has proved no holder for the grace
+        (:class:`gpuhub.hub.monitor.overshare.StrayWatch`), and tell the fleet admins: the
+        log, and the fleet page (:attr:`strays_ended`). The ending waits in a task of its
+        own, not in the tick."""
+        assert self.strays is not None
+        for pid in self.strays.observe(unexplained, now):
+            account = self.strays.seen[pid].account
+            said = self.strays.ended(pid, now)
+            task = asyncio.ensure_future(self._end_stray(pid, account, said))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _end_stray(self, pid: int, account: str, said: str) -> None:
+        if not await asyncio.to_thread(_end_process, pid, account):
+            return
+        log.warning("gpuhub: %s", said)
+        self.strays_ended = (*self.strays_ended, said)[-20:]
+        self._changed()
+
     def share_warnings(self, user: str) -> list[tuple[Holding, float, str]]:
         """``user``'s servers over their share of a GPU now: (holding, when it is stopped,
         the warning)."""
@@ -931,3 +958,32 @@ def ensure_started(spawner: Any) -> None:
 
     _STARTING = asyncio.ensure_future(_start(spawner))
     _STARTING.add_done_callback(done)
+
+
+def _end_process(pid: int, account: str) -> bool:
+    """End process ``pid`` if it still runs as ``account`` (a pid may have been reused):
+    SIGTERM, then SIGKILL after 5 seconds. Blocking (runs in a thread). Never the hub."""
+    import os
+
+    import psutil
+
+    from gpuhub.hub.monitor.utilization import account_name
+
+    if pid in (os.getpid(), os.getppid()):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if account and account_name(proc.uids().real) != account:
+            return False
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except psutil.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.Error, OSError) as exc:
+        log.warning("gpuhub: could not end process %s (OS account %s): %s", pid, account, exc)
+        return False
+    return True

@@ -7,6 +7,11 @@ taking the whole device from the others on it; so the hub's monitor reads what e
 own processes use (:attr:`gpuhub.hub.monitor.utilization.GPUSample.own_memory`: NVML's per-process GPU
 memory, or resident memory for simulated GPUs), warns a server that is over at once, and
 stops it, like idle reclaim, if it is still over ``grace`` seconds later, saying why.
+
+A process with no launch grant is attributed through its OS account where users have their
+own (:func:`gpuhub.hub.monitor.utilization.attribute`); memory that still proves no holder
+of a shared GPU is nobody's to take: :class:`StrayWatch` ends its processes after the same
+grace and tells the fleet admins. No process escapes both.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from datetime import UTC, datetime
 from gpuhub.core import words
 from gpuhub.core.holdings import Holding
 from gpuhub.core.quantity import human_memory
-from gpuhub.hub.monitor.utilization import GPUSample
+from gpuhub.hub.monitor.utilization import GPUSample, Unexplained
 
 HoldingKey = tuple[str, str, str]
 
@@ -98,3 +103,51 @@ class ShareWatch:
 
     def deadline(self, key: HoldingKey) -> float:
         return self.over[key].since + self.grace
+
+
+@dataclass
+class Stray:
+    """A process on a shared GPU that no holder explains: since when, its account, use."""
+
+    since: float
+    account: str
+    gpu: str
+    used: int  # bytes, the device's unexplained memory at the last look
+
+
+class StrayWatch:
+    """Processes whose memory on a shared GPU no holder explains (no launch grant, and not
+    attributed to a holder through their OS account): none may use the others' memory for
+    nothing, so each is ended once it has been seen for ``grace`` seconds, and the fleet
+    admins are told which process and which account (the monitor's log and fleet page)."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.seen: dict[int, Stray] = {}
+
+    def observe(self, unexplained: Iterable[Unexplained], now: float) -> list[int]:
+        """Update from one tick's unexplained memory; returns the pids to end now."""
+        still: dict[int, Stray] = {}
+        for entry in unexplained:
+            if not entry.used:
+                continue
+            accounts = entry.accounts or ("",) * len(entry.pids)
+            for pid, account in zip(entry.pids, accounts, strict=False):
+                found = self.seen.get(pid)
+                if found is None:
+                    found = Stray(now, account, entry.gpu, entry.used)
+                found.used = entry.used
+                still[pid] = found
+        self.seen = still
+        return [pid for pid, stray in still.items() if now - stray.since >= self.grace]
+
+    def ended(self, pid: int, when: float) -> str:
+        """What the fleet admins read once ``pid`` was ended."""
+        stray = self.seen.pop(pid)
+        at = datetime.fromtimestamp(when, UTC)
+        return (
+            f"{at:%Y-%m-%d %H:%M:%S} UTC: ended process {pid} (OS account "
+            f"{stray.account or 'unknown'}) on shared GPU {stray.gpu}: its memory there "
+            f"({human_memory(stray.used)} unexplained in all) proved no holder for "
+            f"{words.duration(self.grace)}."
+        )

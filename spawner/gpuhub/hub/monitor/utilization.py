@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ class Unexplained:
     gpu_type: str
     used: int  # bytes (0: all of the device's memory is explained)
     pids: tuple[int, ...]
+    accounts: tuple[str, ...] = ()  # the OS account of each of pids ("": unknown)
 
 
 Owned = dict[tuple[int, str, str], int]  # (device, user, server) -> bytes its processes use
@@ -65,14 +66,20 @@ def attribute(
     processes: dict[int, list[tuple[int, int]]],
     proven: dict[int, Launch],
     holdings: Sequence[Holding],
+    accounts: Mapping[int, int] | None = None,
+    proof: Proof | None = None,
 ) -> tuple[Owned, tuple[Unexplained, ...]]:
     """Whose GPU memory is whose. ``processes``: {device: [(pid, bytes)]}; ``proven``: the
     launch each process proved (:class:`~gpuhub.hub.ledger.launches.Proof`). A process counts
     for a server of the launch's user and name on a device its grant lists and that server
-    (or the processes it left, a job hold) holds; the rest of a shared device's memory is
-    :class:`Unexplained`. Returns (what each server's processes use per device, what is
-    unexplained on each device a share by memory holds)."""
+    (or the processes it left, a job hold) holds. One without such a grant (it dropped
+    ``GPUHUB_LAUNCH``) counts, where users have their own OS accounts (``proof`` not of a
+    shared account), for the server holding a share of that device of the user its account
+    (``accounts``: pid -> real uid) is named for. The rest of a shared device's memory is
+    :class:`Unexplained`, with each process's account. Returns (what each server's processes
+    use per device, what is unexplained on each device a share by memory holds)."""
     holders: dict[int, set[tuple[str, str]]] = {}
+    shares: dict[tuple[int, str], str] = {}  # (device, user) -> their share's server
     types: dict[int, str] = {}
     shared: set[int] = set()
     for holding in holdings:
@@ -81,27 +88,69 @@ def attribute(
             types.setdefault(device, holding.gpu_type)
             if holding.share is not None and holding.memory:
                 shared.add(device)
+                if holding.kind == "server":
+                    user_on = (device, holding.user)
+                    shares[user_on] = min(shares.get(user_on, holding.name), holding.name)
+    own_accounts = proof is not None and not proof.shared_account
+    accounts = accounts or {}
     own: Owned = {}
     unexplained = []
     for device, found in sorted(processes.items()):
         stray, pids = 0, []
         for pid, used in found:
             launch = proven.get(pid)
+            name = account_name(accounts.get(pid))
             if (
                 launch is not None
                 and device in launch.devices
                 and (launch.user, launch.server) in holders.get(device, ())
             ):
                 key = (device, launch.user, launch.server)
-                own[key] = own.get(key, 0) + used
-            elif used > 0:
-                stray += used
-                pids.append(pid)
+            elif launch is None and own_accounts and (device, name) in shares:
+                key = (device, name, shares[(device, name)])  # its account's user's share
+            else:
+                if used > 0:
+                    stray += used
+                    pids.append((pid, name))
+                continue
+            own[key] = own.get(key, 0) + used
         if device in shared:
+            pids.sort()
             unexplained.append(
-                Unexplained(str(device), types.get(device, ""), stray, tuple(sorted(pids)))
+                Unexplained(
+                    str(device),
+                    types.get(device, ""),
+                    stray,
+                    tuple(p for p, _ in pids),
+                    tuple(a for _, a in pids),
+                )
             )
     return own, tuple(unexplained)
+
+
+def account_name(uid: int | None) -> str:
+    """The OS account of ``uid`` ("" unknown; the number where it has no name)."""
+    if uid is None:
+        return ""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def process_accounts(pids: set[int]) -> dict[int, int]:
+    """The real uid of each of ``pids`` that still runs (blocking: reads /proc)."""
+    import psutil
+
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = psutil.Process(pid).uids().real
+        except (psutil.Error, OSError):
+            continue
+    return out
 
 
 def proven_launches(proof: Proof, pids: set[int]) -> dict[int, Launch]:
@@ -173,11 +222,15 @@ class _ProvenSource(UtilizationSource):
         holdings: Sequence[Holding],
         processes: dict[int, list[tuple[int, int]]],
         proven: dict[int, Launch],
+        accounts_of: Callable[[set[int]], dict[int, int]] | None = None,
     ) -> Owned | None:
+        """Attribute, blocking: runs in a thread."""
         if self.proof is None:
             self.unexplained = ()
             return None
-        own, self.unexplained = attribute(processes, proven, holdings)
+        pids = {pid for found in processes.values() for pid, _ in found}
+        accounts = accounts_of(pids) if accounts_of is not None else process_accounts(pids)
+        own, self.unexplained = attribute(processes, proven, holdings, accounts, self.proof)
         return own
 
 
@@ -199,7 +252,7 @@ class NVMLUtilization(_ProvenSource):
             proven = (
                 await asyncio.to_thread(proven_launches, self.proof, pids) if self.proof else {}
             )
-            own = self._attribute(holdings, processes, proven)
+            own = await asyncio.to_thread(self._attribute, holdings, processes, proven)
         else:
             self.unexplained = ()
         return samples_by_device(holdings, by_device, own)
@@ -234,7 +287,10 @@ class SimulatedUtilization(_ProvenSource):
                 if launch is not None:
                     proven[pid] = launch
         processes = {d: found for d, found in usage.processes.items() if d in devices}
-        return samples_by_device(holdings, by_device, self._attribute(holdings, processes, proven))
+        own = await asyncio.to_thread(
+            self._attribute, holdings, processes, proven, lambda _: dict(usage.accounts)
+        )
+        return samples_by_device(holdings, by_device, own)
 
 
 def samples_by_device(

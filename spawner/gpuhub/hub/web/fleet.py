@@ -208,6 +208,7 @@ class Snapshot:
     groups_of: Mapping[str, list[str]]
     waiting: tuple[Holding, ...] = ()  # GPUMonitor.waiting: what waits for GPUs
     unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
+    ended: tuple[str, ...] = ()  # GPUMonitor.strays_ended: processes ended, for admins
     budgets: BudgetView | None = None  # GPUMonitor.budget_view; None: no gpu_hours
     # GPUMonitor.devices: each DRA type's devices (tuples of frozen values)
     devices: Mapping[str, tuple[DeviceFree, ...]] = field(default_factory=dict)
@@ -235,6 +236,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         groups_of=groups_of,
         waiting=tuple(monitor.waiting.values()),
         unexplained=monitor.unexplained,
+        ended=monitor.strays_ended,
         budgets=monitor.budget_view if monitor.budget_config is not None else None,
         devices=dict(monitor.devices),
     )
@@ -358,6 +360,7 @@ def fleet_view(snap: Snapshot) -> FleetView:
         for n, (free, total) in snap.memory.items()
     }
     view.unexplained = [unexplained_text(u) for u in snap.unexplained if u.used]
+    view.unexplained += list(snap.ended)
     held_by_group: dict[str, list[float]] = {}
     for row in rows:
         for group in snap.groups_of.get(row.user, []):
@@ -389,11 +392,14 @@ def _by_node(device: DeviceFree) -> tuple[str, int, str]:
 def unexplained_text(entry: Unexplained) -> str:
     """A shared GPU's memory that no holder proves is theirs, for the fleet admins."""
     many = len(entry.pids) != 1
+    accounts = ", ".join(sorted({a for a in entry.accounts if a}))
     return (
         f"GPU {entry.gpu} ({entry.gpu_type or 'GPU'}): {human_memory(entry.used)} used by "
         f"process{'es' if many else ''} {', '.join(map(str, entry.pids))}, which prove"
         f"{'' if many else 's'} no holder of it (no launch grant, another OS account's, or "
-        "another GPU's); nobody's share is charged for it."
+        "another GPU's); nobody's share is charged for it"
+        f"{f' (OS accounts: {accounts})' if accounts else ''}. It is ended once that has "
+        "lasted the grace for going over a share."
     )
 
 
