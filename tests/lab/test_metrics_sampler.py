@@ -13,7 +13,6 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from gpuhub_lab.metrics.service import MetricsService
 from gpuhub_lab.metrics.nvml import NVMLSource
 from gpuhub_lab.metrics.sampler import (
     FACTS_SECONDS,
@@ -24,6 +23,7 @@ from gpuhub_lab.metrics.sampler import (
     GPUSampler,
     Sample,
 )
+from gpuhub_lab.metrics.service import MetricsService
 from tests.support import fake_nvml as fake
 
 FAKE = "tests.support.fake_nvml"
