@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
@@ -35,7 +35,6 @@ from gpuhub.jobs.backend import JobRouter
 from gpuhub.jobs.http import JobsJSONMixin
 from gpuhub.jobs.local import server_gpu_ids
 from gpuhub.jobs.model import (
-    KIND_NAMES,
     KINDS,
     MAX_NAME,
     MAX_PARAMETERS_BYTES,
@@ -227,7 +226,7 @@ class JobOptionsHandler(JobsHandlerBase):
                     kind.update(available=False, reason=exc.message)
             else:
                 if offer is not None:
-                    options["kinds"] = [dict(k) for k in offer.kinds]
+                    options["kinds"] = [kind_facts(k) for k in offer.kinds]
                     options.update(offer.runtimes.to_json())
         self.reply(options)
 
@@ -302,17 +301,19 @@ async def compile_here(request: JobRequest) -> str:
 def job_options(context: JobsContext) -> dict[str, Any]:
     """The submit dialog's choices for this user: what the spawn form would offer.
 
-    ``kinds`` lists every kind with ``available`` and, when not, the sentence why;
-    ``local`` describes this server's GPUs when kind ``job`` runs here. The handler adds
-    ``quota``: ``{"left", "note"}`` on a cluster, what the user's quota leaves for a job.
+    ``kinds`` lists every kind with its facts (:meth:`gpuhub.jobs.kinds.base.JobKind.facts`),
+    ``available`` and, when not, the sentence why, and ``here``: whether it runs on this
+    server, whose GPUs ``local`` describes. The handler adds ``quota``: ``{"left", "note"}``
+    on a cluster, what the user's quota leaves for a job.
     """
     router = context.router
+    local = not context.config.kubernetes_mode
     kinds = [
         {
-            "kind": kind,
-            "label": KIND_NAMES[kind],
+            **KINDS[kind].facts(),
             "available": kind in router.backends,
             "reason": None if kind in router.backends else router.unavailable.get(kind),
+            "here": local and kind in router.backends,
         }
         for kind in KINDS
     ]
@@ -361,6 +362,8 @@ def job_options(context: JobsContext) -> dict[str, Any]:
                     "description": c.gpu_type.description,
                     "max_gpus": c.max_gpus,
                     "mig": c.gpu_type.is_mig,
+                    # Claimed through DRA: the kinds with ``no_claims`` cannot have it.
+                    "dra": c.gpu_type.dra is not None,
                     "sharing": sharing_json(c.gpu_type),
                 }
                 for c in choices.gpu_types
@@ -379,6 +382,13 @@ def job_options(context: JobsContext) -> dict[str, Any]:
         }
     )
     return options
+
+
+def kind_facts(offered: Mapping[str, Any]) -> dict[str, Any]:
+    """A kind the cluster offers (the jobs service's ``kinds``) with its facts: the service's
+    own, else this server's registry's (a service older than the facts); none runs here."""
+    known = KINDS.get(str(offered.get("kind")))
+    return {**(known.facts() if known is not None else {}), **offered, "here": False}
 
 
 def sharing_json(gpu_type: GPUType) -> dict[str, Any] | None:

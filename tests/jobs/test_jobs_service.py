@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from gpuhub.jobs.kinds.pipeline import PIPELINE
 from gpuhub.jobs.pipeline import NOT_CONFIGURED
 from gpuhub.k8s.labels import JOB_ID_LABEL, USER_LABEL, USERNAME_ANNOTATION
 from tests.support.cluster import Kube
@@ -210,8 +211,15 @@ def test_user_server_forwards_to_the_service(jobs, tokens, tmp_path):
         assert kinds["pipeline"] == {
             "kind": "pipeline",
             "label": "pipeline step",
+            "distributed": False,
+            "takes_runtime": False,
+            "runs_in": "Kubeflow Pipelines",
+            "no_claims": "Kubeflow Pipelines has no field for a step's DRA resource claims",
+            "description": PIPELINE.description,
+            "run_page": "KFP run page",
             "available": False,
             "reason": NOT_CONFIGURED,
+            "here": False,
         }
         # On the process node's simulated GPU: the job's pod really runs the notebook.
         created = server.api(

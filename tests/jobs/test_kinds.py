@@ -277,11 +277,21 @@ async def test_a_registered_kind_is_offered_end_to_end(root: Path, fake: Fake) -
     assert "fakejob" in ServiceConfig.from_dict({"policy": DESIGN_CONFIG, "job_image": "i"}).kinds
     jobs = Jobs(config, ServedNothingOptional(), KFP())  # type: ignore[arg-type]
     assert jobs.backend("fakejob") is jobs.kube and "fakejob" in jobs.router.kinds
+    # What the lab offers it by comes with it: a new kind touches the lab not at all.
+    facts = {
+        "distributed": False,
+        "takes_runtime": False,
+        "runs_in": None,
+        "no_claims": None,
+        "description": "",
+        "run_page": "Run page",
+    }
     assert await jobs.kinds() == [
-        {"kind": "job", "label": "training job", "available": True, "reason": None},
+        {"kind": "job", "label": "training job", **facts, "available": True, "reason": None},
         {
             "kind": "fakejob",
             "label": "FakeJob",
+            **facts,
             "available": False,
             "reason": "This cluster does not run FakeJobs (no Example operator).",
         },

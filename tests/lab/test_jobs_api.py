@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import requests
 
-from gpuhub.jobs.model import MAX_NAME
+from gpuhub.jobs.model import KINDS, MAX_NAME
 from gpuhub.jobs.policy_env import policy_env
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
 from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
@@ -106,6 +106,13 @@ def test_options_offer_this_machines_gpus(standalone):
     assert kinds["job"]["available"] and not kinds["pytorchjob"]["available"]
     assert "not connected to one" in kinds["pipeline"]["reason"]
     assert options["max_name_length"] == MAX_NAME  # the dialog's default name is cut there
+    # Each kind's facts come from the kinds' registry, so the dialog names no kind itself;
+    # only the training job runs on this server.
+    assert all(kinds[k.name].items() >= k.facts().items() for k in KINDS.values())
+    assert [k for k in kinds if kinds[k]["here"]] == ["job"]
+    assert kinds["pytorchjob"]["distributed"] and not kinds["job"]["distributed"]
+    assert kinds["trainjob"]["takes_runtime"] and kinds["pipeline"]["runs_in"]
+    assert options["gpu_types"][0]["dra"] is False
 
 
 @pytest.mark.parametrize(

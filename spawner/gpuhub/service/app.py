@@ -36,7 +36,7 @@ from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.kinds import KINDS
 from gpuhub.jobs.kinds.base import WorkloadKind
 from gpuhub.jobs.kinds.pipeline import PIPELINE
-from gpuhub.jobs.model import KIND_NAMES, JobError, JobRecord, JobRequest, parse_kind
+from gpuhub.jobs.model import JobError, JobRecord, JobRequest, parse_kind
 from gpuhub.jobs.pipeline import NOT_CONFIGURED, KFPBackend
 from gpuhub.service.config import ServiceConfig
 from gpuhub.service.notebook import shipped_notebook
@@ -68,8 +68,9 @@ class Jobs:
         return self.kfp if kind in self.kfp.kinds else self.kube
 
     async def kinds(self) -> list[dict[str, Any]]:
-        """The kinds the admin offers (``kinds``), each with whether it runs here and, when
-        not, the sentence why."""
+        """The kinds the admin offers (``kinds``), each with its facts (what the lab needs to
+        offer it, :meth:`~gpuhub.jobs.kinds.base.JobKind.facts`), whether it runs here and,
+        when not, the sentence why."""
         served = await self.kube.served_custom_kinds()
         queue_problem = await self.kube.queue_problem()
         out = []
@@ -81,14 +82,7 @@ class Jobs:
                 reason = queue_problem
             elif isinstance(runs, WorkloadKind) and runs.operator and kind not in served:
                 reason = runs.not_served()
-            out.append(
-                {
-                    "kind": kind,
-                    "label": KIND_NAMES[kind],
-                    "available": reason is None,
-                    "reason": reason,
-                }
-            )
+            out.append({**runs.facts(), "available": reason is None, "reason": reason})
         return out
 
     def record_json(self, record: JobRecord) -> dict[str, Any]:

@@ -168,6 +168,25 @@ class JobKind(abc.ABC):
     # Why its pods cannot claim GPUs of a type claimed through DRA (gpuhub.k8s.dra), as a
     # refusal says it; "": their pod templates carry the claim.
     no_claims: str = ""
+    # What the lab's submit dialog says of it where it is a choice of its own (a kind whose
+    # runs live elsewhere, ``runs_in``), and how the jobs panel names its job's page (a
+    # record's ``url``).
+    description: str = ""
+    run_page: str = "Run page"
+
+    def facts(self) -> dict[str, Any]:
+        """What the lab knows of it, served with the kinds offered (the jobs options answer,
+        docs/jobs.md), so that a new kind needs no change in the lab."""
+        return {
+            "kind": self.name,
+            "label": self.display_name,
+            "distributed": self.distributed,
+            "takes_runtime": self.takes_runtime,
+            "runs_in": self.runs_in,
+            "no_claims": self.no_claims or None,
+            "description": self.description,
+            "run_page": self.run_page,
+        }
 
     def name_stem(self, stem: str, room: int) -> str:
         """The stem of a job id (``<stem>-<digest>``) at most ``room`` characters long, as

@@ -22,6 +22,10 @@ class Pipeline(JobKind):
     runs_in = "Kubeflow Pipelines"
     run_name = "pipeline run"
     no_claims = "Kubeflow Pipelines has no field for a step's DRA resource claims"
+    description = (
+        "The notebook as a one-step Kubeflow pipeline; its run page links from the Jobs panel."
+    )
+    run_page = "KFP run page"
     # Each job's record: created, read, listed, annotated when cancelled, deleted.
     rbac = Access(
         service=(Rule("", ("configmaps",), ("create", "get", "list", "patch", "delete")),)
