@@ -661,6 +661,9 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         descendants: list[Process] = []
         if self.pid and self.allocated_gpus:
             descendants = await asyncio.to_thread(_server_processes, self.pid)
+            # While they run: a kernel leads a session of its own, which outlives it.
+            sessions = await asyncio.to_thread(_sessions_of, descendants)
+            self._gpuhub_sessions = self._gpuhub_sessions | sessions
         self._gpuhub_stopping = True
         try:
             await super().stop(now=now)

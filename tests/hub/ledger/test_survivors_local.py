@@ -53,10 +53,29 @@ print("worker", out.stdout.strip())
 """
 
 
+def start(tmp_path_factory: pytest.TempPathFactory, limits: str) -> Hub:
+    workdir = tmp_path_factory.mktemp("survivors-hub")
+    config = jobs_hub_config(workdir) + SURVIVORS + LEDGER_READER
+    return start_hub(workdir, config + f"c.LocalGPUSpawner.enforce_limits = {limits}\n")
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    workdir = tmp_path_factory.mktemp("survivors-hub")
-    hub = start_hub(workdir, jobs_hub_config(workdir) + SURVIVORS + LEDGER_READER)
+    """No cgroups: only the sessions keep the worker."""
+    hub = start(tmp_path_factory, "False")
+    try:
+        yield hub
+    finally:
+        hub.api("DELETE", "/users/alice/server")
+        hub.stop()
+
+
+@pytest.fixture(scope="module")
+def cgroup_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """Each server in a cgroup of its own: a new session stays in it."""
+    if PLACE is None:
+        pytest.skip(f"a new session leaves no trace but a cgroup: {WHY}")
+    hub = start(tmp_path_factory, "True")
     try:
         yield hub
     finally:
@@ -71,21 +90,14 @@ def job_holds(hub: Hub) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "new_session",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.skipif(
-                PLACE is None, reason=f"a new session leaves no trace but a cgroup: {WHY}"
-            ),
-        ),
-    ],
-    ids=["double-fork", "double-fork-new-session"],
+    ("hub_name", "new_session"),
+    [("hub", False), ("cgroup_hub", True)],
+    ids=["double-fork-session", "double-fork-new-session-cgroup"],
 )
 def test_a_worker_that_left_the_server_keeps_its_gpu_held_until_it_ends(
-    hub: Hub, new_session: bool
+    request: pytest.FixtureRequest, hub_name: str, new_session: bool
 ) -> None:
+    hub: Hub = request.getfixturevalue(hub_name)
     home = hub.workdir / "users" / "alice"
     flag = home / f"escape-{int(new_session)}"
     write_notebook(home / "escape.ipynb", "print(1)")
