@@ -373,13 +373,7 @@ class JobItem {
     this._runPage.hidden = url === null;
     if (url) {
       this._runPage.href = url;
-      this._runPage.textContent =
-        job.kind === 'pipeline' ? 'KFP run page' : 'Run page';
       this._runPage.title = `${url} (opens in a new tab)`;
-      this._runPage.setAttribute(
-        'aria-label',
-        `${this._runPage.textContent} of ${job.name} (opens in a new tab)`
-      );
     }
     this._cancel.hidden = FINAL_STATUSES.has(job.status);
     this._cancel.setAttribute('aria-label', `Cancel ${job.name}`);
@@ -411,6 +405,15 @@ class JobItem {
     const text = parts.join(' \u00b7 ');
     if (this._meta.textContent !== text) {
       this._meta.textContent = text;
+    }
+    // How the server names the page of a job of its kind ("KFP run page").
+    const page = kinds?.find(k => k.kind === job.kind)?.run_page || 'Run page';
+    const label = `${page} of ${job.name} (opens in a new tab)`;
+    if (this._runPage.textContent !== page) {
+      this._runPage.textContent = page;
+    }
+    if (this._runPage.getAttribute('aria-label') !== label) {
+      this._runPage.setAttribute('aria-label', label);
     }
   }
 

@@ -3,7 +3,11 @@
  * `gpuhub.jobs.model.JobRecord.to_json`).
  */
 
-export type JobKind = 'job' | 'pytorchjob' | 'tfjob' | 'trainjob' | 'pipeline';
+/**
+ * A job kind's name ("job", "pytorchjob", ...): the server's, as its options
+ * list them (`IKindOption`); the lab names none itself.
+ */
+export type JobKind = string;
 /**
  * A job's status. `queued`: accepted, and held by the cluster's queue
  * (Kueue) until GPUs are free; then `pending` while its pods start.
@@ -70,11 +74,34 @@ export interface IJob {
   progress: { done: number; total: number } | null;
 }
 
+/**
+ * A kind the server offers, with what the dialog and the panel need to know
+ * of it (`gpuhub.jobs.kinds.base.JobKind.facts`, docs/jobs.md): a new kind
+ * needs no change here.
+ */
 export interface IKindOption {
   kind: JobKind;
+  /** How sentences name it: "training job", "PyTorchJob". */
   label: string;
   available: boolean;
   reason: string | null;
+  /** It runs the notebook on several workers at once (`workers`). */
+  distributed: boolean;
+  /** It runs through a runtime the admin offers (`runtime`, `runtimes`). */
+  takes_runtime: boolean;
+  /**
+   * Where its runs live when they are not gpuhub's ("Kubeflow Pipelines"):
+   * a choice of its own in the dialog; null for the kinds gpuhub runs.
+   */
+  runs_in: string | null;
+  /** Why it cannot have GPUs of a type claimed through DRA; null if it can. */
+  no_claims: string | null;
+  /** What the dialog says of it where it is a choice of its own. */
+  description: string;
+  /** How the panel names the page of one of its jobs (`IJob.url`). */
+  run_page: string;
+  /** It runs on this server, whose GPUs `IJobOptions.local` describes. */
+  here: boolean;
 }
 
 export interface IImageOption {
@@ -89,6 +116,8 @@ export interface IGpuTypeOption {
   description?: string | null;
   max_gpus: number;
   mig: boolean;
+  /** Claimed through DRA: a kind with `no_claims` cannot have it. */
+  dra?: boolean;
   /**
    * How the type shares its devices: by memory (a job gets `default` of one
    * device's `memory`, as quantities like "8G"), or by time (`replicas` units
@@ -113,7 +142,7 @@ export interface IJobOptions {
   reason: string | null;
   kubernetes: boolean;
   max_workers: number;
-  /** A TrainJob's training runtimes the admin offers, and the default one. */
+  /** The runtimes the admin offers (for the kinds that take one), and the default. */
   runtimes?: string[];
   default_runtime?: string | null;
   /** Longest job name the server takes; its default name is cut there. */
@@ -145,7 +174,7 @@ export interface ISubmitBody {
   gpu_type?: string;
   gpus?: number | string;
   workers?: number | string;
-  /** A TrainJob's training runtime (ClusterTrainingRuntime). */
+  /** The runtime of a kind that takes one (`IKindOption.takes_runtime`). */
   runtime?: string;
   parameters: Record<string, unknown>;
   name?: string;

@@ -1,5 +1,5 @@
 /** Fakes shared by the jobs tests (not a test file: no `.spec`). */
-import { IJob, IJobOptions } from '../../jobs/types';
+import { IJob, IJobOptions, IKindOption } from '../../jobs/types';
 
 export function job(over: Partial<IJob> = {}): IJob {
   return {
@@ -32,29 +32,59 @@ export function job(over: Partial<IJob> = {}): IJob {
   };
 }
 
+/** A kind as the server describes it (`IKindOption`): a kind gpuhub runs by default. */
+export function kind(
+  over: Partial<IKindOption> & { kind: string }
+): IKindOption {
+  return {
+    label: over.kind,
+    available: true,
+    reason: null,
+    distributed: false,
+    takes_runtime: false,
+    runs_in: null,
+    no_claims: null,
+    description: '',
+    run_page: 'Run page',
+    here: false,
+    ...over
+  };
+}
+
+/**
+ * The options of a cluster's server (`local`: of a workstation's, where the
+ * training job runs here), with gpuhub's kinds as the server describes them.
+ */
 export function jobOptions(over: Partial<IJobOptions> = {}): IJobOptions {
   return {
     kinds: [
-      { kind: 'job', label: 'training job', available: true, reason: null },
-      {
-        kind: 'pytorchjob',
-        label: 'PyTorchJob',
-        available: true,
-        reason: null
-      },
-      {
+      kind({ kind: 'job', label: 'training job', here: !!over.local }),
+      kind({ kind: 'pytorchjob', label: 'PyTorchJob', distributed: true }),
+      kind({
         kind: 'tfjob',
         label: 'TFJob',
+        distributed: true,
         available: false,
         reason: 'The TFJob operator is not installed.'
-      },
-      { kind: 'trainjob', label: 'TrainJob', available: true, reason: null },
-      {
+      }),
+      kind({
+        kind: 'trainjob',
+        label: 'TrainJob',
+        distributed: true,
+        takes_runtime: true,
+        no_claims:
+          "Kubeflow Trainer has no field for a node's DRA resource claims"
+      }),
+      kind({
         kind: 'pipeline',
         label: 'pipeline step',
-        available: true,
-        reason: null
-      }
+        runs_in: 'Kubeflow Pipelines',
+        no_claims:
+          "Kubeflow Pipelines has no field for a step's DRA resource claims",
+        description:
+          'The notebook as a one-step Kubeflow pipeline; its run page links from the Jobs panel.',
+        run_page: 'KFP run page'
+      })
     ],
     available: true,
     reason: null,

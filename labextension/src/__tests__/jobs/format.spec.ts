@@ -10,11 +10,12 @@ import {
   statusText
 } from '../../jobs/format';
 import { IKindOption, JobStatus } from '../../jobs/types';
+import { kind } from './fixtures';
 
 const KINDS: IKindOption[] = [
-  { kind: 'job', label: 'training job', available: true, reason: null },
-  { kind: 'pytorchjob', label: 'PyTorchJob', available: true, reason: null },
-  { kind: 'tfjob', label: '', available: false, reason: 'No operator.' }
+  kind({ kind: 'job', label: 'training job' }),
+  kind({ kind: 'pytorchjob', label: 'PyTorchJob', distributed: true }),
+  kind({ kind: 'tfjob', label: '', available: false, reason: 'No operator.' })
 ];
 
 describe('kindLabel', () => {

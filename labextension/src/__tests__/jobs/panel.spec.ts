@@ -382,6 +382,8 @@ describe('JobsPanel', () => {
     expect(link().href).toBe('https://kfp.example.org/runs/1');
     expect(link().textContent).toBe('Run page');
     expect(link().rel).toBe('noopener noreferrer');
+    // The server names the page of a pipeline step's run (its kind's `run_page`).
+    panel.setKinds(jobOptions().kinds);
     model.set([
       job({ kind: 'pipeline', url: 'https://kfp.example.org/runs/1' })
     ]);

@@ -1,6 +1,6 @@
 /**
- * The "Run on cluster" dialog: what to run (training job, distributed
- * PyTorchJob/TFJob, pipeline step), the resources within this user's limits
+ * The "Run on cluster" dialog: what to run (the kinds the server offers, as
+ * it describes them), the resources within this user's limits
  * (from `GET /gpuhub/api/jobs/options`, worded like the spawn form), and
  * papermill parameters.
  *

@@ -6,7 +6,7 @@
 import { h, uid } from '../../dom';
 import { kindLabel } from '../format';
 import { parseParameterValue } from '../params';
-import { IJobOptions, JobKind } from '../types';
+import { IJobOptions, IKindOption, JobKind } from '../types';
 
 /** The image select's entry for a reference typed by the user. */
 export const CUSTOM_IMAGE = '__custom__';
@@ -25,6 +25,27 @@ export type FieldName =
   | 'name';
 
 /**
+ * What the server says of `kind` (distributed, runtime, where it runs...),
+ * if it offers it: the lab knows the kinds only from there.
+ */
+export function kindInfo(
+  o: IJobOptions,
+  kind: JobKind
+): IKindOption | undefined {
+  return o.kinds.find(k => k.kind === kind);
+}
+
+/** Whether `kind` runs this server's notebook on several workers. */
+export function isDistributed(o: IJobOptions, kind: JobKind): boolean {
+  return kindInfo(o, kind)?.distributed ?? false;
+}
+
+/** Whether `kind` runs on this server, within its GPUs (`o.local`). */
+export function runsHere(o: IJobOptions, kind: JobKind): boolean {
+  return !!o.local && (kindInfo(o, kind)?.here ?? false);
+}
+
+/**
  * The most GPUs one request may ask for: the chosen type's limit (else the
  * largest), and no more than this server has when a job runs here.
  */
@@ -35,17 +56,11 @@ export function maxGpus(
 ): number {
   const type = (o.gpu_types ?? []).find(t => t.key === gpuType);
   let max = type ? type.max_gpus : (o.max_gpus ?? 0);
-  if (o.local && kind === 'job') {
+  if (o.local && runsHere(o, kind)) {
     max = Math.min(max, o.local.gpus);
   }
   return max;
 }
-
-/** The training kinds, offered under "Run as" in this order. */
-const TRAINING_KINDS: JobKind[] = ['job', 'pytorchjob', 'tfjob', 'trainjob'];
-
-/** The distributed kinds: their notebook runs on several workers (nodes). */
-export const DISTRIBUTED_KINDS: JobKind[] = ['pytorchjob', 'tfjob', 'trainjob'];
 
 export namespace SubmitFields {
   export interface IOptions {
@@ -129,8 +144,13 @@ export class SubmitFields {
   readonly errors = new Map<FieldName, HTMLElement>();
   readonly controls = new Map<FieldName, HTMLElement>();
 
+  /** The choice of the kinds gpuhub runs, whose kind `mode` picks. */
   training!: HTMLInputElement;
-  pipeline!: HTMLInputElement;
+  /**
+   * A choice of its own for each kind whose runs live elsewhere (a pipeline
+   * step's, in Kubeflow Pipelines), by kind, in the server's order.
+   */
+  readonly elsewhere = new Map<JobKind, HTMLInputElement>();
   mode!: HTMLSelectElement;
   workers!: HTMLInputElement;
   workersRow!: HTMLElement;
@@ -145,19 +165,32 @@ export class SubmitFields {
   gpusHelp!: HTMLElement;
   gpuType: HTMLSelectElement | null = null;
   gpuTypeRow: HTMLElement | null = null;
+  /** Why the chosen kind cannot have the chosen type, when it cannot. */
+  gpuTypeHelp: HTMLElement = h('span');
   paramRows!: HTMLElement;
   name!: HTMLInputElement;
 
+  /** The kind the choices name: an elsewhere kind's, else `mode`'s. */
+  kind(): JobKind {
+    for (const [kind, input] of this.elsewhere) {
+      if (input.checked) {
+        return kind;
+      }
+    }
+    return this.mode.value;
+  }
+
   private _buildKind(): HTMLElement {
     const kindList = this._opts.options.kinds;
-    const kinds = new Map(kindList.map(k => [k.kind, k]));
     const nameOf = (kind: JobKind): string => kindLabel(kind, kindList);
+    // Only the kinds the admin offers are listed (the server's `kinds`, in
+    // its order): those gpuhub runs under one choice, "Run as" picking one,
+    // and each whose runs live elsewhere as a choice of its own.
+    const ours = kindList.filter(k => !k.runs_in);
+    const apart = kindList.filter(k => k.runs_in);
+    const single = ours.filter(k => !k.distributed);
     const group = uid('gpuhub-kind');
-    const mkRadio = (
-      value: 'training' | 'pipeline',
-      label: string,
-      help: string
-    ) => {
+    const mkRadio = (value: string, label: string, help: string) => {
       const id = uid('gpuhub-kind-radio');
       const helpId = `${id}-help`;
       const input = h('input', {
@@ -186,16 +219,22 @@ export class SubmitFields {
     };
     const training = mkRadio(
       'training',
-      nameOf('job'),
+      single.length ? nameOf(single[0].kind) : 'Training job',
       'The whole notebook as one run, on one node or distributed over workers.'
     );
-    const pipeline = mkRadio(
-      'pipeline',
-      nameOf('pipeline'),
-      'The notebook as a one-step Kubeflow pipeline; its run page links from the Jobs panel.'
-    );
     this.training = training.input;
-    this.pipeline = pipeline.input;
+    const others = apart.map(info => {
+      const radio = mkRadio(info.kind, nameOf(info.kind), info.description);
+      this.elsewhere.set(info.kind, radio.input);
+      if (!info.available) {
+        radio.input.disabled = true;
+        radio.help.textContent =
+          info.reason ??
+          `${nameOf(info.kind)}s are not offered on this server.`;
+        radio.node.classList.add('gpuhub-mod-disabled');
+      }
+      return radio;
+    });
 
     // "Run as" inside the training choice.
     const modeId = uid('gpuhub-mode');
@@ -207,13 +246,14 @@ export class SubmitFields {
     // behind a short "why" that keyboard and screen reader users can open.
     const unavailable: string[] = [];
     const reasons: string[] = [];
-    // Only the kinds the admin offers are listed (the server's `kinds`).
-    for (const kind of TRAINING_KINDS.filter(k => kinds.has(k))) {
-      const info = kinds.get(kind);
-      const available = info?.available ?? false;
+    for (const info of ours) {
+      const { kind, available } = info;
       // One node or several: the server's name for a distributed kind follows.
-      const text =
-        kind === 'job' ? 'Single node' : `Distributed: ${nameOf(kind)}`;
+      const text = info.distributed
+        ? `Distributed: ${nameOf(kind)}`
+        : single.length > 1
+          ? `Single node: ${nameOf(kind)}`
+          : 'Single node';
       this.mode.append(
         h(
           'option',
@@ -224,7 +264,7 @@ export class SubmitFields {
       if (!available) {
         unavailable.push(nameOf(kind));
         reasons.push(
-          info?.reason ?? `${nameOf(kind)} is not offered on this server.`
+          info.reason ?? `${nameOf(kind)} is not offered on this server.`
         );
       }
     }
@@ -273,12 +313,16 @@ export class SubmitFields {
     this.runtime.addEventListener('change', () =>
       this._events.edited('runtime')
     );
+    const runners = ours
+      .filter(k => k.takes_runtime)
+      .map(k => nameOf(k.kind))
+      .join(' or ');
     this.runtimeRow = this._row(
       'runtime',
       'Runtime',
       this.runtime,
       runtimes.length
-        ? 'The Kubeflow training runtime the TrainJob runs through, as your admin offers them.'
+        ? `The Kubeflow training runtime the ${runners} runs through, as your admin offers them.`
         : 'No training runtime is offered here; ask your admin.'
     );
     const modeRow = this._row('kind', 'Run as', this.mode, why);
@@ -292,29 +336,20 @@ export class SubmitFields {
       )
     );
 
-    const pipelineInfo = kinds.get('pipeline');
-    if (!pipelineInfo?.available) {
-      this.pipeline.disabled = true;
-      pipeline.help.textContent =
-        pipelineInfo?.reason ?? 'Pipelines are not offered on this server.';
-      pipeline.node.classList.add('gpuhub-mod-disabled');
-    }
-    const trainingAvailable = TRAINING_KINDS.some(
-      kind => kinds.get(kind)?.available
-    );
-    if (!trainingAvailable) {
+    const first = ours.find(k => k.available);
+    if (!first) {
       this.training.disabled = true;
       training.node.classList.add('gpuhub-mod-disabled');
     }
     // Preselect the first available choice and mode.
-    if (trainingAvailable || this.pipeline.disabled) {
+    const other = others.find(radio => !radio.input.disabled);
+    if (first || !other) {
       this.training.checked = true;
-      const first = TRAINING_KINDS.find(kind => kinds.get(kind)?.available);
       if (first) {
-        this.mode.value = first;
+        this.mode.value = first.kind;
       }
     } else {
-      this.pipeline.checked = true;
+      other.input.checked = true;
     }
 
     return h(
@@ -322,7 +357,7 @@ export class SubmitFields {
       { className: 'gpuhub-JobForm-section' },
       h('legend', {}, 'What to run'),
       training.node,
-      pipeline.node
+      ...others.map(radio => radio.node)
     );
   }
 
@@ -420,11 +455,7 @@ export class SubmitFields {
     // GPU type and count
     const types = o.gpu_types ?? [];
     const gpusId = uid('gpuhub-gpus');
-    const max = maxGpus(
-      o,
-      this.pipeline.checked ? 'pipeline' : (this.mode.value as JobKind),
-      undefined
-    );
+    const max = maxGpus(o, this.kind(), undefined);
     this.gpus = h('input', {
       id: gpusId,
       type: 'text',
@@ -458,7 +489,7 @@ export class SubmitFields {
         'gpu_type',
         'GPU type',
         this.gpuType,
-        '',
+        this.gpuTypeHelp,
         true
       );
       section.append(this.gpuTypeRow);

@@ -11,9 +11,11 @@ import { parseParameterValue } from '../params';
 import { IGpuTypeOption, IJobOptions, ISubmitBody, JobKind } from '../types';
 import {
   CUSTOM_IMAGE,
-  DISTRIBUTED_KINDS,
   FieldName,
+  isDistributed,
+  kindInfo,
   maxGpus,
+  runsHere,
   SubmitFields
 } from './fields';
 
@@ -88,8 +90,7 @@ export class FormState {
   }
 
   kind(): JobKind {
-    const f = this._fields;
-    return f.pipeline.checked ? 'pipeline' : (f.mode.value as JobKind);
+    return this._fields.kind();
   }
 
   maxGpus(): number {
@@ -131,11 +132,12 @@ export class FormState {
     if (f.gpuType && Number(gpus) > 0) {
       body.gpu_type = f.gpuType.value;
     }
-    if (DISTRIBUTED_KINDS.includes(kind)) {
+    const info = kindInfo(this._opts.options, kind);
+    if (info?.distributed) {
       const workers = f.workers.value.trim();
       body.workers = /^\d+$/.test(workers) ? Number(workers) : workers;
     }
-    if (kind === 'trainjob' && f.runtime.value) {
+    if (info?.takes_runtime && f.runtime.value) {
       body.runtime = f.runtime.value;
     }
     const name = f.name.value.trim();
@@ -178,9 +180,12 @@ export class FormState {
     ): boolean =>
       !!select &&
       Array.from(select.options).some(o => o.value === value && !o.disabled);
-    if (last.kind === 'pipeline' && !f.pipeline.disabled) {
-      f.pipeline.checked = true;
-    } else if (last.kind !== 'pipeline' && selectable(f.mode, last.kind)) {
+    const apart = f.elsewhere.get(last.kind);
+    if (apart) {
+      if (!apart.disabled) {
+        apart.checked = true;
+      }
+    } else if (selectable(f.mode, last.kind)) {
       f.training.checked = true;
       f.mode.value = last.kind;
     }
@@ -221,25 +226,32 @@ export class FormState {
   sync(): void {
     const f = this._fields;
     const kind = this.kind();
-    f.mode.disabled = f.pipeline.checked;
-    f.workersRow.hidden = !DISTRIBUTED_KINDS.includes(kind);
-    f.runtimeRow.hidden = kind !== 'trainjob';
+    const info = kindInfo(this._opts.options, kind);
+    f.mode.disabled = !f.training.checked;
+    f.workersRow.hidden = !info?.distributed;
+    f.runtimeRow.hidden = !info?.takes_runtime;
     if (f.customRow) {
       f.customRow.hidden = f.image?.value !== CUSTOM_IMAGE;
     }
     const gpus = Number(f.gpus.value);
+    const o = this._opts.options;
     if (f.gpuTypeRow) {
       f.gpuTypeRow.hidden = !(gpus > 0);
     }
+    // A kind whose pods cannot claim GPUs through DRA says so by such a type.
+    const type = (o.gpu_types ?? []).find(t => t.key === f.gpuType?.value);
+    f.gpuTypeHelp.textContent =
+      type?.dra && info?.no_claims
+        ? `A ${info.label} cannot have ${type.display_name} GPUs: ${info.no_claims}.`
+        : '';
     const max = this.maxGpus();
-    const o = this._opts.options;
     const quota = o.quota ?? null;
-    const perWorker = DISTRIBUTED_KINDS.includes(kind) ? ' per worker' : '';
+    const perWorker = info?.distributed ? ' per worker' : '';
     let help: string;
     if (max === 0) {
       help =
         o.local &&
-        kind === 'job' &&
+        runsHere(o, kind) &&
         ((o.gpu_types ?? []).length === 0 || o.local.gpus === 0)
           ? 'This server has no GPU, so jobs here run on CPU.'
           : 'Your limits allow no GPU, so the job runs on CPU.';
@@ -272,8 +284,8 @@ export class FormState {
     const kind = this.kind();
     const gpus = f.gpus.value.trim() === '' ? 0 : Number(f.gpus.value);
     let rate: number | null = null; // null: on this server's GPUs, counted already
-    if (o.kubernetes || !(o.local && kind === 'job') || gpus === 0) {
-      const workers = DISTRIBUTED_KINDS.includes(kind)
+    if (o.kubernetes || !runsHere(o, kind) || gpus === 0) {
+      const workers = isDistributed(o, kind)
         ? Number(f.workers.value.trim() || '1')
         : 1;
       const type = (o.gpu_types ?? []).find(t => t.key === f.gpuType?.value);

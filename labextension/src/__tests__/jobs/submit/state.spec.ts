@@ -8,7 +8,7 @@ import {
 import { FormState, gpuAmount, memoryBytes } from '../../../jobs/submit/state';
 import { IJobOptions, ISubmitBody } from '../../../jobs/types';
 import { settle, until } from '../../utils';
-import { jobOptions } from '../fixtures';
+import { jobOptions, kind } from '../fixtures';
 
 jest.mock('../../../api', () => ({
   ...jest.requireActual('../../../api'),
@@ -47,6 +47,11 @@ function build(
 function type(input: HTMLInputElement, value: string): void {
   input.value = value;
   input.dispatchEvent(new Event('input', { bubbles: true }));
+}
+
+/** The pipeline step's choice: a kind whose runs live elsewhere has one of its own. */
+function pipeline(f: SubmitFields): HTMLInputElement {
+  return f.elsewhere.get('pipeline')!;
 }
 
 function choose(select: HTMLSelectElement | HTMLInputElement, value?: string) {
@@ -165,7 +170,7 @@ describe('SubmitFields', () => {
     );
     const { f, state } = build(o);
     expect(f.training.disabled).toBe(true);
-    expect(f.pipeline.checked).toBe(true);
+    expect(pipeline(f).checked).toBe(true);
     expect(state.kind()).toBe('pipeline');
     expect(f.mode.disabled).toBe(true);
   });
@@ -178,9 +183,9 @@ describe('SubmitFields', () => {
         : k
     );
     const { f } = build(o);
-    expect(f.pipeline.disabled).toBe(true);
+    expect(pipeline(f).disabled).toBe(true);
     const help = document.getElementById(
-      f.pipeline.getAttribute('aria-describedby')!
+      pipeline(f).getAttribute('aria-describedby')!
     )!;
     expect(help.textContent).toBe('No Kubeflow Pipelines here.');
   });
@@ -395,7 +400,7 @@ describe('FormState.body', () => {
   it('sends a pipeline step as such', () => {
     const { f, state } = build();
     choose(f.mode, 'pytorchjob');
-    choose(f.pipeline);
+    choose(pipeline(f));
     const body = state.body();
     expect(body.kind).toBe('pipeline');
     expect(body).not.toHaveProperty('workers');
@@ -459,7 +464,7 @@ describe('FormState.sync', () => {
     choose(f.mode, 'trainjob');
     expect(f.workersRow.hidden).toBe(false);
     expect(f.runtimeRow.hidden).toBe(false);
-    choose(f.pipeline);
+    choose(pipeline(f));
     expect(f.mode.disabled).toBe(true);
     expect(f.workersRow.hidden).toBe(true);
     expect(f.runtimeRow.hidden).toBe(true);
@@ -559,7 +564,7 @@ describe('FormState.restore', () => {
   it('restores a pipeline step where pipelines are offered', () => {
     const { f, state } = build();
     state.restore({ ...last, kind: 'pipeline' });
-    expect(f.pipeline.checked).toBe(true);
+    expect(pipeline(f).checked).toBe(true);
     expect(state.kind()).toBe('pipeline');
   });
 
@@ -914,5 +919,109 @@ describe('the cost of the job in GPU-hour budgets', () => {
     state.loadQuota();
     await until(() => !f.quota.hidden);
     expect(f.budget.hidden).toBe(true);
+  });
+});
+
+describe('the kinds the server describes', () => {
+  afterEach(() => document.body.replaceChildren());
+
+  /** gpuhub's kinds and two it may add: none is named in the lab's code. */
+  function withNewKinds(): IJobOptions {
+    const o = jobOptions();
+    o.kinds = [
+      ...o.kinds,
+      kind({ kind: 'jaxjob', label: 'JAXJob', distributed: true }),
+      kind({
+        kind: 'raytask',
+        label: 'Ray task',
+        runs_in: 'Ray',
+        description: 'The notebook as one task of a Ray cluster.',
+        run_page: 'Ray dashboard'
+      })
+    ];
+    return o;
+  }
+
+  it('offers a new distributed kind under "Run as", with its workers', () => {
+    const { f, state } = build(withNewKinds());
+    const last = f.mode.options[f.mode.options.length - 1];
+    expect([last.value, last.textContent]).toEqual([
+      'jaxjob',
+      'Distributed: JAXJob'
+    ]);
+    choose(f.mode, 'jaxjob');
+    expect(f.workersRow.hidden).toBe(false);
+    expect(f.runtimeRow.hidden).toBe(true);
+    type(f.workers, '3');
+    expect(state.body()).toMatchObject({ kind: 'jaxjob', workers: 3 });
+    expect(state.body()).not.toHaveProperty('runtime');
+  });
+
+  it('gives a kind whose runs live elsewhere a choice of its own', () => {
+    const { f, state, form } = build(withNewKinds());
+    const ray = f.elsewhere.get('raytask')!;
+    const label = form.querySelector(`label[for="${ray.id}"]`)!;
+    expect(label.textContent).toBe(' Ray task');
+    const help = document.getElementById(
+      ray.getAttribute('aria-describedby')!
+    )!;
+    expect(help.textContent).toBe('The notebook as one task of a Ray cluster.');
+    expect(Array.from(f.mode.options).map(o => o.value)).not.toContain(
+      'raytask'
+    );
+    choose(ray);
+    expect(state.kind()).toBe('raytask');
+    expect(f.mode.disabled).toBe(true);
+    expect(f.workersRow.hidden).toBe(true);
+    expect(state.body()).toMatchObject({ kind: 'raytask' });
+    expect(state.body()).not.toHaveProperty('workers');
+    choose(f.training);
+    expect(state.kind()).toBe('job');
+  });
+
+  it('lists only the kinds the server offers', () => {
+    const o = jobOptions();
+    o.kinds = o.kinds.filter(k => k.kind !== 'pipeline' && k.kind !== 'tfjob');
+    const { f } = build(o);
+    expect(f.elsewhere.size).toBe(0);
+    expect(Array.from(f.mode.options).map(o => o.value)).toEqual([
+      'job',
+      'pytorchjob',
+      'trainjob'
+    ]);
+  });
+
+  it('says why a kind cannot have GPUs claimed through DRA', () => {
+    const o = jobOptions();
+    o.gpu_types = [
+      ...o.gpu_types!,
+      {
+        key: 'h100',
+        display_name: 'NVIDIA H100',
+        max_gpus: 8,
+        mig: false,
+        dra: true
+      }
+    ];
+    const { f } = build(o);
+    const help = () => f.gpuTypeHelp.textContent;
+    choose(f.gpuType!, 'h100');
+    expect(help()).toBe('');
+    choose(f.mode, 'trainjob');
+    expect(help()).toBe(
+      "A TrainJob cannot have NVIDIA H100 GPUs: Kubeflow Trainer has no field for a node's DRA resource claims."
+    );
+    choose(f.gpuType!, 'a100');
+    expect(help()).toBe('');
+  });
+
+  it('caps the GPUs by this server only for a kind that runs here', () => {
+    const o = jobOptions({
+      kubernetes: false,
+      local: { gpus: 2, gpu_type: 'a100' }
+    });
+    expect(maxGpus(o, 'job', 'a100')).toBe(2);
+    o.kinds = o.kinds.map(k => ({ ...k, here: false }));
+    expect(maxGpus(o, 'job', 'a100')).toBe(4);
   });
 });
