@@ -12,7 +12,9 @@ from gpuhub.core.budgets import (
     BudgetConfigError,
     budget_text,
     hours_words,
+    lasts_words,
     state_of,
+    this_period,
 )
 from gpuhub.core.words import duration
 
@@ -134,6 +136,15 @@ def test_month_and_day_periods() -> None:
     assert datetime.fromtimestamp(start, utc) == datetime(2026, 5, 31, 18, 30, tzinfo=utc)
     assert end - start == 86400
     assert staff.period_key(at(2026, 12, 20, 0, 0)) == f"month@{int(at(2026, 12, 15, 6, 0))}"
+    # A day's budget resets within the day: "tomorrow" (or "today"), never a weekday that
+    # reads as a week away.
+    at_utc = datetime(2026, 6, 1, 12, 0, tzinfo=utc).timestamp()  # a Monday
+    assert students.resets_words(at_utc) == "today 18:30 UTC"
+    assert students.resets_words(at_utc + 7 * 3600) == "tomorrow 18:30 UTC"
+    daily = BudgetConfig.from_config({"default": {"hours": 1, "per": "day"}})
+    assert daily is not None and daily.default is not None
+    assert daily.default.resets_words(at_utc) == "tomorrow 00:00 UTC"
+    assert daily.default.resets_words(at_utc - 12 * 3600) == "tomorrow 00:00 UTC"
 
 
 def test_words() -> None:
@@ -141,6 +152,14 @@ def test_words() -> None:
         budget_text(14.2, 20, "week", "Monday 00:00 Europe/Berlin")
         == "14.2 of 20 GPU-hours used this week; resets Monday 00:00 Europe/Berlin"
     )
+    assert budget_text(0, 1, "day", "tomorrow 00:00 UTC") == (
+        "0 of 1 GPU-hour used today; resets tomorrow 00:00 UTC"
+    )
+    assert this_period("day") == "today" and this_period("month") == "this month"
+    # How long what is left lasts, in a unit a person says (the form: "about 0.01 hours").
+    assert lasts_words(0.01) == "about 36 seconds" and lasts_words(0.4) == "about 24 minutes"
+    assert lasts_words(1) == "about 1 hour" and lasts_words(3.46) == "about 3.5 hours"
+    assert lasts_words(12.6) == "about 13 hours" and lasts_words(200) == "about 8 days"
     assert hours_words(0.01) == "0.01" and hours_words(0.00833) == "0.0083"
     assert hours_words(0) == "0" and hours_words(1.5) == "1.5" and hours_words(123.45) == "123.5"
     # A grace of one second reads as such in the 100 % notice.

@@ -169,12 +169,18 @@ class Budget:
         return f"{self.per}@{int(self.period(now)[0])}"
 
     def resets_words(self, now: float) -> str:
-        """ "Monday 00:00 Europe/Berlin", "1 Dec 00:00 Europe/Berlin": when this period ends,
-        in the budget's zone."""
-        end = datetime.fromtimestamp(self.period(now)[1], ZoneInfo(self.timezone))
+        """ "Monday 00:00 Europe/Berlin", "1 Dec 00:00 Europe/Berlin", for a day's budget
+        "tomorrow 00:00 Europe/Berlin" (or "today 06:00 …"): when this period ends, in the
+        budget's zone. A day's period always ends within a day: its weekday would read as
+        a week away."""
+        zone = ZoneInfo(self.timezone)
+        end = datetime.fromtimestamp(self.period(now)[1], zone)
         clock = f"{end:%H:%M} {self.timezone}"
         if self.per == "month":
             return f"{end.day} {MONTHS[end.month - 1]} {clock}"
+        if self.per == "day":
+            today = datetime.fromtimestamp(now, zone).date()
+            return f"{'today' if end.date() == today else 'tomorrow'} {clock}"
         return f"{WEEKDAYS[end.weekday()].capitalize()} {clock}"
 
     def resets_at(self, now: float) -> str:
@@ -336,6 +342,26 @@ def hours_words(hours: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def lasts_words(hours: float) -> str:
+    """ "about 36 seconds", "about 12 minutes", "about 3.5 hours", "about 4 days": how long
+    ``hours`` of a budget last, in the unit a person would say (not "0.01 hours"). Rounds
+    half up, as the spawn form's script does (spawn_form.html's ``lasts``)."""
+    seconds = max(0.0, hours * HOUR)
+    if seconds < 90:
+        value: float = max(1, math.floor(seconds + 0.5))
+        unit = "second"
+    elif seconds < HOUR:
+        value, unit = math.floor(seconds / 60 + 0.5), "minute"
+    elif seconds < 48 * HOUR:
+        value = seconds / HOUR
+        value = math.floor(value * 10 + 0.5) / 10 if value < 10 else math.floor(value + 0.5)
+        unit = "hour"
+    else:
+        value, unit = math.floor(seconds / 86400 + 0.5), "day"
+    text = f"{value:g}"
+    return f"about {text} {unit}{'' if text == '1' else 's'}"
+
+
 def state_of(used: float, allowed: float) -> str:
     """ "ok", "warning" (from 80 % used) or "over" (all used): seconds or hours alike."""
     if used >= allowed:
@@ -345,12 +371,17 @@ def state_of(used: float, allowed: float) -> str:
     return "ok"
 
 
+def this_period(per: str) -> str:
+    """ "today", "this week", "this month": a budget's period as a sentence says it."""
+    return "today" if per == "day" else f"this {per}"
+
+
 def budget_text(used_hours: float, allowed_hours: float, per: str, resets: str) -> str:
     """ "14.2 of 20 GPU-hours used this week; resets Monday 00:00 Europe/Berlin"."""
     unit = "GPU-hour" if hours_words(allowed_hours) == "1" else "GPU-hours"
     return (
-        f"{hours_words(used_hours)} of {hours_words(allowed_hours)} {unit} used this "
-        f"{per}; resets {resets}"
+        f"{hours_words(used_hours)} of {hours_words(allowed_hours)} {unit} used "
+        f"{this_period(per)}; resets {resets}"
     )
 
 
@@ -366,6 +397,7 @@ def over_sentence(
     )
     return (
         f"You have used {hours_words(used_hours)} of the {hours_words(allowed_hours)} GPU-hours "
-        f"{budget.label} gives you this {budget.per}; it resets {budget.resets_words(now)}, "
+        f"{budget.label} gives you {this_period(budget.per)}; it resets "
+        f"{budget.resets_words(now)}, "
         f"and until then {until} (CPU-only servers still start)."
     )

@@ -49,7 +49,7 @@ def test_charge_own_and_shared_accounts_and_grants(tmp_path: Path) -> None:
     pool = state_for("bob", ["staff"], CONFIG, usage, NOW)
     assert pool is not None and not pool.over and pool.as_json()["extra_hours"] == 1.0
     assert pool.as_json()["grants"][0]["reason"] == "deadline"
-    assert pool.text.startswith("2 of 3 GPU-hours used this day; resets ")
+    assert pool.text.startswith("2 of 3 GPU-hours used today; resets ")
     assert state_for("dee", ["staff", "other"], None, usage, NOW) is None
 
 

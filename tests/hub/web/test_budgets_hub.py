@@ -97,11 +97,11 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     fresh = budget(hub, "bob")
     assert fresh["scope"] == "user" and fresh["name"] == "bob" and fresh["hours"] == 0.002
     assert fresh["used_hours"] == 0 and fresh["state"] == "ok" and fresh["period"] == "day"
-    assert fresh["text"].startswith("0 of 0.002 GPU-hours used this day; resets ")
+    assert fresh["text"].startswith("0 of 0.002 GPU-hours used today; resets ")
     assert fresh["resets"].endswith(" 00:00 Europe/Berlin")
     # The form says it before anything runs.
     form = hub.login("bob").get(f"{hub.url}/hub/spawn", timeout=30).text
-    assert "0 of 0.002 GPU-hours used this day" in form and 'id="gpuhub-budget-cost"' in form
+    assert "0 of 0.002 GPU-hours used today" in form and 'id="gpuhub-budget-cost"' in form
     # Servers here run as the hub's own account (run_as_hub_user): they could rewrite the
     # record of their GPU-hours, so neither the form nor the sidebar's text promises it.
     assert fresh["enforced"] is False, fresh
@@ -134,7 +134,7 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     refused = spawn(hub, "bob", {"gpus": 1})
     assert refused.status_code == 403, refused.text
     message = refused.json()["message"]
-    assert "GPU-hours the default budget gives you this day; it resets " in message
+    assert "GPU-hours the default budget gives you today; it resets " in message
     assert "Europe/Berlin" in message and "CPU-only servers still start" in message
     job = hub.api(
         "POST",
@@ -239,7 +239,7 @@ def test_the_fleet_page_grants_hours_with_its_form(hub: Hub) -> None:
 
 @pytest.mark.browser
 def test_the_form_says_what_the_chosen_gpus_cost_per_hour(hub: Hub) -> None:
-    from gpuhub.core.budgets import hours_words
+    from gpuhub.core.budgets import lasts_words
     from tests.support.browser.chromium import chromium
 
     left = budget(hub, "carol")["left_hours"]
@@ -248,12 +248,12 @@ def test_the_form_says_what_the_chosen_gpus_cost_per_hour(hub: Hub) -> None:
         hub.log_in_browser(page, "carol")
         page.goto(f"{hub.url}/hub/spawn")
         said = page.locator("#gpuhub-budget")
-        assert "GPU-hours used this day; resets " in said.inner_text()
+        assert "GPU-hours used today; resets " in said.inner_text()
         cost = page.locator("#gpuhub-budget-cost")
         assert cost.inner_text() == "A CPU-only server uses none of your GPU-hours."
         page.fill("#gpuhub-gpus", "1")
-        # The page writes hours as the hub does (gpuhub.core.budgets.hours_words).
-        expected = f"(about {hours_words(left)} hours of your budget at that rate)."
+        # How long the budget lasts, as the hub says it (not "about 0.01 hours").
+        expected = f"; at that rate your budget lasts {lasts_words(left)}."
         page.wait_for_function(
             "() => document.querySelector('#gpuhub-budget-cost').textContent.startsWith("
             "'This server would use 1 GPU-hour per hour')"

@@ -45,6 +45,7 @@ from gpuhub.core.budgets import (
     hours_words,
     over_sentence,
     state_of,
+    this_period,
 )
 from gpuhub.core.words import duration, iso
 from gpuhub.hub.ledger.statefile import kind_of, restore_json, write_json
@@ -321,7 +322,7 @@ class BudgetState:
         )
         return (
             f"You have used all {hours_words(self.allowed_hours)} GPU-hours of "
-            f"{self.budget.label} this {self.budget.per} ({self.text}); {after} after a "
+            f"{self.budget.label} {this_period(self.budget.per)} ({self.text}); {after} after a "
             f"grace of {_grace_words(grace)}."
         )
 
