@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from gpuhub.core import words
-from gpuhub.core.budgets import BudgetConfig
+from gpuhub.core.budgets import BudgetConfig, this_period
 from gpuhub.core.budgets import hours_words as words_hours
 from gpuhub.core.holdings import Holding, gpu_type_names, named
 from gpuhub.core.quantity import human_memory as words_memory
@@ -366,7 +366,7 @@ class GPUMonitor:
             Notice(
                 f"grant:{state.account[2]}:{now:.6f}",
                 now,
-                f"{by} granted {extra} extra GPU-hours to {to} this {state.budget.per}: "
+                f"{by} granted {extra} extra GPU-hours to {to} {this_period(state.budget.per)}: "
                 f"{reason.rstrip('.')}. Now {state.text}.",
                 0,
                 "",
@@ -420,7 +420,7 @@ class GPUMonitor:
             state = states[holding.user]
             reason = (
                 f"you used all {words_hours(state.allowed_hours)} GPU-hours of "
-                f"{state.budget.label} this {state.budget.per} ({state.text}) and the grace "
+                f"{state.budget.label} {this_period(state.budget.per)} ({state.text}) and the grace "
                 f"of {words.duration(config.grace) if config.grace else 'no time'} ran out"
             )
             if config.at_limit == "idle_only":
