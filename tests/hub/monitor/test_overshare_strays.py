@@ -10,6 +10,7 @@ account. The second is checked through a real hub whose servers share one OS acc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import subprocess
@@ -24,7 +25,15 @@ from gpuhub.core.env import LAUNCH_ENV, MACHINERY_ENV
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.launches import Proof, launch_key
 from gpuhub.hub.monitor.overshare import ShareWatch, StrayWatch
-from gpuhub.hub.monitor.utilization import GPUSample, Unexplained, account_name, attribute
+from gpuhub.hub.monitor.utilization import (
+    GPUSample,
+    NVMLUtilization,
+    Unexplained,
+    account_name,
+    attribute,
+    holding_key,
+)
+from tests.support import fake_nvml
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env
 from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
@@ -65,6 +74,36 @@ def test_without_its_grant_a_process_counts_for_its_accounts_users_share() -> No
     # Nor does an account whose user holds no share of that GPU.
     own, [stray] = attribute(processes, {}, [share("bob", 4 * GB)], accounts, Proof(KEY))
     assert own == {} and stray.pids == (101, 102)
+
+
+def test_nvml_reads_whose_account_a_process_without_its_grant_runs_as(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the NVML stand-in and a real process of this test's own OS account, which
+    carries no grant: the hub reads its account from the process itself."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"],
+        env={k: v for k, v in os.environ.items() if k != LAUNCH_ENV},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+        scenario = fake_nvml.a100s(1, memory_used=6 * GB)
+        scenario.gpus[0].processes = [fake_nvml.FakeProcess(proc.pid, 5 * GB)]
+        fake_nvml.install(scenario)
+        monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+        holdings = [share(ME, 4 * GB), share("bob", 4 * GB)]
+        own_accounts = NVMLUtilization(proof=Proof(KEY))
+        samples = asyncio.run(own_accounts.sample(holdings))
+        [mine] = samples[holding_key(holdings[0])]
+        assert mine.own_memory == 5 * GB and own_accounts.unexplained[0].used == 0
+        shared = NVMLUtilization(proof=Proof(KEY, shared_account=True))
+        asyncio.run(shared.sample(holdings))
+        [stray] = shared.unexplained
+        assert (stray.pids, stray.accounts, stray.used) == ((proc.pid,), (ME,), 5 * GB)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_unexplained_processes_are_ended_after_the_grace_and_the_admins_told() -> None:
