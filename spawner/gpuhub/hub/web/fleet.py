@@ -209,6 +209,7 @@ class Snapshot:
     waiting: tuple[Holding, ...] = ()  # GPUMonitor.waiting: what waits for GPUs
     unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
     ended: tuple[str, ...] = ()  # GPUMonitor.strays_ended: processes ended, for admins
+    ends: bool = False  # such processes are ended (GPUMonitor.strays), not only shown
     budgets: BudgetView | None = None  # GPUMonitor.budget_view; None: no gpu_hours
     # GPUMonitor.devices: each DRA type's devices (tuples of frozen values)
     devices: Mapping[str, tuple[DeviceFree, ...]] = field(default_factory=dict)
@@ -237,6 +238,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         waiting=tuple(monitor.waiting.values()),
         unexplained=monitor.unexplained,
         ended=monitor.strays_ended,
+        ends=monitor.strays is not None,
         budgets=monitor.budget_view if monitor.budget_config is not None else None,
         devices=dict(monitor.devices),
     )
@@ -359,7 +361,7 @@ def fleet_view(snap: Snapshot) -> FleetView:
         n: f"{human_memory(free)} of {human_memory(total)} GPU memory free"
         for n, (free, total) in snap.memory.items()
     }
-    view.unexplained = [unexplained_text(u) for u in snap.unexplained if u.used]
+    view.unexplained = [unexplained_text(u, snap.ends) for u in snap.unexplained if u.used]
     view.unexplained += list(snap.ended)
     held_by_group: dict[str, list[float]] = {}
     for row in rows:
@@ -389,7 +391,7 @@ def _by_node(device: DeviceFree) -> tuple[str, int, str]:
     return (device.node, int(number) if number.isdigit() else -1, device.name)
 
 
-def unexplained_text(entry: Unexplained) -> str:
+def unexplained_text(entry: Unexplained, ends: bool = False) -> str:
     """A shared GPU's memory that no holder proves is theirs, for the fleet admins."""
     many = len(entry.pids) != 1
     accounts = ", ".join(sorted({a for a in entry.accounts if a}))
@@ -398,8 +400,8 @@ def unexplained_text(entry: Unexplained) -> str:
         f"process{'es' if many else ''} {', '.join(map(str, entry.pids))}, which prove"
         f"{'' if many else 's'} no holder of it (no launch grant, another OS account's, or "
         "another GPU's); nobody's share is charged for it"
-        f"{f' (OS accounts: {accounts})' if accounts else ''}. It is ended once that has "
-        "lasted the grace for going over a share."
+        f"{f' (OS accounts: {accounts})' if accounts else ''}."
+        + (" It is ended once that has lasted the grace for going over a share." if ends else "")
     )
 
 
