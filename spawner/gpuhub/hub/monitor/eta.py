@@ -1,0 +1,489 @@
+"""When a wait ends: an estimated start for every request waiting for GPUs (issue 38).
+
+docs/architecture.md, "When, not only where". Pure: no clock, no file, no hub. The monitor
+(:mod:`gpuhub.hub.monitor.eta_feed`) gathers the facts each tick and hands them here with
+its ``now``; the benchmark (``python -m benchmarks eta``) and the unit tests hand their own.
+
+An estimate is ``likely`` (the median of when it starts), ``by`` (the 80th percentile) and
+``latest`` (from hard facts only: never passed, else None), with the sentences that say why.
+It comes from, in order: the line (who is ahead and what they need), idle holders' reclaim
+clocks (a clock is soft: a holder busy again keeps its GPUs), budgets running out (their
+grace's end is hard), hard deadlines (a job's time limit; a booking's start or end later)
+and how long holds last, learned per user, group and GPU type and *conditioned on how long a
+hold has lasted*: a hold 3 hours old is not a fresh one (:class:`Durations`).
+
+The maths: each GPU type's line is replayed a few dozen times on sampled hold ends (stratified
+uniforms from a fixed seed, so the same facts always give the same answer): the n-th free GPU
+goes to the head of the line, which then holds it for a sampled fresh hold, and so on down
+the line. ``likely`` and ``by`` are the quantiles of the starts; ``latest`` is the same replay
+with every hold at its hard end (infinite where there is none). The number of replays
+shrinks with the line's length, so 1,000 waiting requests cost a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuhub.core import words
+
+# Hold durations are counted in log-spaced bins: [0, 60 s), then each bin 25 % longer than
+# the last, up to about a month; the last bin is open (read as up to 4x its start).
+FIRST = 60.0
+RATIO = 1.25
+BINS = 48
+EDGES: tuple[float, ...] = (
+    0.0,
+    *(FIRST * RATIO**k for k in range(BINS + 1)),
+    FIRST * RATIO**BINS * 4,
+)
+NBINS = len(EDGES) - 1
+
+# What is assumed before anything is learned: log-normal, median 2 hours (an interactive
+# session's afternoon), wide (sigma 1.2: a quarter of holds under 50 min, a tenth over 9 h).
+PRIOR_MEDIAN = 7200.0
+PRIOR_SIGMA = 1.2
+PSEUDO = 4.0  # how many holds a level's parent counts as, where the level has learned few
+MAX_COUNT = 400.0  # a level's counts are scaled down past this: recent holds weigh more
+
+STAY_IDLE = 0.9  # how likely an idle holder stays idle until its reclaim clock runs out
+STOP_LAG = 5.0  # seconds a stop takes to give GPUs back, on top of the monitor's tick
+HARD_SLACK = 60.0  # seconds added to a hard end: the tick that sees it and the stop itself
+
+LIKELY, BY = 0.5, 0.8
+WORK = 8000  # samples x requests per line and tick: the cost bound (docs/architecture.md)
+MIN_SAMPLES, MAX_SAMPLES = 15, 101
+
+
+def _prior() -> list[float]:
+    """The prior's mass in each bin (log-normal CDF differences), summing to 1."""
+
+    def cdf(x: float) -> float:
+        if x <= 0:
+            return 0.0
+        if math.isinf(x):
+            return 1.0
+        return 0.5 * math.erfc(-(math.log(x / PRIOR_MEDIAN)) / (PRIOR_SIGMA * math.sqrt(2)))
+
+    mass = [cdf(EDGES[i + 1]) - cdf(EDGES[i]) for i in range(NBINS)]
+    mass[-1] += 1.0 - cdf(EDGES[-1])
+    total = sum(mass)
+    return [m / total for m in mass]
+
+
+PRIOR = _prior()
+
+
+def bin_of(seconds: float) -> int:
+    """The bin a duration falls in."""
+    return min(max(bisect.bisect_right(EDGES, seconds) - 1, 0), NBINS - 1)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One distribution of hold durations (cumulative mass at each bin edge), and how many
+    holds taught it (``learned``; 0: the prior alone)."""
+
+    cdf: tuple[float, ...]
+    learned: float = 0.0
+
+    @classmethod
+    def of(cls, mass: Sequence[float], learned: float = 0.0) -> Curve:
+        total = sum(mass) or 1.0
+        acc, out = 0.0, [0.0]
+        for m in mass:
+            acc += m / total
+            out.append(min(acc, 1.0))
+        out[-1] = 1.0
+        return cls(tuple(out), learned)
+
+    def at(self, seconds: float) -> float:
+        """P(a hold lasts at most ``seconds``), log-linear within a bin."""
+        if seconds >= EDGES[-1]:
+            return 1.0
+        k = bin_of(seconds)
+        lo, hi = EDGES[k], EDGES[k + 1]
+        frac = seconds / hi if k == 0 else math.log(max(seconds, lo) / lo) / math.log(hi / lo)
+        return self.cdf[k] + (self.cdf[k + 1] - self.cdf[k]) * frac
+
+    def quantile(self, p: float) -> float:
+        """The duration below which a fraction ``p`` of holds end."""
+        p = min(max(p, 0.0), 1.0)
+        k = min(max(bisect.bisect_right(self.cdf, p) - 1, 0), NBINS - 1)
+        while k < NBINS - 1 and self.cdf[k + 1] <= self.cdf[k]:
+            k += 1
+        low, high = self.cdf[k], self.cdf[k + 1]
+        frac = 0.0 if high <= low else min(max((p - low) / (high - low), 0.0), 1.0)
+        lo, hi = EDGES[k], EDGES[k + 1]
+        return hi * frac if k == 0 else lo * (hi / lo) ** frac
+
+    def left(self, age: float, u: float) -> float:
+        """Seconds still to go of a hold ``age`` seconds old, at quantile ``u`` of what is
+        left given that it lasted so far (survival: P(D <= age + t | D > age))."""
+        base = self.at(age)
+        if base >= 1.0 - 1e-12:  # older than anything seen: as long again, give or take
+            return age * (0.25 + 1.5 * u)
+        return max(self.quantile(base + u * (1.0 - base)) - age, 0.0)
+
+    def median_left(self, age: float) -> float:
+        return self.left(age, 0.5)
+
+
+@dataclass
+class Durations:
+    """How long holds lasted, learned per GPU type, per group and type and per user and type.
+
+    A user's curve blends their own holds with their group's (as if the group's were
+    ``PSEUDO`` holds of theirs), the group's with the type's, the type's with the prior: one
+    hold of a new user barely moves their estimate, forty make it theirs."""
+
+    counts: dict[str, list[float]] = field(default_factory=dict)
+    _cache: dict[tuple[str, tuple[str, ...], str], Curve] = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def keys(user: str, groups: Iterable[str], gpu_type: str) -> list[str]:
+        return [
+            f"type\x1f{gpu_type}",
+            *(f"group\x1f{g}\x1f{gpu_type}" for g in sorted(groups)),
+            f"user\x1f{user}\x1f{gpu_type}",
+        ]
+
+    def learn(self, user: str, groups: Iterable[str], gpu_type: str, seconds: float) -> None:
+        """A hold of ``gpu_type`` by ``user`` ended after ``seconds``."""
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        k = bin_of(seconds)
+        for key in self.keys(user, groups, gpu_type):
+            counts = self.counts.setdefault(key, [0.0] * NBINS)
+            counts[k] += 1.0
+            total = sum(counts)
+            if total > MAX_COUNT:
+                self.counts[key] = [c * MAX_COUNT / total for c in counts]
+        self._cache.clear()
+
+    def curve(self, user: str, groups: Sequence[str], gpu_type: str) -> Curve:
+        """The blended curve for ``user`` (in ``groups``) holding ``gpu_type``."""
+        cache_key = (user, tuple(sorted(groups)), gpu_type)
+        found = self._cache.get(cache_key)
+        if found is not None:
+            return found
+        type_key, *group_keys, user_key = self.keys(user, groups, gpu_type)
+        mass = _blend(list(PRIOR), self.counts.get(type_key))
+        if group_keys:
+            blended = [0.0] * NBINS
+            for key in group_keys:  # a user in two groups: their mean
+                part = _blend(mass, self.counts.get(key))
+                blended = [b + p / len(group_keys) for b, p in zip(blended, part, strict=True)]
+            mass = blended
+        own_counts = self.counts.get(user_key)
+        mass = _blend(mass, own_counts)
+        learned = sum(self.counts.get(type_key) or ()) if own_counts is None else sum(own_counts)
+        curve = Curve.of(mass, learned)
+        self._cache[cache_key] = curve
+        return curve
+
+    def as_json(self) -> dict[str, Any]:
+        return {"version": 1, "bins": list(EDGES[1:-1]), "counts": self.counts}
+
+    @classmethod
+    def from_json(cls, data: Any) -> tuple[Durations, list[str]]:
+        """What a state file held, and what in it was not what it should be."""
+        found = cls()
+        if not isinstance(data, Mapping) or not isinstance(data.get("counts"), Mapping):
+            return found, ['it is not {"version", "bins", "counts"}']
+        if list(data.get("bins") or ()) != list(EDGES[1:-1]):
+            return found, ["its bins are not this version's"]
+        problems = []
+        for key, counts in data["counts"].items():
+            if (
+                isinstance(key, str)
+                and isinstance(counts, list)
+                and len(counts) == NBINS
+                and all(isinstance(c, int | float) and c >= 0 for c in counts)
+            ):
+                found.counts[key] = [float(c) for c in counts]
+            else:
+                problems.append(f"the counts of {key!r} are not {NBINS} numbers of 0 or more")
+        return found, problems
+
+
+def _blend(parent: list[float], counts: list[float] | None) -> list[float]:
+    """``counts`` (a level's holds) with ``parent`` (a distribution) as ``PSEUDO`` holds."""
+    if not counts:
+        return parent
+    n = sum(counts)
+    return [(c + PSEUDO * p) / (n + PSEUDO) for c, p in zip(counts, parent, strict=True)]
+
+
+# -- the facts of one line --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Held:
+    """One holding of the type: ``gpus`` of it since ``since``, ending by its ``curve`` unless
+    ``hard_end`` (a budget's grace ends, a job's deadline: it *will* end by then) or
+    ``soft_end`` (its idle reclaim clock: it ends then *if it stays idle*) comes first."""
+
+    gpus: int
+    since: float
+    curve: Curve
+    hard_end: float | None = None
+    hard_why: str = ""  # "budget", "deadline"
+    soft_end: float | None = None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """One request in line, in the order it will be served: ``gpus`` it needs, how its hold
+    will last once it starts (``curve``), and the most it may hold them (``hard_hold``:
+    what its budget leaves, plus grace; None: nothing bounds it)."""
+
+    key: Any
+    gpus: int
+    since: float
+    curve: Curve
+    hard_hold: float | None = None
+
+
+@dataclass(frozen=True)
+class Line:
+    """A GPU type's line as it stands: ``total`` GPUs, who holds them, who waits in what
+    order (``fair``: others may still come and pass, so no ``latest``)."""
+
+    name: str
+    total: int
+    held: tuple[Held, ...]
+    waiting: tuple[Waiter, ...]
+    fair: bool = False
+    lag: float = STOP_LAG  # seconds from a hold's end to its GPUs being given again
+    slack: float = HARD_SLACK  # the most that may pass from a hard end to the GPUs given
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """When one request likely starts (median), by when (80th percentile), and at the latest
+    (hard facts only; None: nothing bounds it), with the reasons, as sentences."""
+
+    likely: float
+    by: float
+    latest: float | None
+    because: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "likely": words.iso(self.likely),
+            "by": words.iso(self.by),
+            "latest": None if self.latest is None else words.iso(self.latest),
+            "because": list(self.because),
+        }
+
+    def sentence(self, now: float) -> str:
+        """ "Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC, and no later than
+        15:40 UTC.": the estimate in words (a waiting page, a form)."""
+        if self.by <= now + 1:
+            return "Likely to start within moments."
+        latest = f", and no later than {clock(self.latest, now)}" if self.latest is not None else ""
+        return (
+            f"Likely to start around {clock(self.likely, now)}, 4 times in 5 by "
+            f"{clock(self.by, now)}{latest}."
+        )
+
+
+def clock(epoch: float, now: float) -> str:
+    """ "14:30 UTC" today, "30 Nov 2026, 09:15 UTC" on another day: the hub's one way to
+    write a moment (:func:`gpuhub.core.words.moment_utc`), short where the day is today's."""
+    when = datetime.fromtimestamp(epoch, UTC)
+    if when.date() == datetime.fromtimestamp(now, UTC).date():
+        return f"{when:%H:%M} UTC"
+    return words.moment_utc(epoch)
+
+
+def about(seconds: float) -> str:
+    """ "about 2 hours", "about 40 minutes": a learned length, rounded as people say it."""
+    if seconds >= 5400:
+        return f"about {words.plural(round(seconds / 3600), 'hour')}"
+    return f"about {words.plural(max(1, round(seconds / 60)), 'minute')}"
+
+
+def estimate(
+    line: Line, now: float, newcomer: Curve | None = None
+) -> tuple[dict[Any, Estimate], Estimate | None]:
+    """Every waiter's estimate, by key; and, with ``newcomer``, when one more request for one
+    GPU that joined now would start (the form's "likely free around 14:30")."""
+    waiting = list(line.waiting)
+    if newcomer is not None:
+        waiting.append(Waiter(_NEWCOMER, 1, now, newcomer))
+    if not waiting:
+        return {}, None
+    total = max(line.total, 0)
+    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, WORK // len(waiting))) | 1
+    starts = _replay(line, waiting, total, now, samples)
+    latest = _latest(line, waiting, total, now)
+    reasons = _reasons(line, now)
+    out: dict[Any, Estimate] = {}
+    ahead_gpus = 0
+    for i, waiter in enumerate(waiting):
+        row = sorted(starts[i])
+        likely = max(_quantile(row, LIKELY), now)
+        by = max(_quantile(row, BY), likely)
+        hard = latest[i]
+        if hard is not None:
+            likely, by = min(likely, hard), min(by, hard)
+        because = [_place(i, ahead_gpus, waiter, line), *reasons]
+        if hard is None:
+            because.append(
+                "No later time is certain: others who used less may still come and go first."
+                if line.fair
+                else "No later time is certain: nothing that holds these GPUs has to end by a set time."
+            )
+        else:
+            because.append(f"By {clock(hard, now)} at the latest: {_hard_words(line)}.")
+        out[waiter.key] = Estimate(likely, by, hard, tuple(because))
+        ahead_gpus += waiter.gpus
+    return out, out.pop(_NEWCOMER, None)
+
+
+_NEWCOMER = object()
+
+
+def _quantile(row: Sequence[float], p: float) -> float:
+    finite = [x for x in row if math.isfinite(x)]
+    if not finite:
+        return math.inf
+    return row[min(len(row) - 1, int(p * len(row)))]
+
+
+def _replay(
+    line: Line, waiting: Sequence[Waiter], total: int, now: float, samples: int
+) -> list[list[float]]:
+    """``starts[i][s]``: when waiter ``i`` starts in replay ``s``."""
+    rng = random.Random(0x38)  # the same facts, the same answer
+    held_gpus = sum(h.gpus for h in line.held)
+    free = max(total - held_gpus, 0)
+    starts = [[0.0] * samples for _ in waiting]
+    strata = [(s + 0.5) / samples for s in range(samples)]
+    # Each holding and waiter draws its own stratified quantiles, shuffled: every replay
+    # sees every part of each one's distribution once (Latin hypercube).
+    for s in range(samples):
+        frees = [now] * free
+        for h in line.held:
+            u = strata[rng.randrange(samples)]
+            age = max(now - h.since, 0.0)
+            end = now + h.curve.left(age, u)
+            if h.soft_end is not None and rng.random() < STAY_IDLE:
+                end = min(end, max(h.soft_end, now))
+            if h.hard_end is not None:
+                end = min(end, max(h.hard_end, now))
+            end += line.lag
+            frees.extend([end] * h.gpus)
+        heapq.heapify(frees)
+        previous = now
+        for i, w in enumerate(waiting):
+            need = min(w.gpus, total)
+            if need <= 0 or len(frees) < need:
+                starts[i][s] = math.inf if need > 0 else previous
+                continue
+            taken = [heapq.heappop(frees) for _ in range(need)]
+            start = max(taken[-1], previous)  # only the head is served: never before it
+            previous = start
+            starts[i][s] = start
+            hold = w.curve.left(0.0, rng.random())
+            if w.hard_hold is not None:
+                hold = min(hold, w.hard_hold)
+            for _ in range(need):
+                heapq.heappush(frees, start + hold + line.lag)
+    return starts
+
+
+def _latest(line: Line, waiting: Sequence[Waiter], total: int, now: float) -> list[float | None]:
+    """When each waiter starts if every hold lasts as long as hard facts allow."""
+    if line.fair:
+        return [None] * len(waiting)
+    free = max(total - sum(h.gpus for h in line.held), 0)
+    frees = [now] * free
+    for h in line.held:
+        end = math.inf if h.hard_end is None else max(h.hard_end, now) + line.slack
+        frees.extend([end] * h.gpus)
+    heapq.heapify(frees)
+    out: list[float | None] = []
+    previous = now
+    for w in waiting:
+        need = min(w.gpus, total)
+        if need <= 0 or len(frees) < need:
+            out.append(None)
+            previous = math.inf
+            continue
+        taken = [heapq.heappop(frees) for _ in range(need)]
+        start = max(taken[-1], previous)
+        previous = start
+        out.append(start + STOP_LAG if math.isfinite(start) else None)
+        hold = math.inf if w.hard_hold is None else w.hard_hold + line.slack
+        for _ in range(need):
+            heapq.heappush(frees, start + hold)
+    return out
+
+
+def _place(index: int, ahead_gpus: int, waiter: Waiter, line: Line) -> str:
+    gpus = words.gpus(waiter.gpus, line.name)
+    if index == 0:
+        return f"You are first in line for {gpus}."
+    people = words.plural(index, "request")
+    return (
+        f"You are {words.ordinal(index + 1)} in line for {gpus}: {people} ahead of you "
+        f"need {ahead_gpus} in all."
+    )
+
+
+def _reasons(line: Line, now: float) -> list[str]:
+    """What the holders' clocks and the learned durations say, for everyone in this line."""
+    out = []
+    soft = sorted(h.soft_end for h in line.held if h.soft_end is not None)
+    if soft:
+        n = words.plural(len(soft), "holding")
+        out.append(
+            f"{n} of these GPUs {'is' if len(soft) == 1 else 'are'} idle: reclaimed from "
+            f"{clock(soft[0], now)} if {'it stays' if len(soft) == 1 else 'they stay'} idle."
+        )
+    hard = sorted(
+        h.hard_end for h in line.held if h.hard_end is not None and h.hard_why == "budget"
+    )
+    if hard:
+        out.append(
+            f"{words.plural(len(hard), 'holding')} ran out of GPU-hours: stopped by "
+            f"{clock(hard[0], now)} when the grace ends."
+        )
+    deadlines = sorted(
+        h.hard_end for h in line.held if h.hard_end is not None and h.hard_why == "deadline"
+    )
+    if deadlines:
+        out.append(f"A job on these GPUs reaches its time limit at {clock(deadlines[0], now)}.")
+    if line.held:
+        oldest = min(line.held, key=lambda h: h.since)
+        learned = oldest.curve.learned
+        source = (
+            f"learned from {words.plural(round(learned), 'hold')}"
+            if learned >= 1
+            else "a first guess: nothing is learned yet"
+        )
+        out.append(
+            f"Holds of {line.name} last {about(oldest.curve.quantile(0.5))} ({source}); "
+            f"the longest-held one has lasted {about(max(now - oldest.since, 0))} and likely "
+            f"has {about(oldest.curve.median_left(max(now - oldest.since, 0)))} to go."
+        )
+    return out
+
+
+def _hard_words(line: Line) -> str:
+    whys = {h.hard_why for h in line.held if h.hard_end is not None}
+    said = []
+    if "budget" in whys:
+        said.append("budgets' grace ends")
+    if "deadline" in whys:
+        said.append("jobs' time limits")
+    if not said:
+        said.append("enough GPUs are free or freed by then")
+    return " and ".join(said)
