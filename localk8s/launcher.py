@@ -53,6 +53,22 @@ STATE = "state.json"
 START_LOCK = Path(tempfile.gettempdir()) / "gpuhub-cluster-start.lock"
 
 
+# The default StorageClass: kube-controller-manager's own hostPath provisioner
+# (--enable-hostpath-provisioner, meant for one-machine clusters such as this one); the
+# process node mounts a claim's bound volume at the container's mountPath.
+STORAGE_CLASS: dict[str, Any] = {
+    "apiVersion": "storage.k8s.io/v1",
+    "kind": "StorageClass",
+    "metadata": {
+        "name": "local-hostpath",
+        "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+    },
+    "provisioner": "kubernetes.io/host-path",
+    "reclaimPolicy": "Delete",
+    "volumeBindingMode": "Immediate",
+}
+
+
 class ClusterError(RuntimeError):
     """``make cluster`` failed; the message is one sentence for the person at the terminal."""
 
@@ -263,6 +279,9 @@ class Launcher:
                 "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
                 f"--cert-dir={root / 'pki' / 'kcm'}",
                 "--node-monitor-grace-period=120s",
+                # PersistentVolumeClaims of the default StorageClass (STORAGE_CLASS) get a
+                # folder of this machine, /tmp/hostpath_pv/<uid>, as a hostPath volume.
+                "--enable-hostpath-provisioner=true",
             ],
             ports=(ports["controller-manager"],),
         )
@@ -311,6 +330,7 @@ class Launcher:
             lambda: api.get("v1", "ServiceAccount", "default", "default"),
             timeout=60,
         )
+        api.apply(STORAGE_CLASS)
 
     def _up(self, binaries: dict[str, Path]) -> None:
         root = self.root

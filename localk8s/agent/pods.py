@@ -195,6 +195,7 @@ class ProcessNode:
         self.path = os.pathsep.join(
             [
                 os.path.dirname(sys.executable),
+                str(Path(__file__).resolve().parents[2] / "node_modules" / ".bin"),
                 "/usr/local/bin",
                 "/usr/bin",
                 "/bin",

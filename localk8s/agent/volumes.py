@@ -2,9 +2,9 @@
 
 The agent writes each volume's content under the pod's folder (ConfigMap and Secret keys
 as files, a projected ServiceAccount token from the TokenRequest API, an emptyDir as an empty
-folder), then each container starts in a private mount namespace (``unshare --mount``) where
-those folders are bind-mounted at the container's ``mountPath`` (``subPath`` and
-``readOnly`` honoured). The paths a program sees are the ones its pod spec names.
+folder; a PersistentVolumeClaim is its bound hostPath or local volume's folder), then each
+container starts in a private mount namespace (``unshare --mount``) where those folders are
+bind-mounted at the container's ``mountPath`` (``subPath`` and ``readOnly`` honoured). The paths a program sees are the ones its pod spec names.
 """
 
 from __future__ import annotations
@@ -19,6 +19,20 @@ from typing import Any
 from .kube import ApiError, Kube
 
 SERVICE_ACCOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+# A PersistentVolume's spec fields that are not its source.
+_PV_FIELDS = {
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+}
 
 
 class VolumeNotReady(RuntimeError):
@@ -112,6 +126,35 @@ class Volumes:
         )
         return str(answer["status"]["token"]).encode()
 
+    async def _claim(self, name: str) -> Path:
+        """The folder of the volume bound to PersistentVolumeClaim ``name``: until it is
+        bound the pod waits in ContainerCreating, as a kubelet's does."""
+        try:
+            claim = await self.kube.request(
+                "GET", f"/api/v1/namespaces/{self.namespace}/persistentvolumeclaims/{name}"
+            )
+        except ApiError as error:
+            if error.status == 404:
+                raise VolumeNotReady(f'persistentvolumeclaim "{name}" not found') from None
+            raise
+        volume_name = claim.get("spec", {}).get("volumeName")
+        if claim.get("status", {}).get("phase") != "Bound" or not volume_name:
+            raise VolumeNotReady(f'persistentvolumeclaim "{name}" is not bound')
+        volume = await self.kube.request("GET", f"/api/v1/persistentvolumes/{volume_name}")
+        spec = volume.get("spec", {})
+        if "hostPath" in spec:
+            path = Path(spec["hostPath"]["path"])
+        elif "local" in spec:
+            path = Path(spec["local"]["path"])
+        else:
+            kind = next((k for k in spec if k not in _PV_FIELDS), "unknown")
+            raise VolumeUnsupported(
+                f"persistentvolume {volume_name!r} of claim {name!r} is a {kind} volume; the "
+                "process node mounts hostPath and local volumes"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def _field(self, path: str) -> bytes:
         meta = self.pod["metadata"]
         if path in ("metadata.name", "metadata.namespace", "metadata.uid"):
@@ -170,11 +213,14 @@ class Volumes:
                     _write(folder, item["path"], self._field(path), mode)
             elif "hostPath" in volume:
                 out[name] = Path(volume["hostPath"]["path"])
+            elif "persistentVolumeClaim" in volume:
+                out[name] = await self._claim(volume["persistentVolumeClaim"]["claimName"])
             else:
                 kind = next((k for k in volume if k != "name"), "unknown")
                 raise VolumeUnsupported(
                     f"volume {name!r} is a {kind} volume; the process node provides configMap, "
-                    "secret, projected, downwardAPI, emptyDir and hostPath volumes"
+                    "secret, projected, downwardAPI, emptyDir, hostPath and "
+                    "persistentVolumeClaim volumes"
                 )
         return out
 
