@@ -50,6 +50,8 @@ def binary_path(component: Component) -> Path:
         path = component.module_dir / name
         if path.exists():
             digest.update(path.read_bytes())
+    for source in own_sources(component):  # gpuhub's own Go code: a change is a new binary
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
     digest.update(component.package.encode())
     digest.update("\0".join(component.ldflags).encode())
     return (
@@ -58,6 +60,16 @@ def binary_path(component: Component) -> Path:
         / f"{component.name}-{component.version}-{digest.hexdigest()[:12]}"
         / (component.name)
     )
+
+
+def own_sources(component: Component) -> list[Path]:
+    """The Go files of ``component``'s main package when it is one of its wrapper module's
+    own (``gpuhub.local/cluster/<family>/...``, e.g. process-kubelet), else none."""
+    module = f"gpuhub.local/cluster/{component.family}"
+    if component.package != module and not component.package.startswith(module + "/"):
+        return []
+    folder = component.module_dir / component.package[len(module) :].lstrip("/")
+    return sorted(folder.glob("*.go"))
 
 
 def _go() -> str:
@@ -144,7 +156,8 @@ def update_modules() -> None:
     """Rewrite both wrapper modules from the pins, then let ``go mod tidy`` write go.sum."""
     go = _go()
     staging_version = "v0." + KUBERNETES.split(".", 1)[1]  # v1.36.3 -> v0.36.3
-    k8s_tools = [c.package for c in COMPONENTS if c.family == "k8s"]
+    # Tools of the modules it requires; its own main packages (process-kubelet) need no line.
+    k8s_tools = [c.package for c in COMPONENTS if c.family == "k8s" and not own_sources(c)]
     lines = ["module gpuhub.local/cluster/k8s", "", "go 1.26.0", "", "require ("]
     lines += [f"\t{m} {v}" for m, v in K8S_FAMILY_MODULES.items()]
     lines += [")", "", "tool ("] + [f"\t{t}" for t in k8s_tools] + [")", "", "replace ("]

@@ -155,6 +155,16 @@ COMPONENTS: tuple[Component, ...] = (
         "github.com/kubeflow/training-operator/cmd/training-operator.v1",
         "k8s",
     ),
+    # The process node's kubelet port: exec, attach and port-forward through Kubernetes'
+    # own streaming server (its staging module k8s.io/cri-streaming); gpuhub's own main
+    # package in the k8s wrapper module, so it adds seconds to a cold build.
+    Component(
+        "process-kubelet",
+        "k8s.io/kubernetes",
+        KUBERNETES,
+        "gpuhub.local/cluster/k8s/cmd/process-kubelet",
+        "k8s",
+    ),
     # Cluster DNS: the wrapper module's own main package (CoreDNS's plugins, a few of them).
     Component(
         "coredns",

@@ -496,11 +496,23 @@ class Launcher:
                     f"--gpus={self.gpus}",
                     f"--dra-gpus={self.dra_gpus}",
                     f"--pod-range={pod_range(root)}",
+                    f"--socket={root / 'node-agent' / 'kubelet.sock'}",
                 ],
                 cwd=REPO,
-                ports=(ports["node-agent"],),
             )
             started.append((agent, "node-agent"))
+            # The node's kubelet port: exec, attach and port-forward, the rest to the agent.
+            kubelet = self._start(
+                "process-kubelet",
+                [
+                    str(binaries["process-kubelet"]),
+                    f"--port={ports['node-agent']}",
+                    f"--pki={root / 'pki'}",
+                    f"--agent-socket={root / 'node-agent' / 'kubelet.sock'}",
+                ],
+                ports=(ports["node-agent"],),
+            )
+            started.append((kubelet, "process-kubelet"))
         expected = len(nodes) + (0 if self.bare else 1)  # and the process node
 
         def nodes_ready() -> bool:

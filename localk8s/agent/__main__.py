@@ -3,8 +3,11 @@
 It registers the Node (``local-0`` by default, label ``gpuhub.io/node-agent=process``,
 simulated ``nvidia.com/gpu``), publishes the ResourceSlice of its GPUs claimed through DRA
 (``--dra-gpus``, numbered after those; :mod:`localk8s.dra`), renews its Lease in ``kube-node-lease`` as a kubelet does,
-runs the pods bound to it (:mod:`.pods`) and serves their logs (:mod:`.server`). The
-launcher (``localk8s/launcher.py``) starts it; see docs/cluster.md.
+runs the pods bound to it (:mod:`.pods`) and serves their logs (:mod:`.server`) on a unix
+socket (``--socket``) to ``process-kubelet``, which serves the advertised kubelet port
+(``--port``) and adds exec, attach and port-forward. The launcher
+(``localk8s/launcher.py``) starts both; see docs/cluster.md. Without ``--socket`` it serves
+the port itself, logs only (a cluster started by an older launcher).
 """
 
 from __future__ import annotations
@@ -239,13 +242,22 @@ async def main(args: argparse.Namespace) -> None:
         )
         runner = web.AppRunner(make_app(agent), access_log=None)
         await runner.setup()
-        site = web.TCPSite(
-            runner,
-            "127.0.0.1",
-            args.port,
-            ssl_context=tls_context(pki / "serving.crt", pki / "serving.key", pki / "ca.crt"),
-        )
+        site: web.BaseSite
+        if args.socket:
+            socket = Path(args.socket)
+            socket.parent.mkdir(parents=True, exist_ok=True)
+            socket.unlink(missing_ok=True)  # a stale one from an agent that ended
+            site = web.UnixSite(runner, str(socket))
+        else:
+            site = web.TCPSite(
+                runner,
+                "127.0.0.1",
+                args.port,
+                ssl_context=tls_context(pki / "serving.crt", pki / "serving.key", pki / "ca.crt"),
+            )
         await site.start()
+        if args.socket:
+            socket.chmod(0o600)  # root only: it answers with pods' environments
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -270,11 +282,12 @@ async def main(args: argparse.Namespace) -> None:
         for task in tasks:  # none of them may end; if one does, say why and stop the node
             task.add_done_callback(lambda t: t.cancelled() or _died(t, stop))
         log.info(
-            "node %s ready: %d simulated GPUs, %d more through DRA, kubelet API on 127.0.0.1:%d",
+            "node %s ready: %d simulated GPUs, %d more through DRA, kubelet port %d (%s)",
             args.name,
             args.gpus,
             args.dra_gpus,
             args.port,
+            f"process-kubelet, agent on {args.socket}" if args.socket else "logs only",
         )
         await stop.wait()
         for task in tasks:
@@ -294,7 +307,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server", required=True, help="https://127.0.0.1:<apiserver port>")
     parser.add_argument("--pki", required=True, help="the cluster's certificate folder")
     parser.add_argument("--state", required=True, help="where pods' files and logs go")
-    parser.add_argument("--port", type=int, required=True, help="the kubelet API's port")
+    parser.add_argument(
+        "--port", type=int, required=True, help="the kubelet port the Node advertises"
+    )
+    parser.add_argument(
+        "--socket", default=None, help="serve process-kubelet on this unix socket, not --port"
+    )
     parser.add_argument("--name", default="local-0")
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--dra-gpus", type=int, default=0, help="GPUs claimed through DRA")

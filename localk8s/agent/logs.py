@@ -1,6 +1,7 @@
 """Container logs as a kubelet keeps them: one file per container instance, in the CRI
 format (``<RFC 3339 time> <stream> F <line>``), read back for ``pods/log`` with ``follow``,
-``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps`` and ``limitBytes``."""
+``tailLines``, ``sinceSeconds``/``sinceTime``, ``timestamps`` and ``limitBytes``; and the
+output as it comes, to each listener (``pods/attach``: :mod:`.server`)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,30 @@ class ContainerLog:
     closed: bool = False
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _partial: dict[str, bytes] = field(default_factory=dict)
+    # Attached clients: each gets every chunk as written, then None once the run ends.
+    _listeners: set[asyncio.Queue[tuple[str, bytes] | None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.path.touch()
 
+    def listen(self) -> asyncio.Queue[tuple[str, bytes] | None]:
+        """A queue of the output written from now on, ``(stream, bytes)``, ended by None."""
+        queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        if self.closed:
+            queue.put_nowait(None)
+        else:
+            self._listeners.add(queue)
+        return queue
+
+    def unlisten(self, queue: asyncio.Queue[tuple[str, bytes] | None]) -> None:
+        self._listeners.discard(queue)
+
     def write(self, stream: str, chunk: bytes) -> None:
+        for queue in self._listeners:
+            queue.put_nowait((stream, chunk))
+        self._append(stream, chunk)
+
+    def _append(self, stream: str, chunk: bytes) -> None:
         data = self._partial.pop(stream, b"") + chunk
         *lines, rest = data.split(b"\n")
         if rest:
@@ -49,8 +69,11 @@ class ContainerLog:
 
     def close(self) -> None:
         for stream, rest in list(self._partial.items()):
-            self.write(stream, rest + b"\n")
+            self._append(stream, rest + b"\n")
         self.closed = True
+        for queue in self._listeners:
+            queue.put_nowait(None)
+        self._listeners.clear()
         self._wake()
 
     def _wake(self) -> None:

@@ -19,7 +19,8 @@ A container without a ``command`` runs its ``args`` (as images whose entrypoint 
 such as tini, ``exec "$@"``, do: KubeSpawner sets only ``args``).
 
 What it does not do: images are not pulled (the image is ignored: programs come from this
-machine, the test's virtualenv first on ``PATH``); every container runs as the agent's own
+machine, the test's virtualenv first on ``PATH``; a container with neither command nor args
+runs only if its image is the pause image: :mod:`.images`); every container runs as the agent's own
 user (``securityContext`` is not enforced); probes are not run (a started container is
 ready); there are no cgroups, so CPU and memory limits are not enforced.
 """
@@ -45,6 +46,7 @@ from gpuhub.core.env import SHARE_ENV, SHARE_MEMORY_ENV
 from ..dra import SIMULATED_MEMORY
 from .claims import ClaimsNotReady, Grant, claim_names, grants, reserved_for
 from .hosts import hosts_file, pod_name, write_in_place
+from .images import entrypoint, missing_entrypoint
 from .kube import ApiError, Kube
 from .logs import ContainerLog, timestamp
 from .volumes import VolumeNotReady, Volumes, VolumeUnsupported, can_mount, mount_script
@@ -69,6 +71,10 @@ class Container:
     )
     last_state: dict[str, Any] = field(default_factory=dict)
     ready: bool = False
+    # What its current process was given, for `kubectl exec` (process-kubelet asks: .server).
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    stdin: Path | None = None  # the FIFO that is its stdin, where its spec asks for one
 
     @property
     def name(self) -> str:
@@ -692,15 +698,12 @@ class ProcessNode:
             expand(a, env).replace("0.0.0.0", run.ip)
             for a in [*(spec.get("command") or []), *(spec.get("args") or [])]
         ]
+        argv = argv or entrypoint(spec)  # the pause image pauses
         if not argv:
             container.state = {
                 "waiting": {
                     "reason": "CreateContainerError",
-                    "message": (
-                        f"the process node runs a container's command and args; container "
-                        f"{container.name!r} names neither, and its image's entrypoint is "
-                        "not known here"
-                    ),
+                    "message": missing_entrypoint(container.name, spec.get("image", "")),
                 }
             }
             await self._report(run)
@@ -743,12 +746,14 @@ class ProcessNode:
             script = run.folder / f"{container.name}.sh"
             script.write_text(mount_script(spec, run.volumes, workdir, run.folder / "hosts"))
             argv = ["unshare", "--mount", "--propagation", "private", "sh", str(script), *argv]
+        container.env, container.cwd = env, (workdir if workdir and can_mount() else cwd)
+        stdin = self._stdin(run, container)
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
                 env=env,
                 cwd=cwd,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
@@ -766,6 +771,9 @@ class ProcessNode:
             log_file.close()
             await self._report(run)
             return 128
+        finally:
+            if stdin != asyncio.subprocess.DEVNULL:
+                os.close(stdin)  # the container holds it now
         container.process = process
         started = timestamp()[:19] + "Z"
         container.state = {"running": {"startedAt": started}}
@@ -802,6 +810,18 @@ class ProcessNode:
         if not run.deleting:
             await self._report(run)
         return exit_code
+
+    @staticmethod
+    def _stdin(run: PodRun, container: Container) -> int:
+        """A container whose spec asks for ``stdin`` reads a FIFO that `kubectl attach`
+        writes to (process-kubelet); it holds it open read-write, so it never reads end of
+        file when a client detaches (``stdinOnce`` is not honoured). Others get none."""
+        if not container.spec.get("stdin"):
+            return asyncio.subprocess.DEVNULL
+        if container.stdin is None:
+            container.stdin = run.folder / f"{container.name}.stdin"
+            os.mkfifo(container.stdin)
+        return os.open(container.stdin, os.O_RDWR)
 
     @staticmethod
     async def _pump(stream: asyncio.StreamReader | None, name: str, out: ContainerLog) -> None:
