@@ -568,7 +568,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
             f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
             f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. "
-            f"{self._line_passed(ticket)}gpuhub waits until {deadline}, "
+            f"{self._line_passed(ticket)}{self._line_estimate(ticket)}"
+            f"gpuhub waits until {deadline}, "
             f"{words.duration(self.gpu_queue_timeout)} after you joined."
         )
 
@@ -585,6 +586,16 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         said = LINE.why_passed(ticket, names=bool(getattr(self.user, "admin", False)))
         return f"{said} " if said else ""
 
+    @staticmethod
+    def _line_estimate(ticket: Ticket) -> str:
+        """ "Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC. ": the monitor's
+        estimate of this wait (gpuhub.hub.monitor.eta), "" before its first."""
+        monitor = current()
+        if monitor is None:
+            return ""
+        said = monitor.eta.sentence((ticket.holder.user, "server", ticket.holder.name))
+        return f"{said} " if said else ""
+
     def _share_line_message(self, ticket: Ticket) -> str:
         """Waiting for a share: the memory left on each GPU of the type, as the form says it."""
         position = LINE.position(ticket)
@@ -597,7 +608,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             f"Waiting for {human_memory(holder.gpu_memory)} of one {ticket.type_name}: you are "
             f"{words.ordinal(position)} in line; the most free on one GPU is "
             f"{human_memory(most)} of {human_memory(holder.device_memory)}{first}. "
-            f"{self._line_passed(ticket)}gpuhub waits until {deadline}, "
+            f"{self._line_passed(ticket)}{self._line_estimate(ticket)}"
+            f"gpuhub waits until {deadline}, "
             f"{words.duration(self.gpu_queue_timeout)} after you joined."
         )
 

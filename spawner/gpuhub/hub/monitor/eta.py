@@ -53,7 +53,7 @@ PSEUDO = 4.0  # how many holds a level's parent counts as, where the level has l
 MAX_COUNT = 400.0  # a level's counts are scaled down past this: recent holds weigh more
 
 STAY_IDLE = 0.9  # how likely an idle holder stays idle until its reclaim clock runs out
-STOP_LAG = 5.0  # seconds a stop takes to give GPUs back, on top of the monitor's tick
+STOP_LAG = 30.0  # seconds from a hold's end to the next start running: the stop, the start
 HARD_SLACK = 60.0  # seconds added to a hard end: the tick that sees it and the stop itself
 
 LIKELY, BY = 0.5, 0.8
