@@ -527,6 +527,13 @@ def _errors_by_field(problems: Iterable[tuple[str, str]]) -> dict[str, str]:
     return errors
 
 
+def said_in_place(problems: Iterable[tuple[str, str]]) -> bool:
+    """Whether the form says every one of these problems next to its field: then the page
+    need not say them again above it."""
+    problems = list(problems)
+    return bool(problems) and all(bool(_errors_by_field([p])) for p in problems)
+
+
 def options_from_formdata(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
     """Reshape posted form fields (lists of strings) into raw ``user_options``.
 

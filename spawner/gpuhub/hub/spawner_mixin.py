@@ -55,6 +55,7 @@ from gpuhub.hub.form import (
     options_from_formdata,
     options_from_querydata,
     render_form,
+    said_in_place,
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger
@@ -122,16 +123,26 @@ def _remember_refusal(
     notice: str = "",
     *,
     pages: bool = False,
-) -> None:
+) -> bool:
     """Keep what a refused form submit (or spawn link) said and asked for, for the form
     JupyterHub renders next: it renders it with the *default* server's spawner
     (``user.spawner``) whichever server was refused, so the refused one is found among the
     user's spawners. A REST request renders no form: its refusal is not kept (``pages``:
-    the caller knows it is the hub's pages, before JupyterHub hands the spawner its handler)."""
+    the caller knows it is the hub's pages, before JupyterHub hands the spawner its handler).
+    True when kept."""
     if not pages and not _from_hub_pages(spawner):
-        return
+        return False
     typed = dict(options) if isinstance(options, Mapping) else {}
     spawner._gpuhub_refused = Refusal(typed, problems, time.monotonic(), notice)
+    return True
+
+
+def _said_once(error: Any, kept: bool, problems: tuple[tuple[str, str], ...]) -> Any:
+    """A refusal the next form says next to its fields is not said again in JupyterHub's
+    red message above the form (its REST answer is unchanged): one sentence, once."""
+    if kept and said_in_place(problems):
+        error.jupyterhub_message = ""
+    return error
 
 
 def _from_hub_pages(spawner: Any) -> bool:
@@ -273,9 +284,9 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         options = await _parse(spawner, user_options)
     except OptionsError as exc:
         _log_refusal(spawner, exc.message)
-        _remember_refusal(spawner, user_options, exc.problems)
+        kept = _remember_refusal(spawner, user_options, exc.problems)
         _forget_refused_options(spawner)
-        raise refusal(exc.message) from None
+        raise _said_once(refusal(exc.message), kept, exc.problems) from None
     try:
         await check_named_server_limit(spawner)
         await check_budget(spawner, options)
@@ -285,7 +296,8 @@ async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[s
         if isinstance(exc, web.HTTPError) and message:
             _log_refusal(spawner, message)
             field = "gpus" if exc.status_code in (403, 409) else ""
-            _remember_refusal(spawner, user_options, ((field, message),))
+            problems = ((field, message),)
+            _said_once(exc, _remember_refusal(spawner, user_options, problems), problems)
         _forget_refused_options(spawner)
         raise
     spawner.launch_options = options

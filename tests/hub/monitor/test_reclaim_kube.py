@@ -147,7 +147,7 @@ def test_idle_pod_is_reclaimed_and_busy_one_kept(hub: Hub, cluster: Kube) -> Non
     wait_for("bob's pod to go", lambda: server_pod(cluster, "bob") is None, hub)
     assert idle_pod not in {p["metadata"]["name"] for p in cluster.list("Pod")}
     home = hub.login("bob").get(f"{hub.url}/hub/home", timeout=30).text
-    assert "Your server was stopped on" in home and "Your files are safe" in home
+    assert "Your server was stopped on" in home and "Your saved files are safe" in home
     # The GPU type's name, not the resource's ("local": "Simulated GPU", on the process node).
     assert "its 1 Simulated GPU stayed below 5% utilization" in home
     # carol's GPU was busy all along: sampled (so the source works) and never warned.

@@ -112,7 +112,7 @@ def test_an_idle_server_is_warned_then_stopped_and_its_gpu_handed_out_again(
     for page in ("home", "spawn"):
         html = session.get(f"{hub.url}/hub/{page}", timeout=30).text
         assert "gpuhub-notice" in html, page
-        assert "Your server was stopped on" in html and "Your files are safe" in html
+        assert "Your server was stopped on" in html and "Your saved files are safe" in html
         assert "stayed below 5% utilization for 3 seconds" in html
     metrics = requests.get(f"{hub.url}/hub/metrics", headers=ADMIN, timeout=30).text
     assert 'gpuhub_idle_reclaims_total{gpu_type="NVIDIA GPU"} 1.0' in metrics, metrics[-3000:]

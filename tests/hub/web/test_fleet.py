@@ -125,7 +125,7 @@ def test_stop_needs_a_reason_and_the_right_and_the_user_reads_it(hub: Hub) -> No
     assert not hub.user_model("bob")["servers"]
     home = bob.get(f"{hub.url}/hub/home", timeout=30).text
     assert "Your server was stopped on" in home and "by root: &lt;script&gt;alert(1)" in home
-    assert "<script>alert(1)" not in home and "Your files are safe" in home
+    assert "<script>alert(1)" not in home and "Your saved files are safe" in home
     admin = fleet(hub, root)
     assert holders(admin) == {("carol", "")}
     # Held and free say so on the very page the admin comes back to, not a tick later.

@@ -9,7 +9,8 @@ users who hold GPUs; :class:`BudgetWatch` decides, without I/O, whose work is st
   someone within budget waits for GPUs of the same type, and the grace has run, it is the
   first to be stopped, before anyone within budget.
 
-The grace is measured on the monotonic clock from the first tick the user was seen over, in
+The grace is measured on the monotonic clock from when the budget ran out, as the tick that
+first saw the user over works it out from how far over they are and the GPUs they held, in
 this hub process (after a hub restart it starts again: nothing is stopped for time the hub
 did not see).
 """
@@ -37,16 +38,18 @@ class BudgetWatch:
         held: Iterable[Holding],
         waiting: Iterable[Holding],
         mono: float,
+        ran_out: Mapping[str, float] | None = None,
     ) -> list[Holding]:
         """The holdings to stop now. ``states``: the budget of each user who holds or waits
-        for GPUs (users without a budget are absent)."""
+        for GPUs (users without a budget are absent); ``ran_out``: when (monotonic) a budget
+        over now ran out, where known: a grace starting now runs from then."""
         held = list(held)
         over = {user for user, state in states.items() if state.over}
         for user in [u for u in self.over_since if u not in over]:
             del self.over_since[user]  # a grant, a new period: within budget again
         holders = {h.user for h in held}
         for user in over & holders:
-            self.over_since.setdefault(user, mono)
+            self.over_since.setdefault(user, min(mono, (ran_out or {}).get(user, mono)))
         due = {u for u, since in self.over_since.items() if mono - since >= self.grace}
         if not due:
             return []

@@ -36,6 +36,7 @@ from gpuhub.core.budgets import hours_words as words_hours
 from gpuhub.core.holdings import Holding, gpu_type_names, named
 from gpuhub.core.quantity import human_memory as words_memory
 from gpuhub.hub.ledger.budget_usage import (
+    AccountKey,
     BudgetState,
     BudgetUsage,
     BudgetView,
@@ -46,7 +47,6 @@ from gpuhub.hub.ledger.budget_usage import (
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
-from gpuhub.hub.monitor.eta_feed import EtaFeed, durations_path
 from gpuhub.hub.monitor.overshare import ShareWatch, StrayWatch
 from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
 from gpuhub.hub.monitor.usage import BUDGET, SHARE_OVERUSE, Notice, UsageStore
@@ -112,7 +112,12 @@ class GPUMonitor:
         self.budget_watch = (
             BudgetWatch(config.grace, config.at_limit) if config is not None else None
         )
+        # The last accounting (monotonic and wall clock), the holdings it charged (key ->
+        # since) and each user's GPUs then and GPU-seconds it charged them.
         self._last_mono: float | None = None
+        self._last_wall: float | None = None
+        self._charged: dict[HoldingKey, float | None] = {}
+        self._rates: dict[str, tuple[float, float]] = {}  # user -> (GPUs, seconds charged)
         # Every budget as of the last tick (the fleet page and /hub/metrics read it, in
         # other threads: replaced, never changed).
         self.budget_view = BudgetView()
@@ -151,8 +156,6 @@ class GPUMonitor:
         # Memory on shared GPUs that no proven holder explains (the admin's, never charged):
         # the last tick's, for the fleet page and /hub/metrics.
         self.unexplained: tuple[Unexplained, ...] = ()
-        # Estimated starts of what waits, and hold durations learned (beside the usage file).
-        self.eta = EtaFeed(durations_path(getattr(store, "path", None)))
 
     # -- the loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -172,7 +175,17 @@ class GPUMonitor:
             if ticks % max(1, int(30 / self.interval)) == 0:
                 self.store.save()
                 self.budgets.save()
-            await asyncio.sleep(self.interval)
+            # A grace that runs out before the next tick ends on time, not a tick late.
+            next_tick = time.monotonic() + self.interval
+            while (due := self.next_stop(time.monotonic())) is not None and (
+                time.monotonic() + due < next_tick
+            ):
+                await asyncio.sleep(due + 0.01)
+                try:
+                    await self.stop_due()
+                except Exception:
+                    log.exception("gpuhub: GPU monitor could not end a budget's grace")
+            await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
 
     async def tick(self, now: float, mono: float | None = None) -> None:
         """One round: holdings, samples, GPU-seconds, history, idle clocks, stops. ``mono``:
@@ -195,7 +208,7 @@ class GPUMonitor:
         held, self.waiting = self._held()
         current = {holding_key(h): h for h in held}
         holdings = [h for h in holdings if holding_key(h) in current]
-        self._account(holdings, now, mono)
+        self._account(held, now, mono)
         sampled = {holding_key(h) for h in holdings}
         holdings += [h for key, h in current.items() if key not in sampled]
         live: dict[HoldingKey, Track] = {}
@@ -217,7 +230,6 @@ class GPUMonitor:
             await self._watch_budgets(now, now if mono is None else mono)
         self.refresh_budgets(now)
         self._drop_read_notices()
-        self._estimate(now, now if mono is None else mono)
         self.last_tick = now
         self._changed()
 
@@ -233,15 +245,6 @@ class GPUMonitor:
         for key, holding in live.items():  # e.g. the job hold a stopped server's job left
             if key not in self.tracks:
                 self.tracks[key] = Track(holding)
-        self._estimate(time.time(), time.monotonic())
-
-    def _estimate(self, now: float, mono: float) -> None:
-        """Every wait's estimated start again, and what ended learned (docs/architecture.md,
-        "When, not only where"); a failure here never stops a tick."""
-        try:
-            self.eta.observe(self, now, mono)
-        except Exception:
-            log.exception("gpuhub: could not estimate when waiting requests start")
 
     def _held(self) -> tuple[list[Holding], dict[HoldingKey, Holding]]:
         """The ledger's holdings now, by display name: those that hold GPUs (devices given,
@@ -289,22 +292,29 @@ class GPUMonitor:
         return named(holding, self.type_names)
 
     def _account(self, holdings: Sequence[Holding], now: float, mono: float | None = None) -> None:
-        """GPU-seconds since the last tick, a share as its fraction of a GPU, and each device
-        of a user counted at most once (as :func:`gpuhub.core.holdings.gpus_held` counts it);
-        the same seconds are charged to each user's GPU-hour budget.
+        """GPU-seconds since the last accounting, a share as its fraction of a GPU, and each
+        device of a user counted at most once (as :func:`gpuhub.core.holdings.gpus_held`
+        counts it); the same seconds are charged to each user's GPU-hour budget.
 
         The interval is measured on the monotonic clock (``mono``): a wall clock set back or
-        forward charges nothing twice and forgives nothing. The first tick of a hub process
-        charges nothing: what ran while the hub was down is not seen."""
+        forward charges nothing twice and forgives nothing. A holding charged for the first
+        time is charged from when it got its GPUs (``since``), never for the part of the
+        interval before it held them: what ran is charged, not a whole interval ahead. The
+        first accounting of a hub process charges nothing: what ran while the hub was down is
+        not seen. Besides each tick, a stop accounts up to its moment (:meth:`settle`), so
+        the seconds between the last tick and a stop are charged too."""
         last_mono, self._last_mono = self._last_mono, mono
-        if self.last_tick is None:
+        last_wall, self._last_wall = self._last_wall, now
+        known, self._charged = self._charged, {holding_key(h): h.since for h in holdings}
+        if last_wall is None:
             return
         if mono is not None and last_mono is not None:
             measured = mono - last_mono
         else:
-            measured = now - self.last_tick
+            measured = now - last_wall
         elapsed = min(max(measured, 0.0), 3 * self.interval)  # a stalled hub adds no hours
         charged: dict[str, float] = {}
+        rates: dict[str, float] = {}
         seen: dict[tuple[str, int], Fraction] = {}
         for holding in holdings:
             count = holding.amount
@@ -315,12 +325,27 @@ class GPUMonitor:
                     taken = min(each, 1 - seen.get(key, Fraction(0)))
                     seen[key] = seen.get(key, Fraction(0)) + taken
                     count += taken
-            self.store.add(holding.user, holding.gpu_type, float(count) * elapsed, now)
-            charged[holding.user] = charged.get(holding.user, 0.0) + float(count) * elapsed
+            held_for = elapsed
+            if holding.since is not None and known.get(holding_key(holding), -1.0) != holding.since:
+                held_for = min(elapsed, max(now - holding.since, 0.0))  # new since last time
+            self.store.add(holding.user, holding.gpu_type, float(count) * held_for, now)
+            charged[holding.user] = charged.get(holding.user, 0.0) + float(count) * held_for
+            rates[holding.user] = rates.get(holding.user, 0.0) + float(count)
+        self._rates = {user: (rate, charged[user]) for user, rate in rates.items()}
         config = self.budget_config
         for user, seconds in charged.items():
             budget = config.budget_for(self._groups(user)) if config is not None else None
             self.budgets.charge(user, seconds, now, budget)
+
+    def settle(self) -> None:
+        """Charge what the monitor tracks up to now (before a stop takes a holding away, or
+        a start adds one), so that a stop between ticks is charged to its moment."""
+        if self._last_wall is None:
+            return
+        holdings = {k: t.holding for k, t in self.tracks.items()}
+        for holding in self._held()[0]:
+            holdings.setdefault(holding_key(holding), holding)
+        self._account(list(holdings.values()), time.time(), time.monotonic())
 
     # -- GPU-hour budgets -----------------------------------------------------------------
     @property
@@ -372,6 +397,7 @@ class GPUMonitor:
         self.budgets.grant(state.account, ExtraHours(hours, reason, by, now))
         state = self.budget_state(user, groups, now)
         assert state is not None
+        self._lift_budget_notices(user, state)
         extra = words_hours(hours)
         to = f"{state.budget.label} ({pool} group)" if pool else "your budget"
         self.store.notify(
@@ -391,6 +417,21 @@ class GPUMonitor:
         self.refresh_budgets(now)
         self._changed()
         return state
+
+    def _lift_budget_notices(self, user: str, state: BudgetState) -> None:
+        """After a grant: the 80 % and 100 % notices the budget is no longer at go (from
+        every member of a shared pool); the grant starts them over (``BudgetUsage.grant``),
+        so they are given again should it get there again."""
+        level = 100 if state.over else 80 if state.state == "warning" else 0
+        scope, name, period = state.account
+        told = self._members(user, name) if state.budget.shared else [user]
+        for stale in (80, 100):
+            if stale > level:
+                for member in told:
+                    self.store.clear_notice(member, f"{scope}:{name}:{period}:{stale}", "budget")
+        if not state.over and self.budget_watch is not None:
+            for member in told:  # no grace runs: nothing stops (stops_at) from now
+                self.budget_watch.over_since.pop(member, None)
 
     def refresh_budgets(self, now: float | None = None) -> None:
         """Build :attr:`budget_view` (on the event loop: it reads users' groups)."""
@@ -426,7 +467,9 @@ class GPUMonitor:
             level = 100 if state.over else 80 if state.state == "warning" else 0
             if level and self.budgets.tell(state.account, level):
                 self._budget_notice(user, state, level, now)
-        for holding in watch.observe(states, held, self.waiting.values(), mono):
+        for holding in watch.observe(
+            states, held, self.waiting.values(), mono, self._ran_out(states, mono)
+        ):
             key = holding_key(holding)
             if key in self._stopping:
                 continue
@@ -438,9 +481,82 @@ class GPUMonitor:
             )
             if config.at_limit == "idle_only":
                 reason += ", and someone within their budget waits for these GPUs"
-            task = asyncio.ensure_future(self._stop_over_budget(holding, reason))
+            task = asyncio.ensure_future(self._stop_over_budget(holding, reason, state))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _ran_out(self, states: dict[str, BudgetState], mono: float) -> dict[str, float]:
+        """When (monotonic) each budget over now ran out, from how far over it is and the
+        GPUs its users held since the last accounting: the grace runs from that moment, not
+        from the tick that saw it, so work stops within a tick of its budget and grace."""
+        rates: dict[AccountKey, float] = {}
+        last: dict[AccountKey, float] = {}  # what the last accounting charged each budget
+        for user, state in states.items():
+            rate, seconds = self._rates.get(user, (0.0, 0.0))
+            rates[state.account] = rates.get(state.account, 0.0) + rate
+            last[state.account] = last.get(state.account, 0.0) + seconds
+        out = {}
+        for user, state in states.items():
+            rate = rates[state.account]
+            over = state.used_seconds - state.allowed_seconds
+            # Only a budget that the last accounting took over ran out since: one over
+            # before (work started over budget, as idle_only allows) starts its grace now.
+            if state.over and rate > 0 and 0 <= over <= last[state.account]:
+                out[user] = mono - over / rate
+        return out
+
+    def stops(self, user: str, now: float | None = None) -> dict[HoldingKey, tuple[float, str]]:
+        """``user``'s holdings that will be stopped unless something changes: (when, as epoch
+        seconds, and why: ``"budget"`` for a budget's grace, ``"idle"`` for idle reclaim's
+        warning, ``"share"`` for a share over its memory), the earliest for each. The
+        holdings answer's ``stops_at``, which the lab counts down and saves notebooks by."""
+        now = time.time() if now is None else now
+        found: dict[HoldingKey, tuple[float, str]] = {}
+
+        def add(key: HoldingKey, when: float, why: str) -> None:
+            if key not in found or when < found[key][0]:
+                found[key] = (when, why)
+
+        watch = self.budget_watch
+        deadline = watch.deadline(user, time.monotonic(), now) if watch is not None else None
+        if watch is not None and deadline is not None:
+            mine = [(k, t.holding) for k, t in self.tracks.items() if k[0] == user]
+            if watch.at_limit == "idle_only":  # stopped only for someone within budget
+                wanted = set()
+                for holding in self.waiting.values():
+                    state = self.budget_state(holding.user, now=now)
+                    if state is None or not state.over:
+                        wanted.add(holding.gpu_type)
+                mine = [(k, h) for k, h in mine if h.gpu_type in wanted]
+            for key, _ in mine:
+                add(key, deadline, BUDGET)
+        if self.clocks is not None:
+            for key, track in self.tracks.items():
+                clock = self.clocks.clocks.get(track.launch()) if key[0] == user else None
+                if clock is not None and clock.deadline is not None and not clock.reclaimed:
+                    add(key, clock.deadline, "idle")
+        if self.shares is not None:
+            for key in self.shares.over:
+                if key[0] == user and key in self.tracks:
+                    add(key, self.shares.deadline(key), SHARE_OVERUSE)
+        return found
+
+    def next_stop(self, mono: float) -> float | None:
+        """Seconds until the next grace runs out (None: none runs out after ``mono``; one
+        that has run out is the ticks' business)."""
+        watch = self.budget_watch
+        if watch is None:
+            return None
+        left = [since + watch.grace - mono for since in watch.over_since.values()]
+        return min((s for s in left if s > 0), default=None)
+
+    async def stop_due(self) -> None:
+        """Between ticks, when a grace runs out: charge up to now and stop what is due, as
+        a tick would (without sampling utilization, which may take a while)."""
+        if self.budget_watch is None:
+            return
+        self.settle()
+        await self._watch_budgets(time.time(), time.monotonic())
 
     def _budget_notice(self, user: str, state: BudgetState, level: int, now: float) -> None:
         """The 80 % or 100 % notice, one per budget and period: to the user, or to every
@@ -463,7 +579,9 @@ class GPUMonitor:
             )
         log.info("gpuhub: %s reached %s%% of their GPU-hour budget: %s", user, level, state.text)
 
-    async def _stop_over_budget(self, holding: Holding, reason: str) -> None:
+    async def _stop_over_budget(self, holding: Holding, reason: str, state: BudgetState) -> None:
+        """Stop (or cancel) ``holding``; its notice then says what the 100 % notice warned
+        would happen, which goes, so that the user reads it once."""
         from gpuhub.hub.monitor.cancel import CancelRefused
 
         if holding.kind == "job":
@@ -476,10 +594,13 @@ class GPUMonitor:
                     holding.label,
                     exc,
                 )
-            return
-        user = self._user(holding.user)
-        if user is not None:
-            await self.stop_server(user, holding.name, reason, by=BUDGET)
+                return
+        else:
+            user = self._user(holding.user)
+            if user is None or not await self.stop_server(user, holding.name, reason, by=BUDGET):
+                return
+        scope, name, period = state.account
+        self.store.clear_notice(holding.user, f"{scope}:{name}:{period}:100", "budget")
 
     def _remember(self, track: Track, now: float) -> None:
         if not track.samples:
@@ -730,8 +851,11 @@ class GPUMonitor:
             return
         self.store.count_reclaim(holding.gpu_type or "GPU")
 
-    async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool:
-        """Stop ``user``'s server as the hub's REST API does, and leave the user a notice."""
+    async def stop_server(
+        self, user: Any, server: str, reason: str, *, by: str, notify: bool = True
+    ) -> bool:
+        """Stop ``user``'s server as the hub's REST API does, and leave the user a notice
+        (``notify``: unless they stopped it themselves, and know)."""
         key = (user.name, "server", server)
         if key in self._stopping:
             return False
@@ -752,10 +876,12 @@ class GPUMonitor:
             return False
         finally:
             self._stopping.discard(key)
+        self.settle()  # its GPUs were held until now
         # The notice first: the user's lab asks why as soon as the hub says it stopped.
-        self.store.notify(
-            user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
-        )
+        if notify:
+            self.store.notify(
+                user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
+            )
         self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
         self.waiting = {k: h for k, h in self.waiting.items() if k != key}
         await self._refresh_now()
@@ -790,6 +916,7 @@ class GPUMonitor:
                 job_ids = await cancel_local(book, holding)
         finally:
             self._stopping.discard(key)
+        self.settle()  # its GPUs were held until now
         # A queued job held its GPUs by a grant; the jobs service stops renewing it once
         # the job is gone, but it would count until it expires.
         self.ledger.release_job_grant(user, name)
@@ -862,6 +989,7 @@ def holdings_changed() -> None:
         return
 
     async def refresh() -> None:
+        monitor.settle()  # what stopped is charged up to its stop
         await monitor._refresh_now()
         monitor._changed()
 
@@ -924,7 +1052,6 @@ async def _start(spawner: Any) -> None:
     from gpuhub.hub.monitor.metrics import register
 
     register(monitor)
-    atexit.register(monitor.eta.save)  # what was learned since the last save
     monitor.start()
     if rule is not None and isinstance(source, NoUtilization):
         log.warning(

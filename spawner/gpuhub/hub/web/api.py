@@ -33,9 +33,10 @@ to.
 
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "budgets", "quota", "held", "waiting",
   "holdings": [{"kind", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type",
-  "devices", "device_names", "since", "processes", "jobs", "waiting", "estimate"}]}``
-  (``estimate``, on a waiting holding: ``{"likely", "by", "latest", "because"}``,
-  :mod:`gpuhub.hub.monitor.eta`; a share of a GPU:
+  "devices", "device_names", "since", "processes", "jobs", "waiting", "stops_at",
+  "stops_why"}]}`` (``stops_at``: when a holding that will be stopped stops, epoch seconds,
+  and ``stops_why`` why, ``"budget"`` (a budget's grace), ``"idle"`` or ``"share"``; null
+  for what nothing stops) (a share of a GPU:
   ``share`` what it counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5
   GPU" as the fleet page says it; claimed through DRA, ``device_names`` its devices, "GPU 3
   (A100-SXM4-80GB) on a100-7"). ``held`` counts GPUs given; ``waiting`` those asked for by what waits for
@@ -82,7 +83,6 @@ from tornado import web
 
 from gpuhub.core import words
 from gpuhub.core.holdings import (
-    Holding,
     QuotaExceeded,
     gpu_type_names,
     gpus_held,
@@ -428,6 +428,8 @@ class HoldingsHandler(GpuhubAPIHandler):
         except PolicyConfigError:  # an admin mistake is reported where the form renders
             names = {}
         held = [named(h, names) for h in held]
+        monitor = gpu_monitor.current()
+        stops = monitor.stops(user.name) if monitor is not None else {}
         self.finish(
             json.dumps(
                 {
@@ -454,24 +456,16 @@ class HoldingsHandler(GpuhubAPIHandler):
                             "processes": [{"pid": p, "command": c} for p, c in h.processes],
                             "jobs": list(h.jobs),
                             "waiting": h.waiting_words or None,
-                            # Waiting: when it likely starts, by when, at the latest,
-                            # and why (gpuhub.hub.monitor.eta); null once held.
-                            "estimate": estimate_of(gpu_monitor.current(), h),
+                            # Will be stopped (a budget's grace, idle reclaim, a share
+                            # over its memory): when (epoch seconds) and why; else null.
+                            "stops_at": stops.get((h.user, h.kind, h.name), (None,))[0],
+                            "stops_why": stops.get((h.user, h.kind, h.name), (None, None))[1],
                         }
                         for h in held
                     ],
                 }
             )
         )
-
-
-def estimate_of(monitor: gpu_monitor.GPUMonitor | None, holding: Holding) -> Any:
-    """A waiting holding's estimated start as JSON (docs/architecture.md, "When, not only
-    where"); None once held, or before the monitor's first estimate."""
-    if monitor is None or not holding.waiting:
-        return None
-    found = monitor.eta.estimates.get((holding.user, holding.kind, holding.name))
-    return found.as_json() if found is not None else None
 
 
 async def budgets_of(user: Any) -> list[dict[str, Any]]:

@@ -753,7 +753,9 @@ class FleetStopHandler(_ActionHandler):
         if user is None or server not in user.spawners or not user.spawners[server].active:
             raise Refused(404, f"{name} has no running server {server!r}.")
         why = reason or "you stopped it from the fleet page"
-        stopped = await monitor.stop_server(user, server, why, by=self.current_user.name)
+        stopped = await monitor.stop_server(
+            user, server, why, by=self.current_user.name, notify=not own
+        )
         if not stopped:
             raise Refused(409, "That server is starting or stopping already; try again.")
         whose = "your" if own else f"{name}'s"

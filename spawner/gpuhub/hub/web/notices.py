@@ -139,7 +139,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             what = f"Your {server} was stopped {at} because {notice.reason}."
         else:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
-        text = f"{what} Your files are safe; start the server again when you need it."
+        text = f"{what} Your saved files are safe; start the server again when you need it."
     return {
         "key": notice.public_key,
         "server": notice.server,
