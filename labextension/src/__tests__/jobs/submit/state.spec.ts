@@ -716,7 +716,9 @@ describe('FormState.loadQuota', () => {
     kubernetes = true
   ): Promise<HTMLElement> {
     request.mockResolvedValue(holdings as any);
-    const { f, state } = build(jobOptions({ kubernetes }));
+    // Off a cluster: a workstation's server, with GPUs its jobs run on.
+    const local = kubernetes ? null : { gpus: 2, gpu_type: 'a100' };
+    const { f, state } = build(jobOptions({ kubernetes, local }));
     state.loadQuota();
     await until(() => request.mock.calls.length > 0);
     await settle();
