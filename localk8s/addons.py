@@ -329,12 +329,6 @@ def operators(
     # Secret training-operator-webhook-cert and writes the webhook's caBundle, but waits
     # for a certificate in its folder first. It starts with ours; the launcher then copies
     # the rotator's into the folder (cert_secret), and the webhook server reloads it.
-    # A PyTorchJob's workers first wait for the master's name; the operator's own init
-    # container asks DNS with busybox's nslookup. The process node has neither (its pods find
-    # each other through their hosts files: localk8s/agent/hosts.py), so this one asks
-    # the resolver (getent) the same question, as often.
-    init_template = folder / "pytorch-init-container.yaml"
-    init_template.write_text(_PYTORCH_INIT_CONTAINER)
     private = folder / "training-operator-certs"
     private.mkdir(exist_ok=True)
     for name in ("tls.crt", "tls.key"):
@@ -357,7 +351,6 @@ def operators(
                 f"--health-probe-bind-address=127.0.0.1:{ports['health']}",
                 "--enable-scheme=pytorchjob",
                 "--enable-scheme=tfjob",
-                f"--pytorch-init-container-template-file={init_template}",
                 "--leader-elect=false",
             ],
             binds={"/tmp/k8s-webhook-server/serving-certs": private},
@@ -386,17 +379,6 @@ def operators(
         )
     )
     return result
-
-
-_PYTORCH_INIT_CONTAINER = """\
-- name: init-pytorch
-  image: {{.InitContainerImage}}
-  imagePullPolicy: IfNotPresent
-  resources:
-    limits: {cpu: 100m, memory: 20Mi}
-    requests: {cpu: 50m, memory: 10Mi}
-  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if getent hosts {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
-"""
 
 
 def in_mount_namespace(argv: list[str], binds: dict[str, Path]) -> list[str]:

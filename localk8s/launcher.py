@@ -2,11 +2,11 @@
 
 ``python -m localk8s up|down|status`` (the Makefile's ``cluster``, ``cluster-down`` and
 ``cluster-status``). ``up`` builds what is missing (:mod:`localk8s.build`), then starts
-etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with the fake GPU nodes
-of a nodes file, the process node agent (``local-0``), JobSet, Kueue, Kubeflow Trainer and
-the Training Operator, and writes ``<root>/kubeconfig`` (admin). Everything it starts is
-marked (:mod:`localk8s.processes`), so ``down`` ends all of it. A cluster that is
-already up is reused. docs/cluster.md describes the whole.
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, cluster DNS (CoreDNS), kwok
+with the fake GPU nodes of a nodes file, the process node agent (``local-0``), JobSet,
+Kueue, Kubeflow Trainer and the Training Operator, and writes ``<root>/kubeconfig``
+(admin). Everything it starts is marked (:mod:`localk8s.processes`), so ``down`` ends all
+of it. A cluster that is already up is reused. docs/cluster.md describes the whole.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import base64
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
@@ -46,7 +47,6 @@ from .pki import ClusterPKI
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO / ".cluster"
-SERVICE_CIDR = "10.96.0.0/16"  # virtual: no kube-proxy, nothing ever dials it
 POD_CIDR_KWOK = "127.64.0.0/12"  # fake pods get loopback addresses nothing listens on
 STATE = "state.json"
 # Machine-wide, not per root: the ports every cluster picks from are the machine's.
@@ -142,11 +142,91 @@ def _wait_http(
         raise ClusterError(f"{error}; its log is {log}.") from None
 
 
+def _slot(root: Path) -> int:
+    """0-62, picked by the cluster's root: clusters side by side on one machine rarely share."""
+    return zlib.crc32(str(root).encode()) % 63
+
+
 def pod_range(root: Path) -> str:
     """The process node's pod addresses: a /16 of loopback picked by the cluster's root, so
     that clusters side by side on one machine rarely draw from the same (the agent also skips
     an address something listens on)."""
-    return f"127.{1 + zlib.crc32(str(root).encode()) % 63}.0.0/16"
+    return f"127.{1 + _slot(root)}.0.0/16"
+
+
+def service_range(root: Path) -> str:
+    """The Service CIDR: loopback too (127.129-191.0.0/16, beside the pods' 127.1-63 and kwok's
+    127.64/12), since the process node listens on each ClusterIP (its Service proxy, cluster
+    DNS) and nothing here may dial an address off this machine."""
+    return f"127.{129 + _slot(root)}.0.0/16"
+
+
+def dns_address(root: Path) -> str:
+    """The kube-dns Service's ClusterIP, the tenth of the range as kubeadm picks it."""
+    return str(ipaddress.ip_network(service_range(root))[10])
+
+
+def _loopback_resolvers(text: str) -> list[str]:
+    """The machine's resolvers (``/etc/resolv.conf``) that are on loopback, such as
+    systemd-resolved's 127.0.0.53: cluster DNS forwards other names only to those, so that
+    the cluster never sends traffic off this machine."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 1 and fields[0] == "nameserver":
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(fields[1]).is_loopback:
+                    found.append(fields[1])
+    return found
+
+
+def corefile(dns_ip: str, ready_port: int, names: Path, kubeconfig_path: Path) -> str:
+    """CoreDNS's configuration: ``cluster.local`` from the apiserver (its ``kubernetes``
+    plugin, with the admin kubeconfig: a test cluster's shortcut for CoreDNS's ClusterRole),
+    pods' and headless Services' names from the file the process node writes (``hosts``
+    plugin, see localk8s/agent/hosts.py), other names forwarded to a loopback resolver. No
+    ``cache``: a pod's name must answer as soon as the node has written it, not after a
+    cached "no such name" expires (the node asks before the pod's containers start)."""
+    try:
+        upstream = _loopback_resolvers(Path("/etc/resolv.conf").read_text())
+    except OSError:
+        upstream = []
+    forward = f"    forward . {' '.join(upstream)}\n    loop\n" if upstream else ""
+    return (
+        ".:53 {\n"
+        f"    bind {dns_ip}\n"
+        "    errors\n"
+        f"    ready 127.0.0.1:{ready_port}\n"
+        f"    hosts {names} cluster.local {{\n"
+        "        ttl 5\n        reload 200ms\n        fallthrough\n    }\n"
+        "    kubernetes cluster.local in-addr.arpa ip6.arpa {\n"
+        f"        kubeconfig {kubeconfig_path}\n"
+        "        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 5\n"
+        "    }\n"
+        f"{forward}"
+        "}\n"
+    )
+
+
+def kube_dns_service(dns_ip: str) -> dict[str, Any]:
+    """The Service kubeadm makes for cluster DNS. CoreDNS runs as a local process listening
+    on the ClusterIP itself, so the Service selects no pods."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+        },
+        "spec": {
+            "clusterIP": dns_ip,
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+            ],
+        },
+    }
 
 
 def _advertise_flags() -> list[str]:
@@ -332,6 +412,22 @@ class Launcher:
         )
         api.apply(STORAGE_CLASS)
 
+    def _start_dns(self, coredns: Path, api: KubeAPI) -> None:
+        """Cluster DNS: CoreDNS on the kube-dns Service's ClusterIP, port 53."""
+        self.say("starting CoreDNS ...")
+        dns_ip = dns_address(self.root)
+        api.apply(kube_dns_service(dns_ip))
+        names = self.root / "node-agent" / "cluster-names"
+        names.parent.mkdir(parents=True, exist_ok=True)
+        names.touch()
+        ready = self.ports.pick(8181)
+        config = self.root / "Corefile"
+        config.write_text(corefile(dns_ip, ready, names, self.cluster.kubeconfig))
+        process = self._start("coredns", [str(coredns), "-conf", str(config)], ports=(ready,))
+        _wait_http(
+            "CoreDNS", f"http://127.0.0.1:{ready}/ready", process, self.root / "logs/coredns.log"
+        )
+
     def _up(self, binaries: dict[str, Path]) -> None:
         root = self.root
         pki = ClusterPKI.create(root / "pki")
@@ -394,7 +490,7 @@ class Launcher:
                 f"--service-account-key-file={pki.service_account.cert}",
                 f"--service-account-signing-key-file={pki.service_account.key}",
                 "--authorization-mode=Node,RBAC",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={service_range(root)}",
                 "--allow-privileged=true",
                 f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
                 f"--proxy-client-key-file={pki.front_proxy_client.key}",
@@ -428,6 +524,10 @@ class Launcher:
         admin_path = str(self.cluster.kubeconfig)
         if not self.bare:
             self._start_controllers(binaries, pki, ports, api)
+            if os.geteuid() == 0:
+                self._start_dns(binaries["coredns"], api)
+            else:  # port 53 needs root; pods then find each other through their hosts files
+                self.say("not root: no cluster DNS (CoreDNS listens on port 53)")
         # Nodes: kwok's fake GPU nodes and the process node.
         self.say("starting kwok and the process node ..." if not self.bare else "starting kwok ...")
         nodes = load_nodes(self.nodes_file)
@@ -496,6 +596,14 @@ class Launcher:
                     f"--gpus={self.gpus}",
                     f"--dra-gpus={self.dra_gpus}",
                     f"--pod-range={pod_range(root)}",
+                    *(
+                        [
+                            f"--cluster-dns={dns_address(root)}",
+                            f"--dns-names={root / 'node-agent' / 'cluster-names'}",
+                        ]
+                        if "coredns" in self.pids
+                        else []
+                    ),
                     f"--socket={root / 'node-agent' / 'kubelet.sock'}",
                 ],
                 cwd=REPO,

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from .. import dra
 from ..components import KUBERNETES
+from . import shim
 from .kube import ApiError, Kube
 from .logs import timestamp
 from .pods import GPU_RESOURCE, ProcessNode
@@ -239,7 +240,11 @@ async def main(args: argparse.Namespace) -> None:
             dra_gpus=args.dra_gpus,
             ip_range=args.pod_range,
             apiserver_port=int(args.server.rsplit(":", 1)[1]),
+            cluster_dns=args.cluster_dns,
+            names_file=Path(args.dns_names) if args.dns_names else None,
+            shim=shim.build(Path(args.state)),
         )
+        agent.refresh_names()  # CoreDNS reads the file from the start
         runner = web.AppRunner(make_app(agent), access_log=None)
         await runner.setup()
         site: web.BaseSite
@@ -318,6 +323,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dra-gpus", type=int, default=0, help="GPUs claimed through DRA")
     parser.add_argument(
         "--pod-range", default="127.1.0.0/16", help="the loopback addresses pods get"
+    )
+    parser.add_argument(
+        "--cluster-dns", default=None, help="the cluster DNS address pods' resolv.conf names"
+    )
+    parser.add_argument(
+        "--dns-names", default=None, help="where to write pods' names for cluster DNS"
     )
     parser.add_argument("--cpu", default="16")
     parser.add_argument("--memory", default="64Gi")

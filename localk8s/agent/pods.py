@@ -12,8 +12,11 @@ container that asks for none gets ``NVIDIA_VISIBLE_DEVICES=void`` and an empty
 GPUs are simulated (``GPUHUB_SIMULATED_GPUS``, what gpuhub's lab reads on a workstation with
 simulated GPUs). Each pod has its own
 loopback address as its pod IP; because every pod shares this machine's network, a program
-that binds ``0.0.0.0`` would take the port from every other pod, so ``0.0.0.0`` in the
-container's args and env values means the pod IP (a documented test-only rule).
+that binds ``0.0.0.0`` or ``::`` would take the port from every other pod, so each container
+preloads a shim that turns such a bind into one on the pod IP (:mod:`.shim`, a documented
+test-only rule). Each pod gets the kubelet's ``/etc/hosts`` and ``/etc/resolv.conf``
+(:mod:`.hosts`: cluster DNS) and its namespace's Service variables; the node proxies
+Services' ClusterIPs to its pods (:mod:`.services`).
 
 A container without a ``command`` runs its ``args`` (as images whose entrypoint is an init
 such as tini, ``exec "$@"``, do: KubeSpawner sets only ``args``).
@@ -45,10 +48,21 @@ from gpuhub.core.env import SHARE_ENV, SHARE_MEMORY_ENV
 
 from ..dra import SIMULATED_MEMORY
 from .claims import ClaimsNotReady, Grant, claim_names, grants, reserved_for
-from .hosts import hosts_file, pod_name, write_in_place
+from .hosts import (
+    answers,
+    cluster_names,
+    hosts_file,
+    names_of,
+    pod_name,
+    resolv_conf,
+    selects,
+    write_in_place,
+)
 from .images import entrypoint, missing_entrypoint
 from .kube import ApiError, Kube
 from .logs import ContainerLog, timestamp
+from .services import MASTER, ServiceProxy, pod_env_services, service_env, target_port
+from .shim import POD_IP_ENV
 from .volumes import VolumeNotReady, Volumes, VolumeUnsupported, can_mount, mount_script
 
 log = logging.getLogger("gpuhub.node-agent")
@@ -139,6 +153,14 @@ def listening_addresses(table: Path = Path("/proc/net/tcp")) -> set[str]:
     return found
 
 
+def _host_resolv() -> str:
+    """This machine's resolver configuration (a pod with ``dnsPolicy: Default`` gets it)."""
+    try:
+        return Path("/etc/resolv.conf").read_text()
+    except OSError:
+        return ""
+
+
 def gpu_request(pod: dict[str, Any]) -> int:
     """GPUs a pod needs: the sum over its containers, or the largest init container's."""
 
@@ -179,6 +201,9 @@ class ProcessNode:
         apiserver_port: int,
         ip_range: str = "127.1.0.0/16",
         dra_gpus: int = 0,
+        cluster_dns: str | None = None,
+        names_file: Path | None = None,
+        shim: Path | None = None,
     ) -> None:
         self.kube = kube
         self.name = name
@@ -198,6 +223,10 @@ class ProcessNode:
         self._refs: dict[tuple[str, str, str], dict[str, str]] = {}
         self._deletions: set[asyncio.Task[None]] = set()
         self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        self.cluster_dns = cluster_dns  # the kube-dns ClusterIP pods' resolv.conf names
+        self.names_file = names_file  # pods' names for cluster DNS (hosts.cluster_names)
+        self.shim = shim  # the wildcard-bind shim every container preloads
+        self.proxy = ServiceProxy(self._endpoints)
         self.path = os.pathsep.join(
             [
                 os.path.dirname(sys.executable),
@@ -230,6 +259,7 @@ class ProcessNode:
                 await self._finalise_delete(pod)
             elif not run.deleting:
                 run.deleting = True
+                self.refresh_names()  # a terminating pod leaves DNS at once, as endpoints do
                 grace = float(meta.get("deletionGracePeriodSeconds", 30))
                 self._deletions.add(task := asyncio.create_task(self._delete(run, grace)))
                 task.add_done_callback(self._deletions.discard)
@@ -242,7 +272,7 @@ class ProcessNode:
             self._admit(pod)
 
     def service_event(self, kind: str, service: dict[str, Any]) -> None:
-        """A Service changed: the pods' hosts files follow (see :mod:`.hosts`)."""
+        """A Service changed: cluster DNS's pod names and the Service proxy follow."""
         if kind == "SYNCED":
             return
         key = (service["metadata"]["namespace"], service["metadata"]["name"])
@@ -250,13 +280,43 @@ class ProcessNode:
             self.services.pop(key, None)
         else:
             self.services[key] = service
-        self.refresh_hosts()
+        self.refresh_names()
+        self.proxy.update(list(self.services.values()))
 
-    def refresh_hosts(self) -> None:
-        names = [pod_name(run.pod, run.ip) for run in self.runs.values()]
-        services = list(self.services.values())
-        for run, name in zip(list(self.runs.values()), names, strict=True):
-            write_in_place(run.folder / "hosts", hosts_file(name, names, services))
+    def refresh_names(self) -> None:
+        """Rewrite the names cluster DNS serves from this node (see :mod:`.hosts`), or,
+        without cluster DNS, each pod's hosts file with them."""
+        names = [pod_name(run.pod, run.ip) for run in self.runs.values() if not run.deleting]
+        services = self.services.values()
+        if self.names_file is not None:
+            write_in_place(self.names_file, cluster_names(names, services))
+            return
+        for run in list(self.runs.values()):
+            me = pod_name(run.pod, run.ip)
+            text = hosts_file(run.pod, run.ip) + cluster_names(names, services, me)
+            write_in_place(run.folder / "hosts", text)
+
+    def _endpoints(self, service: dict[str, Any], port: dict[str, Any]) -> list[tuple[str, int]]:
+        """A Service port's ready endpoints on this node (see :mod:`.services`)."""
+        meta = service["metadata"]
+        if (meta["namespace"], meta["name"]) == MASTER:
+            return [("127.0.0.1", self.apiserver_port)]
+        selector = service["spec"].get("selector") or {}
+        found = []
+        for run in self.runs.values():
+            pod = run.pod
+            if (
+                pod["metadata"]["namespace"] != meta["namespace"]
+                or run.deleting
+                or run.phase != "Running"
+                or not selects(selector, pod["metadata"].get("labels") or {})
+                or not all(c.status()["ready"] for c in run.containers.values())
+            ):
+                continue
+            target = target_port(port, pod)
+            if target is not None:
+                found.append((run.ip, target))
+        return found
 
     def _admit(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -269,7 +329,9 @@ class ProcessNode:
             run.claims = {}
         self.runs[meta["uid"]] = run
         self.by_key[run.key] = meta["uid"]
-        self.refresh_hosts()
+        write_in_place(folder / "hosts", hosts_file(pod, run.ip))
+        write_in_place(folder / "resolv.conf", resolv_conf(pod, self.cluster_dns, _host_resolv()))
+        self.refresh_names()  # (without cluster DNS, this rewrites the hosts files)
         if len(gpus) < need:
             run.phase, run.reason = "Failed", "UnexpectedAdmissionError"
             run.message = (
@@ -312,7 +374,7 @@ class ProcessNode:
         for key in [k for k in self._refs if k[0] == run.uid]:
             del self._refs[key]
         shutil.rmtree(run.folder, ignore_errors=True)
-        self.refresh_hosts()
+        self.refresh_names()
 
     def container_log(
         self, namespace: str, pod: str, container: str, previous: bool = False
@@ -431,6 +493,7 @@ class ProcessNode:
                 await self._prepare_claims(run)
             await self._prepare_volumes(run)
             await self._load_refs(run)
+            await self._names_served(run)
             if run.deleting:
                 return
             for container in run.init_containers.values():
@@ -508,6 +571,23 @@ class ProcessNode:
                     warned = True
                 await asyncio.sleep(0.5)
 
+    async def _names_served(self, run: PodRun, timeout: float = 10) -> None:
+        """Wait until cluster DNS serves the pod's names, as its network is set up before
+        its containers start (CoreDNS rereads this node's names file on a timer)."""
+        if self.cluster_dns is None or self.names_file is None:
+            return
+        names = names_of(run.ip, self.names_file.read_text())
+        if not names:
+            return
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not await asyncio.to_thread(answers, self.cluster_dns, names[0]):
+            if run.deleting or asyncio.get_running_loop().time() > deadline:
+                log.warning(
+                    "cluster DNS does not answer %s yet; pod %s/%s starts", names[0], *run.key
+                )
+                return
+            await asyncio.sleep(0.1)
+
     async def _prepare_volumes(self, run: PodRun) -> None:
         volumes = Volumes(self.kube, run.pod, run.folder, self.apiserver_port)
         warned = False
@@ -568,7 +648,9 @@ class ProcessNode:
     def _environment(self, run: PodRun, spec: dict[str, Any]) -> dict[str, str]:
         pod = run.pod
         meta = pod["metadata"]
-        env: dict[str, str] = {
+        # The kubelet's Service links first: the pod's own env may override them.
+        env: dict[str, str] = service_env(pod_env_services(self.services, pod))
+        env |= {
             "PATH": self.path,
             "HOSTNAME": meta["name"],
             "HOME": str(run.folder / "home"),
@@ -580,6 +662,9 @@ class ProcessNode:
         }
         if "GPUHUB_CLUSTER" in os.environ:  # so `make cluster-down` finds pod processes too
             env["GPUHUB_CLUSTER"] = os.environ["GPUHUB_CLUSTER"]
+        if self.shim is not None:  # a bind to 0.0.0.0 or :: becomes one on the pod IP
+            env[POD_IP_ENV] = run.ip
+            env["LD_PRELOAD"] = str(self.shim)
         (run.folder / "home").mkdir(exist_ok=True)
         for source in spec.get("envFrom") or []:
             prefix = source.get("prefix", "")
@@ -593,7 +678,7 @@ class ProcessNode:
                 value = expand(str(item.get("value", "")), env)
             else:
                 value = self._value_from(run, item["valueFrom"], spec)
-            env[item["name"]] = value.replace("0.0.0.0", run.ip)
+            env[item["name"]] = value
         given = {i["name"] for i in spec.get("env") or []}
         gpus = run.gpus
         if run.claims is not None:
@@ -694,10 +779,7 @@ class ProcessNode:
         """Start one run of ``container``, wait for it to end; returns its exit code."""
         spec = container.spec
         env = self._environment(run, spec)
-        argv = [
-            expand(a, env).replace("0.0.0.0", run.ip)
-            for a in [*(spec.get("command") or []), *(spec.get("args") or [])]
-        ]
+        argv = [expand(a, env) for a in [*(spec.get("command") or []), *(spec.get("args") or [])]]
         argv = argv or entrypoint(spec)  # the pause image pauses
         if not argv:
             container.state = {
@@ -744,7 +826,11 @@ class ProcessNode:
             return 127
         if can_mount():
             script = run.folder / f"{container.name}.sh"
-            script.write_text(mount_script(spec, run.volumes, workdir, run.folder / "hosts"))
+            script.write_text(
+                mount_script(
+                    spec, run.volumes, workdir, run.folder / "hosts", run.folder / "resolv.conf"
+                )
+            )
             argv = ["unshare", "--mount", "--propagation", "private", "sh", str(script), *argv]
         container.env, container.cwd = env, (workdir if workdir and can_mount() else cwd)
         stdin = self._stdin(run, container)
@@ -884,6 +970,7 @@ class ProcessNode:
 
     async def shutdown(self) -> None:
         """The agent stops: every pod's processes end with it."""
+        await self.proxy.close()
         for run in list(self.runs.values()):
             run.deleting = True
         await asyncio.gather(*(self._kill(run, grace=5) for run in list(self.runs.values())))

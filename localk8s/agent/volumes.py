@@ -226,12 +226,21 @@ class Volumes:
 
 
 def mount_script(
-    container: dict[str, Any], volumes: dict[str, Path], workdir: str | None, hosts: Path
+    container: dict[str, Any],
+    volumes: dict[str, Path],
+    workdir: str | None,
+    hosts: Path,
+    resolv: Path,
 ) -> str:
     """The shell lines that, inside a private mount namespace, bind the pod's hosts file at
-    ``/etc/hosts`` and each volume at its ``mountPath``, and enter the working directory,
-    before the container's command runs."""
-    lines = ["set -e", f"mount --bind {shlex.quote(str(hosts))} /etc/hosts"]
+    ``/etc/hosts`` and its resolver configuration at ``/etc/resolv.conf`` (cluster DNS), each
+    volume at its ``mountPath``, and enter the working directory, before the container's
+    command runs."""
+    lines = [
+        "set -e",
+        f"mount --bind {shlex.quote(str(hosts))} /etc/hosts",
+        f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf",
+    ]
     for mount in container.get("volumeMounts") or []:
         source = volumes.get(mount["name"])
         if source is None:
