@@ -38,9 +38,43 @@ export interface IBudget {
   text: string;
 }
 
-/** An amount of GPU-hours as a person writes it: 20, 5.8, 0.25. */
+/**
+ * An amount of GPU-hours as the hub writes it everywhere
+ * (gpuhub.core.budgets.hours_words): 1 decimal from 10, 2 from 0.1, else 2
+ * significant digits; "20", "5.8", "0.25", "0.0083".
+ */
 export function hours(n: number): string {
-  return String(Number(n.toFixed(n !== 0 && Math.abs(n) < 1 ? 2 : 1)));
+  if (!(n > 0)) {
+    return '0';
+  }
+  const text =
+    n >= 10 ? n.toFixed(1) : n >= 0.1 ? n.toFixed(2) : n.toPrecision(2);
+  return text.includes('.') ? text.replace(/0+$/, '').replace(/\.$/, '') : text;
+}
+
+/**
+ * How long `value` GPU-hours last, as the hub says it
+ * (gpuhub.core.budgets.lasts_words): "about 36 seconds", "about 2.9 hours".
+ */
+export function lasts(value: number): string {
+  const seconds = Math.max(0, value * 3600);
+  let n: number;
+  let unit: string;
+  if (seconds < 90) {
+    n = Math.max(1, Math.floor(seconds + 0.5));
+    unit = 'second';
+  } else if (seconds < 3600) {
+    n = Math.floor(seconds / 60 + 0.5);
+    unit = 'minute';
+  } else if (seconds < 48 * 3600) {
+    n = seconds / 3600;
+    n = n < 10 ? Math.floor(n * 10 + 0.5) / 10 : Math.floor(n + 0.5);
+    unit = 'hour';
+  } else {
+    n = Math.floor(seconds / 86400 + 0.5);
+    unit = 'day';
+  }
+  return `about ${n} ${unit}${n === 1 ? '' : 's'}`;
 }
 
 const PERIOD: Record<IBudget['period'], string> = {
@@ -80,7 +114,7 @@ export function limitText(budget: IBudget): string {
 
 /**
  * What a request of `rate` GPUs would cost, in the budgets' words:
- * "Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (2.9 hours at that rate)."
+ * "Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (about 2.9 hours at that rate)."
  * `rate` null: it uses GPUs already counted (a job on this server's GPUs).
  */
 export function costText(rate: number | null, budgets: IBudget[]): string {
@@ -102,7 +136,7 @@ export function costText(rate: number | null, budgets: IBudget[]): string {
     }
     const last =
       rate !== null && rate > 0
-        ? ` (${hours(b.left_hours / rate)} hours at that rate)`
+        ? ` (${lasts(b.left_hours / rate)} at that rate)`
         : '';
     return `${hours(b.left_hours)} GPU-hours left ${period(b)}${whose}${last}`;
   });

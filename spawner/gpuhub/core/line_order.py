@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gpuhub.core.budgets import hours_words
 from gpuhub.core.policy import PolicyConfigError
 
 FIFO = "fifo"
@@ -77,14 +78,9 @@ def fair_key(usage: float, since: float) -> float:
 
 
 def hours(gpu_seconds: float) -> str:
-    """ "31.5", "2.1", "0.0083", "0": decayed GPU-seconds as GPU-hours, as many digits as
-    tell two users apart (a few GPU-minutes are not "0.0")."""
-    value = gpu_seconds / 3600
-    if value <= 0:
-        return "0"
-    if value >= 0.1:
-        return f"{value:.1f}"
-    return f"{value:.2g}"
+    """ "31.5", "2.15", "0.0083", "0": decayed GPU-seconds as GPU-hours, written as every
+    screen writes GPU-hours (:func:`gpuhub.core.budgets.hours_words`)."""
+    return hours_words(gpu_seconds / 3600)
 
 
 def span(seconds: float) -> str:

@@ -40,7 +40,7 @@ describe('hours', () => {
   it('writes GPU-hours as a person does', () => {
     expect(hours(20)).toBe('20');
     expect(hours(5.8)).toBe('5.8');
-    expect(hours(5.84)).toBe('5.8');
+    expect(hours(5.84)).toBe('5.84');
     expect(hours(0.25)).toBe('0.25');
     expect(hours(0)).toBe('0');
   });
@@ -61,10 +61,10 @@ describe('budgetTitle', () => {
 describe('costText', () => {
   it('says what a request costs per hour and what is left', () => {
     expect(costText(2, [budget()])).toBe(
-      'Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (2.9 hours at that rate).'
+      'Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (about 2.9 hours at that rate).'
     );
     expect(costText(0.5, [budget({ period: 'day' })])).toBe(
-      'Uses 0.5 GPU-hours per hour; 5.8 GPU-hours left today (11.6 hours at that rate).'
+      'Uses 0.5 GPU-hours per hour; 5.8 GPU-hours left today (about 12 hours at that rate).'
     );
     expect(costText(1, [budget()])).toMatch(/^Uses 1 GPU-hour per hour; /);
   });
@@ -78,8 +78,8 @@ describe('costText', () => {
       left_hours: 120
     });
     expect(costText(4, [budget(), staff])).toBe(
-      'Uses 4 GPU-hours per hour; 5.8 GPU-hours left this week for you (1.4 hours at that rate); ' +
-        '120 GPU-hours left this month for group “staff” (30 hours at that rate).'
+      'Uses 4 GPU-hours per hour; 5.8 GPU-hours left this week for you (about 1.5 hours at that rate); ' +
+        '120 GPU-hours left this month for group “staff” (about 30 hours at that rate).'
     );
   });
 

@@ -49,6 +49,13 @@ if TYPE_CHECKING:
     from gpuhub.hub.monitor.utilization import GPUSample, Unexplained
 
 
+def seconds_figure(seconds: float) -> float:
+    """GPU-seconds to the millisecond: a sum of float ticks carries noise in its last digits
+    (216.00000000000003), which Prometheus would show as it is. Rounding is monotonic, so a
+    counter read this way never goes back."""
+    return round(seconds, 3)
+
+
 class Tracked(Protocol):
     """What the metrics read of one holding the monitor follows (its ``Track``)."""
 
@@ -162,7 +169,7 @@ class GPUCollector(Collector):
             labels=["user", "gpu_type"],
         )
         for (user, gpu_type), gpu_seconds in sorted(monitor.store.totals.items()):
-            seconds.add_metric([user, gpu_type or "GPU"], gpu_seconds)
+            seconds.add_metric([user, gpu_type or "GPU"], seconds_figure(gpu_seconds))
         yield seconds
 
         utilization = GaugeMetricFamily(
@@ -202,12 +209,12 @@ class GPUCollector(Collector):
         )
         view = monitor.budget_view
         for state in view.users:
-            used.add_metric(["user", state.user], state.own_seconds)
+            used.add_metric(["user", state.user], seconds_figure(state.own_seconds))
             if not state.budget.shared:
-                allowed.add_metric(["user", state.user], state.allowed_seconds)
+                allowed.add_metric(["user", state.user], seconds_figure(state.allowed_seconds))
         for state in view.groups:
-            used.add_metric(["group", state.budget.name], state.used_seconds)
-            allowed.add_metric(["group", state.budget.name], state.allowed_seconds)
+            used.add_metric(["group", state.budget.name], seconds_figure(state.used_seconds))
+            allowed.add_metric(["group", state.budget.name], seconds_figure(state.allowed_seconds))
         yield used
         yield allowed
 
