@@ -61,9 +61,11 @@ def test_usage_survives_a_restart_and_a_damaged_file_is_kept_aside(
     usage = BudgetUsage(path, half_life=3600)
     usage.charge("ann", 900.0, NOW, CONFIG.default)
     usage.tell(account_of("ann", CONFIG.default, NOW), 80)
+    assert usage.switched_on(NOW) == NOW and usage.switched_on(NOW + 60) == NOW
     usage.save(NOW)
     again = BudgetUsage(path, half_life=3600)
     assert again.used(account_of("ann", CONFIG.default, NOW)) == 900.0
+    assert again.since == NOW  # budgets were switched on once, not at each start
     assert not again.tell(account_of("ann", CONFIG.default, NOW), 80)  # told once per period
     assert again.decayed_seconds("ann", NOW + 3600) == pytest.approx(450.0)
     assert again.decayed_seconds("ann", NOW - 100) == 900.0  # a clock set back: no growth

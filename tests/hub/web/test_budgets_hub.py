@@ -168,6 +168,10 @@ def test_a_budget_is_spent_warned_stopped_refused_and_granted(hub: Hub) -> None:
     )
     assert row is not None, fleet[-3000:]
     assert f'data-used="{round(over["used_hours"], 4)}"' in row.group(0)
+    # Its reset is written as every time on the page is (the reader's zone), not in the
+    # budget's zone beside "Since" times in the reader's.
+    budgets = fleet.split('data-gpuhub-live="budgets"', 1)[1].split("</tbody>", 1)[0]
+    assert re.search(r'<time class="gpuhub-time" datetime="[^"]+">tomorrow 00:00 ', budgets)
 
     # Bad grants are refused with a sentence; a user may not grant themselves hours.
     bad = hub.api("POST", "/gpuhub/budgets/bob/grants", json={"hours": "lots", "reason": "x"})
@@ -283,14 +287,28 @@ def test_a_shared_pool_counts_its_members_together(hub: Hub) -> None:
     assert metric(hub, "gpuhub_gpu_budget_seconds", "group", "staff") == pytest.approx(14.4)
 
 
+def switched_on(hub: Hub) -> str:
+    """When the fleet page says budgets were switched on (they count nothing before)."""
+    page = hub.login("root").get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
+    found = re.search(
+        r'id="gpuhub-budgets-since">Budgets were switched on <time class="gpuhub-time" '
+        r'datetime="([^"]+)">[^<]+ UTC</time>: GPU-hours used before then are not charged',
+        page,
+    )
+    assert found is not None, page[-3000:]
+    return found.group(1)
+
+
 def test_usage_survives_a_restart_and_a_damaged_file(hub: Hub, workdir: Path) -> None:
     before = budget(hub, "bob")
+    since = switched_on(hub)  # this hub's first look: within today's period
     hub.stop()
     again = start_hub(workdir, hub.config)
     try:
         after = budget(again, "bob")
         assert after["used_hours"] == pytest.approx(before["used_hours"], abs=1e-9)
         assert after["extra_hours"] == before["extra_hours"]
+        assert switched_on(again) == since  # kept: not "switched on" at each start
     finally:
         again.stop()
     (workdir / "gpuhub-budgets.json").write_text("{cut short")

@@ -87,6 +87,9 @@ class BudgetUsage:
         self.grants: dict[AccountKey, list[ExtraHours]] = {}
         self.decayed: dict[str, tuple[float, float]] = {}  # user -> (seconds, as of)
         self.told: dict[AccountKey, int] = {}  # the highest notice given: 80 or 100 (%)
+        # When budgets were switched on (the first look with gpu_hours set): GPU-hours used
+        # before are in the usage store's figures but charged to no budget.
+        self.since: float | None = None
         self._dirty = False
         if self.path is not None:
             self._load()
@@ -124,6 +127,13 @@ class BudgetUsage:
         self._dirty = True
         self.save()
         return True
+
+    def switched_on(self, now: float) -> float:
+        """When budgets were switched on: ``now`` the first time it is asked (saved)."""
+        if self.since is None:
+            self.since = now
+            self._dirty = True
+        return self.since
 
     # -- reading ----------------------------------------------------------------------------
     def used(self, account: AccountKey) -> float:
@@ -196,6 +206,12 @@ class BudgetUsage:
                 self.told[(scope, name, period)] = int(level)
             else:
                 bad += 1
+        since = data.get("since")
+        if since is not None:
+            if _seconds(since):
+                self.since = float(since)
+            else:
+                problems.append("since is not a time")
         if bad:
             problems.append(f"{bad} entries are not what they should be")
         return problems
@@ -218,6 +234,7 @@ class BudgetUsage:
             ],
             "decayed": [[u, s, t] for u, (s, t) in sorted(self.decayed.items())],
             "told": [[*k, level] for k, level in sorted(self.told.items())],
+            "since": self.since,
         }
         try:
             write_json(self.path, data)
@@ -372,6 +389,7 @@ class BudgetView:
 
     users: tuple[BudgetState, ...] = ()
     groups: tuple[BudgetState, ...] = ()
+    since: float | None = None  # BudgetUsage.since: what was used before is charged to none
 
 
 def budget_view(
@@ -389,7 +407,7 @@ def budget_view(
         if state is not None:
             users.append(state)
     pools = tuple(pool_state(b, config, usage, now) for b in config.budgets() if b.shared)
-    return BudgetView(tuple(users), pools)
+    return BudgetView(tuple(users), pools, usage.switched_on(now))
 
 
 def _rows(data: dict[str, Any], name: str, width: int, problems: list[str]) -> list[list[Any]]:

@@ -446,7 +446,7 @@ class GPUMonitor:
         view = budget_view({n: self._groups(n) for n in names}, config, self.budgets, now)
         # Users whose budget this period is untouched and who hold nothing are left out.
         users = tuple(s for s in view.users if s.own_seconds or s.extra_hours or s.user in holders)
-        self.budget_view = BudgetView(users, view.groups)
+        self.budget_view = BudgetView(users, view.groups, view.since)
 
     async def _watch_budgets(self, now: float, mono: float) -> None:
         """Notices at 80 % and 100 % (once per period), and stops past the grace."""

@@ -100,6 +100,10 @@ class FleetView:
     # GPU-hour budgets: each shared group's pool, then each user's (a viewer: their own).
     budgets: list[BudgetLine] = field(default_factory=list)
     budgets_on: bool = False  # gpu_hours is set
+    # When budgets were switched on, where that is within a budget's current period: what
+    # was used before is in the GPU-hours below but charged to no budget ("" otherwise).
+    budgets_since: str = ""  # "29 Nov 2026, 03:10 UTC", rewritten in the reader's zone
+    budgets_since_iso: str = ""
     # Types claimed through DRA: (type, its devices per node), fleet admins only.
     devices: list[tuple[str, list[DeviceLine]]] = field(default_factory=list)
 
@@ -377,6 +381,11 @@ def fleet_view(snap: Snapshot) -> FleetView:
     if snap.budgets is not None:
         view.budgets_on = True
         view.budgets = [budget_line(s) for s in (*snap.budgets.groups, *snap.budgets.users)]
+        since = snap.budgets.since
+        states = (*snap.budgets.groups, *snap.budgets.users)
+        if since is not None and any(since > s.budget.period(now)[0] for s in states):
+            view.budgets_since = words.moment_utc(since)
+            view.budgets_since_iso = words.iso(since)
     view.devices = [
         (name, [DeviceLine.of(d) for d in sorted(devices, key=_by_node)])
         for name, devices in sorted(snap.devices.items())
@@ -551,6 +560,8 @@ class FleetCache:
                 reclaim=base.reclaim,
                 budgets=[b for b, _ in own],
                 budgets_on=base.budgets_on,
+                budgets_since=base.budgets_since,
+                budgets_since_iso=base.budgets_since_iso,
             )
             html = "".join(h for k, h in built.rows if k[0] == viewer and k not in gone)
             hours = "".join(h for u, h in built.hours if u == viewer)
