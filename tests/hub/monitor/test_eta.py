@@ -93,7 +93,7 @@ def test_the_line_is_served_in_order_and_someone_free_starts_now() -> None:
     )
     found, newcomer = estimate(line, NOW, prior())
     assert found["first"].likely == NOW  # one GPU is free
-    assert found["first"].latest == pytest.approx(NOW, abs=10)
+    assert found["first"].latest == pytest.approx(NOW, abs=60)
     assert found["second"].likely >= found["first"].likely
     assert newcomer is not None and newcomer.likely >= found["second"].likely
     assert "2nd in line" in found["second"].because[0]

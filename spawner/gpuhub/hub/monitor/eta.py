@@ -23,6 +23,7 @@ shrinks with the line's length, so 1,000 waiting requests cost a few tens of mil
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import random
@@ -57,8 +58,8 @@ STOP_LAG = 30.0  # seconds from a hold's end to the next start running: the stop
 HARD_SLACK = 60.0  # seconds added to a hard end: the tick that sees it and the stop itself
 
 LIKELY, BY = 0.5, 0.8
-WORK = 8000  # samples x requests per line and tick: the cost bound (docs/architecture.md)
-MIN_SAMPLES, MAX_SAMPLES = 15, 101
+WORK = 6000  # samples x requests per line and tick: the cost bound (docs/architecture.md)
+MIN_SAMPLES, MAX_SAMPLES = 11, 101
 
 
 def _prior() -> list[float]:
@@ -134,6 +135,28 @@ class Curve:
     def median_left(self, age: float) -> float:
         return self.left(age, 0.5)
 
+    @functools.cached_property
+    def table(self) -> tuple[float, ...]:
+        """:data:`TABLE` quantiles, for drawing many durations fast (:meth:`sampler`)."""
+        out, k, cdf = [], 0, self.cdf
+        for j in range(TABLE):  # one walk up the bins: the quantiles come in order
+            p = (j + 0.5) / TABLE
+            while k < NBINS - 1 and cdf[k + 1] <= p:
+                k += 1
+            low, high = cdf[k], cdf[k + 1]
+            frac = 0.0 if high <= low else min(max((p - low) / (high - low), 0.0), 1.0)
+            lo, hi = EDGES[k], EDGES[k + 1]
+            out.append(hi * frac if k == 0 else lo * (hi / lo) ** frac)
+        return tuple(out)
+
+    def sampler(self, age: float) -> tuple[tuple[float, ...], float, float]:
+        """What the replay needs to draw what is left of a hold ``age`` seconds old: the
+        table, where the hold's survival starts in it, and the age."""
+        return self.table, min(self.at(age), 1.0), age
+
+
+TABLE = 128
+
 
 @dataclass
 class Durations:
@@ -144,6 +167,7 @@ class Durations:
     hold of a new user barely moves their estimate, forty make it theirs."""
 
     counts: dict[str, list[float]] = field(default_factory=dict)
+    stale: bool = False  # learned since the curves were made (:meth:`renew`)
     _cache: dict[tuple[str, tuple[str, ...], str], Curve] = field(default_factory=dict, repr=False)
 
     @staticmethod
@@ -165,7 +189,16 @@ class Durations:
             total = sum(counts)
             if total > MAX_COUNT:
                 self.counts[key] = [c * MAX_COUNT / total for c in counts]
-        self._cache.clear()
+        self.stale = True
+
+    def renew(self) -> None:
+        """Curves made from now on include every hold learned so far. Not done by each
+        :meth:`learn`: curves (and their tables) are made again at most as often as the
+        caller renews (the feed: once a minute), so a busy hub does not remake thousands
+        of curves a tick."""
+        if self.stale:
+            self._cache.clear()
+            self.stale = False
 
     def curve(self, user: str, groups: Sequence[str], gpu_type: str) -> Curve:
         """The blended curve for ``user`` (in ``groups``) holding ``gpu_type``."""
@@ -320,7 +353,8 @@ def estimate(
     if not waiting:
         return {}, None
     total = max(line.total, 0)
-    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, WORK // len(waiting))) | 1
+    work = len(waiting) + len(line.held)
+    samples = max(MIN_SAMPLES, min(MAX_SAMPLES, WORK // work)) | 1
     starts = _replay(line, waiting, total, now, samples)
     latest = _latest(line, waiting, total, now)
     reasons = _reasons(line, now)
@@ -360,42 +394,66 @@ def _quantile(row: Sequence[float], p: float) -> float:
 def _replay(
     line: Line, waiting: Sequence[Waiter], total: int, now: float, samples: int
 ) -> list[list[float]]:
-    """``starts[i][s]``: when waiter ``i`` starts in replay ``s``."""
+    """``starts[i][s]``: when waiter ``i`` starts in replay ``s``. Written for speed (the
+    monitor's tick runs it for every waiting request): each holding's table, where its
+    survival starts in it, and its bounds are read once, not once a replay."""
     rng = random.Random(0x38)  # the same facts, the same answer
-    held_gpus = sum(h.gpus for h in line.held)
-    free = max(total - held_gpus, 0)
+    uniform = rng.random
+    free = max(total - sum(h.gpus for h in line.held), 0)
     starts = [[0.0] * samples for _ in waiting]
-    strata = [(s + 0.5) / samples for s in range(samples)]
-    # Each holding and waiter draws its own stratified quantiles, shuffled: every replay
-    # sees every part of each one's distribution once (Latin hypercube).
+    lag, top = line.lag, TABLE - 1
+    held = []
+    for h in line.held:
+        table, base, age = h.curve.sampler(max(now - h.since, 0.0))
+        soft = math.inf if h.soft_end is None else max(h.soft_end, now)
+        hard = math.inf if h.hard_end is None else max(h.hard_end, now)
+        # Older than anything learned: as long again, give or take (Curve.left).
+        offset = rng.randrange(samples)
+        held.append((table, base, 1.0 - base, age, base >= 1.0 - 1e-9, soft, hard, h.gpus, offset))
+    fresh = [
+        (w.curve.table, math.inf if w.hard_hold is None else w.hard_hold, rng.randrange(samples))
+        for w in waiting
+    ]
+    pop, push = heapq.heappop, heapq.heappush
     for s in range(samples):
         frees = [now] * free
-        for h in line.held:
-            u = strata[rng.randrange(samples)]
-            age = max(now - h.since, 0.0)
-            end = now + h.curve.left(age, u)
-            if h.soft_end is not None and rng.random() < STAY_IDLE:
-                end = min(end, max(h.soft_end, now))
-            if h.hard_end is not None:
-                end = min(end, max(h.hard_end, now))
-            end += line.lag
-            frees.extend([end] * h.gpus)
+        # Stratified: over the replays each holding draws from each 1/samples of its
+        # distribution once (a rotation of its own), so no seed leans every estimate one way.
+        for table, base, span, age, beyond, soft, hard, gpus, offset in held:
+            u = ((s + offset) % samples + uniform()) / samples
+            if beyond:
+                left = age * (0.25 + 1.5 * u)
+            else:
+                left = table[min(int((base + u * span) * TABLE), top)] - age
+                left = left if left > 0.0 else 0.0
+            end = now + left
+            if soft < end and ((s + offset * 7) % samples + 0.5) / samples < STAY_IDLE:
+                end = soft
+            if hard < end:
+                end = hard
+            end += lag
+            if gpus == 1:
+                frees.append(end)
+            else:
+                frees.extend([end] * gpus)
         heapq.heapify(frees)
         previous = now
         for i, w in enumerate(waiting):
-            need = min(w.gpus, total)
+            need = w.gpus if w.gpus < total else total
             if need <= 0 or len(frees) < need:
                 starts[i][s] = math.inf if need > 0 else previous
                 continue
-            taken = [heapq.heappop(frees) for _ in range(need)]
-            start = max(taken[-1], previous)  # only the head is served: never before it
+            for _ in range(need):
+                last = pop(frees)
+            start = last if last > previous else previous  # only the head is served
             previous = start
             starts[i][s] = start
-            hold = w.curve.left(0.0, rng.random())
-            if w.hard_hold is not None:
-                hold = min(hold, w.hard_hold)
+            table, bound, offset = fresh[i]
+            u = ((s + offset) % samples + uniform()) / samples
+            hold = table[min(int(u * TABLE), top)]
+            freed = start + (hold if hold < bound else bound) + lag
             for _ in range(need):
-                heapq.heappush(frees, start + hold + line.lag)
+                push(frees, freed)
     return starts
 
 

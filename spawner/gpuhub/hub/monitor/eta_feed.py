@@ -34,6 +34,7 @@ log = logging.getLogger("gpuhub.hub.monitor.eta_feed")
 
 HoldingKey = tuple[str, str, str]  # (user, kind, name), as the monitor keys holdings
 SAVE_EVERY = 30.0  # seconds between writes of what was learned
+RENEW_EVERY = 60.0  # seconds between remaking the curves with what was learned
 
 
 def durations_path(usage_file: Path | None) -> Path | None:
@@ -53,7 +54,7 @@ class EtaFeed:
         self.free_at: dict[str, Estimate] = {}  # GPU type display name -> a newcomer's start
         self._seen: dict[HoldingKey, tuple[float, str]] = {}  # held now: since, GPU type
         self._dirty = False
-        self._saved = time.monotonic()
+        self._saved = self._renewed = time.monotonic()
         if path is not None:
             damage = restore_json(path, self._restore)
             if damage is not None:
@@ -103,6 +104,9 @@ class EtaFeed:
 
         held = {key: track.holding for key, track in monitor.tracks.items()}
         self.learn(held, now, groups_of)
+        if time.monotonic() - self._renewed >= RENEW_EVERY:
+            self.durations.renew()
+            self._renewed = time.monotonic()
         lines = self._lines(monitor, held, now, mono, groups_of)
         estimates: dict[HoldingKey, Estimate] = {}
         free_at: dict[str, Estimate] = {}
