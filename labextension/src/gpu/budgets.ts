@@ -9,6 +9,7 @@
  * All text goes through `textContent`.
  */
 import { h } from '../dom';
+import { formatTime, localText } from '../time';
 
 export interface IBudgetGrant {
   hours: number;
@@ -109,7 +110,7 @@ export function stateText(budget: IBudget): string {
 export function limitText(budget: IBudget): string {
   return budget.at_limit === 'idle_only'
     ? 'New GPU work starts only on GPUs that would otherwise stay idle, and is reclaimed first when someone within budget waits.'
-    : `New GPU servers and jobs are refused until it resets (${budget.resets}).`;
+    : `New GPU servers and jobs are refused until it resets (${resetTime(budget)}).`;
 }
 
 /**
@@ -148,6 +149,24 @@ export function costText(rate: number | null, budgets: IBudget[]): string {
     return `A CPU-only job uses no GPU-hours; ${left}.`;
   }
   return `Uses ${hours(rate)} GPU-hour${rate === 1 ? '' : 's'} per hour; ${left}.`;
+}
+
+/**
+ * The hub's sentence with its reset written as every time in the lab is
+ * (formatTime, the reader's zone), not in the budget's zone beside the
+ * sidebar's other times: "…; resets 30 Nov 2026, 00:00".
+ */
+export function cardText(budget: IBudget): string {
+  return localText({
+    text: budget.text,
+    when: budget.resets_at,
+    at: budget.resets
+  });
+}
+
+/** When the budget resets, in the reader's zone (the hub's words if unreadable). */
+export function resetTime(budget: IBudget): string {
+  return formatTime(budget.resets_at) || budget.resets;
 }
 
 /** One budget's card: whose, the bar, the hub's sentence, the state and its grants. */
@@ -190,8 +209,9 @@ class BudgetCard {
     this._bar.setAttribute('aria-valuemin', '0');
     this._bar.setAttribute('aria-valuemax', String(total));
     this._bar.setAttribute('aria-valuenow', String(used));
-    this._bar.setAttribute('aria-valuetext', budget.text);
-    this._text.textContent = budget.text;
+    const text = cardText(budget);
+    this._bar.setAttribute('aria-valuetext', text);
+    this._text.textContent = text;
     this._limit.textContent = budget.state === 'over' ? limitText(budget) : '';
     this._limit.hidden = budget.state !== 'over';
     const grants = (budget.grants ?? []).map(g =>

@@ -19,7 +19,7 @@ import { ServerGone, startAgainUrl } from '../hub/stopped';
 import { formatTime } from '../time';
 import { assignedText, basename, gib, percent, unit } from './format';
 import { gpuIcon } from './icon';
-import { IBudget } from './budgets';
+import { IBudget, resetTime } from './budgets';
 import { HoldingsSection, IHoldings } from './holdings';
 import { GpuMetricsModel } from './model';
 import { Sparkline } from './sparkline';
@@ -372,7 +372,7 @@ export function emptyHint(budgets: IBudget[] = []): string {
   const over = budgets.filter(b => b.state === 'over');
   const refused = over.find(b => b.at_limit !== 'idle_only');
   if (refused) {
-    return `GPU servers and jobs are refused until your GPU-hour budget resets (${refused.resets}); until then this server and CPU-only jobs still run.`;
+    return `GPU servers and jobs are refused until your GPU-hour budget resets (${resetTime(refused)}); until then this server and CPU-only jobs still run.`;
   }
   const restart =
     'To get one, stop this server (File › Hub Control Panel) and start it again with a GPU type selected';

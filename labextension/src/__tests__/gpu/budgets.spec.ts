@@ -7,6 +7,10 @@ import {
   hours
 } from '../../gpu/budgets';
 import { HoldingsSection, IHoldings } from '../../gpu/holdings';
+import { formatTime } from '../../time';
+
+// The reset as the lab writes every time: in the reader's zone, never the budget's.
+const RESETS = formatTime('2026-11-30T00:00:00+01:00');
 
 jest.mock('../../api', () => ({
   ...jest.requireActual('../../api'),
@@ -86,7 +90,7 @@ describe('costText', () => {
   it('says what happens at the limit, as the admin chose', () => {
     const over = budget({ state: 'over', used_hours: 20, left_hours: 0 });
     expect(costText(1, [over])).toBe(
-      'Uses 1 GPU-hour per hour; none left this week: new GPU servers and jobs are refused until it resets (Monday 00:00 Europe/Berlin).'
+      `Uses 1 GPU-hour per hour; none left this week: new GPU servers and jobs are refused until it resets (${RESETS}).`
     );
     expect(costText(1, [{ ...over, at_limit: 'idle_only' }])).toMatch(
       /none left this week: new GPU work starts only on GPUs that would otherwise stay idle/
@@ -134,14 +138,15 @@ describe('BudgetList', () => {
     const [card] = cards();
     expect(part(card, 'title').textContent).toBe('Your GPU-hours');
     expect(part(card, 'text').textContent).toBe(
-      '14.2 of 20 GPU-hours used this week; resets Monday 00:00 Europe/Berlin'
+      `14.2 of 20 GPU-hours used this week; resets ${RESETS}`
     );
+    expect(RESETS).toMatch(/^(29|30) Nov 2026, \d\d:\d\d$/);
     const bar = part(card, 'bar');
     expect(bar.getAttribute('role')).toBe('meter');
     expect(bar.getAttribute('aria-valuenow')).toBe('14.2');
     expect(bar.getAttribute('aria-valuemax')).toBe('20');
     expect(bar.getAttribute('aria-valuetext')).toBe(
-      '14.2 of 20 GPU-hours used this week; resets Monday 00:00 Europe/Berlin'
+      `14.2 of 20 GPU-hours used this week; resets ${RESETS}`
     );
     expect(part(card, 'fill').style.width).toBe('71%');
     expect(part(card, 'state').hidden).toBe(true);
@@ -168,7 +173,7 @@ describe('BudgetList', () => {
     expect(part(card, 'fill').style.width).toBe('100%'); // never past the end
     expect(part(card, 'limit').hidden).toBe(false);
     expect(part(card, 'limit').textContent).toBe(
-      'New GPU servers and jobs are refused until it resets (Monday 00:00 Europe/Berlin).'
+      `New GPU servers and jobs are refused until it resets (${RESETS}).`
     );
 
     list.update([budget()]);

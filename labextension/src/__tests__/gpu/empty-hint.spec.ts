@@ -5,6 +5,7 @@ import { requestAPI } from '../../api';
 import { IBudget } from '../../gpu/budgets';
 import { IHoldings } from '../../gpu/holdings';
 import { emptyHint, GpuPanel } from '../../gpu/panel';
+import { formatTime } from '../../time';
 import { until } from '../utils';
 import { FakeMetricsModel, metrics } from './fixtures';
 
@@ -49,7 +50,7 @@ describe('emptyHint', () => {
   it('never offers what a used-up budget refuses', () => {
     const hint = emptyHint([budget({ state: 'ok', name: 'staff' }), budget()]);
     expect(hint).toBe(
-      'GPU servers and jobs are refused until your GPU-hour budget resets (Monday 00:00 UTC); until then this server and CPU-only jobs still run.'
+      `GPU servers and jobs are refused until your GPU-hour budget resets (${formatTime('2026-11-30T00:00:00+00:00')}); until then this server and CPU-only jobs still run.`
     );
     expect(hint).not.toMatch(/start it again with a GPU/);
   });
