@@ -15,10 +15,12 @@ from typing import Any
 from gpuhub import configure_hub
 
 # The demo's GPU fleet admin: the fleet page (GPUs in the hub's menu) shows her everyone's
-# GPUs, and she may stop their servers and cancel their jobs with a reason. By gpuhub's own
-# scope rather than JupyterHub's admin role, which the shared password never grants
-# (SharedPasswordAuthenticator asks admins for a separate admin password).
+# GPUs, she may stop their servers and cancel their jobs with a reason, grant extra GPU-hours
+# of budgets, and read /hub/metrics: what the README says admins do. By gpuhub's own scopes
+# and read:metrics rather than JupyterHub's admin role, which the shared password never
+# grants (SharedPasswordAuthenticator asks admins for a separate admin password).
 DEMO_ADMIN = "alice"
+FLEET_ADMIN_SCOPES = ["custom:gpuhub:fleet", "custom:gpuhub:budgets", "read:metrics"]
 GROUP_LIMITS = {"staff": {"max_gpus": 4}, "students": {"max_gpus": 1}}
 DEFAULT_LIMITS = {"max_gpus": 1}
 # At most this many GPUs per user at once, across named servers and their jobs.
@@ -80,7 +82,7 @@ def configure_demo(c: Any) -> str:
         {
             "name": "gpu-fleet-admin",
             "users": [DEMO_ADMIN],
-            "scopes": ["self", "custom:gpuhub:fleet"],
+            "scopes": ["self", *FLEET_ADMIN_SCOPES],
         }
     ]
     c.JupyterHub.load_groups = {
@@ -97,5 +99,6 @@ def configure_demo(c: Any) -> str:
         f"  bob or carol (students, 1 GPU each) with password '{password}'.\n"
         f"  {DEMO_ADMIN} is the demo's GPU fleet admin: GPUs in the hub's menu"
         f" ({url}/hub/gpuhub/fleet)\n"
-        "  shows everyone's GPUs, and stops a server or cancels a job with a reason.\n"
+        "  shows everyone's GPUs, stops a server or cancels a job with a reason and grants\n"
+        f"  extra GPU-hours; she also reads {url}/hub/metrics.\n"
     )

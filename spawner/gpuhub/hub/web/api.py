@@ -97,7 +97,7 @@ from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import SHARE_OVERUSE
 from gpuhub.hub.web.access import BoundedAPIHandler
 from gpuhub.hub.web.budgets import HANDLERS as BUDGET_HANDLERS
-from gpuhub.hub.web.fleet import FLEET_SCOPE
+from gpuhub.hub.web.fleet import BUDGETS_SCOPE, FLEET_SCOPE
 from gpuhub.hub.web.fleet import HANDLERS as FLEET_HANDLERS
 from gpuhub.hub.web.notices import HANDLERS as NOTICE_HANDLERS
 from gpuhub.hub.web.notices import notice_text, notices_for, share_warning, warning_text
@@ -121,6 +121,7 @@ def configure_hub(c: Any) -> None:
         "description": "See every GPU holder on the fleet page, stop their servers and "
         "cancel their jobs."
     }
+    scopes[BUDGETS_SCOPE] = {"description": "Grant users extra GPU-hours of their budgets."}
     hub.custom_scopes = scopes
     handlers = list(hub.extra_handlers) if "extra_handlers" in hub else []
     handlers += [(path, handler) for path, handler in HANDLERS if (path, handler) not in handlers]

@@ -2,7 +2,8 @@
 
 * ``POST /hub/api/gpuhub/budgets/<user>/grants`` body ``{"hours": 5, "reason": "thesis
   deadline", "group": "staff"?}`` -> ``201`` the user's budget as the holdings answer says it
-  (``budgets[0]``). JupyterHub admins only (scope ``admin:users`` for that user). ``group``,
+  (``budgets[0]``). JupyterHub admins (scope ``admin:users`` for that user) and holders of
+  ``custom:gpuhub:budgets`` (:data:`gpuhub.hub.web.fleet.WHO_MAY_GRANT`). ``group``,
   when given, must name the shared pool the user draws on (a check, not a choice).
 * ``POST /hub/gpuhub/fleet/grant`` (the fleet page's form, with JupyterHub's XSRF token):
   the same, for an admin in the browser.
@@ -17,14 +18,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from gpuhub.core.budgets import hours_words
 from gpuhub.core.options import as_given, json_number
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.web.access import BoundedAPIHandler
-from gpuhub.hub.web.fleet import MAX_REASON, Refused, _ActionHandler, render_fleet
+from gpuhub.hub.web.fleet import (
+    MAX_REASON,
+    WHO_MAY_GRANT,
+    Refused,
+    _ActionHandler,
+    may_grant,
+    render_fleet,
+)
 
 MAX_HOURS = 100_000.0
 
@@ -68,8 +75,17 @@ class GrantHoursHandler(BoundedAPIHandler):
 
     SUPPORTED_METHODS: tuple[str, ...] = ("POST", "OPTIONS")
 
-    @needs_scope("admin:users")
     async def post(self, user_name: str) -> None:
+        if self.current_user is None:
+            raise web.HTTPError(403, "Sign in, or send a token, to grant extra GPU-hours.")
+        target = self.find_user(user_name)
+        if not (may_grant(self, target) if target is not None else may_grant(self)):
+            # Never confirm to someone who may not grant that a user exists.
+            raise web.HTTPError(
+                403,
+                f"Only {WHO_MAY_GRANT} may grant extra GPU-hours; this token's user "
+                f"{as_given(self.current_user.name)} is neither.",
+            )
         body = self.get_json_body()
         if not isinstance(body, dict):
             raise web.HTTPError(
@@ -122,8 +138,13 @@ class FleetGrantHandler(_ActionHandler):
 
     async def act(self) -> None:
         user = self.current_user
-        if not getattr(user, "admin", False):
-            raise Refused(403, "Only JupyterHub admins may grant extra GPU-hours.")
+        if not may_grant(self):
+            raise Refused(
+                403,
+                f"Only {WHO_MAY_GRANT} may grant extra GPU-hours; you ({user.name}) are "
+                "neither, so ask one of them.",
+                "grant-user",
+            )
         monitor = gpu_monitor.for_handler(self)
         if monitor is None:
             raise Refused(503, "gpuhub's GPU monitor is not running on this hub yet.")
@@ -139,6 +160,12 @@ class FleetGrantHandler(_ActionHandler):
         target = self.find_user(name) if name else None
         if target is None:
             raise Refused(404, f"No user {as_given(name)} on this hub.", "grant-user")
+        if not may_grant(self, target):
+            raise Refused(
+                403,
+                f"You may not grant {target.name} extra GPU-hours: {WHO_MAY_GRANT} may.",
+                "grant-user",
+            )
         try:
             monitor.grant_hours(
                 target.name, [g.name for g in target.groups], hours, reason, user.name

@@ -45,6 +45,10 @@ from gpuhub.hub.web.sparkline import SPARK_HEIGHT, SPARK_WIDTH, sparkline
 log = logging.getLogger("gpuhub.hub.web.fleet")
 
 FLEET_SCOPE = "custom:gpuhub:fleet"
+# Extra GPU-hours of users' budgets (``POST /hub/api/gpuhub/budgets/<user>/grants`` and the
+# fleet page's form): JupyterHub admins (``admin:users``) and holders of this scope.
+BUDGETS_SCOPE = "custom:gpuhub:budgets"
+WHO_MAY_GRANT = f"JupyterHub admins and holders of the scope {BUDGETS_SCOPE}"
 MAX_REASON = 500
 MAX_TARGET = 600  # "user/name": JupyterHub's names are far shorter
 
@@ -594,6 +598,17 @@ def may_see_all(handler: BaseHandler) -> bool:
     return bool(getattr(user, "admin", False)) or FLEET_SCOPE in handler.expanded_scopes
 
 
+def may_grant(handler: BaseHandler, user: Any = None) -> bool:
+    """Whether ``handler``'s caller may grant extra GPU-hours (to ``user``, a hub user;
+    None: to anyone at all): :data:`WHO_MAY_GRANT`."""
+    if BUDGETS_SCOPE in handler.expanded_scopes:
+        return True
+    if user is None:
+        return "admin:users" in handler.parsed_scopes
+    orm_user = getattr(user, "orm_user", user)
+    return bool(handler.get_scope_filter("admin:users")(orm_user, kind="user"))
+
+
 def _monitor(handler: BaseHandler) -> GPUMonitor | None:
     return gpu_monitor.for_handler(handler)
 
@@ -670,6 +685,8 @@ async def render_fleet(handler: BaseHandler, status: int = 200, **say: str) -> N
     html = await handler.render_template(
         "gpuhub_fleet.html",
         view=view,
+        may_grant=may_grant(handler),
+        who_may_grant=WHO_MAY_GRANT,
         **{k: Markup(v) for k, v in fragments.items()},  # rendered and escaped already
         **{**words, **say},
     )
