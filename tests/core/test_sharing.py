@@ -4,6 +4,7 @@ counts against the quota, and what a shared pod asks Kubernetes for (docs/archit
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -246,8 +247,18 @@ def test_the_form_says_memory_free_on_each_gpu_one_figure_per_fact() -> None:
     )
     page = render_form(policy, [], capacity={"shared": capacity})
     assert "9 GB of 16 GB free on GPU 3; 16 GB of 16 GB free on GPU 4" in page
-    assert 'name="gpu_memory"' in page and 'value="1G"' in page  # the type's default share
     assert "Shared GPU" in page
+    # As served with 0 GPUs asked for, the share applies to nothing: hidden, off, empty
+    # (the script fills the type's default when GPUs are asked for).
+    field = re.search(r'<input [^>]*name="gpu_memory"[^>]*>', page)
+    assert field is not None and "disabled" in field.group(0) and 'value=""' in field.group(0)
+    # Asking for 1 GPU of it, the form as served carries the type's default share.
+    asked = render_form(
+        policy, [], {"gpus": 1, "gpu_type": "shared"}, capacity={"shared": capacity}
+    )
+    field = re.search(r'<input [^>]*name="gpu_memory"[^>]*>', asked)
+    assert field is not None and "disabled" not in field.group(0)
+    assert 'value="1G"' in field.group(0)  # the type's default share
 
 
 # -- Kubernetes: what a shared pod asks for ---------------------------------------------------
