@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(BIN):$(PATH)
 GPUHUB_DEMO_GPUS ?= auto
 export GPUHUB_DEMO_GPUS
 
-.PHONY: install lock demo demo-k8s test lint typecheck pytest pytest-fast benchmarks clean wheel images \
+.PHONY: install lock demo demo-k8s demo-helm demo-helm-down test lint typecheck pytest pytest-fast benchmarks clean wheel images \
 	cluster cluster-down cluster-status test-cluster jstest
 
 install: $(VENV)/.installed
@@ -48,6 +48,17 @@ demo: install
 # simulated GPUs. Same users, password and GPUHUB_DEMO_PORT as `make demo`.
 demo-k8s: install
 	$(BIN)/python -m localk8s.demo
+
+# gpuhub installed as admins install it (docs/admin-guide.md, "Try the chart on the local
+# cluster"): `helm upgrade --install` of helm/gpuhub as release gpuhub into namespace
+# gpuhub-helm with localk8s/values-local.yaml, z2jh from helm/gpuhub/charts/, else the archive
+# GPUHUB_Z2JH_CHART names, else gpuhub's stand-in; the hub, proxy and jobs service run as the
+# chart's pods on the process node. Prints the hub's URL and the demo password.
+demo-helm: install
+	$(BIN)/python -m localk8s.demo_helm up
+
+demo-helm-down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m localk8s.demo_helm down; else echo "no cluster (no .venv)"; fi
 
 # A real Kubernetes on loopback (docs/cluster.md): etcd, kube-apiserver, controller-manager,
 # scheduler, kwok's fake GPU nodes, the process node local-0, Kueue, JobSet, Trainer and the
