@@ -45,6 +45,7 @@ TICK = 60.0
 TYPE = "A6000"
 AFTER, WARN = 7200.0, 900.0
 BUDGET_HOURS, GRACE = 20.0, 3600.0
+LOAD = 0.4  # requests an hour per GPU by day (a quarter of that by night)
 GOALS = {"likely": (40.0, 60.0), "by": (75.0, 85.0)}
 
 
@@ -72,7 +73,7 @@ async def replay(days: int, gpus: int, seed: int) -> dict[str, Any]:
     book = GPUAllocator()
     line = GPULine(book)
     # The line's own serving task sleeps on the real clock: the replay serves it each tick.
-    line._server = asyncio.ensure_future(asyncio.Event().wait())
+    line._server = asyncio.ensure_future(_forever())
     clocks = IdleClocks(ReclaimRule(AFTER, 0.05, WARN))
     watch = BudgetWatch(GRACE, "refuse")
     durations = Durations()
@@ -89,8 +90,8 @@ async def replay(days: int, gpus: int, seed: int) -> dict[str, Any]:
         t += TICK
         # Owners end their holds; reclaim and budgets stop theirs.
         ending = [k for k, h in holds.items() if h.end <= t]
-        states = {u: SimpleNamespace(over=used.get(u, 0) >= BUDGET_HOURS * 3600) for u in used}
-        held_now = [SimpleNamespace(user=h.user, gpu_type=TYPE) for h in holds.values()]
+        states: Any = {u: SimpleNamespace(over=used.get(u, 0) >= BUDGET_HOURS * 3600) for u in used}
+        held_now: Any = [SimpleNamespace(user=h.user, gpu_type=TYPE) for h in holds.values()]
         for stopped in watch.observe(states, held_now, [], t):
             ending += [k for k, h in holds.items() if h.user == stopped.user]
         for key, hold in holds.items():
@@ -101,14 +102,14 @@ async def replay(days: int, gpus: int, seed: int) -> dict[str, Any]:
             hold = holds.pop(key)
             book.release(key)
             durations.learn(hold.user, [users[hold.user][0]], TYPE, t - hold.start)
-        durations.renew()  # the feed renews once a minute: each tick here
+        # The feed renews once a minute (each tick here), holds still running included.
+        durations.renew([(h.user, [users[h.user][0]], TYPE, t - h.start) for h in holds.values()])
         for hold in holds.values():
             if users[hold.user][0] == "course":
                 used[hold.user] = used.get(hold.user, 0.0) + hold.gpus * TICK
         # Arrivals: busier by day.
-        # About 85 % of the GPU-hours there are, in all: 0.33 requests an hour per GPU by
-        # day, a quarter of that by night.
-        rate = (0.33 if 8 <= (t % 86400) / 3600 < 20 else 0.33 / 4) / 3600 * gpus
+        # Busy by day, a quarter of that by night: the line is seldom empty by day.
+        rate = (LOAD if 8 <= (t % 86400) / 3600 < 20 else LOAD / 4) / 3600 * gpus
         new = []
         for _ in range(_poisson(rng, rate * TICK)):
             user = rng.choice(list(users))
@@ -210,6 +211,11 @@ def _estimates(
     return found
 
 
+async def _forever() -> None:
+    """Stands for the line's serving task, which the replay does itself each tick."""
+    await asyncio.Event().wait()
+
+
 def _poisson(rng: random.Random, mean: float) -> int:
     k, p, limit = 0, 1.0, math.exp(-mean)
     while True:
@@ -261,11 +267,19 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     found = asyncio.run(replay(args.days, args.gpus, args.seed))
     refresh = cost()
-    ok = (
-        GOALS["likely"][0] <= found["likely"] <= GOALS["likely"][1]
-        and GOALS["by"][0] <= found["by"] <= GOALS["by"][1]
-        and found["latest_passed"] == 0
-        and percentile(refresh, 50) < 100
+    checks = {
+        "`likely`": GOALS["likely"][0] <= found["likely"] <= GOALS["likely"][1],
+        "`by`": GOALS["by"][0] <= found["by"] <= GOALS["by"][1],
+        "`latest` never passed": found["latest_passed"] == 0,
+        "the refresh under 100 ms": percentile(refresh, 50) < 100,
+    }
+    ok = all(checks.values())
+    missed = [name for name, met in checks.items() if not met]
+    verdict = (
+        "within every goal"
+        if ok
+        else f"outside the goal for {', '.join(missed)}; within it for "
+        + ", ".join(name for name, met in checks.items() if met)
     )
     body = f"""## Estimated starts (issue 38; goals: start before `likely` 40-60 %, before `by` 75-85 %, `latest` never passed; 1,000 waiting refreshed well within a tick)
 
@@ -275,7 +289,7 @@ def main(argv: list[str]) -> int:
 |---|---|---|---|---|---|---|---|
 | {found["waits"]:,} | {found["likely"]:.1f} % | {found["by"]:.1f} % | {found["with_latest"]:,} | {found["latest_passed"]} | {found["error_p50_min"]:.0f} min | {percentile(refresh, 50):.1f} ms | {max(refresh):.1f} ms |
 
-Verdict: {"within the goals" if ok else "outside a goal (see the figures)"}. Bookings are not in the trace yet (issue 38 item 3)."""
+The refresh's max is the first one, which makes each learned curve's quantile table (the feed remakes curves once a minute). Verdict: {verdict}. Bookings are not in the trace yet (issue 38 item 3)."""
     print(body)
     if not args.no_write:
         write_section("eta", body)

@@ -62,6 +62,19 @@ def test_learning_moves_the_user_first_then_their_group_and_type() -> None:
     assert other_type.quantile(0.5) == pytest.approx(PRIOR_MEDIAN, rel=0.02)
 
 
+def test_holds_still_running_count_as_long_ones_not_as_unseen() -> None:
+    """Learning only from ended holds learns the long ones last: running holds count as
+    holds longer than their age (right-censoring), and move the curve later."""
+    durations = Durations()
+    for _ in range(20):
+        durations.learn("ann", ["lab"], "A6000", 600)
+    ended_only = durations.curve("ann", ["lab"], "A6000").quantile(0.5)
+    durations.renew([("ann", ["lab"], "A6000", 5 * HOUR)] * 40)
+    with_running = durations.curve("ann", ["lab"], "A6000")
+    assert with_running.quantile(0.5) > 5 * HOUR > ended_only
+    assert with_running.learned == 20  # the words count the holds that ended
+
+
 def test_a_budget_grace_bounds_latest_and_the_estimate_never_goes_past_it() -> None:
     held = Held(1, NOW - HOUR, prior(), hard_end=NOW + 600, hard_why="budget")
     line = Line("A6000", 1, (held,), (Waiter("bob", 1, NOW, prior()),), slack=60)

@@ -135,6 +135,19 @@ class Curve:
     def median_left(self, age: float) -> float:
         return self.left(age, 0.5)
 
+    def above(self, age: float) -> list[float]:
+        """Each bin's share of the holds that last longer than ``age`` (sums to 1)."""
+        base = self.at(age)
+        out = [0.0] * NBINS
+        if base >= 1.0 - 1e-12:
+            out[-1] = 1.0
+            return out
+        k = bin_of(age)
+        out[k] = (self.cdf[k + 1] - base) / (1.0 - base)
+        for j in range(k + 1, NBINS):
+            out[j] = (self.cdf[j + 1] - self.cdf[j]) / (1.0 - base)
+        return out
+
     @functools.cached_property
     def table(self) -> tuple[float, ...]:
         """:data:`TABLE` quantiles, for drawing many durations fast (:meth:`sampler`)."""
@@ -168,6 +181,9 @@ class Durations:
 
     counts: dict[str, list[float]] = field(default_factory=dict)
     stale: bool = False  # learned since the curves were made (:meth:`renew`)
+    # Holds still running, as at the last renew: each one's mass spread over what is longer
+    # than its age (they are not short holds, only unfinished ones), per level.
+    running: dict[str, list[float]] = field(default_factory=dict)
     _cache: dict[tuple[str, tuple[str, ...], str], Curve] = field(default_factory=dict, repr=False)
 
     @staticmethod
@@ -191,14 +207,45 @@ class Durations:
                 self.counts[key] = [c * MAX_COUNT / total for c in counts]
         self.stale = True
 
-    def renew(self) -> None:
-        """Curves made from now on include every hold learned so far. Not done by each
-        :meth:`learn`: curves (and their tables) are made again at most as often as the
-        caller renews (the feed: once a minute), so a busy hub does not remake thousands
-        of curves a tick."""
-        if self.stale:
-            self._cache.clear()
-            self.stale = False
+    def renew(self, running: Iterable[tuple[str, Sequence[str], str, float]] | None = None) -> None:
+        """Curves made from now on include every hold learned so far and, given
+        ``running`` (user, groups, GPU type, age of each hold still running), the holds that
+        have not ended yet: learning only from ended holds would learn the long ones last,
+        and every estimate early (right-censoring; each running hold counts as one hold
+        longer than its age, shaped as the ended ones say). Not done by each :meth:`learn`:
+        curves (and their tables) are made again at most as often as the caller renews (the
+        feed: once a minute), so a busy hub does not remake thousands of curves a tick."""
+        if running is None:
+            if self.stale:
+                self._cache.clear()
+                self.stale = False
+            return
+        self._cache.clear()
+        self.running = {}
+        spread: dict[str, list[float]] = {}
+        shapes: dict[tuple[int, int], list[float]] = {}
+        for user, groups, gpu_type, age in running:
+            curve = self.curve(user, groups, gpu_type)  # from ended holds alone
+            shape_key = (id(curve), bin_of(age))
+            shape = shapes.get(shape_key)
+            if shape is None:
+                shape = shapes[shape_key] = curve.above(age)
+            for key in self.keys(user, groups, gpu_type):
+                acc = spread.setdefault(key, [0.0] * NBINS)
+                for j in range(NBINS):
+                    acc[j] += shape[j]
+        self._cache.clear()
+        self.running = spread
+        self.stale = False
+
+    def _level(self, key: str) -> list[float] | None:
+        """A level's ended holds plus its running ones (None: it has neither)."""
+        ended, running = self.counts.get(key), self.running.get(key)
+        if running is None:
+            return ended
+        if ended is None:
+            return running
+        return [e + r for e, r in zip(ended, running, strict=True)]
 
     def curve(self, user: str, groups: Sequence[str], gpu_type: str) -> Curve:
         """The blended curve for ``user`` (in ``groups``) holding ``gpu_type``."""
@@ -207,15 +254,15 @@ class Durations:
         if found is not None:
             return found
         type_key, *group_keys, user_key = self.keys(user, groups, gpu_type)
-        mass = _blend(list(PRIOR), self.counts.get(type_key))
+        mass = _blend(list(PRIOR), self._level(type_key))
         if group_keys:
             blended = [0.0] * NBINS
             for key in group_keys:  # a user in two groups: their mean
-                part = _blend(mass, self.counts.get(key))
+                part = _blend(mass, self._level(key))
                 blended = [b + p / len(group_keys) for b, p in zip(blended, part, strict=True)]
             mass = blended
         own_counts = self.counts.get(user_key)
-        mass = _blend(mass, own_counts)
+        mass = _blend(mass, self._level(user_key))
         learned = sum(self.counts.get(type_key) or ()) if own_counts is None else sum(own_counts)
         curve = Curve.of(mass, learned)
         self._cache[cache_key] = curve

@@ -105,7 +105,12 @@ class EtaFeed:
         held = {key: track.holding for key, track in monitor.tracks.items()}
         self.learn(held, now, groups_of)
         if time.monotonic() - self._renewed >= RENEW_EVERY:
-            self.durations.renew()
+            running = [
+                (h.user, groups_of(h.user), h.gpu_type or "GPU", max(now - h.since, 0.0))
+                for h in held.values()
+                if h.since is not None
+            ]
+            self.durations.renew(running)
             self._renewed = time.monotonic()
         lines = self._lines(monitor, held, now, mono, groups_of)
         estimates: dict[HoldingKey, Estimate] = {}
