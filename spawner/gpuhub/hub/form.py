@@ -397,8 +397,13 @@ def _device_memory_text(capacity: GPUCapacity) -> str:
 
 
 def _waiting_text(capacity: GPUCapacity) -> str:
+    """ "; 2 people waiting; likely free around 14:30 UTC": who waits, and when one more
+    request likely starts where none is free (docs/architecture.md, "When, not only where")."""
     waiting = capacity.waiting
-    return f"; {words.plural(waiting, 'person', 'people')} waiting" if waiting else ""
+    text = f"; {words.plural(waiting, 'person', 'people')} waiting" if waiting else ""
+    if capacity.likely_free and capacity.free == 0:
+        text += f"; {capacity.likely_free}"
+    return text
 
 
 def _free_text(capacity: GPUCapacity | None, sharing: Mapping[str, Any] | None) -> str:

@@ -60,6 +60,7 @@ from gpuhub.hub.ledger.launches import launch_key as derive_launch_key
 from gpuhub.hub.ledger.launches import sign as sign_launch
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.ledger.line import GPULine, Ticket
+from gpuhub.hub.monitor.eta import clock
 from gpuhub.hub.monitor.gpu_monitor import current, holdings_changed
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN
 from gpuhub.hub.monitor.utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
@@ -74,6 +75,16 @@ SHARED_ACCOUNT_WARNING = (
     "All users' servers run as one OS account, so every user can read every other user's "
     "files and API tokens (and the hub's database and cookie secret)."
 )
+
+
+def likely_free(type_name: str) -> str:
+    """ "likely free around 14:30 UTC": when one more request for a GPU of the type
+    ``type_name`` likely starts, by the monitor's last estimate ("" before its first)."""
+    monitor = current()
+    found = monitor.eta.free_at.get(type_name) if monitor is not None else None
+    if found is None:
+        return ""
+    return f"likely free around {clock(found.likely, time.time())}"
 
 
 def line_usage(order: LineOrder) -> Callable[[str], float]:
@@ -251,7 +262,11 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 continue
             free = len(self._book.free(candidates))
             capacity[key] = GPUCapacity(
-                free=free, total=len(candidates), largest_free=None, waiting=LINE.waiting(key)
+                free=free,
+                total=len(candidates),
+                largest_free=None,
+                waiting=LINE.waiting(key),
+                likely_free=likely_free(gpu_type.display_name) if free == 0 else "",
             )
         return capacity, ""
 

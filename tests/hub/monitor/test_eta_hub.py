@@ -2,12 +2,14 @@
 
 alice holds the one GPU and leaves it idle; idle reclaim runs on seconds (warned after 3 s,
 stopped 5 s later). bob asks for it and waits: his holding in the holdings answer carries an
-estimate with its reasons, which name alice's reclaim clock without her name, and his spawn
-page says it in words; he gets the GPU before the estimate's ``by``.
+estimate with its reasons, which name alice's reclaim clock without her name; his spawn
+page says it in words, and the form tells carol when the GPU is likely free; he gets the
+GPU before the estimate's ``by``.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -36,7 +38,7 @@ from gpuhub.hub.web.api import configure_hub
 
 configure_hub(c)
 """
-USERS = ("alice", "bob")
+USERS = ("alice", "bob", "carol")
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,9 @@ def test_a_wait_carries_an_estimate_that_the_reclaim_clock_pulls_in(hub: Hub) ->
 
     bob = Progress(hub, "bob")
     until("bob's page says when", lambda: bob.said("Likely to start around "), hub)
+    # The form says when the type likely has a GPU free again, to someone who has not asked.
+    page = hub.login("carol").get(f"{hub.url}/hub/spawn", timeout=30).text
+    assert re.search(r"0 of 1 free now; 1 person waiting; likely free around \d\d:\d\d UTC", page)
 
     wait_ready(hub, "bob")
     # Once held, the holding carries no estimate; it started (got the GPU) before ``by``.

@@ -46,6 +46,9 @@ class GPUCapacity:
     # Most GPUs of this type free on any single node: the biggest request that fits now.
     largest_free: int | None = None
     waiting: int = 0  # spawns waiting in line for this type (local queue)
+    # None free: "likely free around 14:30 UTC", the monitor's estimate for one more
+    # request (gpuhub.hub.monitor.eta); "" where there is none.
+    likely_free: str = ""
     # A shared type (gpuhub.core.sharing): ``free``/``total`` count units (a time-sliced type's
     # replicas, a HAMi type's slots; a workstation's devices with room); these say the rest,
     # None where the cluster does not say it.
