@@ -19,6 +19,7 @@ JSON ``{"message": one sentence, "field": what was wrong}`` with a 4xx status. B
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +44,7 @@ from gpuhub.jobs.model import (
     Runtimes,
     parse_kind,
 )
+from gpuhub.jobs.parameters_cell import unapplied_parameters
 from gpuhub.jobs.remote import HubServiceBackend, Offer
 
 from . import holdings
@@ -199,10 +201,20 @@ class JobsHandler(JobsHandlerBase):
             if body.get(key) in (None, ""):
                 body[key] = value
         request = self.jobs.parse_request(body, offer)
+        # Parameters the notebook has no cell for are neither run nor recorded: said instead.
+        warning = await asyncio.to_thread(
+            unapplied_parameters,
+            request.notebook.os_path,
+            request.notebook.path,
+            request.parameters,
+        )
+        if warning is not None:
+            request = dataclasses.replace(request, parameters={})
         record = await router.submit(request, self.owner)
         self.set_header("Location", url_path_join(self.base_url, "gpuhub/api/jobs", record.id))
         reply = {"id": record.id, "status": record.status, "url": record.url}
-        self.reply({**reply, "job": record.to_json(), **({"note": note} if note else {})}, 201)
+        said = {**({"note": note} if note else {}), **({"warning": warning} if warning else {})}
+        self.reply({**reply, "job": record.to_json(), **said}, 201)
 
 
 class JobOptionsHandler(JobsHandlerBase):

@@ -393,6 +393,8 @@ class JobMagics(Magics):
         job = answer.get("job") or answer
         if answer.get("note"):  # no --gpus, and the quota leaves none: why it runs on CPU
             print(f"Note: {answer['note']}")
+        if answer.get("warning"):  # -p on a notebook without a parameters cell: not applied
+            print(f"Warning: {answer['warning']}", file=sys.stderr)
         print(
             f"Submitted {job['id']} ({job.get('kind', 'job')}, {job.get('gpu', '')}): "
             f"{status_words(job)}. Follow it with %jobs, %job logs {job['id']}."
