@@ -273,7 +273,8 @@ def test_a_server_stopped_by_the_admin_says_so_in_jupyterlab(hub: Hub, browser: 
         dialog.wait_for(timeout=TIMEOUT)
         text = dialog.inner_text()
         assert "by alice: the node is going down for a driver update" in text
-        assert "Your files are safe" in text
+        assert "Your saved files are safe" in text
+        assert "No unsaved changes in this tab were lost." in text
         assert "Server unavailable" not in page.content()
         panel = page.locator("#gpuhub-gpu-panel")
         panel.get_by_text("This server was stopped").wait_for()

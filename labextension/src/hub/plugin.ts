@@ -6,7 +6,8 @@
  * died stopped (`ServerGone.check`); should the hub say later that it was
  * stopped, that dialog gives way to gpuhub's. Replaces
  * `@jupyterlab/hub-extension:connectionlost`, which package.json disables,
- * and JupyterLab's default.
+ * and JupyterLab's default. Before a stop the hub has scheduled, it counts down
+ * and saves open documents (`./stops.ts`).
  */
 import {
   ConnectionLost,
@@ -17,6 +18,7 @@ import {
 import { Dialog } from '@jupyterlab/apputils';
 
 import { ServerGone, hubServer } from './stopped';
+import { StopWatcher, unsavedPaths } from './stops';
 
 function openDialogs(): Set<Dialog<unknown>> {
   const open = new Set<Dialog<unknown>>();
@@ -30,10 +32,19 @@ export const connectionLostPlugin: JupyterFrontEndPlugin<IConnectionLost> = {
     'Says why this server stopped (an admin, idle reclaim) and offers to start it again.',
   autoStart: true,
   provides: IConnectionLost,
-  activate: (_app: JupyterFrontEnd): IConnectionLost => {
+  activate: (app: JupyterFrontEnd): IConnectionLost => {
     if (!hubServer()) {
       return ConnectionLost;
     }
+    // A stop the hub has scheduled: counted down, open documents saved before it; the
+    // stopped dialog says what was saved and what was not.
+    const documents = () => app.shell.widgets('main');
+    const stops = new StopWatcher(documents);
+    ServerGone.instance.documents(
+      () => unsavedPaths(documents()),
+      () => stops.saved
+    );
+    void app.restored.then(() => stops.start());
     let showing = false;
     // JupyterLab's "Server Connection Error" dialogs shown by this plugin: once the hub
     // says the server was stopped, they are wrong, and gpuhub's waits behind them.

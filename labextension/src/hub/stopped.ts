@@ -102,6 +102,34 @@ interface IAnswer {
   notice: INotice | null;
 }
 
+/**
+ * The stopped dialog's words: the hub's notice (or that the server stopped), then,
+ * truthfully, what became of this tab's unsaved changes: saved before the stop, or
+ * not saved and only in this tab (lost on leaving it), or none lost.
+ */
+export function stoppedBody(
+  noticeText: string | null,
+  unsaved: readonly string[],
+  saved: readonly string[] = []
+): string {
+  const parts = [
+    noticeText ??
+      'This server has stopped. Your saved files are safe; start it again to go on working.'
+  ];
+  if (saved.length) {
+    parts.push(`Saved just before the stop: ${saved.join(', ')}.`);
+  }
+  if (unsaved.length) {
+    parts.push(
+      `Unsaved changes to ${unsaved.join(', ')} were not saved before the stop and are lost: ` +
+        'they are only in this browser tab, until you leave or reload it; copy what you need first.'
+    );
+  } else {
+    parts.push('No unsaved changes in this tab were lost.');
+  }
+  return parts.join(' ');
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise(resolve => setTimeout(resolve, ms));
 }
@@ -137,6 +165,15 @@ export class ServerGone {
   /** Why it was stopped, when the hub knows (an admin's or idle reclaim's notice). */
   get notice(): INotice | null {
     return this._notice;
+  }
+
+  /**
+   * Where the dialog reads this tab's documents: those with unsaved changes now,
+   * and those saved for the stop (`./stops.ts`).
+   */
+  documents(unsaved: () => string[], saved: () => readonly string[]): void {
+    this._unsaved = unsaved;
+    this._savedForStop = saved;
   }
 
   /** A gpuhub request was answered with ``status``: maybe the server is gone. */
@@ -234,9 +271,11 @@ export class ServerGone {
     const notice = this._notice;
     const result = await showDialog({
       title: notice ? 'Your server was stopped' : 'Your server is not running',
-      body: notice
-        ? localText(notice) // its moment in the reader's own zone
-        : 'This server has stopped. Your files are safe; start it again to go on working.',
+      body: stoppedBody(
+        notice ? localText(notice) : null, // its moment in the reader's own zone
+        this._unsaved(),
+        this._savedForStop()
+      ),
       buttons: [
         Dialog.cancelButton({ label: 'Close' }),
         Dialog.okButton({ label: 'Start it again' })
@@ -252,4 +291,6 @@ export class ServerGone {
   private _checking: Promise<boolean> | null = null;
   private _gone = false;
   private _notice: INotice | null = null;
+  private _unsaved: () => string[] = () => [];
+  private _savedForStop: () => readonly string[] = () => [];
 }

@@ -16,7 +16,12 @@ const jupyterLost = ConnectionLost as jest.MockedFunction<
 >;
 
 function activate(): IConnectionLost {
-  return connectionLostPlugin.activate({} as any) as IConnectionLost;
+  // The lab as far as the plugin reads it: no open documents, never restored (no polling).
+  const app = {
+    shell: { widgets: () => [] },
+    restored: new Promise(() => undefined)
+  };
+  return connectionLostPlugin.activate(app as any) as IConnectionLost;
 }
 
 describe('connectionLostPlugin', () => {

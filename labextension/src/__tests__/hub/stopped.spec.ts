@@ -251,7 +251,10 @@ describe('ServerGone', () => {
     expect(dialog).toHaveBeenCalledTimes(1);
     const options = dialog.mock.calls[0][0]!;
     expect(options.title).toBe('Your server was stopped');
-    expect(options.body).toBe(mine.text); // no moment in it: as the hub wrote it
+    // No moment in it: as the hub wrote it, and what became of unsaved changes.
+    expect(options.body).toBe(
+      `${mine.text} No unsaved changes in this tab were lost.`
+    );
     // Once gone, always gone: no more questions to the hub.
     expect(await gone.check()).toBe(true);
     expect(fetchMock).toHaveBeenCalledTimes(1);
@@ -278,9 +281,33 @@ describe('ServerGone', () => {
     expect(await new ServerGone().check()).toBe(true);
     const options = dialog.mock.calls[0][0]!;
     expect(options.body).toBe(
-      `Your server was stopped on ${formatTime(when)} by admin.`
+      `Your server was stopped on ${formatTime(when)} by admin. No unsaved changes in this tab were lost.`
     );
     expect(options.body).not.toMatch(/UTC/);
+  });
+
+  it('names the changes a stop lost, and what was saved for it', async () => {
+    inHub('gpu');
+    fetchMock.mockResolvedValue(
+      hubAnswer({
+        user: 'ann',
+        xsrf: 'x',
+        notices: [notice({ text: 'Your server was stopped.' })],
+        servers: { gpu: { active: false, ready: false } }
+      })
+    );
+    const gone = new ServerGone();
+    gone.documents(
+      () => ['late.ipynb'],
+      () => ['train.ipynb']
+    );
+    expect(await gone.check()).toBe(true);
+    const body = dialog.mock.calls[0][0]!.body as string;
+    expect(body).toBe(
+      'Your server was stopped. Saved just before the stop: train.ipynb. ' +
+        'Unsaved changes to late.ipynb were not saved before the stop and are lost: ' +
+        'they are only in this browser tab, until you leave or reload it; copy what you need first.'
+    );
   });
 
   it('is gone without a notice when the hub no longer lists the server', async () => {
