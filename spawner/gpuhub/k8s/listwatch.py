@@ -243,13 +243,74 @@ class Reflector:
     :attr:`list_page`) into what :meth:`_lists` makes for it, one object at a time
     (:meth:`_take`, :meth:`_drop`), then :meth:`_install` makes that the cache's; the watch
     that follows hands each event to :meth:`_apply`. A subclass says what these do, where
-    each kind is (:meth:`_source`) and which ``ApiClient`` asks (:attr:`api_client`)."""
+    each kind is (:meth:`_source`) and which ``ApiClient`` asks (:attr:`api_client`).
+    :meth:`start` runs the loop of each of :attr:`watched` (:meth:`_run`), the one loop of
+    every cache: it says failures through :meth:`_failed`, and a subclass waits out the
+    refusals it expects in :meth:`_refused`."""
 
     list_page = 500  # client-go's reflector's
     request_timeout: float
     watch_timeout: int
     # Streaming lists (sendInitialEvents) until the apiserver says it cannot.
     stream_lists = True
+    # The kinds :meth:`start` runs, one task each (named ``gpuhub-capacity-<kind>``).
+    watched: tuple[str, ...] = ()
+    _tasks: list[asyncio.Task[None]]  # a subclass's __init__ makes it empty
+
+    def start(self) -> None:
+        """Run each watched kind's list and watch (:meth:`_run`), once."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._run(kind), name=f"gpuhub-capacity-{kind}")
+                for kind in self.watched
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _run(self, kind: str) -> None:
+        """List then watch ``kind`` for ever: a watch the server ends is resumed, an expired
+        one (410) listed again, a refusal :meth:`_refused` knows waited out, and any other
+        failure said (:meth:`_failed`) and tried again after a backoff of up to 30 s."""
+        from kubernetes_asyncio.client import ApiException
+
+        backoff = 0.5
+        while True:
+            asked = "list"
+            try:
+                version = await self._sync(kind)
+                backoff = 0.5
+                asked = "watch"
+                while True:  # the server ends a watch after watch_timeout: resume it
+                    version = await self._watch(kind, version)
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("The watch of %s expired; listing again", kind)
+                    continue
+                wait = self._refused(kind, exc, asked)
+                if wait is not None:
+                    await asyncio.sleep(wait)
+                    continue
+                self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
+            except Exception as exc:  # network errors of every kind
+                self._failed(kind, f"{type(exc).__name__}: {exc}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30)
+
+    def _refused(self, kind: str, exc: Any, asked: str) -> float | None:
+        """A refusal (``exc``, an ApiException, to the ``asked`` "list" or "watch") that is
+        no failure of the cache: the seconds to wait before asking again; None for a
+        failure."""
+        return None
+
+    def _failed(self, kind: str, detail: str) -> None:
+        """The cache of ``kind`` cannot be kept now: ``detail`` says why."""
+        raise NotImplementedError
 
     @property
     def api_client(self) -> Any:

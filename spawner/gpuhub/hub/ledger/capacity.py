@@ -190,6 +190,7 @@ class ClusterCapacity(Reflector):
     and watched as :class:`gpuhub.k8s.listwatch.Reflector` does."""
 
     list_page = LIST_PAGE
+    watched = ("nodes", "pods")
 
     def __init__(
         self,
@@ -238,18 +239,8 @@ class ClusterCapacity(Reflector):
         )
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        if not self._tasks:
-            self._tasks = [
-                asyncio.create_task(self._run("nodes"), name="gpuhub-capacity-nodes"),
-                asyncio.create_task(self._run("pods"), name="gpuhub-capacity-pods"),
-            ]
-
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await super().stop()
         await self.owners.stop()
         await self.dra.stop()
 
@@ -281,28 +272,6 @@ class ClusterCapacity(Reflector):
             return Source("nodes", "/api/v1/nodes", encoding=self.encoding)
         query = {"fieldSelector": ACTIVE_PODS}
         return Source("pods", "/api/v1/pods", query, encoding=self.encoding)
-
-    async def _run(self, kind: str) -> None:
-        from kubernetes_asyncio.client import ApiException
-
-        backoff = 0.5
-        while True:
-            try:
-                version = await self._sync(kind)
-                backoff = 0.5
-                while True:  # the server ends a watch after watch_timeout: resume it
-                    version = await self._watch(kind, version)
-            except asyncio.CancelledError:
-                raise
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.info("Capacity watch of %s expired; listing again", kind)
-                    continue
-                self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
-            except Exception as exc:  # network errors of every kind
-                self._failed(kind, f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30)
 
     def _failed(self, kind: str, detail: str) -> None:
         if self.error is None:

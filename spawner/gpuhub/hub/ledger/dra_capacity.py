@@ -476,6 +476,7 @@ class DeviceWatch(Reflector):
     says it), and asked again every :data:`FORBIDDEN_RETRY` seconds."""
 
     list_page = LIST_PAGE
+    watched = tuple(DRA_KINDS)
 
     def __init__(
         self,
@@ -506,53 +507,21 @@ class DeviceWatch(Reflector):
         """Whether the figures say what the cluster has (all three kinds listed)."""
         return all(self.synced.values())
 
-    def start(self) -> None:
-        if not self._tasks:
-            self._tasks = [
-                asyncio.create_task(self._run(kind), name=f"gpuhub-capacity-{kind}")
-                for kind in DRA_KINDS
-            ]
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-
-    async def _run(self, kind: str) -> None:
-        from kubernetes_asyncio.client import ApiException
-
-        backoff = 0.5
-        while True:
-            asked = "list"
-            try:
-                version = await self._sync(kind)
-                backoff = 0.5
-                asked = "watch"
-                while True:  # the server ends a watch after watch_timeout: resume it
-                    version = await self._watch(kind, version)
-            except asyncio.CancelledError:
-                raise
-            except ApiException as exc:
-                if exc.status == 410:
-                    continue  # the history is gone: list again
-                if exc.status == 404:
-                    if self.served is not False:
-                        log.info("The cluster serves no resource.k8s.io/v1: no DRA devices")
-                    self.served = False
-                    self.synced[kind] = True  # nothing to wait for: no devices
-                    self.on_change()
-                    await asyncio.sleep(UNSERVED_RETRY)
-                    continue
-                if exc.status == 403:
-                    self._forbidden(kind, _denied_verb(kind, exc, asked))
-                    await asyncio.sleep(FORBIDDEN_RETRY)  # until a fixed Role lets it
-                    continue
-                self._failed(kind, f"the Kubernetes API answered {exc.status} {exc.reason}")
-            except Exception as exc:  # network errors of every kind
-                self._failed(kind, f"{type(exc).__name__}: {exc}")
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30)
+    def _refused(self, kind: str, exc: Any, asked: str) -> float | None:
+        """No ``resource.k8s.io/v1`` (404): no DRA devices, asked again slowly; a kind the hub
+        may not read (403): said, and asked again every :data:`FORBIDDEN_RETRY` seconds
+        until a fixed Role lets it."""
+        if exc.status == 404:
+            if self.served is not False:
+                log.info("The cluster serves no resource.k8s.io/v1: no DRA devices")
+            self.served = False
+            self.synced[kind] = True  # nothing to wait for: no devices
+            self.on_change()
+            return UNSERVED_RETRY
+        if exc.status == 403:
+            self._forbidden(kind, _denied_verb(kind, exc, asked))
+            return FORBIDDEN_RETRY
+        return None
 
     @property
     def forbidden(self) -> str:
