@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from gpuhub.core.dra_devices import device_class_info
-from gpuhub.hub.ledger.capacity import ClusterCapacity, _Lists, node_part
+from gpuhub.hub.ledger.capacity import ClusterCapacity, node_part
+from gpuhub.hub.ledger.cluster_watch import _Lists
 from gpuhub.k8s import objects, protobuf
 from gpuhub.k8s.dra_inventory import claim_info, slice_info
 from gpuhub.k8s.inventory import (
