@@ -9,8 +9,11 @@ apiserver the same way, and their policy parsed by gpuhub. The Kueue setup is ap
 and must admit GPU jobs as the guide says. Shell blocks run where this machine can: helm,
 `make -n images`, and kubectl against the cluster, with the guide's namespace `jhub` replaced
 by the test's, its nodes `gpu-node-N` kwok nodes the test adds, and the chart installed for
-real so that `kubectl auth can-i` asks the cluster's RBAC. The rest (`docker push`, `kubectl
-logs` and `exec` of pods that need real images) are checked against what the chart renders. A
+real so that `kubectl auth can-i` asks the cluster's RBAC. "Try the chart on the local cluster"
+runs for real: `make demo-helm`'s install (the stand-in z2jh's pods, the guide's
+values-local.yaml) in a namespace of its own standing in for `gpuhub-helm`, its `kubectl get
+pods` and `port-forward`, and `make demo-helm-down`. The rest (`docker push`, `kubectl logs`
+and `exec` of pods that need real images) are checked against what the chart renders. A
 command this file does not know fails the test, so the guide cannot grow an unchecked command.
 """
 
@@ -31,10 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from gpuhub.core.policy import Policy
-from tests.support.cluster import Kube
+from localk8s import demo_helm
+from localk8s.charts import LOCAL_VALUES, with_standin
+from tests.support.cluster import Kube, new_namespace
 from tests.support.guide import GUIDE, GUIDE_CONTENT, documents, is_manifest_file
 from tests.support.helm import (
     EXAMPLES,
@@ -53,7 +59,9 @@ from tests.support.helm import (
     service_config,
     validate_all,
 )
-from tests.support.kubectl import kubectl
+from tests.support.hub.process import free_port
+from tests.support.kubectl import kubectl, kubectl_binary
+from tests.support.wait import until
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed")
 
@@ -84,6 +92,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, text in GUIDE_CONTENT.files.items():
         (where / name).write_text(text)
     return where
+
+
+def test_guide_shows_the_local_values_as_they_are() -> None:
+    """The local values the guide shows are the file `make demo-helm` installs with."""
+    assert GUIDE_CONTENT.files["values-local.yaml"] == LOCAL_VALUES.read_text()
 
 
 def test_guide_has_commands_and_values() -> None:
@@ -179,6 +192,14 @@ def localize_words(words: list[str], guide_namespace: str | None, namespace: str
     return out
 
 
+def _answers(url: str) -> bool:
+    """The hub's API answers 200 at ``url`` (an unanswered connection is not yet)."""
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
 @dataclass
 class GuideWalk:
     """The guide's commands, run in order on the test cluster, and what they leave behind."""
@@ -193,6 +214,8 @@ class GuideWalk:
     install: list[dict[str, Any]] | None = None  # the chart, installed for real
     tags: set[str] = field(default_factory=set)
     nodes: dict[str, list[str]] = field(default_factory=dict)  # node -> what the guide set
+    # The guide's gpuhub-helm (`make demo-helm`): a namespace of the test's own.
+    demo_namespace: str | None = None
 
     def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return kubectl(self.kube, *args, cache=self.tmp / "kubectl-cache")
@@ -205,7 +228,11 @@ class GuideWalk:
 
     def run(self, words: list[str]) -> None:
         line = shlex.join(words)
-        if words[:3] == ["helm", "dependency", "update"]:
+        if words[0] == "make" and words[1] in ("cluster", "demo-helm", "demo-helm-down"):
+            self.run_make(words[1], line)
+        elif words[0] == "kubectl" and demo_helm.NAMESPACE in words:
+            self.run_demo_kubectl(words, line)
+        elif words[:3] == ["helm", "dependency", "update"]:
             self.helm_dependency_update(words)
         elif words[0] == "helm" and words[1] in ("upgrade", "template"):
             self.helm_render(words, line)
@@ -222,6 +249,58 @@ class GuideWalk:
             self.run_kubectl(words, line)
         else:
             raise AssertionError(f"guide command not exercised by this test: {line}")
+
+    def run_make(self, target: str, line: str) -> None:
+        """`make cluster` is the cluster this test runs on; `make demo-helm` and
+        `make demo-helm-down` do what their module does, in the test's own namespace."""
+        shown = subprocess.run(
+            ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0, shown.stderr
+        module = {"cluster": "-m localk8s up", "demo-helm": "-m localk8s.demo_helm up"}
+        module["demo-helm-down"] = "-m localk8s.demo_helm down"
+        assert module[target] in shown.stdout, f"{line}: make runs {shown.stdout}"
+        if target == "cluster":
+            self.kube.require_local(f"{line}: the chart's pods run on the process node")
+        elif target == "demo-helm":
+            self.demo_namespace = new_namespace(self.kube.api, "guide-helm")
+            chart = with_standin(self.tmp / "demo-chart")
+            demo_helm.install(self.kube.kubeconfig, chart, namespace=self.demo_namespace)
+            url = demo_helm.hub_url(self.kube.api, self.demo_namespace)
+            demo_helm.wait_for_hub(url, timeout=180)
+        else:
+            assert self.demo_namespace, f"{line}: the guide never ran make demo-helm"
+            demo_helm.uninstall(self.kube.kubeconfig, self.kube.api, self.demo_namespace)
+            self.demo_namespace = None
+
+    def run_demo_kubectl(self, words: list[str], line: str) -> None:
+        """The guide's kubectl commands in `make demo-helm`'s namespace, run for real."""
+        assert self.demo_namespace, f"{line}: the guide never ran make demo-helm"
+        local = [self.demo_namespace if w == demo_helm.NAMESPACE else w for w in words[1:]]
+        if "port-forward" not in words:
+            assert local[-2:] == ["get", "pods"], line
+            rows = [row.split() for row in self.kubectl_ok(line, *local).splitlines()[1:]]
+            running = {row[0].rsplit("-", 2)[0] for row in rows if row[2] == "Running"}
+            assert {"hub", "proxy", "gpuhub-service"} <= running, f"{line}: {rows}"
+            return
+        # `port-forward svc/proxy-public 8080:http` until stopped: on a free port here.
+        mapping = next(w for w in local if w.endswith(":http"))
+        port = free_port()
+        local[local.index(mapping)] = f"{port}:http"
+        command = [str(kubectl_binary()), f"--kubeconfig={self.kube.kubeconfig}", *local]
+        forward = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            until(
+                f"the hub through `{line}`",
+                lambda: forward.poll() is None and _answers(f"http://127.0.0.1:{port}/hub/api"),
+                timeout=60,
+            )
+        finally:
+            forward.terminate()
+            _, errors = forward.communicate(timeout=30)
+        assert forward.returncode in (0, -15), f"{line}: {errors.strip()}"
 
     def helm_dependency_update(self, words: list[str]) -> None:
         assert words[3] == "helm/gpuhub"
@@ -419,8 +498,13 @@ async def test_every_guide_command(
     pod_name = make_spawner(Config(), groups=[]).pod_name
     assert pod_name == "jupyter-alice"
     walk = GuideWalk(kube, chart, files, tmp_path, local_chart_repo, pod_name)
-    for words in GUIDE_CONTENT.commands:
-        walk.run(words)
+    try:
+        for words in GUIDE_CONTENT.commands:
+            walk.run(words)
+    finally:
+        if walk.demo_namespace:  # the walk stopped before `make demo-helm-down`
+            demo_helm.uninstall(kube.kubeconfig, kube.api, walk.demo_namespace)
+    assert walk.demo_namespace is None, "the guide never ran make demo-helm-down"
     assert walk.install is not None and walk.namespace is not None and walk.tags
     assert set(walk.nodes) == {"gpu-node-1", "gpu-node-2"}
 
