@@ -167,7 +167,7 @@ def test_without_a_queue_nothing_changes(root):
 
 # -- on the cluster -------------------------------------------------------------------------------
 async def test_jobs_wait_in_line_and_are_admitted_in_order(kube, backend, root, caplog):
-    caplog.set_level(logging.INFO, logger="gpuhub.jobs.k8s.backend")
+    caplog.set_level(logging.INFO, logger="gpuhub.jobs.k8s.queue")
     names = await asyncio.to_thread(queues, kube, 8)
     first, second, third, fourth = await submit_in_order(
         kube, backend, root, ["alice", "alice", "alice", "bob"]

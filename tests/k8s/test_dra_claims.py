@@ -18,8 +18,8 @@ from gpuhub.hub.gpu_spawner import dra_note
 from gpuhub.hub.ledger.dra_capacity import forbidden_words
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.progress import SpawnRequest, describe
-from gpuhub.jobs.k8s import backend
 from gpuhub.jobs.k8s import manifests as m
+from gpuhub.jobs.k8s.resources import workload_gpus, workload_resources
 from gpuhub.jobs.kinds import of_object
 from gpuhub.jobs.model import JobError
 from gpuhub.k8s import dra
@@ -240,8 +240,8 @@ def test_each_kinds_pods_claim_from_the_jobs_template(root: Path, kind: str, wor
             strict=True,
         )
     # What the jobs list and the service's own quota read back: 2 GPUs a pod.
-    assert backend._workload_gpus(obj) == 2 * workers
-    assert backend._resources(obj)["gpus"] == 2
+    assert workload_gpus(obj) == 2 * workers
+    assert workload_resources(obj)["gpus"] == 2
     if kind == "job":
         validate(obj)
     # Without GPUs, or of an extended-resource type: no template, no claim.
