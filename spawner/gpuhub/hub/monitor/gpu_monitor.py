@@ -47,6 +47,7 @@ from gpuhub.hub.ledger.budget_usage import (
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
+from gpuhub.hub.monitor.eta_feed import EtaFeed, durations_path
 from gpuhub.hub.monitor.overshare import ShareWatch, StrayWatch
 from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
 from gpuhub.hub.monitor.usage import BUDGET, SHARE_OVERUSE, Notice, UsageStore
@@ -156,6 +157,8 @@ class GPUMonitor:
         # Memory on shared GPUs that no proven holder explains (the admin's, never charged):
         # the last tick's, for the fleet page and /hub/metrics.
         self.unexplained: tuple[Unexplained, ...] = ()
+        # Estimated starts of what waits, and hold durations learned (beside the usage file).
+        self.eta = EtaFeed(durations_path(getattr(store, "path", None)))
 
     # -- the loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -230,6 +233,7 @@ class GPUMonitor:
             await self._watch_budgets(now, now if mono is None else mono)
         self.refresh_budgets(now)
         self._drop_read_notices()
+        self._estimate(now, now if mono is None else mono)
         self.last_tick = now
         self._changed()
 
@@ -245,6 +249,15 @@ class GPUMonitor:
         for key, holding in live.items():  # e.g. the job hold a stopped server's job left
             if key not in self.tracks:
                 self.tracks[key] = Track(holding)
+        self._estimate(time.time(), time.monotonic())
+
+    def _estimate(self, now: float, mono: float) -> None:
+        """Every wait's estimated start again, and what ended learned (docs/architecture.md,
+        "When, not only where"); a failure here never stops a tick."""
+        try:
+            self.eta.observe(self, now, mono)
+        except Exception:
+            log.exception("gpuhub: could not estimate when waiting requests start")
 
     def _held(self) -> tuple[list[Holding], dict[HoldingKey, Holding]]:
         """The ledger's holdings now, by display name: those that hold GPUs (devices given,
@@ -1052,6 +1065,7 @@ async def _start(spawner: Any) -> None:
     from gpuhub.hub.monitor.metrics import register
 
     register(monitor)
+    atexit.register(monitor.eta.save)  # what was learned since the last save
     monitor.start()
     if rule is not None and isinstance(source, NoUtilization):
         log.warning(
