@@ -200,6 +200,10 @@ export const jobsPlugin: JupyterFrontEndPlugin<void> = {
         `Submitted ${reply.job.name}: ${reply.job.gpu}${queued}.`,
         { autoClose: 4000 }
       );
+      if (reply.warning) {
+        // As %submit says it: parameters the notebook has no cell for were not applied.
+        Notification.warning(reply.warning, { autoClose: false });
+      }
       void model.refresh();
     };
 

@@ -185,4 +185,9 @@ export interface ISubmitReply {
   status: JobStatus;
   url: string | null;
   job: IJob;
+  /**
+   * What the submit could not do as asked, in one sentence: parameters for a
+   * notebook without a cell tagged "parameters" were neither run nor recorded.
+   */
+  warning?: string;
 }
