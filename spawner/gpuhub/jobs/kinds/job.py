@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from gpuhub.jobs.kinds.base import Access, Obj, Parts, Resource, Rule, WorkloadKind
 from gpuhub.jobs.kinds.phase import (
-    CANCELLING,
     FINISHING,
     Phase,
-    condition,
-    failure,
+    ended_phase,
     first_start,
     in_phase,
     its_pod,
@@ -56,24 +54,11 @@ class Job(WorkloadKind):
 
     def phase(self, obj: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:
         status = obj.get("status") or {}
-        if obj["metadata"].get("deletionTimestamp"):
-            return Phase("cancelled", CANCELLING, started=status.get("startTime"))
-        complete = condition(obj, "Complete")
-        if complete:
-            return Phase(
-                "succeeded",
-                started=status.get("startTime"),
-                finished=status.get("completionTime") or complete.get("lastTransitionTime"),
-            )
-        failed = condition(obj, "Failed")
-        if failed:
-            message = failure(failed, pods, "the job failed", its_pod)
-            return Phase(
-                "failed",
-                error=f"The job failed: {message}.",
-                started=status.get("startTime"),
-                finished=failed.get("lastTransitionTime"),
-            )
+        done = ended_phase(
+            obj, pods, done="Complete", what="job", who=its_pod, started=status.get("startTime")
+        )
+        if done is not None:
+            return done
         # One start in every phase, the Job's own (as once it succeeds or fails), so that its
         # run time never jumps as it ends; its first pod's only before the Job has one.
         running = in_phase(pods, "Running")

@@ -134,3 +134,37 @@ def first_start(pods: list[Obj]) -> str | None:
     ]
     known = [t for t in times if t]
     return min(known) if known else None
+
+
+def ended_phase(
+    obj: Obj,
+    pods: list[Obj],
+    *,
+    done: str,
+    what: str,
+    who: Callable[[Mapping[str, str]], str],
+    started: str | None,
+) -> Phase | None:
+    """The phase of a workload being cancelled or that has ended, by its conditions: ``done``
+    (a Job's and TrainJob's "Complete", the Training Operator's "Succeeded") or "Failed",
+    its error naming the workload as ``what`` ("job", "PyTorchJob") and the failed pod by
+    ``who``; None while it runs or waits. ``started`` is when it started, as its kind tells.
+    It finished at ``status.completionTime`` where the controller sets one (a Job and the
+    Training Operator's kinds on success), else when the condition came."""
+    status = obj.get("status") or {}
+    if obj["metadata"].get("deletionTimestamp"):
+        return Phase("cancelled", CANCELLING, started=started)
+    succeeded = condition(obj, done)
+    if succeeded:
+        finished = status.get("completionTime") or succeeded.get("lastTransitionTime")
+        return Phase("succeeded", started=started, finished=finished)
+    failed = condition(obj, "Failed")
+    if failed:
+        message = failure(failed, pods, f"the {what} failed", who)
+        return Phase(
+            "failed",
+            error=f"The {what} failed: {message}.",
+            started=started,
+            finished=status.get("completionTime") or failed.get("lastTransitionTime"),
+        )
+    return None

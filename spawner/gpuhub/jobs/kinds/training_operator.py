@@ -10,10 +10,9 @@ from typing import Any
 from gpuhub.jobs.kinds.base import Access, Obj, Parts, Rule, WorkloadKind
 from gpuhub.jobs.kinds.job import HUB_VERBS, SERVICE_VERBS
 from gpuhub.jobs.kinds.phase import (
-    CANCELLING,
     Phase,
     condition,
-    failure,
+    ended_phase,
     first_start,
     pod_waiting,
 )
@@ -104,24 +103,12 @@ class TrainingOperatorKind(WorkloadKind):
     def phase(self, obj: Obj, pods: list[Obj], gpu: str, refused: str | None = None) -> Phase:
         kind = self.resource.kind
         status = obj.get("status") or {}
-        if obj["metadata"].get("deletionTimestamp"):
-            return Phase("cancelled", CANCELLING, started=status.get("startTime"))
-        succeeded = condition(obj, "Succeeded")
-        if succeeded:
-            return Phase(
-                "succeeded",
-                started=status.get("startTime"),
-                finished=status.get("completionTime") or succeeded.get("lastTransitionTime"),
-            )
-        failed = condition(obj, "Failed")
-        if failed:
-            message = failure(failed, pods, f"the {kind} failed", replica_name)
-            return Phase(
-                "failed",
-                error=f"The {kind} failed: {message}.",
-                started=status.get("startTime"),
-                finished=status.get("completionTime") or failed.get("lastTransitionTime"),
-            )
+        started = status.get("startTime")
+        done = ended_phase(
+            obj, pods, done="Succeeded", what=kind, who=replica_name, started=started
+        )
+        if done is not None:
+            return done
         if condition(obj, "Running"):
             return Phase(
                 "running", "Running.", started=status.get("startTime") or first_start(pods)

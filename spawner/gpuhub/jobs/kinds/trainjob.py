@@ -27,11 +27,9 @@ from gpuhub.jobs.kinds.base import (
 )
 from gpuhub.jobs.kinds.job import HUB_VERBS, SERVICE_VERBS
 from gpuhub.jobs.kinds.phase import (
-    CANCELLING,
     FINISHING,
     Phase,
-    condition,
-    failure,
+    ended_phase,
     first_start,
     in_phase,
     pod_waiting,
@@ -211,20 +209,11 @@ class TrainJob(WorkloadKind):
         reports it."""
         status = obj.get("status") or {}
         started = first_start(pods)
-        if obj["metadata"].get("deletionTimestamp"):
-            return Phase("cancelled", CANCELLING, started=started)
-        complete = condition(obj, "Complete")
-        if complete:
-            return Phase("succeeded", started=started, finished=complete.get("lastTransitionTime"))
-        failed = condition(obj, "Failed")
-        if failed:
-            message = failure(failed, pods, "the TrainJob failed", node_name)
-            return Phase(
-                "failed",
-                error=f"The TrainJob failed: {message}.",
-                started=started,
-                finished=failed.get("lastTransitionTime"),
-            )
+        done = ended_phase(
+            obj, pods, done="Complete", what="TrainJob", who=node_name, started=started
+        )
+        if done is not None:
+            return done
         if self.suspended(obj):
             return Phase("pending", "Suspended; it starts when it is resumed.")
         if in_phase(pods, "Running"):
