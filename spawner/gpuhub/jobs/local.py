@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from gpuhub.core.env import (
 from gpuhub.core.holder_env import holder_env
 from gpuhub.core.hub_client import cancel_notice_for_job
 from gpuhub.core.options import GPU_MEMORY
+from gpuhub.core.process_tree import KILL_GRACE, end_process_trees
 from gpuhub.core.quantity import format_memory, human_memory
 from gpuhub.core.sharing import share_from_env
 from gpuhub.jobs import paths, run_notebook
@@ -71,7 +71,6 @@ log = logging.getLogger(__name__)
 
 STORE = Path(".gpuhub") / "jobs.json"
 MAX_LOG_BYTES = 1024 * 1024  # the end of the log the API returns
-KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL on cancel
 # Run by file, not ``-m gpuhub...``: it imports nothing from gpuhub, so it works whatever
 # Python path the server was started with.
 RUNNER = run_notebook.__file__
@@ -522,30 +521,14 @@ def _alive(pid: int | None, create_time: float | None) -> bool:
 
 
 def _kill_tree(pid: int, create_time: float | None) -> None:
-    """SIGTERM the job's process and every descendant, then SIGKILL what is left.
-
-    The kernel papermill starts is in its own session (jupyter_client does that), so the
-    process group alone would miss it; walk the tree instead, and signal the runner's
-    group too for anything that was re-parented.
-    """
+    """End the job's process tree (:func:`gpuhub.core.process_tree.end_process_trees`), if
+    the pid is still the job's."""
     import psutil
 
     if not _alive(pid, create_time):
         return
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
     except psutil.Error:
         return
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(procs, timeout=KILL_GRACE)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=KILL_GRACE)
+    end_process_trees([root])

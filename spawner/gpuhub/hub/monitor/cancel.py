@@ -32,14 +32,13 @@ from typing import Any
 
 from gpuhub.core.env import JOB_ID_ENV
 from gpuhub.core.holdings import Holding
+from gpuhub.core.process_tree import end_process_trees
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, alive, jobs_key
 from gpuhub.hub.ledger.launches import Process
 from gpuhub.jobs import kinds
 from gpuhub.k8s.labels import CANCEL_REASON_ANNOTATION, CANCELLED_BY_ANNOTATION
 
 log = logging.getLogger("gpuhub.hub.monitor.cancel")
-
-KILL_GRACE = 5.0
 
 
 class CancelRefused(Exception):
@@ -60,11 +59,9 @@ def _job_hold(book: GPUAllocator, holding: Holding) -> Holder:
 
 
 def _terminate(processes: Sequence[Process]) -> list[str]:
-    """SIGTERM every live process of the hold and its descendants, then SIGKILL what is left.
-    Returns the local job ids found in their environments (read before they end)."""
-    import os
-    import signal
-
+    """End every live process of the hold with its tree, as the local jobs backend's own
+    cancel does (:func:`gpuhub.core.process_tree.end_process_trees`). Returns the local job
+    ids found in their environments (read before they end)."""
     import psutil
 
     roots, job_ids = [], []
@@ -77,23 +74,7 @@ def _terminate(processes: Sequence[Process]) -> list[str]:
             if job_id and job_id not in job_ids:
                 job_ids.append(job_id)
             roots.append(proc)
-    procs: dict[int, Any] = {}
-    for root in roots:
-        procs[root.pid] = root
-        with contextlib.suppress(psutil.Error):
-            procs.update((c.pid, c) for c in root.children(recursive=True))
-    for proc in procs.values():
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    for root in roots:  # a job runner leads its own process group (start_new_session)
-        with contextlib.suppress(OSError):
-            if os.getpgid(root.pid) == root.pid:
-                os.killpg(root.pid, signal.SIGTERM)
-    _, left = psutil.wait_procs(list(procs.values()), timeout=KILL_GRACE)
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(left, timeout=KILL_GRACE)
+    end_process_trees(roots)
     return job_ids
 
 
