@@ -283,8 +283,12 @@ def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]
 
 def node_serves(node: NodeInfo, gpu_type: GPUType) -> bool:
     """Whether pods of ``gpu_type`` may run on ``node``: its resource, labels and taints."""
-    if node.gpus.get(gpu_type.resource_name, 0) <= 0:
-        return False
+    return node.gpus.get(gpu_type.resource_name, 0) > 0 and node_admits(node, gpu_type)
+
+
+def node_admits(node: NodeInfo, gpu_type: GPUType) -> bool:
+    """Whether ``node``'s labels and taints let pods of ``gpu_type`` run there (its
+    ``node_selector`` and tolerations), whatever resources it has."""
     if any(node.labels.get(k) != v for k, v in gpu_type.node_selector.items()):
         return False
     return all(

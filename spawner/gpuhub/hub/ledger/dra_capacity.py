@@ -36,7 +36,7 @@ from gpuhub.k8s.dra_inventory import (
     claim_info,
     slice_info,
 )
-from gpuhub.k8s.inventory import NodeInfo, tolerates
+from gpuhub.k8s.inventory import NodeInfo, node_admits
 from gpuhub.k8s.listwatch import Reflector, Source
 
 log = logging.getLogger("gpuhub.hub.ledger.dra_capacity")
@@ -402,15 +402,7 @@ def _device_order(key: DeviceKey) -> tuple[str, int, str]:
 def node_takes(node: NodeInfo | None, gpu_type: GPUType) -> bool:
     """Whether pods of ``gpu_type`` may run on ``node`` (known, Ready, not cordoned, its
     labels and taints): a DRA type's devices count only there."""
-    if node is None or not node.usable:
-        return False
-    if any(node.labels.get(k) != v for k, v in gpu_type.node_selector.items()):
-        return False
-    return all(
-        tolerates(gpu_type.tolerations, taint)
-        for taint in node.taints
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
-    )
+    return node is not None and node.usable and node_admits(node, gpu_type)
 
 
 # The kinds of the watch: their collection's path (resource.k8s.io/v1, read as JSON: the
