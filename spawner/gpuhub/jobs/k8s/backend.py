@@ -84,10 +84,9 @@ class KubernetesBackend(Creating, QuotaCounting):
         self._needed_seen[needed.path] = now
 
     async def cancel(self, owner: str, job_id: str) -> JobRecord:
-        obj, cancelled = await self._owned_or_cancelled(owner, job_id)
-        if obj is None:
-            assert cancelled is not None
-            return cancelled
+        obj = await self._owned_or_cancelled(owner, job_id)
+        if isinstance(obj, JobRecord):
+            return obj  # cancelled lately
         pods = await self._pods(owner, job_id)
         record = self._record(obj, pods)
         if record.is_final:

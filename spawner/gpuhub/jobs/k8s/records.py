@@ -189,23 +189,20 @@ class Records(QueueReading):
         records.sort(key=lambda r: r.created, reverse=True)
         return records
 
-    async def _owned_or_cancelled(
-        self, owner: str, job_id: str
-    ) -> tuple[Obj | None, JobRecord | None]:
+    async def _owned_or_cancelled(self, owner: str, job_id: str) -> Obj | JobRecord:
         """The live workload, or else the record of a job cancelled lately (else JobNotFound)."""
         try:
-            return await self._get_owned(owner, job_id), None
+            return await self._get_owned(owner, job_id)
         except JobNotFound:
             tomb = self._tombstone(owner, job_id)
             if tomb is None:
                 raise
-            return None, tomb
+            return tomb
 
     async def get(self, owner: str, job_id: str) -> JobRecord:
-        obj, cancelled = await self._owned_or_cancelled(owner, job_id)
-        if obj is None:
-            assert cancelled is not None
-            return cancelled
+        obj = await self._owned_or_cancelled(owner, job_id)
+        if isinstance(obj, JobRecord):
+            return obj  # cancelled lately
         pods = await self._pods(owner, job_id)
         phase = self._phase(obj, pods)
         pod_log = await self._final_log(obj, pods) if self._wants_log(phase) else None
@@ -219,9 +216,9 @@ class Records(QueueReading):
         return phase.status == "succeeded" and not self.settings.home_volume.shared
 
     async def logs(self, owner: str, job_id: str, *, tail: int | None = None) -> str:
-        obj, _cancelled = await self._owned_or_cancelled(owner, job_id)
-        if obj is None:
-            return ""
+        obj = await self._owned_or_cancelled(owner, job_id)
+        if isinstance(obj, JobRecord):
+            return ""  # cancelled lately: its pods are gone
         pods = await self._pods(owner, job_id)
         pod = self._primary_pod(obj, pods)
         if pod is None:
