@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             uninstall(launcher.cluster.kubeconfig, launcher.cluster.api())
             print(f"gpuhub uninstalled; namespace {NAMESPACE} removed")
             return 0
-        print(launcher.up(), flush=True)
+        launcher.up()  # starts the cluster unless it runs; one line below is all it says
         kubeconfig = launcher.cluster.kubeconfig
         with tempfile.TemporaryDirectory(prefix="gpuhub-chart-") as tmp:
             chart, source = installable(Path(tmp))
