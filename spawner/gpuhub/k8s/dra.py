@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import format_memory
-from gpuhub.k8s.rawapi import request_json
+from gpuhub.k8s.rawapi import get_json, request_json
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -221,14 +221,7 @@ class DeviceClasses:
         from kubernetes_asyncio.client.exceptions import ApiException
 
         try:
-            listed = await request_json(
-                self._api.call_api(
-                    f"/apis/{API_VERSION}/deviceclasses",
-                    "GET",
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                )
-            )
+            listed = await get_json(self._api, f"/apis/{API_VERSION}/deviceclasses")
         except ApiException as exc:
             if exc.status == 404:
                 return frozenset()  # no resource.k8s.io/v1: no class at all

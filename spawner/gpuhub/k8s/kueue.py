@@ -58,7 +58,7 @@ from gpuhub.k8s.labels import (
     USERNAME_ANNOTATION,
     user_label,
 )
-from gpuhub.k8s.rawapi import request_json, served_resources
+from gpuhub.k8s.rawapi import get_json, request_json, served_resources
 
 log = logging.getLogger("gpuhub.k8s.kueue")
 
@@ -189,15 +189,8 @@ class KueueAPI:
             return []
         query = [("labelSelector", selector)] if selector else []
         try:
-            answer = await request_json(
-                self.api.call_api(
-                    f"/apis/{GROUP}/{version}/namespaces/{namespace}/workloads",
-                    "GET",
-                    query_params=query,
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                )
-            )
+            path = f"/apis/{GROUP}/{version}/namespaces/{namespace}/workloads"
+            answer = await get_json(self.api, path, query)
         except ApiException as exc:
             if exc.status not in (403, 404):
                 raise
@@ -233,11 +226,7 @@ class KueueAPI:
             f"/localqueues/{queue}/pendingworkloads"
         )
         try:
-            summary = await request_json(
-                self.api.call_api(
-                    path, "GET", auth_settings=["BearerToken"], _preload_content=False
-                )
-            )
+            summary = await get_json(self.api, path)
         except ApiException as exc:
             if exc.status not in (403, 404, 503):
                 raise
@@ -395,14 +384,7 @@ class KueueAPI:
 
     async def _get(self, version: str, path: str) -> dict[str, Any]:
         """A Kueue object at ``path`` under this served ``version``; {} when not an object."""
-        found = await request_json(
-            self.api.call_api(
-                f"/apis/{GROUP}/{version}/{path}",
-                "GET",
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-            )
-        )
+        found = await get_json(self.api, f"/apis/{GROUP}/{version}/{path}")
         return found if isinstance(found, dict) else {}
 
     async def usage(self, namespace: str, queue: str) -> QueueUse | None:

@@ -41,6 +41,16 @@ async def read_body(response: Any) -> bytes:
         response.release()
 
 
+async def get_json(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> Any:
+    """GET ``path`` (``query``: its query parameters) through the ``kubernetes_asyncio``
+    ``ApiClient`` ``api``, with its credentials: the JSON answer (non-2xx raise)."""
+    return await request_json(
+        api.call_api(
+            path, "GET", query_params=query, auth_settings=["BearerToken"], _preload_content=False
+        )
+    )
+
+
 async def served_resources(
     api: Any, group: str, version: str, missing: tuple[int, ...] = (404,)
 ) -> set[str] | None:
@@ -50,14 +60,7 @@ async def served_resources(
     from kubernetes_asyncio.client.exceptions import ApiException
 
     try:
-        doc = await request_json(
-            api.call_api(
-                f"/apis/{group}/{version}",
-                "GET",
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-            )
-        )
+        doc = await get_json(api, f"/apis/{group}/{version}")
     except ApiException as exc:
         if exc.status not in missing:
             raise
