@@ -85,7 +85,12 @@ def start(
 
 def marked(root: Path) -> list[int]:
     """Pids of live processes whose environment carries this cluster's mark."""
-    wanted = f"{MARK}={root}".encode()
+    return carrying(f"{MARK}={root}")
+
+
+def carrying(*entries: str) -> list[int]:
+    """Pids of live processes (but this one) whose environment has every ``NAME=value``."""
+    wanted = {entry.encode() for entry in entries}
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -94,7 +99,7 @@ def marked(root: Path) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if wanted in environ.split(b"\0"):
+        if wanted <= set(environ.split(b"\0")):
             found.append(int(entry.name))
     return found
 

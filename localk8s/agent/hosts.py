@@ -37,15 +37,22 @@ class PodName:
     subdomain: str
 
 
+def pod_hostname(pod: dict[str, Any]) -> str:
+    """A pod's host name as the kubelet sets it: ``spec.hostname``, else the pod's name, cut
+    to 63 characters without a trailing ``-`` or ``.``."""
+    name: str = pod["spec"].get("hostname") or pod["metadata"]["name"]
+    return name[:63].rstrip("-.")
+
+
 def pod_name(pod: dict[str, Any], ip: str) -> PodName:
-    meta, spec = pod["metadata"], pod["spec"]
+    meta = pod["metadata"]
     return PodName(
         meta["namespace"],
         meta["name"],
         ip,
         tuple(sorted((meta.get("labels") or {}).items())),
-        spec.get("hostname") or meta["name"],
-        spec.get("subdomain") or "",
+        pod_hostname(pod),
+        pod["spec"].get("subdomain") or "",
     )
 
 

@@ -47,12 +47,14 @@ from typing import Any
 from gpuhub.core.env import SHARE_ENV, SHARE_MEMORY_ENV
 
 from ..dra import SIMULATED_MEMORY
+from ..processes import MARK, carrying
 from .claims import ClaimsNotReady, Grant, claim_names, grants, reserved_for
 from .hosts import (
     answers,
     cluster_names,
     hosts_file,
     names_of,
+    pod_hostname,
     pod_name,
     resolv_conf,
     selects,
@@ -828,10 +830,17 @@ class ProcessNode:
             script = run.folder / f"{container.name}.sh"
             script.write_text(
                 mount_script(
-                    spec, run.volumes, workdir, run.folder / "hosts", run.folder / "resolv.conf"
+                    spec,
+                    run.volumes,
+                    workdir,
+                    run.folder / "hosts",
+                    run.folder / "resolv.conf",
+                    pod_hostname(run.pod),
                 )
             )
-            argv = ["unshare", "--mount", "--propagation", "private", "sh", str(script), *argv]
+            # Its own mount namespace (volumes) and UTS namespace (the pod's host name).
+            namespaces = ["unshare", "--mount", "--uts", "--propagation", "private"]
+            argv = [*namespaces, "sh", str(script), *argv]
         container.env, container.cwd = env, (workdir if workdir and can_mount() else cwd)
         stdin = self._stdin(run, container)
         try:
@@ -922,9 +931,13 @@ class ProcessNode:
             for c in [*run.init_containers.values(), *run.containers.values()]
             if c.process is not None and c.process.returncode is None
         ]
+        strays = self._strays(run)
         for process in processes:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
         if grace > 0 and processes:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
@@ -934,9 +947,22 @@ class ProcessNode:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
+        for pid in self._strays(run):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         if processes:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), 10)
+
+    @staticmethod
+    def _strays(run: PodRun) -> list[int]:
+        """The pod's processes that left its containers' process groups (a program started in
+        a session of its own, as JupyterHub starts configurable-http-proxy): in a container
+        they end with it, and here one would keep the pod IP's ports when the pod is gone.
+        Found by the pod IP and cluster mark in their environment (with the shim)."""
+        if not run.ip or not os.environ.get(MARK):
+            return []
+        return carrying(f"{POD_IP_ENV}={run.ip}", f"{MARK}={os.environ[MARK]}")
 
     async def _delete(self, run: PodRun, grace: float) -> None:
         """A graceful delete: stop the containers, then remove the pod (the kubelet's job)."""

@@ -231,13 +231,19 @@ def mount_script(
     workdir: str | None,
     hosts: Path,
     resolv: Path,
+    hostname: str | None = None,
 ) -> str:
     """The shell lines that, inside a private mount namespace, bind the pod's hosts file at
     ``/etc/hosts`` and its resolver configuration at ``/etc/resolv.conf`` (cluster DNS), each
     volume at its ``mountPath``, and enter the working directory, before the container's
-    command runs."""
-    lines = [
-        "set -e",
+    command runs. Given a ``hostname`` (the container then has a UTS namespace of its own,
+    ``unshare --uts``), it becomes the kernel's host name, as a pod's is its own name: a
+    program asking ``gethostname()`` (KubeSpawner's test hub) gets a name its hosts file
+    answers, not the machine's."""
+    lines = ["set -e"]
+    if hostname:
+        lines.append(f"printf %s {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
+    lines += [
         f"mount --bind {shlex.quote(str(hosts))} /etc/hosts",
         f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf",
     ]

@@ -16,7 +16,7 @@ import pytest
 
 from localk8s import launcher
 from localk8s.agent import shim
-from localk8s.agent.hosts import cluster_names, hosts_file, pod_name, resolv_conf
+from localk8s.agent.hosts import cluster_names, hosts_file, pod_hostname, pod_name, resolv_conf
 from localk8s.agent.services import ServiceProxy, service_env, target_port
 
 
@@ -210,6 +210,81 @@ def test_the_shim_gives_two_pods_binding_the_wildcard_each_its_own_address(
         for process in pods.values():
             process.kill()
             process.wait()
+
+
+# Listens on localhost, as configurable-http-proxy's API does (--api-ip 127.0.0.1), saying
+# which pod it is.
+SERVE_LOCALHOST = """
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print(s.getsockname()[0], flush=True)
+while True:
+    conn, _ = s.accept()
+    conn.sendall(sys.argv[2].encode())
+    conn.close()
+"""
+ASK_LOCALHOST = """
+import socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10) as c:
+    print(c.recv(100).decode())
+"""
+
+
+def test_the_shim_gives_each_pod_its_own_localhost(tmp_path: Path) -> None:
+    """Two pods' servers on 127.0.0.1 at one port do not collide, each pod's client reaches
+    its own, and a pod that serves nothing there is refused (not handed another's)."""
+    library = shim.build(tmp_path)
+    if library is None:
+        pytest.skip("no C compiler on this machine")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def env(ip: str) -> dict[str, str]:
+        return {"LD_PRELOAD": str(library), shim.POD_IP_ENV: ip, "PATH": "/usr/bin:/bin"}
+
+    pods = {
+        ip: subprocess.Popen(
+            [sys.executable, "-c", SERVE_LOCALHOST, str(port), f"I am {ip}"],
+            env=env(ip),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for ip in ("127.251.0.4", "127.251.0.5")
+    }
+    try:
+        for ip, process in pods.items():
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == ip
+        for ip in pods:
+            asked = subprocess.run(
+                [sys.executable, "-c", ASK_LOCALHOST, str(port)],
+                env=env(ip),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert asked.stdout.strip() == f"I am {ip}", asked.stderr
+        other = subprocess.run(
+            [sys.executable, "-c", ASK_LOCALHOST, str(port)],
+            env=env("127.251.0.6"),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert "ConnectionRefusedError" in other.stderr
+    finally:
+        for process in pods.values():
+            process.kill()
+            process.wait()
+
+
+def test_a_pods_host_name_is_the_kubelets() -> None:
+    assert pod_hostname(a_pod("hub")) == "hub"
+    assert pod_hostname(a_pod("web-0", hostname="web")) == "web"
+    assert pod_hostname(a_pod("x" * 62 + "-y")) == "x" * 62
 
 
 def test_services_and_cluster_dns_live_on_loopback_beside_the_pods() -> None:

@@ -41,8 +41,9 @@ func (p *containerProcess) ExecInContainer(_ context.Context, _, _, _ string, cm
 	return exitCode(err)
 }
 
-// command: the exec'd program, entering the container's mount namespace when it has its own
-// (the agent starts such containers under `unshare --mount`; nsenter is util-linux's).
+// command: the exec'd program, entering the container's mount and UTS namespaces when it has
+// its own (the agent starts such containers under `unshare --mount --uts`, the UTS one
+// holding the pod's host name; nsenter is util-linux's).
 func (p *containerProcess) command(cmd []string) (*exec.Cmd, error) {
 	env := make([]string, 0, len(p.facts.Env))
 	for k, v := range p.facts.Env {
@@ -50,7 +51,7 @@ func (p *containerProcess) command(cmd []string) (*exec.Cmd, error) {
 	}
 	sort.Strings(env)
 	if p.ownMountNamespace() {
-		args := []string{"--target", strconv.Itoa(p.facts.PID), "--mount", "--wdns=" + p.facts.Cwd, "--"}
+		args := []string{"--target", strconv.Itoa(p.facts.PID), "--mount", "--uts", "--wdns=" + p.facts.Cwd, "--"}
 		c := exec.Command(nsenter, append(args, cmd...)...)
 		c.Env = env
 		return c, nil
