@@ -48,6 +48,7 @@ from gpuhub.core.env import SHARE_ENV, SHARE_MEMORY_ENV
 
 from ..dra import SIMULATED_MEMORY
 from ..processes import MARK, carrying
+from . import probes
 from .claims import ClaimsNotReady, Grant, claim_names, grants, reserved_for
 from .hosts import (
     answers,
@@ -872,7 +873,8 @@ class ProcessNode:
         container.process = process
         started = timestamp()[:19] + "Z"
         container.state = {"running": {"startedAt": started}}
-        container.ready = not container.init
+        probe = None if container.init else spec.get("readinessProbe")
+        container.ready = not container.init and not probes.runs(probe)
         await self.event(
             run, "Normal", "Created", f"Created container: {container.name}", container.name
         )
@@ -887,7 +889,22 @@ class ProcessNode:
             asyncio.create_task(self._pump(process.stdout, "stdout", log_file)),
             asyncio.create_task(self._pump(process.stderr, "stderr", log_file)),
         ]
+        prober = None
+        if probe is not None and probes.runs(probe):
+            prober = asyncio.create_task(
+                probes.readiness(
+                    probe,
+                    run.ip,
+                    spec,
+                    lambda ok: self._set_ready(run, container, ok),
+                    lambda why: self.event(run, "Warning", "Unhealthy", why, container.name),
+                )
+            )
         code = await process.wait()
+        if prober is not None:
+            prober.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prober
         await asyncio.gather(*pumps)
         log_file.close()
         exit_code = code if code >= 0 else 128 - code
@@ -905,6 +922,14 @@ class ProcessNode:
         if not run.deleting:
             await self._report(run)
         return exit_code
+
+    async def _set_ready(self, run: PodRun, container: Container, ready: bool) -> None:
+        """Its readiness probe passed or failed (probes.py): the pod's status says so."""
+        if container.process is None or container.process.returncode is not None:
+            return
+        container.ready = ready
+        if not run.deleting and run.initialized:
+            await self._report(run)
 
     @staticmethod
     def _stdin(run: PodRun, container: Container) -> int:

@@ -1,0 +1,120 @@
+"""What a pod of the process node has of its own, as on a kubelet, that KubeSpawner's own
+test suite relies on (docs/cluster.md, "Networking" and "The process node"): a container
+with a readiness probe is Ready only once it answers; its host name is the pod's; a program
+it starts in a session of its own ends with the pod."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import Kube
+
+from .test_local_cluster import phase, pod
+
+pytestmark = pytest.mark.e2e  # a real kube-apiserver and the process node
+
+# Listens on the wildcard port 8080 only after a few seconds, saying when.
+SLOW_SERVER = (
+    "import http.server, time\n"
+    "time.sleep(4)\n"
+    "print('listening', flush=True)\n"
+    "http.server.ThreadingHTTPServer(('', 8080), http.server.SimpleHTTPRequestHandler)"
+    ".serve_forever()\n"
+)
+
+
+def ready(kube: Kube, name: str) -> bool:
+    conditions = ((kube.get("Pod", name) or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [{"tcpSocket": {"port": 8080}}, {"httpGet": {"port": "http", "path": "/"}}],
+    ids=["tcpSocket", "httpGet"],
+)
+def test_a_readiness_probe_holds_ready_until_the_server_answers(
+    kube: Kube, check: dict[str, Any]
+) -> None:
+    kube.require_local("the process node")
+    kube.create(
+        pod(
+            "slow",
+            "",
+            container={
+                "command": ["python", "-c", SLOW_SERVER],
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {**check, "periodSeconds": 1},
+            },
+        )
+    )
+    kube.wait_for(lambda: phase(kube, "slow") == "Running", timeout=60)
+    assert "listening" in kube.logs("slow") or not ready(kube, "slow")
+    kube.wait_for(lambda: ready(kube, "slow"), timeout=60)
+    assert "listening" in kube.logs("slow")  # ready only once the server answers
+
+
+def test_a_probe_that_never_passes_keeps_the_pod_unready(kube: Kube) -> None:
+    kube.require_local("the process node")
+    kube.create(
+        pod(
+            "deaf",
+            "echo started; sleep 600",
+            container={"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}},
+        )
+    )
+    unhealthy = kube.wait_for(
+        lambda: [e for e in kube.events("deaf") if e["reason"] == "Unhealthy"], timeout=60
+    )
+    assert unhealthy[0]["type"] == "Warning"
+    assert unhealthy[0]["message"].startswith("Readiness probe failed: ")
+    assert phase(kube, "deaf") == "Running"
+    assert not ready(kube, "deaf")
+
+
+HOST_NAME = "import socket\nname = socket.gethostname()\nprint(name, socket.gethostbyname(name))\n"
+
+
+@pytest.mark.parametrize("hostname", [None, "web"])
+def test_a_pods_host_name_is_its_own(kube: Kube, hostname: str | None) -> None:
+    kube.require_local("the process node")
+    spec = {"hostname": hostname} if hostname else {}
+    kube.create(pod("named", "", container={"command": ["python", "-c", HOST_NAME]}, **spec))
+    kube.wait_for(lambda: phase(kube, "named") in ("Succeeded", "Failed"), timeout=60)
+    ip = (kube.get("Pod", "named") or {})["status"]["podIP"]
+    assert kube.logs("named").split() == [hostname or "named", ip]
+
+
+# Starts a child in a session of its own (as JupyterHub starts configurable-http-proxy),
+# prints its pid, and waits.
+LEAVER = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_process_that_left_its_container_ends_with_the_pod(kube: Kube) -> None:
+    kube.require_local("the process node")
+    kube.create(pod("leaver", "", container={"command": ["python", "-c", LEAVER]}))
+    kube.wait_for(lambda: phase(kube, "leaver") == "Running", timeout=60)
+    pid = int(kube.wait_for(lambda: kube.logs("leaver").strip(), timeout=60))
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert any(entry.startswith(b"GPUHUB_POD_IP=") for entry in environ)
+    kube.delete("Pod", "leaver")
+    kube.wait_for(lambda: kube.get("Pod", "leaver") is None, timeout=60)
+    kube.wait_for(lambda: not _alive(pid), timeout=10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
