@@ -61,7 +61,7 @@ from .hosts import (
     selects,
     write_in_place,
 )
-from .images import entrypoint, missing_entrypoint
+from .images import as_root_jupyter, entrypoint, missing_entrypoint, runs_as_non_root
 from .kube import ApiError, Kube
 from .logs import ContainerLog, timestamp
 from .services import MASTER, ServiceProxy, pod_env_services, service_env, target_port
@@ -668,6 +668,8 @@ class ProcessNode:
         if self.shim is not None:  # a bind to 0.0.0.0 or :: becomes one on the pod IP
             env[POD_IP_ENV] = run.ip
             env["LD_PRELOAD"] = str(self.shim)
+        if os.geteuid() == 0 and runs_as_non_root(pod, spec):  # its user here is root
+            env["JUPYTER_CONFIG_PATH"] = as_root_jupyter(run.folder / "as-root-jupyter")
         (run.folder / "home").mkdir(exist_ok=True)
         for source in spec.get("envFrom") or []:
             prefix = source.get("prefix", "")

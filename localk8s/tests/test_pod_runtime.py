@@ -118,3 +118,24 @@ def _alive(pid: int) -> bool:
         return False
     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     return state != "Z"
+
+
+def test_a_jupyter_image_that_would_not_run_as_root_starts_its_server(kube: Kube) -> None:
+    """Jupyter's images run as jovyan; here every container runs as root, which a Jupyter
+    server refuses unless told: the node tells it (``JUPYTER_CONFIG_PATH``), so KubeSpawner's
+    user pods serve as they would on a kubelet."""
+    kube.require_local("the process node")
+    kube.create(
+        pod(
+            "lab",
+            "",
+            container={
+                "image": "quay.io/jupyterhub/singleuser:5",
+                "command": ["jupyter", "server", "--ServerApp.token=", "--ip=0.0.0.0"],
+                "ports": [{"name": "http", "containerPort": 8888}],
+                "readinessProbe": {"httpGet": {"port": "http", "path": "/api"}, "periodSeconds": 1},
+            },
+        )
+    )
+    kube.wait_for(lambda: ready(kube, "lab") or phase(kube, "lab") == "Failed", timeout=120)
+    assert ready(kube, "lab"), kube.logs("lab")
