@@ -7,6 +7,7 @@ import {
 } from '../../../jobs/submit/fields';
 import { FormState, gpuAmount, memoryBytes } from '../../../jobs/submit/state';
 import { IJobOptions, ISubmitBody } from '../../../jobs/types';
+import { formatTime } from '../../../time';
 import { settle, until } from '../../utils';
 import { jobOptions, kind } from '../fixtures';
 
@@ -845,7 +846,7 @@ describe('the cost of the job in GPU-hour budgets', () => {
     const { f } = form;
     type(f.gpus, '2');
     expect(f.budget.textContent).toBe(
-      'Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (2.9 hours at that rate).'
+      'Uses 2 GPU-hours per hour; 5.8 GPU-hours left this week (about 2.9 hours at that rate).'
     );
     // A PyTorchJob: the GPUs of each of its workers.
     choose(f.mode, 'pytorchjob');
@@ -880,7 +881,7 @@ describe('the cost of the job in GPU-hour budgets', () => {
     const { f } = await dialog(options);
     type(f.gpus, '1');
     expect(f.budget.textContent).toBe(
-      'Uses 0.5 GPU-hours per hour; 5.8 GPU-hours left this week (11.6 hours at that rate).'
+      'Uses 0.5 GPU-hours per hour; 5.8 GPU-hours left this week (about 12 hours at that rate).'
     );
   });
 
@@ -890,7 +891,8 @@ describe('the cost of the job in GPU-hour budgets', () => {
     ]);
     type(f.gpus, '1');
     expect(f.budget.textContent).toBe(
-      'Uses 1 GPU-hour per hour; none left this week: new GPU servers and jobs are refused until it resets (Monday 00:00 Europe/Berlin).'
+      'Uses 1 GPU-hour per hour; none left this week: new GPU servers and jobs are refused ' +
+        `until it resets (${formatTime(week.resets_at)}).`
     );
     expect(f.budget.classList.contains('gpuhub-mod-over')).toBe(true);
   });
