@@ -34,7 +34,9 @@ to.
 * ``GET /hub/api/gpuhub/holdings/<user>`` -> ``{"user", "budgets", "quota", "held", "waiting",
   "holdings": [{"kind", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type",
   "devices", "device_names", "since", "processes", "jobs", "waiting", "stops_at",
-  "stops_why"}]}`` (``stops_at``: when a holding that will be stopped stops, epoch seconds,
+  "stops_why", "estimate"}]}`` (``estimate``, on a waiting holding: ``{"likely", "by",
+  "latest", "because"}``, :mod:`gpuhub.hub.monitor.eta`; ``stops_at``: when a holding that
+  will be stopped stops, epoch seconds,
   and ``stops_why`` why, ``"budget"`` (a budget's grace), ``"idle"`` or ``"share"``; null
   for what nothing stops) (a share of a GPU:
   ``share`` what it counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5
@@ -83,6 +85,7 @@ from tornado import web
 
 from gpuhub.core import words
 from gpuhub.core.holdings import (
+    Holding,
     QuotaExceeded,
     gpu_type_names,
     gpus_held,
@@ -461,12 +464,24 @@ class HoldingsHandler(GpuhubAPIHandler):
                             # over its memory): when (epoch seconds) and why; else null.
                             "stops_at": stops.get((h.user, h.kind, h.name), (None,))[0],
                             "stops_why": stops.get((h.user, h.kind, h.name), (None, None))[1],
+                            # Waiting: when it likely starts, by when, at the latest,
+                            # and why (gpuhub.hub.monitor.eta); null once held.
+                            "estimate": estimate_of(monitor, h),
                         }
                         for h in held
                     ],
                 }
             )
         )
+
+
+def estimate_of(monitor: gpu_monitor.GPUMonitor | None, holding: Holding) -> Any:
+    """A waiting holding's estimated start as JSON (docs/architecture.md, "When, not only
+    where"); None once held, or before the monitor's first estimate."""
+    if monitor is None or not holding.waiting:
+        return None
+    found = monitor.eta.estimates.get((holding.user, holding.kind, holding.name))
+    return found.as_json() if found is not None else None
 
 
 async def budgets_of(user: Any) -> list[dict[str, Any]]:
