@@ -74,6 +74,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # the kubelet's crash-loop back-off
 
 
+class NoLog(Exception):
+    """A container log the node cannot give: the HTTP status and the kubelet's sentence."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass
 class Container:
     """One container of a running pod: its current process and its status."""
@@ -230,6 +238,7 @@ class ProcessNode:
         self.names_file = names_file  # pods' names for cluster DNS (hosts.cluster_names)
         self.shim = shim  # the wildcard-bind shim every container preloads
         self.proxy = ServiceProxy(self._endpoints)
+        # The virtualenv's programs, then npm's (configurable-http-proxy for z2jh's proxy pod).
         self.path = os.pathsep.join(
             [
                 os.path.dirname(sys.executable),
@@ -381,16 +390,28 @@ class ProcessNode:
 
     def container_log(
         self, namespace: str, pod: str, container: str, previous: bool = False
-    ) -> ContainerLog | None:
+    ) -> ContainerLog:
+        """The container's log, or :class:`NoLog` saying why there is none, in the kubelet's
+        words and status: 404 for a pod or container this node does not have, 400 for one
+        that has not started yet (KubeSpawner, like kubectl, reads 404 as "gone")."""
         uid = self.by_key.get((namespace, pod))
         run = self.runs.get(uid or "")
         if run is None:
-            return None
+            raise NoLog(404, f'pod "{pod}" in namespace "{namespace}" does not run on this node')
         c = run.containers.get(container) or run.init_containers.get(container)
-        if c is None or not c.logs:
-            return None
+        if c is None:
+            raise NoLog(404, f'container "{container}" is not in pod "{pod}"')
         if previous:
-            return c.logs[-2] if len(c.logs) > 1 else None
+            if len(c.logs) > 1:
+                return c.logs[-2]
+            raise NoLog(
+                400, f'previous terminated container "{container}" in pod "{pod}" not found'
+            )
+        if not c.logs:
+            reason = (c.state.get("waiting") or {}).get("reason") or "ContainerCreating"
+            raise NoLog(
+                400, f'container "{container}" in pod "{pod}" is waiting to start: {reason}'
+            )
         return c.logs[-1]
 
     # -- status and events -------------------------------------------------------------------
@@ -499,6 +520,10 @@ class ProcessNode:
             await self._names_served(run)
             if run.deleting:
                 return
+            if run.init_containers:
+                # As the kubelet says of app containers while init containers run.
+                for container in run.containers.values():
+                    container.state = {"waiting": {"reason": "PodInitializing"}}
             for container in run.init_containers.values():
                 while True:
                     code = await self._start_and_wait(run, container)

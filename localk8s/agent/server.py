@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from .logs import _parse_time
-from .pods import Container, PodRun, ProcessNode
+from .pods import Container, NoLog, PodRun, ProcessNode
 
 
 def _int(request: web.Request, name: str) -> int | None:
@@ -40,11 +40,10 @@ def _bool(request: web.Request, name: str) -> bool:
 def make_app(node: ProcessNode) -> web.Application:
     async def container_logs(request: web.Request) -> web.StreamResponse:
         ns, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
-        log = node.container_log(ns, pod, container, previous=_bool(request, "previous"))
-        if log is None:
-            raise web.HTTPNotFound(
-                text=f'container "{container}" in pod "{pod}" has no log on this node'
-            )
+        try:
+            log = node.container_log(ns, pod, container, previous=_bool(request, "previous"))
+        except NoLog as missing:
+            return web.Response(status=missing.status, text=str(missing))
         since: datetime.datetime | None = None
         if request.query.get("sinceTime"):
             since = _parse_time(request.query["sinceTime"])

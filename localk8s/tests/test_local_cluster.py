@@ -147,6 +147,35 @@ def test_exit_codes_restarts_and_logs_of_the_previous_run(kube: Kube) -> None:
     assert "BackOff" in [e["reason"] for e in kube.events(involved="retries")]
 
 
+def test_a_container_not_started_yet_has_no_log_and_a_400_says_why(kube: Kube) -> None:
+    """As a kubelet answers: 400 for a container still waiting (KubeSpawner, like kubectl,
+    reads a 404 as "the pod is gone" and stops following its log) and for a previous run
+    that never was."""
+    kube.require_local("the process node")
+    first = {"name": "first", "image": "busybox:1.36", "command": ["sh", "-c", "sleep 60"]}
+    kube.create(pod("waits", "echo main", initContainers=[first]))
+
+    def init_running() -> bool:
+        statuses = (kube.get("Pod", "waits") or {}).get("status", {}).get("initContainerStatuses")
+        return bool(statuses and "running" in statuses[0]["state"])
+
+    kube.wait_for(init_running, 60)
+    url = kube.api.server + kube._path("Pod", "waits") + "/log"
+    waiting = kube.api.session.get(url, params={"container": "main"})
+    assert waiting.status_code == 400, waiting.text
+    assert (
+        'container "main" in pod "waits" is waiting to start: PodInitializing'
+        in (waiting.json()["message"])
+    )
+    previous = kube.api.session.get(url, params={"container": "first", "previous": "true"})
+    assert previous.status_code == 400, previous.text
+    assert (
+        'previous terminated container "first" in pod "waits" not found'
+        in (previous.json()["message"])
+    )
+    kube.delete("Pod", "waits")
+
+
 def test_deleting_a_pod_stops_its_process_within_the_grace_period(kube: Kube) -> None:
     kube.require_local("the process node")
     kube.create(pod("sleeper", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done"))
