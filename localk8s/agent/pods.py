@@ -40,6 +40,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -486,7 +487,13 @@ class ProcessNode:
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            # Named as the kubelet's recorder names them, "<pod>.<UnixNano in hex>": clients
+            # that sort events by their second-resolution time (KubeSpawner's progress) and
+            # break ties by name then see them in the order they happened.
+            "metadata": {
+                "name": f"{meta['name']}.{time.time_ns():x}",
+                "namespace": meta["namespace"],
+            },
             "involvedObject": involved,
             "reason": reason,
             "message": message,
