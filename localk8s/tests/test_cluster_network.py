@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
 
-from .test_local_cluster import finished, phase, pod
+from .pod_specs import finished, phase, pod
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, CoreDNS, the process node
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any
 
 import pytest
 
@@ -19,33 +18,9 @@ from tests.support.cluster import (
     Kube,
 )
 
+from .pod_specs import finished, phase, pod
+
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler, kwok and operators
-
-
-def pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
-    container = {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", script]}
-    container.update(spec.pop("container", {}))
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": PROCESS_NODE_SELECTOR,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [container],
-            **spec,
-        },
-    }
-
-
-def phase(kube: Kube, name: str) -> str:
-    return str((kube.get("Pod", name) or {}).get("status", {}).get("phase", ""))
-
-
-def finished(kube: Kube, name: str, timeout: float = 60) -> dict[str, Any]:
-    kube.wait_for(lambda: phase(kube, name) in ("Succeeded", "Failed"), timeout)
-    return kube.get("Pod", name) or {}
 
 
 def test_a_pod_runs_with_its_volumes_env_and_gpus(kube: Kube) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.cluster import Kube
 
-from .test_local_cluster import phase, pod
+from .pod_specs import phase, pod
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver and the process node
 
