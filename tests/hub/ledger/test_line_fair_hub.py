@@ -102,6 +102,8 @@ def test_who_used_least_goes_first_and_the_page_says_why(hub: Hub) -> None:
     assert re.search(
         r"The line favours who used least: you used [0-9.]+ GPU-hours recently "
         r"\(half-life 7 days\); 1 person who used less came after you and goes first\. "
+        # the wait's estimated start, once the monitor has made one (hub/monitor/eta.py)
+        r"(Likely to start around [^.]*\. )?"
         r"gpuhub waits until ",
         said,
     ), said
