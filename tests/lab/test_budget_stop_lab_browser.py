@@ -109,7 +109,10 @@ def test_the_lab_counts_down_saves_and_says_what_was_lost(hub: Hub) -> None:
             toast.wait_for(timeout=TIMEOUT)
             assert "your GPU-hour budget is used up and its grace runs out" in toast.inner_text()
             page.screenshot(path=str(artifact("budget-stop-countdown.png")))
-            assert "x = 42" not in saved_sources(hub)
+            [held] = hub.api("GET", "/gpuhub/holdings/ann").json()["holdings"]
+            if time.time() < held["stops_at"] - 35:  # the lab saves 30 s before the stop
+                # Not saved by anyone yet (on a loaded machine the toast may come later).
+                assert "x = 42" not in saved_sources(hub)
             # Saved before the stop, without anyone pressing save.
             deadline = time.monotonic() + 90
             while "x = 42" not in saved_sources(hub):
