@@ -36,6 +36,8 @@ def web_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
         container={
             "command": ["python", "-c", WEB],
             "ports": [{"name": "http", "containerPort": 8080}],
+            # Ready once it listens, so a Service routes to it only then (as kube-proxy would).
+            "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1},
         },
     )
     spec["metadata"]["labels"] = labels
@@ -53,6 +55,16 @@ def service(name: str, selector: dict[str, str], port: int, **spec: Any) -> dict
 
 def running(kube: Kube, *names: str) -> None:
     kube.wait_for(lambda: all(phase(kube, n) == "Running" for n in names), timeout=60)
+
+
+def ready(kube: Kube, *names: str) -> None:
+    """Wait until each pod's Ready condition is True: it answers its readiness probe."""
+
+    def is_ready(name: str) -> bool:
+        conditions = (kube.get("Pod", name) or {}).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    kube.wait_for(lambda: all(is_ready(n) for n in names), timeout=60)
 
 
 def test_cluster_dns_answers_services_and_pods_by_name(kube: Kube) -> None:
@@ -93,7 +105,7 @@ def test_a_service_port_serves_its_named_target_port_from_another_pod(kube: Kube
     kube.require_local("the process node")
     kube.create(service("proxy-public", {"app": "web"}, 80, targetPort="http"))
     kube.create(web_pod("web-0", {"app": "web"}))
-    running(kube, "web-0")
+    ready(kube, "web-0")
     fetch = (
         "import urllib.request; "
         "print('got', urllib.request.urlopen('http://proxy-public/', timeout=10).read().decode())"
@@ -144,7 +156,7 @@ def test_two_pods_listen_on_one_wildcard_port(kube: Kube) -> None:
     kube.require_local("the process node")
     kube.create(web_pod("one", {"app": "one"}))
     kube.create(web_pod("two", {"app": "two"}))
-    running(kube, "one", "two")
+    ready(kube, "one", "two")
     ips = {n: (kube.get("Pod", n) or {})["status"]["podIP"] for n in ("one", "two")}
     fetch = (
         "import sys, urllib.request\n"
