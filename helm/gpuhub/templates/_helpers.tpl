@@ -151,6 +151,9 @@ Checks that JSON schema cannot express; each failure is one sentence naming the 
 {{- fail (printf "%s must be an IANA time zone such as \"Europe/Berlin\" or \"UTC\", not %q." $where $zone) }}
 {{- end }}
 {{- end }}
+{{- if and $policy.bookings (ne (include "gpuhub.bookings" .) "null") }}
+{{- fail "jupyterhub.hub.config.GPUSpawner.bookings and bookings are both set: keep only bookings, which the chart hands to the hub." }}
+{{- end }}
 {{- if and $policy.gpu_hours (ne (include "gpuhub.gpuHours" .) "null") }}
 {{- fail "jupyterhub.hub.config.GPUSpawner.gpu_hours and gpuHours are both set: keep only gpuHours, which the chart hands to the hub." }}
 {{- end }}
@@ -196,6 +199,32 @@ groups: no budgets (or the ones jupyterhub.hub.config.GPUSpawner.gpu_hours sets 
 {{- $groups := dict }}
 {{- range $group, $budget := $value }}
 {{- $_ := set $groups $group (include "gpuhub.budget" $budget | fromJson) }}
+{{- end }}
+{{- $_ := set $out "groups" $groups }}
+{{- else }}
+{{- $_ := set $out (snakecase $key) $value }}
+{{- end }}
+{{- end }}
+{{- $out | toJson }}
+{{- else -}}
+null
+{{- end }}
+{{- end }}
+{{/*
+GPU bookings for the hub (GPUSpawner.bookings), as JSON with the keys as the hub spells them
+(maxGpus -> max_gpus, adminsBookForGroups -> admins_book_for_groups); group names as they
+are. null while bookings.groups is empty: no bookings (or hub.config's own bookings).
+*/}}
+{{- define "gpuhub.bookings" -}}
+{{- $b := .Values.bookings | default dict }}
+{{- if $b.groups }}
+{{- $out := dict }}
+{{- range $key, $value := $b }}
+{{- if kindIs "invalid" $value }}
+{{- else if eq $key "groups" }}
+{{- $groups := dict }}
+{{- range $group, $rule := $value }}
+{{- $_ := set $groups $group (include "gpuhub.budget" $rule | fromJson) }}
 {{- end }}
 {{- $_ := set $out "groups" $groups }}
 {{- else }}
