@@ -109,7 +109,7 @@ pytest: install test-cluster
 	GPUHUB_TEST_KUBECONFIG=$(TEST_KUBECONFIG) $(BIN)/python -m pytest -m alone
 
 # The tests that start no real hub, Jupyter server, service, browser or cluster
-# (tests/support/e2e.py).
+# (harness/e2e.py).
 pytest-fast: install
 	$(BIN)/python -m pytest -m "not e2e"
 

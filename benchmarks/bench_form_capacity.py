@@ -44,13 +44,13 @@ from benchmarks.kube_cluster import (
     load_pod,
     rss_line,
 )
+from harness.hub.kube import GPU_TYPES
+from harness.hub.process import Hub, spawn_json, start_hub
 from localk8s.kubeapi import wait_for
-from tests.support.hub.kube import GPU_TYPES
-from tests.support.hub.process import Hub, spawn_json, start_hub
 
 BUDGET_MS = 20.0
 PODS_PER_NODE = 20
-# GPU_TYPES are the tests' (tests/support/hub/kube.py): a100 on the kwok nodes, local on the
+# GPU_TYPES are the tests' (harness/hub/kube.py): a100 on the kwok nodes, local on the
 # process node, and a MIG type that no node of this cluster serves.
 # The hub measures its own event-loop lag: a 10 ms ticker, stats written once a second.
 LAG_MONITOR = """

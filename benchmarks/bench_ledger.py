@@ -179,7 +179,7 @@ def hub_form(cluster: BenchCluster, expected: str, renders: int, workdir: Path) 
     import psutil
 
     from benchmarks.bench_form_capacity import hub_config, page_time
-    from tests.support.hub.process import start_hub
+    from harness.hub.process import start_hub
 
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     # The first view waits for the cache as long as its first sync takes at this size.

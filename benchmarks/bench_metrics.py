@@ -38,13 +38,13 @@ from benchmarks import percentile, write_section
 from benchmarks.metrics_push import PERIOD_MS, TARGET_RATIO, cpu_seconds, run_comparison
 from gpuhub_lab.metrics.nvml import NVMLSource
 from gpuhub_lab.metrics.sampler import GPUSampler
-from tests.support import fake_nvml as fake
-from tests.support.jupyter.metrics_stats import ROUTE as STATS
-from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
+from harness import fake_nvml as fake
+from harness.jupyter.metrics_stats import ROUTE as STATS
+from harness.jupyter.server import TOKEN, JupyterServer, jupyter_server
 
 REPO = Path(__file__).resolve().parents[1]
 BUILT = REPO / "labextension" / "gpuhub_lab" / "labextension" / "static"
-FAKE = "tests.support.fake_nvml"
+FAKE = "harness.fake_nvml"
 GIB = 2**30
 BUDGET_SAMPLE_MS = 5.0  # one NVML sample of 8 GPUs
 BUDGET_P50_MS = 2.0  # GET /gpuhub/api/metrics with 50 polling clients
@@ -222,7 +222,7 @@ async def server_runs(clients: list[int], seconds: float) -> list[dict[str, Any]
             f"c.GPUSampler.nvml_module = {FAKE!r}\n"
             "c.GPUSampler.interval = 1.0\n"
             "c.GPUSampler.idle_timeout = 2.0\n"
-            "c.ServerApp.jpserver_extensions['tests.support.jupyter.metrics_stats'] = True\n"
+            "c.ServerApp.jpserver_extensions['harness.jupyter.metrics_stats'] = True\n"
             "c.ServerApp.log_level = 'WARN'\n"
         )
         with jupyter_server(root, tmp, env=env, config=config) as server:
@@ -459,7 +459,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> tuple[str, bool
 
 `python -m benchmarks metrics --reps {args.reps} --window {args.window:g} --seconds {args.seconds:g}{before_arg}`
 on {platform.machine()}, {os.cpu_count()} CPUs (shared with other work, so figures are noisy),
-Python {platform.python_version()}. GPUs are the NVML stand-in (`tests/support/fake_nvml.py`:
+Python {platform.python_version()}. GPUs are the NVML stand-in (`harness/fake_nvml.py`:
 A100s, three processes each) unless the row says real NVML. The stand-in answers in
 microseconds, so NVML figures here measure gpuhub's own overhead; a real driver adds its call
 latency, which nvdashboard pays per socket, on the event loop.

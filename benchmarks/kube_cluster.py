@@ -28,10 +28,10 @@ from typing import Any
 
 import psutil
 
+from harness.cluster import A100_PRODUCT, GPU_TOLERATION
 from localk8s.kubeapi import wait_for
 from localk8s.launcher import Launcher, down
 from localk8s.nodes import KWOK_TOLERATION, node_object, schedulable
-from tests.support.cluster import A100_PRODUCT, GPU_TOLERATION
 
 NAMESPACE = "bench"
 MiB = 2**20

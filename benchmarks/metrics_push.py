@@ -1,7 +1,7 @@
 """GPU charts pushed at 10 Hz: gpuhub's metrics stream beside jupyterlab-nvdashboard 0.15.
 
 Two real Jupyter servers run side by side on the same NVML stand-in (8 busy A100s of
-``tests/support/fake_nvml.py``, one scenario file):
+``harness/fake_nvml.py``, one scenario file):
 
 * **gpuhub**: ``GPUSampler.interval = 0.1``; each client is one socket on
   ``/gpuhub/api/metrics/stream`` (what the sidebar opens).
@@ -21,7 +21,7 @@ Two real Jupyter servers run side by side on the same NVML stand-in (8 busy A100
   else. Its cost per update bounds what any design can reach on this machine.
 
 Both Jupyter servers load gpuhub_lab (the test harness always does; idle, its sampler sleeps
-and nothing of it runs) and ``tests/support/jupyter/metrics_stats.py``, which counts NVML
+and nothing of it runs) and ``harness/jupyter/metrics_stats.py``, which counts NVML
 calls and where gpuhub's samples were read.
 
 For each number of clients and each server, interleaved and repeated: open the clients, let
@@ -54,13 +54,13 @@ from typing import Any
 import aiohttp
 
 from benchmarks import percentile
-from tests.support import fake_nvml as fake
-from tests.support.hub.process import free_port
-from tests.support.jupyter.metrics_stats import ROUTE as STATS
-from tests.support.jupyter.server import TOKEN, jupyter_server
+from harness import fake_nvml as fake
+from harness.hub.process import free_port
+from harness.jupyter.metrics_stats import ROUTE as STATS
+from harness.jupyter.server import TOKEN, jupyter_server
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE = "tests.support.fake_nvml"
+FAKE = "harness.fake_nvml"
 GIB = 2**30
 PERIOD_MS = 100  # 10 Hz: nvdashboard's frontend default, gpuhub's fastest
 PEER = "jupyterlab-nvdashboard"
@@ -329,7 +329,7 @@ def _servers(tmp: Path, before: Path | None = None) -> Any:
     scenario_path.write_text(busy_machine().to_json())
     common = (
         f"c.GPUSampler.nvml_module = {FAKE!r}\n"
-        "c.ServerApp.jpserver_extensions['tests.support.jupyter.metrics_stats'] = True\n"
+        "c.ServerApp.jpserver_extensions['harness.jupyter.metrics_stats'] = True\n"
         "c.ServerApp.log_level = 'WARN'\n"
     )
     env = {"GPUHUB_FAKE_NVML": str(scenario_path), "GPUHUB_NVML_MODULE": FAKE}

@@ -44,7 +44,7 @@ TOKEN_SECONDS = 7 * 86400
 def chart_objects(namespace: str) -> list[dict[str, Any]]:
     """The chart's RBAC and LocalQueue for the demo's namespace and queue (its ClusterQueue
     is named after the namespace)."""
-    from tests.support.helm import make_chart, render
+    from harness.helm import make_chart, render
 
     values = {
         "jupyterhub": {

@@ -26,7 +26,7 @@ pod-ready, pod-delete, read from kwok's module source), gpuhub adds two, driven 
 test writes on the pod, since a fake node has no process to end:
 
 - ``gpuhub-pod-finish``: a running pod annotated ``gpuhub.io/kwok-exit-code: "<n>"`` ends,
-  ``Succeeded`` for 0, else ``Failed``, with that exit code (``tests/support/cluster.py``
+  ``Succeeded`` for 0, else ``Failed``, with that exit code (``harness/cluster.py``
   ``finish_pods``).
 - ``gpuhub-pod-image-missing``: a pod whose image ends in ``:missing`` never starts; its
   containers wait in ``ImagePullBackOff`` and a ``Failed to pull image`` event says why, as on

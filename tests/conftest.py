@@ -4,12 +4,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import e2e
+from harness import e2e
 
-pytest_plugins = ["tests.support.cluster"]
+pytest_plugins = ["harness.cluster"]
 
 
-# Fixtures that put a test on the shared Kubernetes cluster (tests/support/cluster.py).
+# Fixtures that put a test on the shared Kubernetes cluster (harness/cluster.py).
 CLUSTER_FIXTURES = frozenset({"kube_cluster_config", "kube", "module_kube", "kube_api"})
 
 

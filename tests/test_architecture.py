@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 PACKAGE = REPO / "spawner" / "gpuhub"
 PAGE = REPO / "docs" / "architecture.md"
@@ -89,6 +89,7 @@ PACKAGE_ROOTS = (
     "labextension/gpuhub_lab",
     "localk8s",
     "benchmarks",
+    "harness",
     "tests/support",
 )
 # The Python packages whose modules the page names by dotted path (`jobs.model.new_job_id`,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 TEST_TREES = (REPO / "tests", REPO / "localk8s" / "tests")
 

@@ -2,7 +2,7 @@
 
 jupyterlab-nvdashboard imports ``pynvml`` itself (it has no setting for another module), so
 the benchmark puts this folder first on the server's ``PYTHONPATH``. The module it hands out
-*is* ``tests.support.fake_nvml`` (same scenario, same call counters as gpuhub's sampler), with
+*is* ``harness.fake_nvml`` (same scenario, same call counters as gpuhub's sampler), with
 the few extra names nvdashboard reads when it is imported; those report "not supported",
 as a GPU without NVLink does.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tests.support import fake_nvml as _fake
+from harness import fake_nvml as _fake
 
 
 class NVMLError_LibraryNotFound(_fake.NVMLError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
+from harness.cluster import PROCESS_NODE_SELECTOR, Kube
 
 
 def pod(name: str, script: str, **spec: Any) -> dict[str, Any]:

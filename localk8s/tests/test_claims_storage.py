@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
+from harness.cluster import PROCESS_NODE_SELECTOR, Kube
 
 pytestmark = pytest.mark.e2e
 

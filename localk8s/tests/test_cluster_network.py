@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
+from harness.cluster import PROCESS_NODE_SELECTOR, Kube
 
 from .pod_specs import finished, phase, pod
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from localk8s import dra
-from localk8s.nodes import DEFAULT_NODES_FILE, load_dra
-from tests.support.cluster import (
+from harness.cluster import (
     GPU_TAINT,
     GPU_TOLERATION,
     KWOK_TOLERATION,
     PROCESS_NODE_SELECTOR,
     Kube,
 )
+from localk8s import dra
+from localk8s.nodes import DEFAULT_NODES_FILE, load_dra
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler, controller-manager and kwok
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.support.cluster import (
+from harness.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
     KWOK_TOLERATION,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Kube
+from harness.cluster import Kube
 
 from .pod_specs import phase, pod
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from harness.cluster import PROCESS_NODE_SELECTOR, Kube
+from harness.kubectl import kubectl_binary
 from localk8s.agent.images import PAUSE_PROGRAM, is_pause
-from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
-from tests.support.kubectl import kubectl_binary
 
 SERVE = "import http.server, sys; http.server.test(http.server.SimpleHTTPRequestHandler, port=8888, bind=sys.argv[1])"
 

@@ -11,7 +11,7 @@ from traitlets.config import Config
 from gpuhub import LocalGPUSpawner
 from gpuhub.core import devices
 from gpuhub.hub.form import render_form
-from tests.support import fake_nvml
+from harness import fake_nvml
 
 
 @pytest.fixture

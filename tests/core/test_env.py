@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpuhub.core import env
 from gpuhub.jobs import run_notebook
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 SOURCES = (REPO / "spawner" / "gpuhub", REPO / "labextension" / "gpuhub_lab")
 PREFIX = "GPUHUB_"

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from gpuhub.k8s import labels
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 SOURCES = (REPO / "spawner" / "gpuhub", REPO / "labextension" / "gpuhub_lab")
 HOME = "spawner/gpuhub/k8s/labels.py"

@@ -17,8 +17,8 @@ import pytest
 import requests
 from traitlets.config import Config
 
+from harness.hub.process import ROOT, _env, free_port, spawn, stop, wait_ready
 from tests.support.hub.demo import DEMO_ADMIN, start_demo_hub
-from tests.support.hub.process import ROOT, _env, free_port, spawn, stop, wait_ready
 
 pytestmark = pytest.mark.e2e
 

@@ -21,16 +21,16 @@ import nbformat
 import pytest
 import requests
 
+from harness.hub.process import _env, free_port
 from localk8s import demo
 from localk8s.kubeapi import KubeAPI, KubeError
-from tests.support.hub.process import _env, free_port
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def demo_hub(kube_cluster_config: tuple[Path, KubeAPI, bool], tmp_path: Path) -> Iterator[str]:
-    from tests.support import e2e
+    from harness import e2e
 
     e2e.require("the Kubernetes demo")
     _, api, local = kube_cluster_config

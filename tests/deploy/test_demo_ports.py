@@ -22,7 +22,7 @@ from gpuhub.core.options import parse_launch_options
 from gpuhub.core.policy import Policy
 from gpuhub.core.policy_traits import POLICY_KEYS
 from gpuhub.service.config import ServiceConfig
-from tests.support.hub.process import ROOT, _env, free_port
+from harness.hub.process import ROOT, _env, free_port
 
 DEMO_CONFIG = ROOT / "jupyter_config" / "jupyterhub_config.py"
 K8S_CONFIG = ROOT / "jupyter_config" / "jupyterhub_config_k8s.py"

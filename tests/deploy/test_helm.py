@@ -25,8 +25,8 @@ from traitlets.config import Config
 from gpuhub.core.options import parse_launch_options
 from gpuhub.core.policy import Policy
 from gpuhub.service.config import ServiceConfig
-from tests.support.cluster import Kube
-from tests.support.helm import (
+from harness.cluster import Kube
+from harness.helm import (
     CHART,
     EXAMPLES,
     HELM,
@@ -48,7 +48,7 @@ from tests.support.helm import (
     service_config,
     validate_all,
 )
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 ROOT = REPO
 
@@ -241,7 +241,7 @@ def test_real_hub_gives_user_servers_access_to_the_service(chart: Path, tmp_path
     reaches the service's scope, and the service learns the user's groups."""
     import requests
 
-    from tests.support.hub.process import free_port, running_hub
+    from harness.hub.process import free_port, running_hub
 
     hub_config = hub_values(render(chart))["hub"]
     scopes = hub_config["config"]["Spawner"]["server_token_scopes"]

@@ -15,8 +15,7 @@ import yaml
 
 from gpuhub.core.budgets import BudgetConfig, BudgetConfigError, PeriodStart
 from gpuhub.core.line_order import DEFAULT_HALF_LIFE, LineOrder
-from tests.support.guide import documents
-from tests.support.helm import (
+from harness.helm import (
     HELM,
     by_kind,
     exec_extra_config,
@@ -28,6 +27,7 @@ from tests.support.helm import (
     render,
     service_config,
 )
+from tests.support.guide import documents
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed")
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Kube
-from tests.support.helm import by_kind, make_chart, render, validate_all
+from harness.cluster import Kube
+from harness.helm import by_kind, make_chart, render, validate_all
+from harness.paths import REPO
 from tests.support.hub.prometheus import eventually, query, running_prometheus, serving_exposition
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.skipif(
     not (REPO / "node_modules" / ".bin" / "helm").exists(),

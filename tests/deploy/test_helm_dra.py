@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpuhub.core.policy import Policy
-from tests.support.cluster import Kube
-from tests.support.helm import (
+from harness.cluster import Kube
+from harness.helm import (
     HELM,
     NAMESPACE,
     by_kind,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.helm import HELM, by_kind, make_chart, render, service_config
+from harness.helm import HELM, by_kind, make_chart, render, service_config
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed")
 

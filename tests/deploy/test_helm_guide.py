@@ -38,11 +38,8 @@ import requests
 import yaml
 
 from gpuhub.core.policy import Policy
-from localk8s import demo_helm
-from localk8s.charts import LOCAL_VALUES, with_standin
-from tests.support.cluster import Kube, new_namespace
-from tests.support.guide import GUIDE, GUIDE_CONTENT, documents, is_manifest_file
-from tests.support.helm import (
+from harness.cluster import Kube, new_namespace
+from harness.helm import (
     EXAMPLES,
     HELM,
     KUBE_VERSION,
@@ -59,8 +56,11 @@ from tests.support.helm import (
     service_config,
     validate_all,
 )
-from tests.support.hub.process import free_port
-from tests.support.kubectl import kubectl, kubectl_binary
+from harness.hub.process import free_port
+from harness.kubectl import kubectl, kubectl_binary
+from localk8s import demo_helm
+from localk8s.charts import LOCAL_VALUES, with_standin
+from tests.support.guide import GUIDE, GUIDE_CONTENT, documents, is_manifest_file
 from tests.support.wait import until
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed")

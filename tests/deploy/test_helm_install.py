@@ -25,9 +25,9 @@ import pytest
 import requests
 import yaml
 
+from harness.cluster import Kube
 from localk8s.charts import with_standin
 from localk8s.demo_helm import RELEASE, helm, hub_url, install, wait_for_hub
-from tests.support.cluster import Kube
 from tests.support.wait import until
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 ROOT = REPO
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -25,7 +25,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 CHECK = """
 const semver = require(process.argv[1] + '/node_modules/semver');

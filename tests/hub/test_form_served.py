@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.hub.process import Hub, stop, wait_ready
 from tests.support.browser.chromium import chromium
 from tests.support.hub.demo import log_in, start_demo_hub
-from tests.support.hub.process import Hub, stop, wait_ready
 
 pytestmark = pytest.mark.browser
 

@@ -35,9 +35,9 @@ from gpuhub.core.policy import Policy
 from gpuhub.jobs.k8s import manifests as m
 from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError
-from tests.support.cluster import GPU_TOLERATION, KWOK_TOLERATION, PROCESS_NODE_SELECTOR, Kube
-from tests.support.hub.kube import hub_config
-from tests.support.hub.process import API_TOKEN, Hub, spawn_json, start_hub, stop, wait_ready
+from harness.cluster import GPU_TOLERATION, KWOK_TOLERATION, PROCESS_NODE_SELECTOR, Kube
+from harness.hub.kube import hub_config
+from harness.hub.process import API_TOKEN, Hub, spawn_json, start_hub, stop, wait_ready
 from tests.support.jobs_service import make_request, write_notebook
 from tests.support.kueue import KUEUE
 from tests.support.policies import CLUSTER_CONFIG

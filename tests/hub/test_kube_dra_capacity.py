@@ -20,9 +20,9 @@ import pytest
 from gpuhub.core.policy import Policy
 from gpuhub.core.quantity import human_memory, parse_quantity
 from gpuhub.hub.ledger.capacity import ClusterCapacity
-from tests.support.cluster import GPU_TOLERATION, KWOK_TOLERATION, Kube
-from tests.support.hub.kube import hub_config
-from tests.support.hub.process import Hub, start_hub
+from harness.cluster import GPU_TOLERATION, KWOK_TOLERATION, Kube
+from harness.hub.kube import hub_config
+from harness.hub.process import Hub, start_hub
 
 pytestmark = pytest.mark.e2e
 

@@ -1,11 +1,11 @@
 """End to end: a real JupyterHub with GPUSpawner on the test cluster (a real kube-apiserver,
-scheduler and controllers; tests/support/cluster.py), spawning through the form and the REST API.
+scheduler and controllers; harness/cluster.py), spawning through the form and the REST API.
 
 Servers of the ``local`` GPU type (and CPU-only ones) land on the process node ``local-0``,
 which runs ``jupyterhub-singleuser`` as a local process on the pod's own loopback IP, so the
 hub really connects to the server it spawned. Servers of the ``a100`` types land on kwok's
 fake A100 nodes: their pods run without a process, for figures, placement and refusals. The
-module's hub talks to the apiserver through the fault proxy (tests/support/kube_faults.py),
+module's hub talks to the apiserver through the fault proxy (harness/kube_faults.py),
 which counts requests and injects faults when a test asks.
 """
 
@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.cluster import (
+from harness.cluster import (
     GPU_TOLERATION,
     KWOK_TOLERATION,
     MISSING_IMAGE_SUFFIX,
     PROCESS_NODE_SELECTOR,
     Kube,
 )
-from tests.support.hub.kube import hub_config
-from tests.support.hub.process import Hub, free_port, running_hub, spawn_json, start_hub
-from tests.support.kube_faults import FaultProxy, proxy_for
+from harness.hub.kube import hub_config
+from harness.hub.process import Hub, free_port, running_hub, spawn_json, start_hub
+from harness.kube_faults import FaultProxy, proxy_for
 
 pytestmark = pytest.mark.e2e
 
@@ -119,7 +119,7 @@ def running(kube: Kube, *names: str) -> bool:
 
 
 def server_answers(hub: Hub, user: str) -> dict[str, Any]:
-    from tests.support.hub.process import API_TOKEN
+    from harness.hub.process import API_TOKEN
 
     response = requests.get(
         f"{hub.url}/user/{user}/api/status",

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from harness.cluster import PROCESS_NODE_SELECTOR, Kube
+from harness.hub.kube import hub_config
+from harness.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.cluster import PROCESS_NODE_SELECTOR, Kube
-from tests.support.hub.kube import hub_config
-from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.kueue import KUEUE, kueue_queues
 
 pytestmark = pytest.mark.e2e

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import requests
 
+from harness.hub.process import Hub, spawn_json, start_hub
 from tests.support.hub.local import LOCAL_HUB_CONFIG as CONFIG
 from tests.support.hub.local import server_env, server_state
-from tests.support.hub.process import Hub, spawn_json, start_hub
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,8 @@ import pytest
 
 from gpuhub.hub import cgroups
 from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
+from harness.hub.process import Hub, spawn_json, start_hub
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_state
-from tests.support.hub.process import Hub, spawn_json, start_hub
 
 PLACE, WHY = cgroups.find(required=True)
 needs_cgroups = pytest.mark.skipif(

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG
-from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
 pytestmark = pytest.mark.browser
 

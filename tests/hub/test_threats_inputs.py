@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from gpuhub.core.options import FIELDS
 from gpuhub.jobs.model import JOB_FIELDS
 from gpuhub.jobs.policy_env import policy_env
+from harness.hub.process import JUPYTERHUB_MAJOR, Hub, start_hub
+from harness.jupyter.server import JupyterServer, jupyter_server
 from tests.support.hostile import NASTY, Deep, encode, json_values, text
-from tests.support.hub.process import JUPYTERHUB_MAJOR, Hub, start_hub
 from tests.support.jupyter.notebooks import write_notebook
-from tests.support.jupyter.server import JupyterServer, jupyter_server
 from tests.support.policies import DESIGN_CONFIG
 
 PROPERTY = settings(

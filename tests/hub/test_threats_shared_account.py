@@ -15,7 +15,7 @@ import pytest
 from traitlets.config import Config
 
 from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner, is_loopback, public_host
-from tests.support.hub.process import Hub, spawn_json, start_hub
+from harness.hub.process import Hub, spawn_json, start_hub
 
 EXPOSED = """
 c.JupyterHub.ip = "0.0.0.0"

@@ -7,7 +7,7 @@ import re
 from gpuhub.hub.gpu_spawner import GPUSpawner
 from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 README = REPO / "README.md"
 

@@ -28,7 +28,7 @@ from gpuhub.k8s.labels import (
     USER_LABEL,
     USERNAME_ANNOTATION,
 )
-from tests.support.cluster import Kube
+from harness.cluster import Kube
 from tests.support.jobs_service import NOTEBOOK_OK, cluster_request
 from tests.support.jupyter.notebooks import write_notebook
 

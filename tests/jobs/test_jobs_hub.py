@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.hub.process import Hub, spawn_json, start_hub
 from tests.support.hub.local import jobs_hub_config as config
 from tests.support.hub.local import server_kernel, token_for, user_api
-from tests.support.hub.process import Hub, spawn_json, start_hub
 from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
 

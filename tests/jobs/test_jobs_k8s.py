@@ -1,5 +1,5 @@
 """The Kubernetes job backend (kinds job, pytorchjob, tfjob) on the test cluster
-(tests/support/cluster.py: a real kube-apiserver, scheduler, controllers and the Kubeflow
+(harness/cluster.py: a real kube-apiserver, scheduler, controllers and the Kubeflow
 Training Operator with its webhook).
 
 Manifests are checked against the official schemas (kubernetes_validate, strict) and created
@@ -28,7 +28,7 @@ from gpuhub.jobs.kinds import workload_kind
 from gpuhub.jobs.kinds.phase import FINISHING
 from gpuhub.jobs.model import JobError, JobNotFound
 from gpuhub.k8s.labels import JOB_ID_LABEL, MANAGED_BY_LABEL, USER_LABEL, USERNAME_ANNOTATION
-from tests.support.cluster import (
+from harness.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
     KWOK_TOLERATION,
@@ -50,7 +50,7 @@ from tests.support.policies import DESIGN_CONFIG, cluster_policy
 from tests.support.shared_gpus import GPU_TYPES as SHARED_TYPES
 from tests.support.shared_gpus import HAMI_NODE, add_nodes
 
-# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+# A real kube-apiserver, controllers and operators (harness/cluster.py).
 pytestmark = pytest.mark.e2e
 
 GPU_NAMES = {k: t.display_name for k, t in cluster_policy().gpu_types.items()}

@@ -3,7 +3,7 @@ PyTorchJobs and TFJobs carry Kueue's queue-name label and are created suspended;
 shows them ``queued`` with why in people's words (what of the queue's GPUs is in use, by how
 many: its ClusterQueue; Kueue's own message only in the service's log) and their place in
 line (Kueue's visibility API) until Kueue admits them, then as before. Against the test cluster's real Kueue 0.19
-(tests/support/cluster.py), which gpuhub reads in ``kueue.x-k8s.io/v1beta2`` (v1beta1 where
+(harness/cluster.py), which gpuhub reads in ``kueue.x-k8s.io/v1beta2`` (v1beta1 where
 only that is served); admitted jobs run on kwok's fake A100 nodes until ``kube.finish_job``
 ends them.
 """
@@ -27,7 +27,7 @@ from gpuhub.jobs.k8s.backend import KubernetesBackend
 from gpuhub.jobs.model import JobError, JobRecord
 from gpuhub.k8s import kueue
 from gpuhub.k8s.labels import KUEUE_JOB_UID_LABEL, QUEUE_NAME_LABEL
-from tests.support.cluster import Kube
+from harness.cluster import Kube
 from tests.support.jobs_service import (
     NOTEBOOK_OK,
     accepted,
@@ -38,7 +38,7 @@ from tests.support.jobs_service import (
 from tests.support.kueue import KUEUE, Queues, kueue_queues
 from tests.support.policies import cluster_policy
 
-# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+# A real kube-apiserver, controllers and operators (harness/cluster.py).
 pytestmark = pytest.mark.e2e
 
 GPU_NAMES = {k: t.display_name for k, t in cluster_policy().gpu_types.items()}

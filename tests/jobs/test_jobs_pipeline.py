@@ -1,6 +1,6 @@
 """Kind ``pipeline``: compiled by the real kfp compiler, run for real, submitted with the real
 ``kfp.Client`` against a recorded stand-in of the KFP v2beta1 REST API (tests/support/kfp_standin.py),
-with the job's record kept as a ConfigMap on the test cluster (tests/support/cluster.py)."""
+with the job's record kept as a ConfigMap on the test cluster (harness/cluster.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from gpuhub.k8s.labels import JOB_ID_LABEL, MANAGED_BY_LABEL
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
 from tests.support.kfp_standin import KFPStandIn
 
-# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+# A real kube-apiserver, controllers and operators (harness/cluster.py).
 pytestmark = pytest.mark.e2e
 
 IMAGE = "ghcr.io/gpuhub/gpuhub-notebook:0.1.0"

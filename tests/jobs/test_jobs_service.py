@@ -1,6 +1,6 @@
 """The ``gpuhub`` hub service end to end: a real JupyterHub (and proxy), the service as its own
 process (``python -m gpuhub.service --config``) under the Helm chart's ServiceAccount and Role,
-the test cluster (tests/support/cluster.py), and a real user Jupyter server whose jobs API
+the test cluster (harness/cluster.py), and a real user Jupyter server whose jobs API
 forwards to the service (Kubernetes mode). tests/support/hub/jobs_on_cluster.py starts them.
 
 Users call with tokens the hub issued them (scope ``access:services!service=gpuhub``); the
@@ -22,10 +22,10 @@ import requests
 from gpuhub.jobs.kinds.pipeline import PIPELINE
 from gpuhub.jobs.pipeline import NOT_CONFIGURED
 from gpuhub.k8s.labels import JOB_ID_LABEL, USER_LABEL, USERNAME_ANNOTATION
-from tests.support.cluster import Kube
+from harness.cluster import Kube
+from harness.jupyter.server import jupyter_server
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
-from tests.support.jupyter.server import jupyter_server
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +78,7 @@ def test_requests_without_a_valid_user_token_are_refused(jobs, tokens):
     narrow = jobs.token("alice", ["read:users:name!user"])
     assert jobs.call("GET", "jobs", narrow).status_code == 403
     # The hub's own admin service is not a user: it has no jobs.
-    from tests.support.hub.process import API_TOKEN
+    from harness.hub.process import API_TOKEN
 
     refused = jobs.call("GET", "jobs", API_TOKEN)
     assert refused.status_code == 403

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpuhub.service.config import ServiceConfig, ServiceConfigError
-from tests.support.helm import CHART, make_chart, render, service_config
+from harness.helm import CHART, make_chart, render, service_config
 from tests.support.policies import DESIGN_CONFIG
 
 

@@ -28,10 +28,10 @@ from gpuhub.k8s.labels import (
     USER_LABEL,
     USERNAME_ANNOTATION,
 )
-from tests.support.cluster import Kube
+from harness.cluster import Kube
+from harness.jupyter.server import JupyterServer, jupyter_server
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
 from tests.support.jobs_service import write_notebook
-from tests.support.jupyter.server import JupyterServer, jupyter_server
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,7 @@ from gpuhub.jobs.model import KIND_NAMES, KINDS, JobError, kinds_sentence, parse
 from gpuhub.k8s.labels import KIND_LABEL, QUEUE_NAME_LABEL
 from gpuhub.service.app import Jobs
 from gpuhub.service.config import ServiceConfig
-from tests.support.helm import HELM, by_kind, make_chart, render
+from harness.helm import HELM, by_kind, make_chart, render
 from tests.support.jobs_service import NOTEBOOK_OK, make_request, write_notebook
 from tests.support.policies import DESIGN_CONFIG
 

@@ -4,7 +4,7 @@ Job pods (batch/v1 Job, every PyTorchJob/TFJob replica) and pipeline steps run a
 non-root user without privilege escalation, capabilities or an unconfined seccomp profile;
 an image that insists on root fails with one sentence saying why. The manifests are checked
 against the official schemas (strict) as well as for the fields themselves, and the test
-cluster's apiserver (tests/support/cluster.py) admits their pods in a namespace that enforces
+cluster's apiserver (harness/cluster.py) admits their pods in a namespace that enforces
 the restricted Pod Security Standard. NetworkPolicies are created on the cluster for real; it
 has no CNI to enforce them, so their content is what is checked.
 """
@@ -22,7 +22,7 @@ from gpuhub.jobs.kinds import of_object, workload_kind
 from gpuhub.jobs.kinds.phase import ROOT_IMAGE, pod_waiting
 from gpuhub.jobs.pipeline import compile_pipeline
 from gpuhub.k8s.labels import JOB_ID_LABEL, MANAGED_BY, MANAGED_BY_LABEL, USER_LABEL
-from tests.support.cluster import Kube
+from harness.cluster import Kube
 from tests.support.jobs_service import (
     NOTEBOOK_OK,
     accepted,
@@ -32,7 +32,7 @@ from tests.support.jobs_service import (
     write_notebook,
 )
 
-# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+# A real kube-apiserver, controllers and operators (harness/cluster.py).
 pytestmark = pytest.mark.e2e
 
 SETTINGS = m.KubeJobSettings(namespace="jhub", job_image="ghcr.io/gpuhub/gpuhub-notebook:0.1.0")
@@ -231,7 +231,7 @@ METADATA = "169.254.169.254/32"
 
 def render_chart(kube, tmp_path, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chart's objects (helm template), every fence object accepted by the apiserver."""
-    from tests.support.helm import HELM, make_chart, render, validate_all
+    from harness.helm import HELM, make_chart, render, validate_all
 
     if not HELM.exists():
         pytest.skip("helm from npm is not installed")
@@ -241,7 +241,7 @@ def render_chart(kube, tmp_path, values: dict[str, Any] | None = None) -> list[d
 
 
 def rendered_policy(kube, tmp_path, values: dict[str, Any] | None = None) -> dict[str, Any]:
-    from tests.support.helm import by_kind
+    from harness.helm import by_kind
 
     return by_kind(render_chart(kube, tmp_path, values), "NetworkPolicy", "gpuhub-jobs")
 
@@ -292,7 +292,7 @@ def test_admin_opens_what_they_list_and_nothing_else(module_kube, tmp_path):
 
 @pytest.mark.e2e
 def test_pipeline_steps_service_account_has_no_token(module_kube, tmp_path):
-    from tests.support.helm import by_kind
+    from harness.helm import by_kind
 
     objects = render_chart(
         module_kube, tmp_path, {"kfp": {"endpoint": "http://ml-pipeline.kubeflow:8888"}}

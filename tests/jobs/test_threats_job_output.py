@@ -27,7 +27,7 @@ from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END, RESULT_PREFIX
 from tests.support.hostile import gzip_bomb
 from tests.support.jobs_service import NOTEBOOK_OK, cluster_request, write_notebook
 
-# A real kube-apiserver, controllers and operators (tests/support/cluster.py).
+# A real kube-apiserver, controllers and operators (harness/cluster.py).
 pytestmark = pytest.mark.e2e
 
 MAX_OUTPUT = 4 * 1024 * 1024

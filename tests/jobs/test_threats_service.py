@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from gpuhub.core.options import FIELDS
 from gpuhub.jobs.model import JOB_FIELDS
 from gpuhub.jobs.run_notebook import OUTPUT_BEGIN, OUTPUT_END
-from tests.support.cluster import Kube
+from harness.cluster import Kube
 from tests.support.hostile import Deep, encode, gzip_bomb, json_values, text
 from tests.support.hub.jobs_on_cluster import JobsOnCluster, jobs_on_cluster
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook

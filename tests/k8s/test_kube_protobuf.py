@@ -28,8 +28,8 @@ import pytest
 
 from gpuhub.k8s import objects, protobuf
 from gpuhub.k8s.listwatch import Source, _get, initial_events_end, watch
+from harness.cluster import Kube
 from localk8s.kubeapi import KubeError
-from tests.support.cluster import Kube
 from tests.support.k8s_facts import DATA, node_facts, pod_facts
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, its controllers and scheduler

@@ -41,9 +41,9 @@ from gpuhub.k8s.labels import (
     USERNAME_ANNOTATION,
     user_label,
 )
+from harness.cluster import Kube
+from harness.helm import HELM, can_i, install, make_chart, render, served_api_versions
 from localk8s.kubeapi import kubeconfig
-from tests.support.cluster import Kube
-from tests.support.helm import HELM, can_i, install, make_chart, render, served_api_versions
 from tests.support.jobs_service import NOTEBOOK_OK, cluster_request, write_notebook
 from tests.support.kueue import kueue_queues
 from tests.support.policies import cluster_policy

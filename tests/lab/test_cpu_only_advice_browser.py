@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.hub.process import ROOT, Hub, spawn, start_hub, wait_ready
+from harness.jupyter.server import SOURCE_PATHS, expose_lab_extension
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.process import ROOT, Hub, spawn, start_hub, wait_ready
-from tests.support.jupyter.server import SOURCE_PATHS, expose_lab_extension
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import requests
 
+from harness.hub.process import Hub, spawn, stop, wait_ready
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.browser.lab import jobs_panel
 from tests.support.hub.demo import DEMO_PASSWORD, log_in, start_demo_hub
-from tests.support.hub.process import Hub, spawn, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.wait import until
 

@@ -12,9 +12,9 @@ import pytest
 
 from gpuhub.jobs import run_notebook
 from gpuhub_lab import gpu_magic
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
+from harness.jupyter.server import SOURCE_PATHS
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
-from tests.support.jupyter.server import SOURCE_PATHS
 
 GIB = 2**30
 
@@ -23,7 +23,7 @@ GIB = 2**30
 def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("JPY_PARENT_PID", "GPUHUB_SERVER_URL", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("GPUHUB_NVML_MODULE", "tests.support.fake_nvml")
+    monkeypatch.setenv("GPUHUB_NVML_MODULE", "harness.fake_nvml")
 
 
 def test_without_a_server_it_reads_nvml_itself(no_server: None):
@@ -103,7 +103,7 @@ def test_in_a_cluster_jobs_pod_it_shows_the_pods_gpus(tmp_path: Path) -> None:
             "GPUHUB_GPU_TYPE": "a100",
             "GPUHUB_GPU_TYPE_NAME": "NVIDIA A100 80GB",
             "NVIDIA_VISIBLE_DEVICES": scenario.gpus[0].uuid,
-            "GPUHUB_NVML_MODULE": "tests.support.fake_nvml",
+            "GPUHUB_NVML_MODULE": "harness.fake_nvml",
             "GPUHUB_FAKE_NVML": str(tmp_path / "nvml.json"),
             "PYTHONPATH": os.pathsep.join(SOURCE_PATHS),
         }

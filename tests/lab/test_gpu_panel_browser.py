@@ -17,11 +17,11 @@ import psutil
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
+from harness.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
+from harness.paths import REPO
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.jupyter.notebooks import write_notebook
-from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.browser
 
@@ -125,7 +125,7 @@ def gpu_lab(tmp_path: Path) -> Iterator[tuple[JupyterServer, Path]]:
     scenario_path = tmp_path / "nvml.json"
     scenario_path.write_text(fake.a100s(1).to_json())
     env = {"PYTHONPATH": str(REPO), "GPUHUB_FAKE_NVML": str(scenario_path)}
-    config = "c.GPUSampler.nvml_module = 'tests.support.fake_nvml'\nc.GPUSampler.interval = 0.5\n"
+    config = "c.GPUSampler.nvml_module = 'harness.fake_nvml'\nc.GPUSampler.interval = 0.5\n"
     with _lab(tmp_path, env, config) as server:
         yield server, scenario_path
 

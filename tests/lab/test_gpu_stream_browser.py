@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
+from harness.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
+from harness.paths import REPO
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.jupyter.plain_proxy import plain_proxy
-from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.browser
 
@@ -44,7 +44,7 @@ def streaming_lab(tmp_path: Path) -> Iterator[tuple[JupyterServer, Path]]:
         "JUPYTER_PREFER_ENV_PATH": "0",
     }
     config = (
-        "c.GPUSampler.nvml_module = 'tests.support.fake_nvml'\n"
+        "c.GPUSampler.nvml_module = 'harness.fake_nvml'\n"
         "c.GPUSampler.interval = 0.2\n"
         # window.jupyterapp: the test hides the panel and the status bar as the menus do.
         "c.LabApp.expose_app_in_browser = True\n"

@@ -12,8 +12,8 @@ import requests
 
 from gpuhub.jobs.model import KINDS, MAX_NAME
 from gpuhub.jobs.policy_env import policy_env
+from harness.jupyter.server import TOKEN, JupyterServer, jupyter_server
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
-from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
 from tests.support.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.e2e

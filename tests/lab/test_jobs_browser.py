@@ -17,10 +17,10 @@ import nbformat
 import pytest
 
 from gpuhub.jobs.policy_env import policy_env
+from harness.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.browser.lab import jobs_panel
 from tests.support.jupyter.notebooks import write_notebook
-from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.support.policies import DESIGN_CONFIG
 
 pytestmark = pytest.mark.browser

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from jupyter_client import BlockingKernelClient, KernelManager
 
+from harness.jupyter.server import SOURCE_PATHS, JupyterServer, jupyter_server
 from tests.support.jupyter.kernel import Output, ready_kernel_client, run
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
-from tests.support.jupyter.server import SOURCE_PATHS, JupyterServer, jupyter_server
 
 pytestmark = pytest.mark.e2e
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from harness.hub.process import Hub, spawn, start_hub, wait_ready
+from harness.jupyter.server import SOURCE_PATHS, expose_lab_extension
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_kernel, token_for, user_api
-from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import write_notebook
-from tests.support.jupyter.server import SOURCE_PATHS, expose_lab_extension
 
 pytestmark = pytest.mark.browser
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.jupyter.server import JupyterServer, jupyter_server
 from tests.support.jupyter.notebooks import write_notebook
 from tests.support.jupyter.read_only import DOTTED
-from tests.support.jupyter.server import JupyterServer, jupyter_server
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from harness.paths import REPO
 
 BUILT = REPO / "labextension" / "gpuhub_lab" / "labextension"
 BUDGET_KB = 250

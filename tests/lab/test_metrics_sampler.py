@@ -24,9 +24,9 @@ from gpuhub_lab.metrics.sampler import (
     Sample,
 )
 from gpuhub_lab.metrics.service import MetricsService
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
 
-FAKE = "tests.support.fake_nvml"
+FAKE = "harness.fake_nvml"
 
 
 def make_sampler(**config: object) -> GPUSampler:

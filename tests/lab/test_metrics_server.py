@@ -16,10 +16,10 @@ import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
 
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
+from harness.jupyter.server import JupyterServer, jupyter_server
+from harness.paths import REPO
 from tests.support.jupyter.kernel import ready_kernel_client
-from tests.support.jupyter.server import JupyterServer, jupyter_server
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +62,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     scenario_path.write_text(fake.a100s(2, utilization=30).to_json())
     env = {"PYTHONPATH": str(REPO), "GPUHUB_FAKE_NVML": str(scenario_path)}
     config = (
-        "c.GPUSampler.nvml_module = 'tests.support.fake_nvml'\n"
+        "c.GPUSampler.nvml_module = 'harness.fake_nvml'\n"
         "c.GPUSampler.interval = 0.25\n"
         "c.GPUSampler.history_seconds = 30\n"
     )

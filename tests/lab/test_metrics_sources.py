@@ -11,10 +11,10 @@ import pytest
 
 from gpuhub_lab.metrics.dcgm import DCGMSource, parse
 from gpuhub_lab.metrics.nvml import NVMLSource
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
 
 GIB = 2**30
-FAKE = "tests.support.fake_nvml"
+FAKE = "harness.fake_nvml"
 
 
 def read(scenario: fake.Scenario, visible: str | None = None) -> tuple[list[dict], str | None]:

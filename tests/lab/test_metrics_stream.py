@@ -1,9 +1,9 @@
 """``/gpuhub/api/metrics/stream`` in a real Jupyter server over real sockets, and
 ``%gpu --watch`` in a real kernel following it (or polling where a proxy refuses it).
 
-The server reads the NVML stand-in (``tests/support/fake_nvml.py``) from a scenario file the
+The server reads the NVML stand-in (``harness/fake_nvml.py``) from a scenario file the
 tests rewrite. Facts are counted, never timed: the server's sampler and stream report what
-they did (``tests/support/jupyter/metrics_stats.py``), and the polling endpoint's history
+they did (``harness/jupyter/metrics_stats.py``), and the polling endpoint's history
 lists every sample taken, so a client's messages can be matched one to one with samples.
 """
 
@@ -24,12 +24,12 @@ from jupyter_client import BlockingKernelClient
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from tests.support import fake_nvml as fake
+from harness import fake_nvml as fake
+from harness.jupyter.metrics_stats import ROUTE as STATS
+from harness.jupyter.server import TOKEN, JupyterServer, jupyter_server
+from harness.paths import REPO
 from tests.support.jupyter.kernel import ready_kernel_client, run
-from tests.support.jupyter.metrics_stats import ROUTE as STATS
 from tests.support.jupyter.plain_proxy import plain_proxy
-from tests.support.jupyter.server import TOKEN, JupyterServer, jupyter_server
-from tests.support.paths import REPO
 
 pytestmark = pytest.mark.e2e
 
@@ -98,12 +98,12 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     scenario_path.write_text(fake.a100s(2, utilization=30).to_json())
     env = {"PYTHONPATH": str(REPO), "GPUHUB_FAKE_NVML": str(scenario_path)}
     config = (
-        "c.GPUSampler.nvml_module = 'tests.support.fake_nvml'\n"
+        "c.GPUSampler.nvml_module = 'harness.fake_nvml'\n"
         f"c.GPUSampler.interval = {INTERVAL}\n"
         "c.GPUSampler.history_seconds = 30\n"
         "c.GPUSampler.idle_timeout = 1.0\n"
         "c.MetricsStream.stuck_timeout = 2.0\n"
-        "c.ServerApp.jpserver_extensions['tests.support.jupyter.metrics_stats'] = True\n"
+        "c.ServerApp.jpserver_extensions['harness.jupyter.metrics_stats'] = True\n"
     )
     with jupyter_server(root, tmp, env=env, config=config) as server:
         yield Rig(server, scenario_path)

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from harness.hub.process import ROOT, Hub, spawn, start_hub, wait_ready
+from harness.jupyter.server import SOURCE_PATHS, expose_lab_extension
 from tests.support.browser.chromium import artifact, chromium
-from tests.support.hub.process import ROOT, Hub, spawn, start_hub, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
-from tests.support.jupyter.server import SOURCE_PATHS, expose_lab_extension
 
 pytestmark = pytest.mark.browser
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.hub.process import Hub, start_hub
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env
-from tests.support.hub.process import Hub, start_hub
 
 pytestmark = pytest.mark.browser
 

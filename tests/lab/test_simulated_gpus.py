@@ -170,8 +170,8 @@ def test_gpu_magic_without_a_driver_says_assigned_not_restart(
 ) -> None:
     for name in ("JPY_PARENT_PID", "GPUHUB_SERVER_URL", "GPUHUB_SIMULATED_GPUS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("GPUHUB_NVML_MODULE", "tests.support.fake_nvml")
-    from tests.support import fake_nvml as fake
+    monkeypatch.setenv("GPUHUB_NVML_MODULE", "harness.fake_nvml")
+    from harness import fake_nvml as fake
 
     fake.install(fake.Scenario(init_error=fake.NVML_ERROR_LIBRARY_NOT_FOUND))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")

@@ -13,9 +13,9 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from gpuhub.jobs.parameters_cell import has_parameters_cell
+from harness.jupyter.server import JupyterServer, jupyter_server
 from tests.support.jupyter.kernel import ready_kernel_client, run
 from tests.support.jupyter.notebooks import read_outputs, write_notebook
-from tests.support.jupyter.server import JupyterServer, jupyter_server
 
 pytestmark = pytest.mark.e2e
 

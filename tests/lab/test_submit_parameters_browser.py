@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.jupyter.notebooks import write_notebook
-from tests.support.jupyter.server import TOKEN, JupyterServer, expose_lab_extension, jupyter_server
 
 pytestmark = pytest.mark.browser
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.helm import ROOT
+from harness.helm import ROOT
 
 GUIDE = ROOT / "docs" / "admin-guide.md"
 

@@ -24,8 +24,8 @@ import nbformat
 from gpuhub.core.policy import Policy
 from gpuhub.jobs.kinds import of_object
 from gpuhub.jobs.model import JobRequest, Runtimes
-from tests.support import e2e
-from tests.support.cluster import Kube
+from harness import e2e
+from harness.cluster import Kube
 from tests.support.policies import cluster_policy, design_policy
 
 K8S_VERSION = "1.30"

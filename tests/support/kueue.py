@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.cluster import A100_PRODUCT, Kube
+from harness.cluster import A100_PRODUCT, Kube
 
 KUEUE = "kueue.x-k8s.io/v1beta1"
 A100 = {"nvidia.com/gpu.product": A100_PRODUCT}

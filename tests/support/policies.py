@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuhub.core.policy import Policy
-from tests.support.hub.kube import GPU_TYPES
+from harness.hub.kube import GPU_TYPES
 
 DESIGN_CONFIG: dict[str, Any] = {
     "images": {
@@ -50,7 +50,7 @@ def design_policy() -> Policy:
     return Policy.from_config(**DESIGN_CONFIG)
 
 
-# The design policy with the test cluster's GPU types (tests/support/hub/kube.py): ``a100``
+# The design policy with the test cluster's GPU types (harness/hub/kube.py): ``a100``
 # and ``a100-1g`` land on kwok's fake nodes (running, no process), ``local`` on the process
 # node ``local-0``, where a pod really runs.
 CLUSTER_CONFIG: dict[str, Any] = {**DESIGN_CONFIG, "gpu_types": GPU_TYPES}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.cluster import GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
+from harness.cluster import GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
 
 HAMI_NODE, TS_NODE = "t4-hami-shares", "a10-ts-shares"
 T4, A10 = "Tesla-T4-shares-test", "NVIDIA-A10-shares-test"

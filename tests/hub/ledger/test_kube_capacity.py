@@ -14,7 +14,7 @@ from kubernetes_asyncio import client, config
 from gpuhub.core.policy import Policy
 from gpuhub.hub.ledger.capacity import CapacityUnavailable, ClusterCapacity
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
-from tests.support.cluster import A100_PRODUCT, GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
+from harness.cluster import A100_PRODUCT, GPU_TAINT, GPU_TOLERATION, KWOK_TOLERATION
 from tests.support.wait import eventually
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver, scheduler and kwok
@@ -264,8 +264,8 @@ async def test_lists_in_pages_where_lists_do_not_stream(kube, kube_api, kube_fau
 
 
 async def test_unreachable_cluster_says_so(tmp_path):
+    from harness.hub.process import free_port
     from localk8s.kubeapi import kubeconfig
-    from tests.support.hub.process import free_port
 
     path = tmp_path / "kubeconfig"
     path.write_text(kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "none", token="x"))

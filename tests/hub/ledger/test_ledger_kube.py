@@ -29,9 +29,9 @@ from gpuhub.k8s.labels import (
     USER_LABEL,
     USERNAME_ANNOTATION,
 )
-from tests.support.cluster import Kube
+from harness.cluster import Kube
+from harness.hub.process import API_TOKEN, Hub, wait_ready
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
-from tests.support.hub.process import API_TOKEN, Hub, wait_ready
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 from tests.support.kfp_standin import KFPStandIn
 

@@ -34,9 +34,9 @@ from gpuhub.k8s.labels import (
 )
 from gpuhub.service.holds import renew_once
 from gpuhub.service.quota import HubQuota
-from tests.support.cluster import Kube
+from harness.cluster import Kube
+from harness.hub.process import API_TOKEN
 from tests.support.hub.jobs_on_cluster import CLUSTER_POLICY, JobsOnCluster, jobs_on_cluster
-from tests.support.hub.process import API_TOKEN
 from tests.support.jobs_service import NOTEBOOK_OK, write_notebook
 from tests.support.kueue import kueue_queues
 
@@ -61,8 +61,8 @@ def jobs(module_kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "kueue": {"queue_name": QUEUE},
     }
     hub = """
-        import gpuhub.hub.web.api
-        gpuhub.hub.web.api.GRANT_SECONDS = 2.0
+        import gpuhub.hub.web.grants
+        gpuhub.hub.web.grants.GRANT_SECONDS = 2.0
         c.JupyterHub.allow_named_servers = True
         """
     with jobs_on_cluster(

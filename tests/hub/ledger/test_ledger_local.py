@@ -16,6 +16,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from harness.hub.process import JUPYTERHUB_MAJOR, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import (
     HOLD,
     LEDGER_READER,
@@ -24,7 +25,6 @@ from tests.support.hub.local import (
     token_for,
     user_api,
 )
-from tests.support.hub.process import JUPYTERHUB_MAJOR, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.notebooks import write_notebook
 
 pytestmark = pytest.mark.e2e

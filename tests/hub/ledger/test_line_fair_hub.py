@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
+from harness.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.progress import Progress
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.hub.process import Hub, start_hub
+from harness.hub.process import Hub, start_hub
 from tests.support.hub.progress import Progress
 
 pytestmark = pytest.mark.e2e

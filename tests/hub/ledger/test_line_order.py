@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.hub.process import JUPYTERHUB_MAJOR, Hub, spawn, start_hub
+from harness.hub.process import JUPYTERHUB_MAJOR, Hub, spawn, start_hub
 from tests.support.hub.progress import Progress
 
 pytestmark = pytest.mark.e2e

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import requests
 
+from harness.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import LEDGER_READER, job_left_running, jobs_hub_config
-from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from gpuhub.hub import cgroups
+from harness.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import LEDGER_READER, jobs_hub_config, server_kernel, server_state
-from tests.support.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import write_notebook
 

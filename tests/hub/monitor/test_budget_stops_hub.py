@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.hub.local import LEDGER_READER, jobs_hub_config
-from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
 pytestmark = pytest.mark.e2e
 

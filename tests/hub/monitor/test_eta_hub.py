@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
+from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.hub.progress import Progress
 
 pytestmark = pytest.mark.e2e

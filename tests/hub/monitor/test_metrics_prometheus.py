@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import jobs_hub_config
-from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.prometheus import eventually, running_prometheus
 from tests.support.hub.standin_gpus import write as set_utilization
 

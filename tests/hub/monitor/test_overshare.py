@@ -28,7 +28,7 @@ from gpuhub.hub.monitor.utilization import (
     SimulatedUtilization,
     holding_key,
 )
-from tests.support import fake_nvml
+from harness import fake_nvml
 
 GB = 10**9
 MB = 10**6

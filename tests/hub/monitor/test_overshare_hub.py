@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from gpuhub.core.env import MACHINERY_ENV
+from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.hub.local import server_env, shared_gpu_hub_config, token_for
-from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
 pytestmark = pytest.mark.e2e
 

@@ -25,8 +25,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuhub.core.env import LAUNCH_ENV, MACHINERY_ENV
+from harness.hub.process import API_TOKEN, Hub, spawn, start_hub, wait_ready
 from tests.support.hub.local import server_env, shared_gpu_hub_config, token_for
-from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, wait_ready
 
 pytestmark = pytest.mark.e2e
 

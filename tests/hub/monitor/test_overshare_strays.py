@@ -33,9 +33,9 @@ from gpuhub.hub.monitor.utilization import (
     attribute,
     holding_key,
 )
-from tests.support import fake_nvml
+from harness import fake_nvml
+from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.hub.local import LOCAL_HUB_CONFIG, server_env
-from tests.support.hub.process import Hub, spawn, start_hub, wait_ready
 
 GB = 10**9
 KEY = launch_key(b"the stray tests' cookie secret")

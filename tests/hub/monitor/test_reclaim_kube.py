@@ -20,14 +20,14 @@ import requests
 
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.monitor.utilization import PrometheusUtilization
-from tests.support.cluster import (
+from harness.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
     KWOK_TOLERATION,
     Kube,
 )
+from harness.hub.process import API_TOKEN, Hub, spawn_json
 from tests.support.hub.jobs_on_cluster import start_chart_hub
-from tests.support.hub.process import API_TOKEN, Hub, spawn_json
 from tests.support.hub.prometheus import running_prometheus, serving_exposition
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
+from harness.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import LEDGER_READER, job_left_running, jobs_hub_config, token_for
-from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import requests
 
+from harness.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import LEDGER_READER, jobs_hub_config, server_kernel, token_for
-from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.jupyter.kernel import run
 from tests.support.jupyter.notebooks import write_notebook
 

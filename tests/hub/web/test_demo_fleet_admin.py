@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.hub.process import Hub
 from tests.support.hub.demo import DEMO_ADMIN, DEMO_PASSWORD, start_demo_hub
-from tests.support.hub.process import Hub
 
 pytestmark = pytest.mark.e2e
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from harness.hub.process import JUPYTERHUB_MAJOR, Hub, spawn, stop, wait_ready
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.demo import DEMO_ADMIN, log_in, start_demo_hub
-from tests.support.hub.process import JUPYTERHUB_MAJOR, Hub, spawn, stop, wait_ready
 from tests.support.wait import until
 
 pytestmark = pytest.mark.browser

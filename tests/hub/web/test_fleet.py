@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import requests
 
+from harness.hub.process import ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import HOLD, jobs_hub_config, token_for, user_api
-from tests.support.hub.process import ROOT, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.standin_gpus import write as set_utilization
 from tests.support.jupyter.notebooks import write_notebook
 

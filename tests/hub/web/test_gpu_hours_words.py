@@ -14,8 +14,8 @@ import subprocess
 import pytest
 
 from gpuhub.core.budgets import hours_words, lasts_words
+from harness.paths import REPO
 from tests.support.hub.templates import hub_templates
-from tests.support.paths import REPO
 
 TABLE = json.loads((REPO / "labextension/src/__tests__/gpu/gpu-hours.json").read_text())
 FORM = REPO / "spawner/gpuhub/hub/web/templates/spawn_form.html"

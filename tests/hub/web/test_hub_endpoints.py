@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.local import jobs_hub_config, server_env
-from tests.support.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 
 pytestmark = pytest.mark.e2e
 

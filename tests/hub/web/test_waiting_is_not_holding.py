@@ -20,9 +20,9 @@ from zoneinfo import ZoneInfo
 import pytest
 import requests
 
+from harness.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, wait_ready
 from tests.support.browser.chromium import artifact, chromium
 from tests.support.hub.local import jobs_hub_config
-from tests.support.hub.process import API_TOKEN, ROOT, Hub, spawn, start_hub, wait_ready
 from tests.support.hub.progress import Progress
 from tests.support.hub.standin_gpus import write as set_utilization
 

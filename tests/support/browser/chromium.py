@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import e2e
-from tests.support.paths import REPO
+from harness import e2e
+from harness.paths import REPO
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"

@@ -3,7 +3,7 @@
 The walk a newcomer takes (log in, the form, a lab, the fleet page as the demo's admin) runs
 against the demo's own config, loaded with ``load_subconfig``: its users, groups, quota,
 simulated GPUs, admin and shared password. The test only adds what a test needs: free ports,
-the API token of tests.support.hub.process, a quick monitor and the lab extension just built
+the API token of harness.hub.process, a quick monitor and the lab extension just built
 (as ``make demo`` installs it).
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.hub.process import Hub, free_port, start_hub
-from tests.support.jupyter.server import expose_lab_extension
-from tests.support.paths import REPO
+from harness.hub.process import Hub, free_port, start_hub
+from harness.jupyter.server import expose_lab_extension
+from harness.paths import REPO
 
 DEMO_CONFIG = REPO / "jupyter_config" / "jupyterhub_config.py"
 DEMO_PASSWORD = "gpuhub-demo"
@@ -39,7 +39,7 @@ os.environ.pop("GPUHUB_DEMO_PASSWORD", None)
 os.environ.pop("GPUHUB_DEMO_IP", None)
 load_subconfig({str(DEMO_CONFIG)!r})
 c.JupyterHub.hub_port = {free_port()}
-# The tests' API token (tests.support.hub.process) is an admin service.
+# The tests' API token (harness.hub.process) is an admin service.
 c.JupyterHub.load_roles.append({{"name": "admin", "services": ["gpuhub-test"]}})
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
 c.LocalGPUSpawner.home_dir_template = {str(workdir / "gpuhub-users" / "{username}")!r}

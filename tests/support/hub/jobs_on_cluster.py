@@ -2,7 +2,7 @@
 the one home for the fixtures of the tests that drive the jobs service end to end.
 
 What the chart deploys is made for real in the test's namespace: helm/gpuhub is rendered for
-that namespace (``helm template``, tests/support/helm.py) and its ServiceAccounts, Roles,
+that namespace (``helm template``, harness/helm.py) and its ServiceAccounts, Roles,
 ClusterRoles and bindings are created (:func:`install_chart_rbac`). The jobs service
 (``python -m gpuhub.service``, its own process) and the hub each get a kubeconfig holding a
 token of their chart ServiceAccount from the TokenRequest API (:func:`account_kubeconfig`):
@@ -11,7 +11,7 @@ cancel Role. Neither is the cluster's admin, so a permission the chart lacks fai
 that needs it.
 
 :func:`jobs_on_cluster` starts the lot. With ``ledger=True`` the hub runs GPUSpawner
-(tests/support/hub/kube.py) and gpuhub's ledger endpoints, and the service asks it for every
+(harness/hub/kube.py) and gpuhub's ledger endpoints, and the service asks it for every
 submit; without, it is a plain JupyterHub with no gpuhub endpoints and no cluster access, and
 the service counts quotas by itself (its fallback).
 """
@@ -28,13 +28,13 @@ from typing import Any
 
 import requests
 
+from harness.cluster import Kube
+from harness.helm import make_chart, render
+from harness.hub.kube import hub_config
+from harness.hub.process import Hub, free_port, start_hub
+from harness.kube_faults import FaultProxy, proxy_for
 from localk8s.kubeapi import kubeconfig
-from tests.support.cluster import Kube
-from tests.support.helm import make_chart, render
-from tests.support.hub.kube import hub_config
-from tests.support.hub.process import Hub, free_port, start_hub
 from tests.support.jobs_service import RunningService, jobs_service
-from tests.support.kube_faults import FaultProxy, proxy_for
 from tests.support.policies import CLUSTER_CONFIG
 
 SERVICE_ACCOUNT = "gpuhub-service"  # the chart's, for the jobs service

@@ -15,10 +15,10 @@ from typing import Any
 import requests
 from jupyter_client import BlockingKernelClient
 
-from tests.support.hub.process import Hub, spawn, stop, wait_ready
+from harness.hub.process import Hub, spawn, stop, wait_ready
+from harness.jupyter.server import SOURCE_PATHS
 from tests.support.jupyter.kernel import kernel_client
 from tests.support.jupyter.notebooks import write_notebook
-from tests.support.jupyter.server import SOURCE_PATHS
 
 
 def jobs_hub_config(workdir: Path) -> str:

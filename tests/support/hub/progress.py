@@ -8,7 +8,7 @@ from typing import Any
 
 import requests
 
-from tests.support.hub.process import Hub
+from harness.hub.process import Hub
 
 
 class Progress:

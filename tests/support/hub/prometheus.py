@@ -16,8 +16,8 @@ import pytest
 import requests
 import yaml
 
-from tests.support import e2e
-from tests.support.hub.process import free_port
+from harness import e2e
+from harness.hub.process import free_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 

@@ -1,8 +1,16 @@
-"""What a user reads about their own stopped servers and cancelled jobs, and closing it.
+"""What a user reads about their own stopped servers and cancelled jobs, and closing it: the
+one home of notices in the hub.
 
 The notices themselves (why a server was stopped, by whom) live in the usage store
-(:class:`gpuhub.hub.monitor.usage.Notice`) and are worded by :func:`gpuhub.hub.web.notices.notice_text`. Here:
+(:class:`gpuhub.hub.monitor.usage.Notice`); here they are worded (:func:`notice_text`,
+:func:`warning_text`, :func:`share_warning`), shown on hub pages (``template_vars``
+``gpuhub_notices``: :func:`notices_for`, rendered by gpuhub's ``page.html``) and served:
 
+* ``GET /hub/api/gpuhub/notices/<user>`` -> ``{"notices": [{"kind": "server"|"job"|"warning",
+  "server", "jobs": [job ids], "when", "by", "reason", "text"}]}``: why servers were stopped
+  and jobs cancelled or ended, and which job holds are warned (the local jobs backend marks
+  its records from it). For whoever has access to the user's servers, and
+  ``custom:gpuhub:fleet``; never a token that only identifies the user.
 * ``POST /hub/api/gpuhub/notices/<user>/dismiss`` body ``{"key"}`` -> 204: the user closed the
   notice (its ``key`` from the notice); it stays closed, across hub restarts. For whoever
   has access to the user's servers, as reading the notices needs
@@ -33,7 +41,7 @@ from gpuhub.core.holdings import Holding, job_hold_name
 from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.usage import BUDGET, HUB_SHUTDOWN, SHARE_OVERUSE
-from gpuhub.hub.web.access import BoundedAPIHandler
+from gpuhub.hub.web.access import FLEET_SCOPE, GpuhubAPIHandler
 
 
 def notices_for(user: Any) -> list[dict[str, str]]:
@@ -152,26 +160,64 @@ def notice_text(notice: Any) -> dict[str, str]:
     }
 
 
-class DismissHandler(BoundedAPIHandler):
+class NoticesHandler(GpuhubAPIHandler):
+    """``GET /hub/api/gpuhub/notices/<user>``: why the user's servers were stopped and jobs
+    cancelled or ended, and which job holds are warned (the user's server reads it to mark a
+    cancelled local job's record)."""
+
+    SUPPORTED_METHODS: tuple[str, ...] = ("GET", "OPTIONS")
+
+    def get(self, name: str) -> None:
+        self.require_access(
+            name,
+            "reading or keeping their GPUs",
+            web.HTTPError(403, f"Only {name} and GPU fleet admins may see this."),
+            scope=FLEET_SCOPE,
+        )
+        monitor = gpu_monitor.for_handler(self)
+        found = monitor.store.notices_for(name) if monitor is not None else []
+        warned = monitor.warnings_for(name) if monitor is not None else []
+        shares = monitor.share_warnings(name) if monitor is not None else []
+        self.finish(
+            json.dumps(
+                {
+                    "notices": [
+                        {**warning_text(h, deadline), "jobs": [], "reason": "idle"}
+                        for h, deadline in warned
+                    ]
+                    + [
+                        {**share_warning(h, deadline, text), "jobs": [], "reason": SHARE_OVERUSE}
+                        for h, deadline, text in shares
+                    ]
+                    + [
+                        {
+                            **notice_text(n),
+                            "jobs": list(n.jobs),
+                            "reason": n.reason,
+                            "dismissed": n.dismissed,
+                        }
+                        for n in found
+                    ]
+                }
+            )
+        )
+
+
+class DismissHandler(GpuhubAPIHandler):
     """``POST /hub/api/gpuhub/notices/<user>/dismiss``: close one notice for good, with the
     access reading the notices needs (access to the user's servers)."""
 
     SUPPORTED_METHODS: tuple[str, ...] = ("POST", "OPTIONS")
 
     def post(self, name: str) -> None:
-        current = self.current_user
-        if current is None:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        target = self.find_user(name)
-        if target is None or not self.reaches_servers_of(target):
-            if self.identifies_only(current, name):
-                raise web.HTTPError(
-                    403,
-                    f"This token only identifies {name}; closing their notices needs access "
-                    f"to their servers (scope access:servers!user={name}).",
-                )
+        self.require_access(
+            name,
+            "closing their notices",
             # The same answer whether or not such a user exists.
-            raise web.HTTPError(403, f"Only {as_given(name)} may close their own notices.")
+            web.HTTPError(403, f"Only {as_given(name)} may close their own notices."),
+        )
+        target = self.find_user(name)
+        assert target is not None  # require_access reached their servers
         body = self.get_json_body()
         key = body.get("key") if isinstance(body, dict) else None
         if not isinstance(key, str):
@@ -191,8 +237,6 @@ class OwnNoticesHandler(BaseHandler):
 
     @web.authenticated
     def get(self) -> None:
-        from gpuhub.hub.web.notices import notice_text
-
         name = self.current_user.name
         monitor = gpu_monitor.for_handler(self)
         found = monitor.store.notices_for(name, shown=True) if monitor is not None else []
@@ -218,6 +262,7 @@ class OwnNoticesHandler(BaseHandler):
 
 
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
+    (r"/api/gpuhub/notices/([^/]+)", NoticesHandler),
     (r"/api/gpuhub/notices/([^/]+)/dismiss", DismissHandler),
     (r"/gpuhub/notices", OwnNoticesHandler),
 ]

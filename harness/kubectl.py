@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.cluster import Kube
+from harness.cluster import Kube
 
 
 def kubectl_binary() -> Path:

@@ -14,7 +14,7 @@ Fixtures (registered by ``tests/conftest.py``):
                   capacity), and the cluster-scoped objects it creates are deleted too.
 ``module_kube``   the same for a whole module (a hub the module shares spawns there).
 ``kube_api``      an async ``kubernetes_asyncio`` ApiClient for the cluster.
-``kube_faults``   a :class:`~tests.support.kube_faults.FaultProxy` in front of the apiserver.
+``kube_faults``   a :class:`~harness.kube_faults.FaultProxy` in front of the apiserver.
 
 The local cluster's fake GPU nodes are those of ``localk8s/nodes.yaml``: ``cpu-0``,
 ``a100-0`` and ``a100-1`` (8 ``nvidia.com/gpu`` each) and ``a100-mig-0`` (7
@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from harness import e2e
 from localk8s.kubeapi import KubeAPI, KubeError
 from localk8s.nodes import (
     EXIT_CODE_ANNOTATION,
@@ -47,7 +48,6 @@ from localk8s.nodes import (
     node_object,
     schedulable,
 )
-from tests.support import e2e
 
 T = TypeVar("T")
 
@@ -464,7 +464,7 @@ async def kube_api(kube_cluster_config: tuple[Path, KubeAPI, bool]) -> AsyncIter
 
 @pytest.fixture
 def kube_faults(kube: Kube, tmp_path: Path) -> Iterator[Any]:
-    from tests.support.kube_faults import proxy_for
+    from harness.kube_faults import proxy_for
 
     proxy = proxy_for(kube.kubeconfig, tmp_path)
     try:

@@ -21,9 +21,9 @@ from typing import Any
 
 import requests
 
-from tests.support import e2e
-from tests.support.hub.process import free_port
-from tests.support.paths import REPO
+from harness import e2e
+from harness.hub.process import free_port
+from harness.paths import REPO
 
 TOKEN = "gpuhub-jobs-test-token-0123456789"
 SOURCE_PATHS = [str(REPO / "spawner"), str(REPO / "labextension"), str(REPO)]

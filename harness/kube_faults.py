@@ -6,7 +6,7 @@ The proxy listens on plain HTTP on loopback and talks to the apiserver with the 
 of the kubeconfig it was given (a client certificate, or a ServiceAccount's token, so that the
 code under test keeps that account's RBAC); the code under test gets a kubeconfig pointing at
 the proxy (``FaultProxy.kubeconfig``). Use it through the ``kube_faults`` fixture
-(``tests/support/cluster.py``).
+(``harness/cluster.py``).
 """
 
 from __future__ import annotations

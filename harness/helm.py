@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from traitlets.config import Config
 
+from harness.paths import REPO
 from localk8s.charts import with_standin
-from tests.support.paths import REPO
 
 if TYPE_CHECKING:
-    from tests.support.cluster import Kube
+    from harness.cluster import Kube
 
 ROOT = REPO
 

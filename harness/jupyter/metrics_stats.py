@@ -4,7 +4,7 @@
 stream did (samples taken, samples serialized, frames built and written, sockets open,
 whether it sleeps) and, under the NVML stand-in, how many NVML calls the process made. Tests
 count with it instead of timing. Load it with
-``c.ServerApp.jpserver_extensions["tests.support.jupyter.metrics_stats"] = True``.
+``c.ServerApp.jpserver_extensions["harness.jupyter.metrics_stats"] = True``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class MetricsStats(APIHandler):
         service = self.settings["gpuhub_metrics"]
         stream = self.settings["gpuhub_metrics_stream"]
         sampler = service.sampler
-        fake = sys.modules.get("tests.support.fake_nvml")
+        fake = sys.modules.get("harness.fake_nvml")
         stats: dict[str, Any] = {
             "samples_taken": sampler.samples_taken,
             "samples_on_loop": sampler.samples_on_loop,

@@ -22,8 +22,8 @@ from typing import Any
 
 import requests
 
-from tests.support import e2e
-from tests.support.paths import REPO
+from harness import e2e
+from harness.paths import REPO
 
 ROOT = REPO
 API_TOKEN = "gpuhub-test-token-0123456789abcdef"

@@ -1,5 +1,5 @@
 """GPUSpawner's admin config for the Kubernetes end-to-end tests, on the test cluster
-(tests/support/cluster.py).
+(harness/cluster.py).
 
 Two GPU types: ``a100`` places servers on kwok's fake A100 nodes (their pods run, but no
 process: for figures, manifests and refusals), ``local`` on the process node ``local-0``,
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from tests.support.cluster import (
+from harness.cluster import (
     A100_PRODUCT,
     GPU_TOLERATION,
     KWOK_TOLERATION,

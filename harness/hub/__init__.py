@@ -1,0 +1,1 @@
+"""A real JupyterHub as a child process, and the hub configuration for the test cluster."""

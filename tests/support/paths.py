@@ -1,7 +1,0 @@
-"""Where things are in the repository, for tests at any depth of the tree."""
-
-from __future__ import annotations
-
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
