@@ -23,6 +23,7 @@ from harness.helm import (
     make_chart,
     render,
 )
+from tests.support.guide import GUIDE, documents
 
 pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm from npm is not installed")
 
@@ -130,3 +131,20 @@ def test_wrong_values_are_refused_by_name(chart: Path, tmp_path: Path) -> None:
     linted = helm("lint", "--strict", chart, "-f", values)
     assert linted.returncode != 0
     assert "bookings.warnBefore: Must be greater than or equal to 0" in linted.stdout
+
+
+def test_the_guides_values_reach_the_hub_as_the_guide_writes_the_trait(
+    chart: Path, tmp_path: Path
+) -> None:
+    (values,) = documents("booking-values.yaml")
+    config = hub_config(render(chart, values=values, tmp=tmp_path), tmp_path)
+    assert config.GPUSpawner.bookings == {
+        "groups": {
+            "staff": {"max_gpus": 4, "max_hours": 8, "days_ahead": 14},
+            "students": {"max_gpus": 1, "max_hours": 2, "days_ahead": 3},
+        },
+        "admins_book_for_groups": True,
+        "warn_before": 900,
+    }
+    guide = GUIDE.read_text()
+    assert '"students": {"max_gpus": 1, "max_hours": 2, "days_ahead": 3}},' in guide
