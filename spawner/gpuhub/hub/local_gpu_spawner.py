@@ -45,6 +45,7 @@ from gpuhub.core.line_order import LineOrder
 from gpuhub.core.options import LaunchOptions
 from gpuhub.core.quantity import human_memory
 from gpuhub.hub import cgroups
+from gpuhub.hub.ledger.booking_book import attach as attach_bookings
 from gpuhub.hub.ledger.device_book import (
     ALLOCATOR,
     GPUAllocator,
@@ -333,8 +334,10 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         )
         # The admin's order, and where a fair line reads usage (the monitor's usage file).
         LINE.configure(self.gpu_line_order(), line_usage(self.gpu_line_order()))
+        groups = frozenset(self.user_groups())  # a booking for one of them lets it pass
+        attach_bookings(self)
         # The line comes before the book: served at once only if nobody of this type waits.
-        if LINE.take_now(key, options.gpus, gpu_type.key, candidates, holder) is not None:
+        if LINE.take_now(key, options.gpus, gpu_type.key, candidates, holder, groups) is not None:
             return
         if self.gpu_queue_timeout <= 0:
             waiting = LINE.waiting(gpu_type.key)
@@ -362,7 +365,13 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             )
         # Accepted: start() waits in line, and JupyterHub waits for start() that long too.
         self._gpuhub_ticket = Ticket(
-            key, holder, gpu_type.key, gpu_type.display_name, options.gpus, candidates
+            key,
+            holder,
+            gpu_type.key,
+            gpu_type.display_name,
+            options.gpus,
+            candidates,
+            groups=groups,
         )
         LINE.join(self._gpuhub_ticket)
         # Where it joined: the spawn page's progress moves from there to the head.

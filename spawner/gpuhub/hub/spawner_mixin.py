@@ -411,6 +411,21 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         granted and the usage the fair line orders by (``gpu_hours``); relative to the hub's
         working directory. "" keeps them in memory.""",
     )
+    bookings = Dict(
+        config=True,
+        help="""GPU bookings (docs/architecture.md, "Bookings"): who may set GPUs of a type aside
+        for a time, e.g. ``{"groups": {"staff": {"max_gpus": 4, "max_hours": 8, "days_ahead":
+        14}}, "admins_book_for_groups": True, "warn_before": 900}``. Members of a listed group
+        book for themselves within its rule and their quota; fleet admins book for a group
+        (a class) when ``admins_book_for_groups``; work still on booked GPUs is warned
+        ``warn_before`` seconds ahead and stopped at the start. Empty: nobody books.""",
+    )
+    gpu_bookings_file = Unicode(
+        "gpuhub-bookings.json",
+        config=True,
+        help="""Where the hub keeps the bookings not yet ended across restarts; relative to the
+        hub's working directory. "" keeps them in memory.""",
+    )
 
     launch_options: LaunchOptions | None = None
     # The options this server last started with (None: not known yet; JupyterHub's stored

@@ -23,6 +23,12 @@ waiting in line counts against its user's quota, so waiting cannot be used to ge
 but it holds nothing (``Holding.waiting``): the fleet page, the metrics and GPU-hours show it
 as waiting.
 gpuhub's own wait is always a *line*; a *queue* is Kueue's (:mod:`gpuhub.k8s.kueue`).
+
+Bookings (:mod:`gpuhub.hub.ledger.booking_book`): while a booking runs, and from ``warn_before``
+ahead of its start, the free GPUs it still needs (its GPUs less those its user or group hold
+now) are set aside: nobody else's request takes them (:meth:`GPULine.set_aside`). A request of
+whom a running booking is for, with GPUs still owed, passes the line: it is served as soon as
+enough are free, ahead of those who joined before it (docs/architecture.md, "Bookings").
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from fractions import Fraction
 from gpuhub.core import words
 from gpuhub.core.holdings import Holding
 from gpuhub.core.line_order import LineOrder, fair_key, hours
+from gpuhub.hub.ledger.booking_book import BOOKINGS, BookingBook
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, HolderKey, NotEnoughGPUs
 
 SERVE_EVERY = 1.0  # seconds between looks at the book while anyone waits
@@ -57,6 +64,7 @@ class Ticket:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     awaited: bool = False  # the spawn's start() waits for it (not only accepted yet)
+    groups: frozenset[str] | None = None  # its user's groups (None: looked up), for bookings
 
 
 def no_usage(_user: str) -> float:
@@ -76,8 +84,10 @@ class GPULine:
         book: GPUAllocator,
         order: LineOrder | None = None,
         usage_of: Callable[[str], float] = no_usage,
+        bookings: BookingBook | None = None,
     ) -> None:
         self.book = book
+        self.bookings = bookings if bookings is not None else BOOKINGS
         self.order = order or LineOrder()
         self.usage_of = usage_of
         # Each type's tickets in the order they joined; the order they are served in is
@@ -120,16 +130,66 @@ class GPULine:
 
     # -- the lines ------------------------------------------------------------------------------
     def take_now(
-        self, key: HolderKey, gpus: int, type_key: str, candidates: list[int], holder: Holder
+        self,
+        key: HolderKey,
+        gpus: int,
+        type_key: str,
+        candidates: list[int],
+        holder: Holder,
+        groups: frozenset[str] | None = None,
     ) -> list[int] | None:
-        """The devices, if this request is served at once: nobody of its type waits and
-        enough are free. None: it must wait in line (:meth:`join`)."""
-        if self.lines.get(type_key):
+        """The devices, if this request is served at once: nobody of its type waits (or a
+        running booking for its user still owes GPUs: it passes the line) and enough are
+        free that are not set aside for others' bookings. None: it must wait in line
+        (:meth:`join`)."""
+        aside, first = self.set_aside(type_key, candidates, holder.user, groups)
+        if self.lines.get(type_key) and not first:
             return None  # the line comes before the book: it joins those already waiting
         try:
-            return self.book.allocate(key, gpus, candidates, holder)
+            return self._allocate(key, gpus, candidates, holder, aside)
         except NotEnoughGPUs:
             return None
+
+    def set_aside(
+        self,
+        type_key: str,
+        candidates: list[int],
+        user: str,
+        groups: frozenset[str] | None = None,
+        now: float | None = None,
+    ) -> tuple[int, bool]:
+        """``(aside, first)``: how many of the type's GPUs bookings for others still need
+        (``user`` may not take them), and whether a running booking for ``user`` still owes
+        GPUs (its requests pass the line). A booking owes its GPUs less those whom it is for
+        hold now."""
+        bookings = self.bookings.setting_aside(type_key, time.time() if now is None else now)
+        if not bookings:
+            return 0, False
+        mine = set(candidates)
+        held: dict[str, int] = {}
+        for holding in self.book.holdings():
+            count = sum(1 for d in holding.devices if d in mine)
+            if count:
+                held[holding.user] = held.get(holding.user, 0) + count
+        aside, first = 0, False
+        for booking in bookings:
+            used = sum(n for u, n in held.items() if self.bookings.is_for(booking, u))
+            owed = max(booking.gpus - used, 0)
+            if self.bookings.is_for(booking, user, groups):
+                first = first or (owed > 0 and booking.active(time.time() if now is None else now))
+            else:
+                aside += owed
+        return aside, first
+
+    def _allocate(
+        self, key: HolderKey, gpus: int, candidates: list[int], holder: Holder, aside: int
+    ) -> list[int]:
+        """The book's allocation, leaving ``aside`` free GPUs to others' bookings."""
+        if aside and not holder.shared:
+            free = len(self.book.free([d for d in candidates if d not in self.book.held_by(key)]))
+            if gpus > free - aside:
+                raise NotEnoughGPUs(gpus, max(free - aside, 0), len(candidates))
+        return self.book.allocate(key, gpus, candidates, holder)
 
     def join(self, ticket: Ticket) -> None:
         self.lines.setdefault(ticket.type_key, []).append(ticket)
@@ -209,16 +269,37 @@ class GPULine:
         return len(self.lines.get(type_key, []))
 
     def serve(self) -> None:
-        """Give GPUs to the heads of the lines, in order, while there are enough."""
+        """Give GPUs first to those a running booking still owes them (past the line), then
+        to the heads of the lines, in order, while there are enough."""
         for type_key, line in self.lines.items():
+            if self.bookings.bookings:
+                for ticket in self.ordered(type_key):
+                    aside, first = self.set_aside(
+                        type_key, ticket.candidates, ticket.holder.user, ticket.groups
+                    )
+                    if first:
+                        self._grant(line, ticket, aside)
             while line:
                 head = self.ordered(type_key)[0]
-                try:
-                    devices = self.book.allocate(head.key, head.gpus, head.candidates, head.holder)
-                except NotEnoughGPUs:
+                aside = (
+                    self.set_aside(type_key, head.candidates, head.holder.user, head.groups)[0]
+                    if self.bookings.bookings
+                    else 0
+                )
+                if not self._grant(line, head, aside):
                     break
-                line.remove(head)
-                head.granted.set_result(devices)
+
+    def _grant(self, line: list[Ticket], ticket: Ticket, aside: int) -> bool:
+        """Serve ``ticket`` if enough are free; whether it was."""
+        try:
+            devices = self._allocate(
+                ticket.key, ticket.gpus, ticket.candidates, ticket.holder, aside
+            )
+        except NotEnoughGPUs:
+            return False
+        line.remove(ticket)
+        ticket.granted.set_result(devices)
+        return True
 
     async def _serve_while_waiting(self) -> None:
         while any(self.lines.values()):
