@@ -3,7 +3,7 @@
 * ``POST /hub/api/gpuhub/budgets/<user>/grants`` body ``{"hours": 5, "reason": "thesis
   deadline", "group": "staff"?}`` -> ``201`` the user's budget as the holdings answer says it
   (``budgets[0]``). JupyterHub admins (scope ``admin:users`` for that user) and holders of
-  ``custom:gpuhub:budgets`` (:data:`gpuhub.hub.web.fleet.WHO_MAY_GRANT`). ``group``,
+  ``custom:gpuhub:budgets`` (:data:`gpuhub.hub.web.access.WHO_MAY_GRANT`). ``group``,
   when given, must name the shared pool the user draws on (a check, not a choice).
 * ``POST /hub/gpuhub/fleet/grant`` (the fleet page's form, with JupyterHub's XSRF token):
   the same, for an admin in the browser.
@@ -23,15 +23,8 @@ from tornado import web
 from gpuhub.core.budgets import hours_words
 from gpuhub.core.options import as_given, json_number
 from gpuhub.hub.monitor import gpu_monitor
-from gpuhub.hub.web.access import BoundedAPIHandler
-from gpuhub.hub.web.fleet import (
-    MAX_REASON,
-    WHO_MAY_GRANT,
-    Refused,
-    _ActionHandler,
-    may_grant,
-    render_fleet,
-)
+from gpuhub.hub.web.access import WHO_MAY_GRANT, BoundedAPIHandler, may_grant
+from gpuhub.hub.web.fleet import MAX_REASON, Refused, _ActionHandler, render_fleet
 
 MAX_HOURS = 100_000.0
 

@@ -40,15 +40,15 @@ from gpuhub.hub.monitor.gpu_monitor import HISTORY_SECONDS, GPUMonitor
 from gpuhub.hub.monitor.reclaim import ReclaimRule
 from gpuhub.hub.monitor.usage import gpu_hours
 from gpuhub.hub.monitor.utilization import GPUSample, Unexplained
+
+# FLEET_SCOPE: re-exported for the pages beside this one that import it from here (the
+# bookings calendar); it lives in access.py with gpuhub's other scopes.
+from gpuhub.hub.web.access import FLEET_SCOPE as FLEET_SCOPE
+from gpuhub.hub.web.access import WHO_MAY_GRANT, may_grant, may_see_all
 from gpuhub.hub.web.sparkline import SPARK_HEIGHT, SPARK_WIDTH, sparkline
 
 log = logging.getLogger("gpuhub.hub.web.fleet")
 
-FLEET_SCOPE = "custom:gpuhub:fleet"
-# Extra GPU-hours of users' budgets (``POST /hub/api/gpuhub/budgets/<user>/grants`` and the
-# fleet page's form): JupyterHub admins (``admin:users``) and holders of this scope.
-BUDGETS_SCOPE = "custom:gpuhub:budgets"
-WHO_MAY_GRANT = f"JupyterHub admins and holders of the scope {BUDGETS_SCOPE}"
 MAX_REASON = 500
 MAX_TARGET = 600  # "user/name": JupyterHub's names are far shorter
 
@@ -591,22 +591,6 @@ def fleet_cache(monitor: GPUMonitor, handler: BaseHandler) -> FleetCache:
         _CACHES.clear()
         _CACHES[id(monitor)] = cache
     return cache
-
-
-def may_see_all(handler: BaseHandler) -> bool:
-    user = handler.current_user
-    return bool(getattr(user, "admin", False)) or FLEET_SCOPE in handler.expanded_scopes
-
-
-def may_grant(handler: BaseHandler, user: Any = None) -> bool:
-    """Whether ``handler``'s caller may grant extra GPU-hours (to ``user``, a hub user;
-    None: to anyone at all): :data:`WHO_MAY_GRANT`."""
-    if BUDGETS_SCOPE in handler.expanded_scopes:
-        return True
-    if user is None:
-        return "admin:users" in handler.parsed_scopes
-    orm_user = getattr(user, "orm_user", user)
-    return bool(handler.get_scope_filter("admin:users")(orm_user, kind="user"))
 
 
 def _monitor(handler: BaseHandler) -> GPUMonitor | None:
