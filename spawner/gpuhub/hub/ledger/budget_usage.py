@@ -28,13 +28,10 @@ It holds:
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from gpuhub.core.budgets import (
@@ -48,9 +45,7 @@ from gpuhub.core.budgets import (
     this_period,
 )
 from gpuhub.core.words import duration, iso
-from gpuhub.hub.ledger.statefile import kind_of, restore_json, write_json
-
-log = logging.getLogger(__name__)
+from gpuhub.hub.ledger.statefile import JsonStore, kind_of, rows
 
 KEEP_SECONDS = 70 * 24 * 3600.0  # two months and more: a month's period and the one before
 AccountKey = tuple[str, str, str]  # (scope, name, period key)
@@ -75,13 +70,15 @@ def account_of(user: str, budget: Budget, now: float) -> AccountKey:
     return ("user", user, key)
 
 
-class BudgetUsage:
+class BudgetUsage(JsonStore):
     """Budget accounts and decayed usage, persisted to ``path`` (None: memory only)."""
+
+    WHAT = "GPU budget usage"
 
     def __init__(
         self, path: str | os.PathLike[str] | None = None, half_life: float = 7 * 24 * 3600.0
     ) -> None:
-        self.path = Path(path).resolve() if path is not None else None
+        super().__init__(path)
         self.half_life = half_life
         self.accounts: dict[AccountKey, float] = {}
         self.grants: dict[AccountKey, list[ExtraHours]] = {}
@@ -90,7 +87,6 @@ class BudgetUsage:
         # When budgets were switched on (the first look with gpu_hours set): GPU-hours used
         # before are in the usage store's figures but charged to no budget.
         self.since: float | None = None
-        self._dirty = False
         if self.path is not None:
             self._load()
 
@@ -164,15 +160,8 @@ class BudgetUsage:
         return value * 0.5 ** ((now - as_of) / self.half_life)
 
     # -- persistence ------------------------------------------------------------------------
-    def _load(self) -> None:
-        assert self.path is not None
-        damage = restore_json(self.path, self._restore)
-        if damage is None:
-            return
-        kept = f"{len(self.accounts)} budget accounts, {len(self.decayed)} users' decayed usage"
-        log.error(damage.sentence("GPU budget usage", f"kept what could be read ({kept})"))
-        self._dirty = True
-        self.save()
+    def _kept(self) -> str:
+        return f"{len(self.accounts)} budget accounts, {len(self.decayed)} users' decayed usage"
 
     def _restore(self, data: Any) -> list[str]:
         """Take every entry of ``data`` that is what it should be; return what was not."""
@@ -180,13 +169,13 @@ class BudgetUsage:
             return [f"expected an object, found {kind_of(data)}"]
         problems: list[str] = []
         bad = 0
-        for row in _rows(data, "accounts", 4, problems):
+        for row in rows(data, "accounts", 4, problems):
             scope, name, period, seconds = row
             if _key(scope, name, period) and _seconds(seconds):
                 self.accounts[(scope, name, period)] = float(seconds)
             else:
                 bad += 1
-        for row in _rows(data, "grants", 7, problems):
+        for row in rows(data, "grants", 7, problems):
             scope, name, period, hours, reason, by, at = row
             ok = _key(scope, name, period) and isinstance(hours, int | float)
             if ok and isinstance(reason, str) and isinstance(by, str) and _seconds(at):
@@ -194,13 +183,13 @@ class BudgetUsage:
                 self.grants.setdefault((scope, name, period), []).append(extra)
             else:
                 bad += 1
-        for row in _rows(data, "decayed", 3, problems):
+        for row in rows(data, "decayed", 3, problems):
             user, seconds, as_of = row
             if isinstance(user, str) and _seconds(seconds) and _seconds(as_of):
                 self.decayed[user] = (float(seconds), float(as_of))
             else:
                 bad += 1
-        for row in _rows(data, "told", 4, problems):
+        for row in rows(data, "told", 4, problems):
             scope, name, period, level = row
             if _key(scope, name, period) and level in (80, 100):
                 self.told[(scope, name, period)] = int(level)
@@ -216,15 +205,13 @@ class BudgetUsage:
             problems.append(f"{bad} entries are not what they should be")
         return problems
 
-    def save(self, now: float | None = None) -> None:
-        """Write the store if it changed (the monitor calls this every few ticks)."""
-        if self.path is None or not self._dirty:
-            return
-        now = time.time() if now is None else now
+    def _prune(self, now: float) -> None:
         for table in (self.accounts, self.grants, self.told):
             for key in [k for k in table if _period_start(k[2]) < now - KEEP_SECONDS]:
                 del table[key]
-        data = {
+
+    def _data(self) -> dict[str, Any]:
+        return {
             "version": 1,
             "accounts": [[*k, s] for k, s in sorted(self.accounts.items())],
             "grants": [
@@ -236,11 +223,6 @@ class BudgetUsage:
             "told": [[*k, level] for k, level in sorted(self.told.items())],
             "since": self.since,
         }
-        try:
-            write_json(self.path, data)
-            self._dirty = False
-        except OSError as exc:
-            log.error("gpuhub: cannot write GPU budget usage %s: %s", self.path, exc)
 
 
 def extra_json(extra: ExtraHours) -> dict[str, Any]:
@@ -408,17 +390,6 @@ def budget_view(
             users.append(state)
     pools = tuple(pool_state(b, config, usage, now) for b in config.budgets() if b.shared)
     return BudgetView(tuple(users), pools, usage.switched_on(now))
-
-
-def _rows(data: dict[str, Any], name: str, width: int, problems: list[str]) -> list[list[Any]]:
-    value = data.get(name, [])
-    if not isinstance(value, list):
-        problems.append(f"{name} is not a list")
-        return []
-    good = [r for r in value if isinstance(r, list) and len(r) == width]
-    if len(good) < len(value):
-        problems.append(f"{len(value) - len(good)} of the {name} rows are not rows")
-    return good
 
 
 def _key(scope: Any, name: Any, period: Any) -> bool:

@@ -9,12 +9,16 @@ never costs the hub what it knows (docs/architecture.md, "Files the hub keeps"):
 * :func:`read_json` reads one; a file that cannot be understood is moved aside under a new
   name (``<name>.damaged-<UTC time>``), never overwritten, and the caller says in one log
   line what it did about it (:func:`set_aside` names both files).
+* :class:`JsonStore` is the load, prune and save that the stores written every few ticks
+  (GPU usage, budget usage) share: each says only what it holds.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -115,6 +119,76 @@ def set_aside(path: Path, reason: str) -> Damage:
     with contextlib.suppress(OSError):
         _fsync_folder(path.parent)
     return Damage(path, reason, target)
+
+
+class JsonStore(abc.ABC):
+    """A state file held in memory and written when it changed (``path`` None: memory only).
+
+    A subclass sets :attr:`WHAT` (its name in log lines), reads a file back in
+    :meth:`_restore`, drops what is too old to keep in :meth:`_prune` and says what it writes
+    in :meth:`_data`; it calls :meth:`_load` once its own tables exist. A damaged file is set
+    aside and what could be read is written at once, so nothing it held is overwritten.
+    """
+
+    WHAT = "state"
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path).resolve() if path is not None else None
+        self._dirty = False
+
+    @abc.abstractmethod
+    def _restore(self, data: Any) -> list[str]:
+        """Take every entry of ``data`` that is what it should be; return what was not."""
+
+    @abc.abstractmethod
+    def _kept(self) -> str:
+        """What was read of a damaged file, for the log line ("3 totals, 2 notices")."""
+
+    @abc.abstractmethod
+    def _prune(self, now: float) -> None:
+        """Drop what is too old to keep, just before a save."""
+
+    @abc.abstractmethod
+    def _data(self) -> Any:
+        """The file's content, as JSON data."""
+
+    @property
+    def _log(self) -> logging.Logger:
+        """The logger of the store's own module, as its log lines always came from."""
+        return logging.getLogger(type(self).__module__)
+
+    def _load(self) -> None:
+        assert self.path is not None
+        damage = restore_json(self.path, self._restore)
+        if damage is None:
+            return
+        self._log.error(damage.sentence(self.WHAT, f"kept what could be read ({self._kept()})"))
+        self._dirty = True
+        self.save()
+
+    def save(self, now: float | None = None) -> None:
+        """Write the store if it changed (the monitor calls this every few ticks)."""
+        if self.path is None or not self._dirty:
+            return
+        self._prune(time.time() if now is None else now)
+        try:
+            write_json(self.path, self._data())
+            self._dirty = False
+        except OSError as exc:
+            self._log.error("gpuhub: cannot write %s %s: %s", self.WHAT, self.path, exc)
+
+
+def rows(data: dict[str, Any], name: str, width: int, problems: list[str]) -> list[list[Any]]:
+    """The list ``name`` of a file's ``data``, only its rows of ``width`` items; what is not
+    a list or not a row is added to ``problems``."""
+    value = data.get(name, [])
+    if not isinstance(value, list):
+        problems.append(f"{name} is not a list")
+        return []
+    good = [r for r in value if isinstance(r, list) and len(r) == width]
+    if len(good) < len(value):
+        problems.append(f"{len(value) - len(good)} of the {name} rows are not rows")
+    return good
 
 
 def kind_of(value: Any) -> str:

@@ -15,17 +15,13 @@ file is kept aside under a new name and what can be read of it is kept. It holds
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from gpuhub.hub.ledger.statefile import kind_of, restore_json, write_json
-
-log = logging.getLogger(__name__)
+from gpuhub.hub.ledger.statefile import JsonStore, kind_of, rows
 
 HOUR = 3600
 KEEP_SECONDS = 8 * 24 * HOUR
@@ -84,11 +80,13 @@ def gpu_hours(
     return out
 
 
-class UsageStore:
+class UsageStore(JsonStore):
     """GPU-seconds and reclaim notices, persisted to ``path`` (None: memory only)."""
 
+    WHAT = "GPU usage"
+
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path).resolve() if path is not None else None
+        super().__init__(path)
         self.totals: dict[tuple[str, str], float] = {}
         # hour start -> (user, type) -> GPU-seconds. Only the current hour's dict changes: the
         # others are final, so a reader in another thread may keep them without a copy.
@@ -96,7 +94,6 @@ class UsageStore:
         # user -> (kind, name) -> notice: one per server and one per job
         self.notices: dict[str, dict[tuple[str, str], Notice]] = {}
         self.reclaims: dict[str, int] = {}  # gpu type -> servers reclaimed, ever
-        self._dirty = False
         if self.path is not None:
             self._load()
 
@@ -172,20 +169,11 @@ class UsageStore:
         return snap
 
     # -- persistence ----------------------------------------------------------------------
-    def _load(self) -> None:
-        """Read the file; of a damaged one keep what can be read, and keep the file aside
-        (:mod:`gpuhub.hub.ledger.statefile`) so that nothing it held is overwritten."""
-        assert self.path is not None
-        damage = restore_json(self.path, self._restore)
-        if damage is None:
-            return
-        kept = (
+    def _kept(self) -> str:
+        return (
             f"{len(self.totals)} GPU-second totals, {sum(map(len, self.hourly.values()))} "
             f"hourly figures, {sum(map(len, self.notices.values()))} notices"
         )
-        log.error(damage.sentence("GPU usage", f"kept what could be read ({kept})"))
-        self._dirty = True
-        self.save()
 
     def _restore(self, data: Any) -> list[str]:
         """Take every section and entry of ``data`` that is what it should be; return what
@@ -194,24 +182,14 @@ class UsageStore:
             return [f"expected an object, found {kind_of(data)}"]
         problems: list[str] = []
 
-        def rows(name: str, width: int) -> list[list[Any]]:
-            value = data.get(name, [])
-            if not isinstance(value, list):
-                problems.append(f"{name} is not a list")
-                return []
-            good = [r for r in value if isinstance(r, list) and len(r) == width]
-            if len(good) < len(value):
-                problems.append(f"{len(value) - len(good)} of the {name} rows are not rows")
-            return good
-
         bad = 0
-        for row in rows("totals", 3):
+        for row in rows(data, "totals", 3, problems):
             user, gpu_type, seconds = row
             if isinstance(user, str) and isinstance(gpu_type, str) and _seconds(seconds):
                 self.totals[(user, gpu_type)] = float(seconds)
             else:
                 bad += 1
-        for row in rows("hourly", 4):
+        for row in rows(data, "hourly", 4, problems):
             hour, user, gpu_type, seconds = row
             ok = _seconds(hour) and isinstance(user, str) and isinstance(gpu_type, str)
             if ok and _seconds(seconds):
@@ -247,11 +225,7 @@ class UsageStore:
                 problems.append(f"the reclaim count of {gpu_type!r} is not a count")
         return problems
 
-    def save(self, now: float | None = None) -> None:
-        """Write the store if it changed (the monitor calls this every few ticks)."""
-        if self.path is None or not self._dirty:
-            return
-        now = time.time() if now is None else now
+    def _prune(self, now: float) -> None:
         for hour in [h for h in self.hourly if h < now - KEEP_SECONDS]:
             del self.hourly[hour]
         for user in list(self.notices):  # shown no more: forget them
@@ -259,7 +233,9 @@ class UsageStore:
             self.notices[user] = {k: n for k, n in self.notices[user].items() if k in shown}
             if not self.notices[user]:
                 del self.notices[user]
-        data: dict[str, Any] = {
+
+    def _data(self) -> dict[str, Any]:
+        return {
             "version": 2,
             "totals": [[u, t, s] for (u, t), s in sorted(self.totals.items())],
             "hourly": [
@@ -273,11 +249,6 @@ class UsageStore:
             },
             "reclaims": dict(sorted(self.reclaims.items())),
         }
-        try:
-            write_json(self.path, data)
-            self._dirty = False
-        except OSError as exc:
-            log.error("gpuhub: cannot write GPU usage %s: %s", self.path, exc)
 
 
 def _seconds(value: Any) -> bool:
