@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuhub.jobs.kinds.base import Parts, Resource
-from gpuhub.jobs.kinds.training_operator import GROUP, VERSION, TrainingOperatorKind, rbac
+from gpuhub.jobs.kinds.base import Parts
+from gpuhub.jobs.kinds.training_operator import TrainingOperatorKind
 
 
 class PyTorchJob(TrainingOperatorKind):
-    name = "pytorchjob"
-    display_name = "PyTorchJob"
-    resource = Resource("PyTorchJob", GROUP, VERSION, "pytorchjobs")
-    rbac = rbac("pytorchjobs")
+    api_kind = "PyTorchJob"
     specs_key = "pytorchReplicaSpecs"
     master = "Master"
     container = "pytorch"

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from gpuhub.jobs.kinds.base import Resource
-from gpuhub.jobs.kinds.training_operator import GROUP, VERSION, TrainingOperatorKind, rbac
+from gpuhub.jobs.kinds.training_operator import TrainingOperatorKind
 
 
 class TFJob(TrainingOperatorKind):
-    name = "tfjob"
-    display_name = "TFJob"
-    resource = Resource("TFJob", GROUP, VERSION, "tfjobs")
-    rbac = rbac("tfjobs")
+    api_kind = "TFJob"
     specs_key = "tfReplicaSpecs"
     master = "Chief"
     container = "tensorflow"

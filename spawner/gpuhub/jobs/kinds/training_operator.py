@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from gpuhub.jobs.kinds.base import Access, Obj, Parts, Rule, WorkloadKind
+from gpuhub.jobs.kinds.base import Access, Obj, Parts, Resource, Rule, WorkloadKind
 from gpuhub.jobs.kinds.job import HUB_VERBS, SERVICE_VERBS
 from gpuhub.jobs.kinds.phase import (
     Phase,
@@ -40,15 +40,28 @@ def rbac(plural: str) -> Access:
 
 class TrainingOperatorKind(WorkloadKind):
     """A Training Operator kind: ``specs_key`` holds its replicas, ``master`` names the one
-    that writes the notebook, ``container`` the container the operator looks for."""
+    that writes the notebook, ``container`` the container the operator looks for.
+
+    A subclass names its Kubernetes kind once (``api_kind``); its name in requests (lower
+    case), its resource (the operator's plural: lower case and "s") and its RBAC follow.
+    """
 
     operator = "Kubeflow training operator"
     distributed = True
     suspend_path = ("spec", "runPolicy", "suspend")
     failed_create = "FailedCreatePod"
+    api_kind: str
     specs_key: str
     master: str
     container: str
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        plural = f"{cls.api_kind.lower()}s"
+        cls.name = cls.api_kind.lower()
+        cls.display_name = cls.api_kind
+        cls.resource = Resource(cls.api_kind, GROUP, VERSION, plural)
+        cls.rbac = rbac(plural)
 
     def spec(self, parts: Parts) -> dict[str, Any]:
         """What its spec holds besides the replicas and the run policy."""
