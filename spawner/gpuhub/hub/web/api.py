@@ -13,8 +13,8 @@ resource, as JupyterHub's ``apihandlers/`` (each ends in its ``HANDLERS``, gathe
   clocks and "Keep my GPUs";
 * :mod:`gpuhub.hub.web.notices`: ``/hub/api/gpuhub/notices/<user>`` (and closing one), and
   the notices hub pages show;
-* :mod:`gpuhub.hub.web.budgets`: extra GPU-hours; :mod:`gpuhub.hub.web.fleet`: the fleet
-  page and its actions.
+* :mod:`gpuhub.hub.web.budgets`: extra GPU-hours; :mod:`gpuhub.hub.web.fleet` and
+  :mod:`gpuhub.hub.web.fleet_actions`: the fleet page and its actions.
 
 Who may call each is one check (:mod:`gpuhub.hub.web.access`): a user's GPU facts for tokens
 with access to the user's servers (never for a token that only identifies the user, as
@@ -46,6 +46,7 @@ from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.web.access import BUDGETS_SCOPE, FLEET_SCOPE, GRANTS_SCOPE
 from gpuhub.hub.web.budgets import HANDLERS as BUDGET_HANDLERS
 from gpuhub.hub.web.fleet import HANDLERS as FLEET_HANDLERS
+from gpuhub.hub.web.fleet_actions import HANDLERS as FLEET_ACTION_HANDLERS
 from gpuhub.hub.web.grants import HANDLERS as GRANT_HANDLERS
 from gpuhub.hub.web.holdings import HANDLERS as HOLDING_HANDLERS
 from gpuhub.hub.web.notices import HANDLERS as NOTICE_HANDLERS
@@ -159,6 +160,7 @@ _STARTER: set[asyncio.Task[None]] = set()
 # apihandlers/ do): the API's and the pages'.
 HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *FLEET_HANDLERS,
+    *FLEET_ACTION_HANDLERS,
     *NOTICE_HANDLERS,
     *BUDGET_HANDLERS,
     *RECLAIM_HANDLERS,

@@ -24,7 +24,8 @@ from gpuhub.core.budgets import hours_words
 from gpuhub.core.options import as_given, json_number
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.web.access import WHO_MAY_GRANT, BoundedAPIHandler, may_grant
-from gpuhub.hub.web.fleet import MAX_REASON, Refused, _ActionHandler, render_fleet
+from gpuhub.hub.web.fleet import render_fleet
+from gpuhub.hub.web.fleet_actions import MAX_REASON, ActionHandler, Refused
 
 MAX_HOURS = 100_000.0
 
@@ -111,7 +112,7 @@ class GrantHoursHandler(BoundedAPIHandler):
         self.finish(json.dumps(state.as_json()))
 
 
-class FleetGrantHandler(_ActionHandler):
+class FleetGrantHandler(ActionHandler):
     """``POST /hub/gpuhub/fleet/grant`` (form: user, hours, reason): the fleet page's form."""
 
     @web.authenticated
