@@ -21,7 +21,7 @@ import logging
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuhub.core.dra import DRAType
 from gpuhub.core.dra_devices import Device, DeviceClassInfo, device_class_info
@@ -44,6 +44,19 @@ log = logging.getLogger("gpuhub.hub.ledger.dra_capacity")
 RESOURCE_PATH = f"/apis/{RESOURCE_GROUP}/{RESOURCE_VERSION}"
 DeviceKey = tuple[str, str, str]  # (driver, pool, device), as an allocation result names it
 ClaimKey = tuple[str, str]  # (namespace, name)
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def _replace(table: dict[K, V], key: K, info: V | None) -> V | None:
+    """Put ``info`` in ``table`` at ``key`` (None: take it out); what stood there before, so
+    that the caller can tell whether anything changed."""
+    old = table.pop(key, None)
+    if info is not None:
+        table[key] = info
+    return old
 
 
 @dataclass
@@ -87,9 +100,7 @@ class DeviceState:
     # -- changes -----------------------------------------------------------------------------
     def set_slice(self, name: str, info: SliceInfo | None) -> bool:
         """A slice came, changed (``info``) or went (None); True if a figure may move."""
-        old = self.slices.pop(name, None)
-        if info is not None:
-            self.slices[name] = info
+        old = _replace(self.slices, name, info)
         if old == info:
             return False
         pools = {(s.driver, s.pool) for s in (old, info) if s is not None}
@@ -122,10 +133,7 @@ class DeviceState:
             self._pool_devices[pool] = published
 
     def set_class(self, name: str, info: DeviceClassInfo | None) -> bool:
-        old = self.classes.pop(name, None)
-        if info is not None:
-            self.classes[name] = info
-        if old == info:
+        if _replace(self.classes, name, info) == info:
             return False
         self.device_generation += 1
         self.generation += 1
@@ -133,11 +141,9 @@ class DeviceState:
 
     def set_claim(self, key: ClaimKey, info: ClaimInfo | None) -> bool:
         """A claim came, changed or went; True if a figure may move. O(its results)."""
-        old = self.claims.pop(key, None)
-        if info is not None and (info.devices or info.pods):
-            self.claims[key] = info
-        else:
-            info = None
+        if info is not None and not (info.devices or info.pods):
+            info = None  # holds nothing: as if gone
+        old = _replace(self.claims, key, info)
         if old == info:
             return False
         if old is not None:
