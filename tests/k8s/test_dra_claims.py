@@ -14,7 +14,7 @@ import pytest
 
 from gpuhub import GPUSpawner
 from gpuhub.core.policy import Policy, PolicyConfigError
-from gpuhub.hub.gpu_spawner import dra_note
+from gpuhub.hub.kube_capacity import dra_note
 from gpuhub.hub.ledger.dra_capacity import forbidden_words
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.progress import SpawnRequest, describe

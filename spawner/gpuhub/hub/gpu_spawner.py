@@ -1,4 +1,11 @@
-"""GPUSpawner: KubeSpawner with gpuhub's form, policy and GPU-aware pod manifest."""
+"""GPUSpawner: KubeSpawner with gpuhub's form, policy and GPU-aware pod manifest.
+
+Here: its traits, the launch options applied to KubeSpawner's pod, the pod requests' retries,
+and a start that ends with a reason rather than "Timeout". Its other parts, one module each,
+mixed in: the cluster's GPUs and the quota before any pod (:mod:`gpuhub.hub.kube_capacity`),
+GPUs claimed through DRA (:mod:`gpuhub.hub.kube_claims`), the wait in Kueue's line
+(:mod:`gpuhub.hub.kube_queue`) and progress in words (:mod:`gpuhub.hub.kube_progress`).
+"""
 
 from __future__ import annotations
 
@@ -10,95 +17,26 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from kubespawner import KubeSpawner
 from traitlets import Bool, Float, TraitError, Unicode, default, validate
 
-from gpuhub.core import words
 from gpuhub.core.gpu_resources import is_gpu_resource
-from gpuhub.core.holdings import QuotaExceeded
 from gpuhub.core.options import FIELDS, LaunchOptions
 from gpuhub.core.policy import GPUType
-from gpuhub.core.quantity import format_cpu, format_memory, human_memory
 from gpuhub.hub.form import Preset
-from gpuhub.hub.ledger.capacity import (
-    FIRST_SYNC_WAIT,
-    CapacityUnavailable,
-    shared_capacity,
-    shared_ledger,
-)
-from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
-from gpuhub.hub.ledger.ledger import Grant, Ledger
+from gpuhub.hub.kube_capacity import LiveCapacity
+from gpuhub.hub.kube_claims import DRAClaims
+from gpuhub.hub.kube_progress import SpawnProgress
+from gpuhub.hub.kube_queue import KueueLine
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
-from gpuhub.hub.progress import SpawnRequest, Step, describe, timeout_message, waiting_for_gpus
+from gpuhub.hub.progress import timeout_message
 from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
-from gpuhub.k8s.dra import (
-    TEMPLATE_SUFFIX,
-    ClaimTemplates,
-    claim_template,
-    claims_gpus,
-    container_claims,
-    missing_class_words,
-    pod_claims,
-    shared_device_classes,
-    template_name,
-    unreadable_words,
-)
-from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
-from gpuhub.k8s.labels import (
-    COMPONENT_LABEL,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    QUEUE_NAME_LABEL,
-    SERVER_COMPONENT,
-)
+from gpuhub.k8s.labels import QUEUE_NAME_LABEL
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 
 __all__ = ["SHM_VOLUME", "GPUSpawner"]
-
-QUOTA_UNAVAILABLE = (
-    "Your GPU quota cannot be checked right now (the cluster did not answer); "
-    "try again in a minute, or start a server without GPUs."
-)
-CAPACITY_UNAVAILABLE = (
-    "Live GPU availability cannot be shown right now (the cluster did not answer). "
-    "You can still start a server; it will wait for free GPUs."
-)
-# The hub has just started and is still reading the cluster (a big one takes a while).
-QUOTA_LOADING = (
-    "Your GPU quota cannot be checked yet: the hub is still reading the cluster's pods "
-    "after its start (over a minute so far); try again shortly, or start a server without "
-    "GPUs."
-)
-CAPACITY_LOADING = (
-    "Live GPU availability is still loading: the hub is reading the cluster's nodes and "
-    "pods after its start; reload this page in a few seconds. You can still start a server; "
-    "it will wait for free GPUs."
-)
-
-
-def dra_note(
-    types: list[GPUType],
-    figures: Mapping[str, GPUCapacity],
-    missing: Mapping[str, str],
-    forbidden: str,
-) -> str:
-    """What the form says of DRA types: each one whose DeviceClass the cluster lacks
-    (``missing``' sentences), then those the hub may not read (``forbidden``: a 403, the
-    capacity watch's sentence), which have no figure."""
-    notes = list(missing.values())
-    unread = [t.display_name for t in types if t.dra is not None and t.key not in figures]
-    if unread and forbidden:
-        notes.append(unreadable_words(unread, forbidden))
-    return " ".join(notes)
-
-
-def _unavailable(cache: Any, loading: str, failed: str) -> str:
-    """Why the cluster's figures are missing: still loading, or the cluster did not answer."""
-    return failed if getattr(cache, "error", "") is not None else loading
-
 
 # Answers after which the same request may well succeed.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -126,26 +64,11 @@ def _listed(value: Any) -> Any:
     return value
 
 
-# DRA types whose missing DeviceClass the log has said, (type key, class): once per process.
-_LOGGED_MISSING: set[tuple[str, str]] = set()
-
-
-def _age(meta: dict[str, Any]) -> float:
-    """Seconds since an object's ``creationTimestamp`` (0 if unreadable)."""
-    from datetime import datetime
-
-    try:
-        made = datetime.fromisoformat(str(meta.get("creationTimestamp")).replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return time.time() - made.timestamp()
-
-
 class NeverSchedulable(Exception):
     """The scheduler says no node can run this pod, and waiting will not change that."""
 
 
-class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
+class GPUSpawner(SpawnProgress, KueueLine, DRAClaims, LiveCapacity, GPUSpawnerMixin, KubeSpawner):
     """Spawns single-user pods with the GPUs, node selector and tolerations of a GPU type."""
 
     gpu_platform = "kubernetes"
@@ -200,8 +123,8 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
         nodes on demand.""",
     )
 
-    _gpuhub_last_step: Step | None = None
     _gpuhub_starting = False
+    _gpuhub_start_task: asyncio.Future[Any] | None = None
 
     # -- presets from profile_list --------------------------------------------------------
     async def _profile_list(self) -> list[dict[str, Any]]:
@@ -287,130 +210,22 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             # Kueue's webhook gates the pod until its Workload is admitted (gpuhub.k8s.kueue).
             self.extra_labels = {**self.extra_labels, QUEUE_NAME_LABEL: self._waits_in()}
 
-    def _queued(self, options: LaunchOptions | None) -> bool:
-        """Whether this spawn's pod waits in Kueue's queue: a GPU server, with a queue set."""
-        return bool(
-            self.kueue_queue_name
-            and options is not None
-            and options.gpu_type is not None
-            and options.gpus > 0
-        )
-
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
         env.update(gpu_env(self.launch_options))
         return env
 
-    # -- GPUs claimed through DRA (gpuhub.k8s.dra) --------------------------------------------
-    # The template this start's pod claims its GPUs from (made by get_pod_manifest, created
-    # before the pod by _make_create_pod_request); None: no DRA claim.
-    _gpuhub_claims: dict[str, Any] | None = None
-    # Once per hub process: templates of servers whose pod never came (a hub that died
-    # between the two) are deleted.
-    _gpuhub_orphans_swept = False
-    ORPHAN_AGE = 600.0  # seconds: far more than between a template and its pod's creation
-
-    async def get_pod_manifest(self) -> Any:
-        """KubeSpawner's pod, with a DRA type's claim: the pod's ``resourceClaims`` names the
-        template made for this request, the notebook container's ``resources.claims`` the
-        claim; no GPU resource (:func:`gpuhub.k8s.pods.gpu_resources` gives none)."""
-        from kubernetes_asyncio.client import CoreV1ResourceClaim, V1PodResourceClaim
-
-        pod = await super().get_pod_manifest()
-        options = self.launch_options
-        self._gpuhub_claims = None
-        if not claims_gpus(options):
-            return pod
-        assert options is not None
-        name = template_name(self.pod_name)
-        labels = {k: v for k, v in (pod.metadata.labels or {}).items() if k != QUEUE_NAME_LABEL}
-        labels[MANAGED_BY_LABEL] = MANAGED_BY
-        annotations = {
-            k: v
-            for k, v in (pod.metadata.annotations or {}).items()
-            if k.startswith("hub.jupyter.org/")
-        }
-        self._gpuhub_claims = claim_template(options, name, self.namespace, labels, annotations)
-        pod.spec.resource_claims = [
-            V1PodResourceClaim(name=c["name"], resource_claim_template_name=name)
-            for c in pod_claims(name)
-        ]
-        container = pod.spec.containers[0]
-        container.resources.claims = [
-            CoreV1ResourceClaim(name=c["name"]) for c in container_claims()
-        ]
-        return pod
-
-    def _claim_templates(self) -> ClaimTemplates:
-        return ClaimTemplates(self.api.api_client, self.namespace)
-
-    async def _delete_claim_template(self) -> None:
-        """The server's template, if it had one (a 404 is fine: the pod took it along). Only
-        where some GPU type is claimed through DRA: no request is made for nothing."""
-        if not any(t.dra is not None for t in self.gpu_policy.gpu_types.values()):
-            return
-        with contextlib.suppress(Exception):
-            await self._claim_templates().delete(template_name(self.pod_name))
-
-    async def _sweep_orphan_templates(self) -> None:
-        """Delete the servers' templates that no pod owns and whose pod is gone: a hub
-        stopped between creating one and its pod. Once per hub process."""
-        cls = self.__class__
-        if cls._gpuhub_orphans_swept:
-            return
-        cls._gpuhub_orphans_swept = True
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL}={SERVER_COMPONENT}"
-        try:
-            templates = await self._claim_templates().list(selector)
-            for item in templates:
-                meta = item.get("metadata") or {}
-                if meta.get("ownerReferences") or _age(meta) < self.ORPHAN_AGE:
-                    continue
-                name = str(meta.get("name") or "")
-                if await self._pod_exists(name.removesuffix(TEMPLATE_SUFFIX)):
-                    continue  # its pod runs on it (owning it failed); its stop deletes it
-                self.log.info("Deleting ResourceClaimTemplate %s: no server pod owns it", name)
-                await self._claim_templates().delete(name)
-        except (TimeoutError, ApiException, OSError) as exc:
-            cls._gpuhub_orphans_swept = False  # try again later
-            self.log.info("Sweeping servers' ResourceClaimTemplates failed: %s", exc)
-
-    async def _pod_exists(self, name: str) -> bool:
-        from kubernetes_asyncio.client.rest import ApiException
-
-        try:
-            await self.api.read_namespaced_pod(name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    async def _missing_classes(self, types: list[GPUType]) -> dict[str, str]:
-        """``{type key: sentence}`` for DRA types whose DeviceClass the cluster lacks (one
-        shared read of the classes a minute); the admin reads each once in the log."""
-        wanted = {t.key: t.dra.device_class for t in types if t.dra is not None}
-        if not wanted:
-            return {}
-        missing = await shared_device_classes(self.api.api_client).missing(wanted.values())
-        said = {}
-        for key, device_class in wanted.items():
-            if device_class not in missing:
-                continue
-            gpu_type = self.gpu_policy.gpu_types[key]
-            said[key] = missing_class_words(gpu_type.display_name, device_class)
-            if (key, device_class) not in _LOGGED_MISSING:
-                _LOGGED_MISSING.add((key, device_class))
-                self.log.warning(
-                    "gpuhub: gpu_types[%r].dra.device_class is %r, but this cluster has no "
-                    "DeviceClass of that name (is its DRA driver installed?); the type is "
-                    "shown as unavailable.",
-                    key,
-                    device_class,
-                )
-        return said
+    def _as_placed(self, gpu_type: GPUType) -> GPUType:
+        """The type as its pods land: with the admin's spawner-wide selector and tolerations."""
+        selector = self._configured("node_selector") or {}
+        tolerations = _listed(self._configured("tolerations") or [])
+        if not selector and not tolerations:
+            return gpu_type
+        return dataclasses.replace(
+            gpu_type,
+            node_selector={**selector, **gpu_type.node_selector},
+            tolerations=(*tolerations, *gpu_type.tolerations),
+        )
 
     async def load_user_options(self) -> None:
         # KubeSpawner calls this at the top of start(): make sure gpuhub validated first.
@@ -447,27 +262,6 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
             await self._own_claim_template(claims["metadata"]["name"])
         return made
 
-    async def _own_claim_template(self, name: str) -> None:
-        """The pod owns its template from now on: it goes with the pod, even should the hub
-        never stop the server. Should that fail, the pod has its template all the same, and
-        the server's stop deletes it."""
-        from kubernetes_asyncio.client.rest import ApiException
-
-        try:
-            pod = await self.api.read_namespaced_pod(self.pod_name, self.namespace)
-            await self._claim_templates().own(
-                name,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": self.pod_name,
-                    "uid": pod.metadata.uid,
-                    "blockOwnerDeletion": True,
-                },
-            )
-        except (TimeoutError, ApiException, OSError) as exc:
-            self.log.warning("Giving ResourceClaimTemplate %s to its pod failed: %s", name, exc)
-
     async def _make_delete_pod_request(
         self, pod_name: str, delete_options: Any, grace_seconds: int, request_timeout: float
     ) -> bool:
@@ -484,329 +278,6 @@ class GPUSpawner(GPUSpawnerMixin, KubeSpawner):
                 self.log.warning("Deleting pod %s: HTTP %s, retrying", pod_name, exc.status)
                 return False
             raise
-
-    # -- live capacity ----------------------------------------------------------------------
-    def _as_placed(self, gpu_type: GPUType) -> GPUType:
-        """The type as its pods land: with the admin's spawner-wide selector and tolerations."""
-        selector = self._configured("node_selector") or {}
-        tolerations = _listed(self._configured("tolerations") or [])
-        if not selector and not tolerations:
-            return gpu_type
-        return dataclasses.replace(
-            gpu_type,
-            node_selector={**selector, **gpu_type.node_selector},
-            tolerations=(*tolerations, *gpu_type.tolerations),
-        )
-
-    async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:
-        """Free/total GPUs per type from the shared watch of the cluster (no LIST per view)."""
-        if not self.gpu_policy.gpu_types:
-            return {}, ""
-        types = list(self.gpu_policy.gpu_types.values())
-        if any(t.dra is not None for t in types):
-            await self._sweep_orphan_templates()
-        missing = await self._missing_classes(types)
-        cache = shared_capacity(self.api)
-        if not await cache.wait_ready(self.capacity_wait):
-            return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
-        try:
-            figures = cache.capacity(map(self._as_placed, types))
-        except CapacityUnavailable:
-            return {}, _unavailable(cache, CAPACITY_LOADING, CAPACITY_UNAVAILABLE)
-        # A DRA type whose DeviceClass the cluster lacks has no device: none free, and why.
-        figures.update({key: GPUCapacity(free=0, total=0) for key in missing})
-        return figures, dra_note(types, figures, missing, cache.dra.forbidden)
-
-    async def gpu_ledger(self, wait: float | None = None) -> Ledger:
-        """The hub's ledger of this cluster, once the pod watch has answered (waiting up to
-        ``wait`` seconds, else ``capacity_wait``, for the first sync after the hub's start)."""
-        cache = shared_capacity(self.api)
-        if not await cache.wait_ready(max(wait or 0.0, self.capacity_wait)):
-            raise refusal(_unavailable(cache, QUOTA_LOADING, QUOTA_UNAVAILABLE), 503)
-        return shared_ledger(self.api)
-
-    async def reserve_launch(self, options: LaunchOptions) -> None:
-        """Refuse, before any pod exists, a request no node of the cluster could ever hold,
-        or one that would put the user over their GPU quota; else reserve its GPUs in the
-        hub's ledger (a grant, until its pod shows in the watch)."""
-        gpu_type = options.gpu_type
-        if gpu_type is None or options.gpus == 0:
-            return
-        await self._check_fit(gpu_type, options)
-        if self._queued(options):
-            await self._expect_kueue()
-            await self._choose_queue()
-            # The time in Kueue's line comes on top of the time to start, and JupyterHub
-            # waits for start() that long too (set before it starts waiting).
-            self.extend_start_timeout()
-        limit = self.gpu_quota_limit()
-        if limit is None:
-            return
-        ledger = await self.gpu_ledger(wait=FIRST_SYNC_WAIT)
-        async with ledger.lock(self.user.name):
-            try:
-                ledger.check(
-                    self.user.name, limit, options.gpu_amount, replacing=("server", self.name)
-                )
-            except (QuotaExceeded, CapacityUnavailable) as exc:
-                if isinstance(exc, CapacityUnavailable):
-                    message = _unavailable(ledger.source, QUOTA_LOADING, QUOTA_UNAVAILABLE)
-                    raise refusal(message, 503) from None
-                self.log.warning("Spawn of %s over quota: %s", log_name(self), exc.message)
-                raise refusal(exc.message, exc.status) from None
-            # Counted from now on, until the pod shows in the watch (then the pod counts).
-            ledger.grant(
-                Grant(
-                    self.user.name,
-                    "server",
-                    self.name,
-                    options.gpus,
-                    gpu_type.key,
-                    time.time() + self.start_timeout + 60,
-                    share=options.share,
-                    memory=options.gpu_memory or 0,
-                )
-            )
-
-    async def _expect_kueue(self) -> None:
-        """Say once in the log when servers are meant to queue but the cluster runs no Kueue:
-        they start as they would without a queue, and the admin should know why."""
-        if self.__class__._gpuhub_kueue_checked:
-            return
-        self.__class__._gpuhub_kueue_checked = True
-        if await shared_kueue(self.api.api_client).version() is None:
-            self.log.warning(
-                "GPUSpawner.kueue_queue_name is %r, but the cluster serves no Kueue "
-                "(kueue.x-k8s.io): GPU servers start without waiting in a queue.",
-                self.kueue_queue_name,
-            )
-
-    _gpuhub_kueue_checked = False
-
-    # -- a fair queue: one LocalQueue per user (line_order = "fair", gpuhub.k8s.kueue) -------
-    _gpuhub_user_queue = ""  # this spawn's own LocalQueue ("": the admin's queue)
-
-    async def _choose_queue(self) -> None:
-        """With ``line_order = "fair"`` where Kueue offers admission fair sharing, this
-        user's own LocalQueue (made on first use): Kueue orders LocalQueues by past usage.
-        Elsewhere the admin's queue, first come, first served; the hub says why once."""
-        self._gpuhub_user_queue = ""
-        if self.gpu_line_order().fair:
-            self._gpuhub_user_queue = await shared_kueue(self.api.api_client).own_queue(
-                self.namespace, self.kueue_queue_name, self.user.name, "GPU servers", self.log
-            )
-
-    def _waits_in(self) -> str:
-        """The LocalQueue this spawn's pod waits in: the user's own, or the admin's."""
-        return self._gpuhub_user_queue or self.kueue_queue_name
-
-    def _release_grant(self) -> None:
-        if self.gpu_quota_limit() is not None:
-            with contextlib.suppress(RuntimeError):
-                shared_ledger(self.api).release_grant(self.user.name, self.name)
-
-    async def _check_fit(self, gpu_type: GPUType, options: LaunchOptions) -> None:
-        if gpu_type.dra is not None:
-            # Without its DeviceClass the claim could never be allocated, whatever the slices.
-            missing = await self._missing_classes([gpu_type])
-            if missing:
-                raise refusal(missing[gpu_type.key])
-        cache = shared_capacity(self.api)
-        if not await cache.wait_ready(self.capacity_wait):
-            return  # cannot tell now; the scheduler will
-        try:
-            fit = cache.fit(self._as_placed(gpu_type), options.gpus)
-        except CapacityUnavailable:
-            return
-        name = gpu_type.display_name
-        if fit.nodes == 0:
-            raise refusal(
-                f"This cluster has no nodes with {words.gpu_noun(name, 2)}, so the server could never start; "
-                "pick another GPU type."
-            )
-        if options.gpus > fit.max_gpus:
-            raise refusal(
-                f"No node in this cluster has {words.gpus(options.gpus, name)} (the most on one node "
-                f"is {fit.max_gpus}); ask for {fit.max_gpus} or fewer."
-            )
-        memory = options.gpu_memory or 0
-        if fit.max_device_memory is not None and memory > fit.max_device_memory:
-            # A DRA type's devices say their memory: a share none could ever hold.
-            raise refusal(
-                f"No {name} GPU has {human_memory(memory)} of memory; the largest has "
-                f"{human_memory(fit.max_device_memory)} ({fit.largest_device}); ask for less "
-                "GPU memory."
-            )
-        if options.cpu > fit.max_cpu:
-            raise refusal(
-                f"No node with {words.gpus(options.gpus, name)} has "
-                f"{words.plural(options.cpu, 'CPU')} "
-                f"(the most is {format_cpu(fit.max_cpu)}); ask for fewer CPUs."
-            )
-        if options.memory > fit.max_memory:
-            raise refusal(
-                f"No node with {words.gpus(options.gpus, name)} has {format_memory(options.memory)} "
-                f"of memory (the most is {format_memory(fit.max_memory)}); ask for less memory."
-            )
-
-    # -- progress ---------------------------------------------------------------------------
-    def spawn_request(self) -> SpawnRequest:
-        """What this spawn asked for, in the words of the form."""
-        options = self.launch_options
-        if options is None:
-            return SpawnRequest(image=self.image)
-        image = options.image or self.image
-        images = self.gpu_policy.images
-        if options.image_key and options.image_key in images:
-            image = images[options.image_key].display_name
-        gpu_type = options.gpu_type
-        return SpawnRequest(
-            image=image,
-            gpus=options.gpus,
-            gpu_name=gpu_type.display_name if gpu_type else "",
-            gpu_resource=gpu_type.resource_name if gpu_type else "",
-            cpu=options.cpu,
-            memory=options.memory,
-        )
-
-    def _type_capacity(self) -> GPUCapacity | None:
-        options = self.launch_options
-        if options is None or options.gpu_type is None:
-            return None
-        try:
-            figures = shared_capacity(self.api).capacity([self._as_placed(options.gpu_type)])
-        except CapacityUnavailable:
-            return None
-        return figures.get(options.gpu_type.key)
-
-    def _steps(self) -> list[tuple[str, Step]]:
-        """This pod's events so far, told as steps: ``(event uid, step)``."""
-        request = self.spawn_request()
-        capacity = self._type_capacity()
-        steps = []
-        for event in self.events:
-            step = describe(event, request, capacity)
-            if step is not None:
-                steps.append((event["metadata"]["uid"], step))
-        return steps
-
-    async def progress(self) -> Any:
-        """Spawn progress in words for the hub's progress bar (see :mod:`gpuhub.hub.progress`)."""
-        if not self.events_enabled:
-            return
-        await self._start_watching_events()
-        shown: set[str] = set()
-        last_message = ""
-        request = self.spawn_request()
-        while True:
-            start_future = self._start_future
-            done = start_future is not None and start_future.done()
-            for uid, step in self._steps():
-                if uid in shown:
-                    continue
-                shown.add(uid)
-                self._gpuhub_last_step = step
-                if step.message != last_message:
-                    last_message = step.message
-                    yield {"progress": step.progress, "message": step.message}
-            if not done and self._in_kueue():
-                # Held by Kueue: no scheduler events yet; the line is what there is to say.
-                event = await self._kueue_event()
-                if event["message"] != last_message:
-                    last_message = event["message"]
-                    yield event
-            last = self._gpuhub_last_step
-            if last is not None and last.waiting_for_gpus and not done:
-                # GPUs come and go while we wait: keep the "N free now" figure current.
-                message = waiting_for_gpus(request, self._type_capacity())
-                if message != last_message:
-                    last_message = message
-                    yield {"progress": last.progress, "message": message}
-            if done:
-                break
-            await asyncio.sleep(0.5)
-
-    # -- waiting in Kueue's line (kueue_queue_name) ------------------------------------------
-    _gpuhub_asked_at = 0.0  # when this spawn started: the line's deadline counts from it
-    _gpuhub_joined_at = 0  # the place at which the spawn was first seen in line
-    _gpuhub_start_task: asyncio.Future[Any] | None = None
-
-    def _pod(self) -> dict[str, Any] | None:
-        """This spawn's pod as KubeSpawner's pod watch last saw it (JSON), or None."""
-        return self.pod_reflector.pods.get(f"{self.namespace}/{self.pod_name}")
-
-    def _in_kueue(self) -> bool:
-        """Whether Kueue still holds this spawn's pod back (its admission gate is on)."""
-        return self._queued(self.launch_options) and gated(self._pod())
-
-    def _kueue_deadline(self) -> float:
-        return self._gpuhub_asked_at + self.gpu_queue_timeout
-
-    async def _kueue_place(self) -> tuple[int | None, list[Pending] | None]:
-        """(place in line, 1 = next; the line) of this spawn's pod in Kueue's LocalQueue: the
-        place is None until Kueue lists its Workload, the line None where it cannot be read."""
-        uid = ((self._pod() or {}).get("metadata") or {}).get("uid")
-        try:
-            line = await shared_kueue(self.api.api_client).line(self.namespace, self._waits_in())
-        except Exception as exc:  # an apiserver hiccup: the page says so, the wait goes on
-            self.log.info("Reading Kueue's line %s failed: %s", self._waits_in(), exc)
-            line = None
-        for pending in line or []:
-            if uid and any(owner[2] == uid for owner in pending.owners):
-                if self._gpuhub_user_queue:  # alone in its queue: the ClusterQueue's place
-                    return pending.in_cluster_queue, line
-                return pending.position, line
-        return None, line
-
-    async def _kueue_event(self) -> dict[str, Any]:
-        """The spawn page's progress event while the pod waits in Kueue's line, in the words
-        queued jobs use too (:func:`gpuhub.k8s.kueue.waiting_words`): what of the queue's GPUs
-        is in use and by how many, and the place in line and what is in front; the bar moves
-        from 10 % (where it joined) to 25 % (next); ``gpuhub_line`` is for the page's "Leave
-        the line" button and clock (``templates/hub/spawn_pending.html``)."""
-        place, line = await self._kueue_place()
-        request = self.spawn_request()
-        deadline = self._kueue_deadline()
-        until = (
-            f" gpuhub waits until {words.moment_utc(deadline)}, "
-            f"{words.duration(self.gpu_queue_timeout)} after you asked."
-        )
-        try:
-            use = await shared_kueue(self.api.api_client).usage(self.namespace, self._waits_in())
-        except Exception as exc:  # an apiserver hiccup: the page goes on without the figures
-            self.log.info("Reading Kueue's queue %s failed: %s", self.kueue_queue_name, exc)
-            use = None
-        said = waiting_words(
-            self.kueue_queue_name,
-            gpus=request.gpus,
-            gpu_name=request.gpu_name,
-            resource=request.gpu_resource,
-            use=use,
-            place=place,
-            line=line,
-            fair=bool(self._gpuhub_user_queue),
-        )
-        if place is None:
-            return {
-                "progress": 10,
-                "message": f"{said}{until}",
-                "gpuhub_line": {"place": None, "deadline": round(deadline)},
-            }
-        self._gpuhub_joined_at = max(self._gpuhub_joined_at, place)
-        joined = self._gpuhub_joined_at
-        return {
-            "progress": round(10 + 15 * (joined - place + 1) / joined),
-            "message": f"{said}{until}",
-            "gpuhub_line": {"place": place, "deadline": round(deadline)},
-        }
-
-    def _kueue_timeout_message(self) -> str:
-        request = self.spawn_request()
-        return (
-            f"Your server waited {words.duration(self.gpu_queue_timeout)} in the queue "
-            f'"{self.kueue_queue_name}" for {words.gpus(request.gpus, request.gpu_name)} and '
-            "Kueue did not admit it; try again later, or ask for fewer GPUs or another type."
-        )
 
     def is_pod_running(self, pod: Any) -> bool:
         # KubeSpawner polls this while it waits for the pod: the place to notice, from the
