@@ -35,6 +35,7 @@ from gpuhub.core.budgets import BudgetConfig, this_period
 from gpuhub.core.budgets import hours_words as words_hours
 from gpuhub.core.holdings import Holding, gpu_type_names, named
 from gpuhub.core.quantity import human_memory as words_memory
+from gpuhub.hub.ledger import booking_book
 from gpuhub.hub.ledger.budget_usage import (
     AccountKey,
     BudgetState,
@@ -46,6 +47,7 @@ from gpuhub.hub.ledger.budget_usage import (
 )
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor import booking_watch
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
 from gpuhub.hub.monitor.eta_feed import EtaFeed, durations_path
 from gpuhub.hub.monitor.overshare import ShareWatch, StrayWatch
@@ -231,6 +233,7 @@ class GPUMonitor:
             await self._reclaim(now)
         if self.budget_watch is not None:
             await self._watch_budgets(now, now if mono is None else mono)
+        await booking_watch.watch(self, now)  # work on GPUs booked from now or soon
         self.refresh_budgets(now)
         self._drop_read_notices()
         self._estimate(now, now if mono is None else mono)
@@ -1032,6 +1035,7 @@ def check_settings(spawner: Any) -> str | None:
         spawner.gpu_idle_reclaim_rule()
         spawner.gpu_line_order()
         spawner.gpu_budget_config()
+        booking_book.rules_of(spawner)
     except PolicyConfigError as exc:
         log.error("gpuhub: the GPU settings in jupyterhub_config.py are invalid: %s", exc)
         return str(exc)
@@ -1049,6 +1053,7 @@ def _half_life(spawner: Any) -> float:
 async def _start(spawner: Any) -> None:
     global _MONITOR
     check_settings(spawner)
+    booking_book.attach(spawner)  # the bookings the watch keeps GPUs free for
     ledger = await spawner.gpu_ledger()
     if _MONITOR is not None:
         return

@@ -44,6 +44,7 @@ from tornado import web
 
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.web.access import BUDGETS_SCOPE, FLEET_SCOPE, GRANTS_SCOPE
+from gpuhub.hub.web.bookings import HANDLERS as BOOKING_HANDLERS
 from gpuhub.hub.web.budgets import HANDLERS as BUDGET_HANDLERS
 from gpuhub.hub.web.fleet import HANDLERS as FLEET_HANDLERS
 from gpuhub.hub.web.fleet_actions import HANDLERS as FLEET_ACTION_HANDLERS
@@ -166,4 +167,5 @@ HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *RECLAIM_HANDLERS,
     *GRANT_HANDLERS,
     *HOLDING_HANDLERS,
+    *BOOKING_HANDLERS,
 ]

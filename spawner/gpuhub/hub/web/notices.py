@@ -40,6 +40,7 @@ from gpuhub.core import words
 from gpuhub.core.holdings import Holding, job_hold_name
 from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
+from gpuhub.hub.monitor.booking_watch import BOOKING
 from gpuhub.hub.monitor.usage import BUDGET, HUB_SHUTDOWN, SHARE_OVERUSE
 from gpuhub.hub.web.access import FLEET_SCOPE, GpuhubAPIHandler
 
@@ -114,7 +115,7 @@ def notice_text(notice: Any) -> dict[str, str]:
     when = datetime.fromtimestamp(notice.when, UTC)
     at = _at(notice.when)
     server = f"server {notice.server!r}" if notice.server else "server"
-    if notice.kind == "budget":  # its reason is the whole sentence (gpuhub.hub.ledger.budget_usage)
+    if notice.kind in ("budget", BOOKING):  # its reason is the whole sentence (a warning)
         text = notice.reason
     elif notice.kind == "job":
         if list(notice.jobs) == [notice.server]:  # a cluster job, by its id
@@ -123,7 +124,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             # A workstation's job hold: named as the fleet page named it, by the server that
             # left its processes and the jobs they are.
             what, were, its = job_hold_name(notice.server, notice.jobs), "were", "Their"
-        if notice.by == BUDGET:
+        if notice.by in (BUDGET, BOOKING):
             text = (
                 f"Your {what} {were} ended {at} because {notice.reason}. {its} GPUs are free again."
             )
@@ -143,7 +144,7 @@ def notice_text(notice: Any) -> dict[str, str]:
             f"{at}; it did not start and held no GPU. Start it again to join the line."
         )
     else:
-        if notice.by in ("idle", SHARE_OVERUSE, BUDGET):
+        if notice.by in ("idle", SHARE_OVERUSE, BUDGET, BOOKING):
             what = f"Your {server} was stopped {at} because {notice.reason}."
         else:
             what = f"Your {server} was stopped {at} by {notice.by}: {notice.reason.rstrip('.')}."
