@@ -46,9 +46,9 @@ import logging
 import re
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuhub.k8s.kueue_words import (
     FAIR_QUEUE_WORDS,
@@ -105,8 +105,8 @@ class KueueAPI:
         self._versions: dict[str, tuple[float, str | None]] = {}
         self._refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
         # (namespace, queue) -> (when read, the read): one read shared by every reader
-        self._lines: dict[tuple[str, str], tuple[float, asyncio.Future[list[Pending] | None]]] = {}
-        self._uses: dict[tuple[str, str], tuple[float, asyncio.Future[QueueUse | None]]] = {}
+        self._lines: Reads[list[Pending] | None] = {}
+        self._uses: Reads[QueueUse | None] = {}
         self._use_refused: dict[tuple[str, str], float] = {}  # (namespace, queue) -> when
         self._made: set[tuple[str, str]] = set()  # users' LocalQueues known to exist
         self._fair: dict[tuple[str, str], FairSharing] = {}  # (namespace, queue) -> as found
@@ -162,13 +162,7 @@ class KueueAPI:
 
         Readers within :data:`LINE_TTL` seconds of each other share one read (one in flight
         at a time), so a hundred waiting spawn pages cost the apiserver one request a tick."""
-        key = (namespace, queue)
-        now = _clock()
-        cached = self._lines.get(key)
-        if cached is None or not _reusable(*cached, now):
-            cached = (now, asyncio.ensure_future(self._read_line(namespace, queue)))
-            self._lines[key] = cached
-        return await asyncio.shield(cached[1])
+        return await _shared(self._lines, (namespace, queue), self._read_line)
 
     async def _read_line(self, namespace: str, queue: str) -> list[Pending] | None:
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -349,13 +343,7 @@ class KueueAPI:
         """What LocalQueue ``queue``'s ClusterQueue has and what of it is taken; None when it
         cannot be read (no Kueue, no such queue, not allowed: then not asked again for a
         minute). Shared by readers within :data:`LINE_TTL` seconds, as :meth:`line` is."""
-        key = (namespace, queue)
-        now = _clock()
-        cached = self._uses.get(key)
-        if cached is None or not _reusable(*cached, now):
-            cached = (now, asyncio.ensure_future(self._read_usage(namespace, queue)))
-            self._uses[key] = cached
-        return await asyncio.shield(cached[1])
+        return await _shared(self._uses, (namespace, queue), self._read_usage)
 
     async def _read_usage(self, namespace: str, queue: str) -> QueueUse | None:
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -457,6 +445,23 @@ def positions(line: list[Pending] | None) -> dict[str, int]:
             if uid:
                 out[uid] = pending.position
     return out
+
+
+T = TypeVar("T")
+Reads = dict[tuple[str, str], tuple[float, asyncio.Future[T]]]
+
+
+async def _shared(
+    reads: Reads[T], key: tuple[str, str], read: Callable[[str, str], Awaitable[T]]
+) -> T:
+    """``read(*key)``, shared: one read in flight per key, and a good one reused by readers
+    within :data:`LINE_TTL` seconds (a reader that is cancelled leaves the read running)."""
+    now = _clock()
+    cached = reads.get(key)
+    if cached is None or not _reusable(*cached, now):
+        cached = (now, asyncio.ensure_future(read(*key)))
+        reads[key] = cached
+    return await asyncio.shield(cached[1])
 
 
 def _reusable(when: float, read: asyncio.Future[Any], now: float) -> bool:
