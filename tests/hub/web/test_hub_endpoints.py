@@ -46,7 +46,9 @@ ROUTES = {
     "/hub/gpuhub/fleet": {"GET"},
     "/hub/gpuhub/fleet/stop": {"POST"},
     "/hub/gpuhub/fleet/cancel": {"POST"},
+    "/hub/gpuhub/calendar": {"GET"},
 }
+PAGES = {"/hub/gpuhub/fleet", "/hub/gpuhub/calendar"}  # a browser is sent to log in
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +80,8 @@ def test_wrong_methods_answer_405_and_no_credentials_403_never_500(hub: Hub) -> 
                 if method not in served:
                     assert answer.status_code == 405, (method, path, token, answer.status_code)
                 elif token is None:
-                    # The fleet page sends a browser to the login page; everything else: 403.
-                    expected = 302 if (method, path) == ("GET", "/hub/gpuhub/fleet") else 403
+                    # Pages send a browser to the login page; everything else: 403.
+                    expected = 302 if method == "GET" and path in PAGES else 403
                     assert answer.status_code == expected, (method, path, answer.status_code)
     # With credentials, the served methods do their work, or say what is missing.
     assert call(hub, "GET", "/hub/api/gpuhub/holdings/alice", API_TOKEN).status_code == 200

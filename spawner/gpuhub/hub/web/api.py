@@ -46,6 +46,8 @@ from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.web.access import BUDGETS_SCOPE, FLEET_SCOPE, GRANTS_SCOPE
 from gpuhub.hub.web.bookings import HANDLERS as BOOKING_HANDLERS
 from gpuhub.hub.web.budgets import HANDLERS as BUDGET_HANDLERS
+from gpuhub.hub.web.calendar import HANDLERS as CALENDAR_HANDLERS
+from gpuhub.hub.web.calendar import home_calendar
 from gpuhub.hub.web.fleet import HANDLERS as FLEET_HANDLERS
 from gpuhub.hub.web.fleet_actions import HANDLERS as FLEET_ACTION_HANDLERS
 from gpuhub.hub.web.grants import HANDLERS as GRANT_HANDLERS
@@ -80,6 +82,7 @@ def configure_hub(c: Any) -> None:
     hub.template_paths = paths
     template_vars = dict(hub.template_vars) if "template_vars" in hub else {}
     template_vars["gpuhub_notices"] = notices_for
+    template_vars["gpuhub_calendar"] = home_calendar  # the calendar on the home page
     hub.template_vars = template_vars
     _start_monitor_with_the_hub()
 
@@ -168,4 +171,5 @@ HANDLERS: list[tuple[str, type[web.RequestHandler]]] = [
     *GRANT_HANDLERS,
     *HOLDING_HANDLERS,
     *BOOKING_HANDLERS,
+    *CALENDAR_HANDLERS,
 ]
