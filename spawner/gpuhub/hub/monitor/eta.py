@@ -341,6 +341,9 @@ class Line:
     fair: bool = False
     lag: float = STOP_LAG  # seconds from a hold's end to its GPUs being given again
     slack: float = HARD_SLACK  # the most that may pass from a hard end to the GPUs given
+    # Bookings of the type not yet ended, (start, end, GPUs): their GPUs go to their users
+    # first, so they bound no wait of others (a running one's users are among ``held``).
+    booked: tuple[tuple[float, float, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -412,10 +415,15 @@ def estimate(
         likely = max(_quantile(row, LIKELY), now)
         by = max(_quantile(row, BY), likely)
         hard = latest[i]
+        blocking = [b for b in line.booked if b[1] > now and (hard is None or b[0] < hard)]
+        if blocking:
+            hard = None  # booked GPUs go to the booking's users first, however long they hold
         if hard is not None:
             likely, by = min(likely, hard), min(by, hard)
         because = [_place(i, ahead_gpus, waiter, line), *reasons]
-        if hard is None:
+        if blocking:
+            because.append("No later time is certain: booked GPUs go to the booking's users first.")
+        elif hard is None:
             because.append(
                 "No later time is certain: others who used less may still come and go first."
                 if line.fair
@@ -560,6 +568,13 @@ def _reasons(line: Line, now: float) -> list[str]:
         out.append(
             f"{words.plural(len(hard), 'holding')} ran out of GPU-hours: stopped by "
             f"{clock(hard[0], now)} when the grace ends."
+        )
+    for start, end, gpus in sorted(b for b in line.booked if b[1] > now)[:1]:
+        booked = words.gpus(gpus, line.name)
+        out.append(
+            f"{booked} {'is' if gpus == 1 else 'are'} booked from {clock(start, now)} to "
+            f"{clock(end, now)}: {'it goes' if gpus == 1 else 'they go'} to the booking's users "
+            "first, and work on them is stopped at the start."
         )
     deadlines = sorted(
         h.hard_end for h in line.held if h.hard_end is not None and h.hard_why == "deadline"

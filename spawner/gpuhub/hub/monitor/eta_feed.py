@@ -16,8 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuhub.core.bookings import Booking
 from gpuhub.core.holdings import Holding
+from gpuhub.hub.ledger.booking_book import BOOKINGS
 from gpuhub.hub.ledger.statefile import restore_json, write_json
+from gpuhub.hub.monitor.booking_watch import plan
 from gpuhub.hub.monitor.eta import (
     HARD_SLACK,
     STOP_LAG,
@@ -145,7 +148,11 @@ class EtaFeed:
             return deadlines[user]
 
         by_type: dict[str, list[Held]] = {}
+        bookings = [b for b in BOOKINGS.bookings.values() if b.end > now]
+        gone = self._booked(monitor, bookings, held, now, groups_of, by_type)
         for key, holding in held.items():
+            if key in gone:
+                continue  # stopped now for a running booking (its users' hold replaces it)
             name = holding.gpu_type or "GPU"
             curve = self.durations.curve(holding.user, groups_of(holding.user), name)
             soft = None
@@ -200,8 +207,44 @@ class EtaFeed:
                 fair,
                 lag,
                 HARD_SLACK + interval,
+                booked=tuple(
+                    (b.start, b.end, b.gpus) for b in bookings if (b.type_name or "GPU") == name
+                ),
             )
         return lines
+
+    def _booked(
+        self,
+        monitor: Any,
+        bookings: list[Booking],
+        held: Mapping[HoldingKey, Holding],
+        now: float,
+        groups_of: Any,
+        by_type: dict[str, list[Held]],
+    ) -> set[HoldingKey]:
+        """Running bookings: the holdings stopped for them (returned), and the GPUs they
+        still owe, held from now by their users as a fresh hold (added to ``by_type``)."""
+        running = [b for b in bookings if b.start <= now]
+        if not running:
+            return set()
+
+        def is_for(booking: Booking, user: str) -> bool:
+            return BOOKINGS.is_for(booking, user, groups_of(user))
+
+        free = {name: int(figures[0]) for name, figures in monitor.capacity.items()}
+        gone: set[HoldingKey] = {
+            (h.user, h.kind, h.name)
+            for _, h in plan(running, held.values(), free, now, 0.0, is_for)
+        }
+        for booking in running:
+            name = booking.type_name or "GPU"
+            owed = booking.gpus - sum(
+                h.gpus for h in held.values() if h.gpu_type == name and is_for(booking, h.user)
+            )
+            if owed > 0:
+                curve = self.durations.curve("", [], name)
+                by_type.setdefault(name, []).append(Held(owed, now, curve))
+        return gone
 
     def sentence(self, key: HoldingKey, now: float | None = None) -> str:
         """The estimate of one waiting request in words ("" when there is none yet)."""
