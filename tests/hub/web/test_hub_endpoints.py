@@ -47,6 +47,8 @@ ROUTES = {
     "/hub/gpuhub/fleet/stop": {"POST"},
     "/hub/gpuhub/fleet/cancel": {"POST"},
     "/hub/gpuhub/calendar": {"GET"},
+    "/hub/api/gpuhub/bookings": {"GET", "POST"},
+    "/hub/api/gpuhub/bookings/b-0": {"DELETE"},
 }
 PAGES = {"/hub/gpuhub/fleet", "/hub/gpuhub/calendar"}  # a browser is sent to log in
 
@@ -111,6 +113,9 @@ def test_identify_only_tokens_read_and_keep_nothing(hub: Hub) -> None:
             answer = call(hub, method, path, identify)
             assert answer.status_code == 403, (path, answer.status_code, answer.text)
             assert "access:servers!user=alice" in answer.json()["message"]
+        # Nor does it book GPUs in her name.
+        booked = call(hub, "POST", "/hub/api/gpuhub/bookings", identify)
+        assert booked.status_code == 403 and "access:servers!user=alice" in booked.text
     # Access to her servers: a token with that scope, her own full token, her server's.
     assert spawn(hub, "alice", {"gpus": 1}).status_code in (201, 202)
     wait_ready(hub, "alice")
