@@ -14,7 +14,7 @@ which counts against the quota but is never held (a holding's ``waiting`` says w
 budgets"), [] when none applies or the hub cannot be asked.
 
 The hub's GPU ledger knows every server and job of the user (``/hub/api/gpuhub/holdings``,
-:mod:`gpuhub.hub.web.api`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``
+:mod:`gpuhub.hub.web.holdings`); this server asks it with its own ``JUPYTERHUB_API_TOKEN``
 (:class:`gpuhub.core.hub_client.HubClient`). One answer is shared for a few seconds, so many
 polling tabs cost one hub request per period.
 Outside JupyterHub (a plain ``jupyter lab``) the answer says there is no hub to ask.

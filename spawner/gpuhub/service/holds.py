@@ -2,7 +2,7 @@
 
 A job waiting in Kueue's queue (``jobs.kueue.queueName``) has no pods, so the hub's ledger,
 which counts pods from its watch, does not see it; the grant the service got at submit
-(:mod:`gpuhub.service.quota`) lapses after ``gpuhub.hub.web.api.GRANT_SECONDS``. While a job is
+(:mod:`gpuhub.service.quota`) lapses after ``gpuhub.hub.web.grants.GRANT_SECONDS``. While a job is
 queued, the service renews its grant every :data:`HOLD_EVERY` seconds (``PUT
 /hub/api/gpuhub/grants/<user>/<job>``); once Kueue admits it, its pods show in the watch and
 the ledger counts them instead (a grant never counts GPUs the watch already shows, so nothing

@@ -2,7 +2,7 @@
 
 Spawns are checked by the ledger in the hub process (:mod:`gpuhub.hub.ledger.ledger`); so that jobs
 are checked by the same ledger, under the same per-user lock, the service asks the hub
-(``POST /hub/api/gpuhub/grants``, :mod:`gpuhub.hub.web.api`) with its own token. The hub
+(``POST /hub/api/gpuhub/grants``, :mod:`gpuhub.hub.web.grants`) with its own token. The hub
 answers with the user's quota from ``GPUSpawner.gpu_quota``.
 
 A hub without those endpoints (``configure_hub`` not called) answers 404: the service then
@@ -160,7 +160,7 @@ class HubQuota:
 
 
 def share_fields(request: JobRequest) -> dict[str, Any]:
-    """A shared request's grant fields (``share``, ``gpu_memory``; :mod:`gpuhub.hub.web.api`):
+    """A shared request's grant fields (``share``, ``gpu_memory``; :mod:`gpuhub.hub.web.grants`):
     what all its replicas count as in GPUs, and their GPU memory; none for whole GPUs."""
     if request.resources.share is None:
         return {}
