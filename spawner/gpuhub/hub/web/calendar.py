@@ -25,6 +25,9 @@ value; the bars are HTML with widths and heights from numbers only.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import math
 import os
 import time
@@ -45,6 +48,8 @@ from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.booking_watch import plan
 from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
 from gpuhub.hub.web.access import FLEET_SCOPE, may_see_all
+
+log = logging.getLogger("gpuhub.hub.web.calendar")
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates", "hub")
 HOUR = 3600.0
@@ -82,6 +87,15 @@ class Item:
     what: str = ""  # "server 'default'"; a booking's reason
     why: str = ""  # what stops a holding at ``end``: "idle", "budget", "share"
     booked_by: str = ""
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        fields = (self.kind, self.gpu_type, self.gpus, self.start, self.end, self.end_known)
+        return hash((*fields, self.user, self.group, self.what, self.why, self.booked_by))
+
+    def __hash__(self) -> int:
+        """Worked out once: items key the lines kept from one gathering to the next."""
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -153,30 +167,50 @@ def _stops(
     return found
 
 
+# Each holding's item as last gathered, with what it was made from and when: a tick changes
+# few holdings, so most items are taken again as they were (and their lines with them).
+_HELD: dict[tuple[str, str, str], tuple[tuple[Any, ...], float, Item]] = {}
+
+
 def gather(monitor: GPUMonitor, book: BookingBook, now: float) -> Facts:
     """The calendar's facts from the monitor's holdings and the book (no I/O)."""
     durations = monitor.eta.durations
     stops = _stops(monitor, book, now)
     by_type: dict[str, list[Item]] = {}
+    held: dict[tuple[str, str, str], tuple[tuple[Any, ...], float, Item]] = {}
     for key, track in monitor.tracks.items():
         h = track.holding
+        stop = stops.get(key)
+        same = (h.since, h.gpus, h.share, h.gpu_type, h.what, stop)
+        memo = _HELD.get(key)
+        # A holding as it was, its end still to come: the same item (its likely end is
+        # worked out again every LIKELY_STEP, the rest only when something changes).
+        steady = memo is not None and memo[0] == same and memo[2].end > now
+        if memo is not None and steady and (stop is not None or now - memo[1] < LIKELY_STEP):
+            held[key] = memo
+            by_type.setdefault(memo[2].gpu_type, []).append(memo[2])
+            continue
         name = h.gpu_type or "GPU"
         since = h.since if h.since is not None else now
-        stop = stops.get(key)
         if stop is not None:
             end, known, why = max(stop[0], now), True, stop[1]
         else:
             left = durations.curve(h.user, (), name).median_left(max(now - since, 0.0))
             end, known, why = _likely(now + left), False, ""
-        by_type.setdefault(name, []).append(
-            Item("held", name, float(h.amount), since, end, known, h.user, what=h.label, why=why)
-        )
+        item = Item("held", name, float(h.amount), since, end, known, h.user, what=h.label, why=why)
+        held[key] = (same, now, item)
+        by_type.setdefault(name, []).append(item)
+    _HELD.clear()
+    _HELD.update(held)
     estimates = monitor.eta.estimates
+    fresh: dict[str, float] = {}  # a type's median fresh hold, worked out once per type
     for key, h in monitor.waiting.items():
         name = h.gpu_type or "GPU"
         found = estimates.get(key)
         start = _likely(max(found.likely, now) if found is not None else now)
-        hold = durations.curve(h.user, (), name).median_left(0.0)
+        hold = fresh.get(name)
+        if hold is None:
+            hold = fresh[name] = durations.curve("", (), name).median_left(0.0)
         by_type.setdefault(name, []).append(
             Item(
                 "waiting",
@@ -441,13 +475,48 @@ REFRESH = 60.0  # seconds: the likely ends move with the clock
 
 
 def facts(monitor: GPUMonitor, book: BookingBook = BOOKINGS, now: float | None = None) -> Facts:
-    """The facts as of the monitor's last change and the book's, gathered again at most a
-    minute later (likely ends move with the clock), with what every viewer shares rendered."""
+    """The facts as of the monitor's last change and the book's, with what every viewer
+    shares rendered. After a monitor tick the last facts are served while they are gathered
+    again just after the request (once, on the event loop, as the fleet page serves its last
+    build), so no view waits for a gathering; a change of the book (a booking made or
+    cancelled) or facts a minute old (likely ends move with the clock) are gathered at once."""
     now = time.time() if now is None else now
     key = (id(monitor), monitor.version, id(book), book.version, math.floor(now / REFRESH))
     found = _CACHE.get("facts")
     if found is not None and found.key == key:
         return found
+    same_book = found is not None and found.key[2:4] == key[2:4] and found.key[0] == key[0]
+    if found is not None and same_book and now - found.now < REFRESH and _later(monitor, book):
+        return found
+    return build(monitor, book, now)
+
+
+_PENDING: set[int] = set()  # monitors whose calendar is being gathered again
+
+
+def _later(monitor: GPUMonitor, book: BookingBook) -> bool:
+    """Gather again soon, on the event loop (False: there is none; gather now)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    if id(monitor) not in _PENDING:
+        _PENDING.add(id(monitor))
+
+        def again() -> None:
+            _PENDING.discard(id(monitor))
+            try:
+                build(monitor, book, time.time())
+            except Exception:
+                log.exception("gpuhub: could not gather the GPU calendar")
+
+        loop.call_soon(again)
+    return True
+
+
+def build(monitor: GPUMonitor, book: BookingBook, now: float) -> Facts:
+    """Gather the facts now and render what every viewer shares (see :func:`facts`)."""
+    key = (id(monitor), monitor.version, id(book), book.version, math.floor(now / REFRESH))
     gathered = gather(monitor, book, now)
     built = Facts(
         gathered.now,
@@ -463,9 +532,11 @@ def facts(monitor: GPUMonitor, book: BookingBook = BOOKINGS, now: float | None =
         for period in PERIODS:
             built.shared[(period.key, t.name)] = str(strip(t, period, bars(t, period, built.now)))
     _CACHE["facts"] = built
-    current = {i for t in built.types for i in t.items}
-    for item in [i for i in _LINES if i not in current]:
-        del _LINES[item]
+    count = sum(len(t.items) for t in built.types)
+    if len(_LINES) > 2 * count + 100:  # forget the lines of what is gone, now and then
+        current = {i for t in built.types for i in t.items}
+        for item in [i for i in _LINES if i not in current]:
+            del _LINES[item]
     return built
 
 
