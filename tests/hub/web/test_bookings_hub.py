@@ -176,6 +176,15 @@ def test_rules_refusals_names_and_a_restart(hubs: Hubs, tmp_path_factory: Any) -
         409,
         "Only 1 of 2 Simulated GPUs can still be booked then: 1 Simulated GPU booked for ann from ",
     )
+    # An admin service (JupyterHub's admin role) books for a group too, and cancels it.
+    by_service = hubs.hub.api(
+        "POST",
+        "/gpuhub/bookings",
+        json=body(start=at(7200), end=at(9000), **{"for": {"group": "class"}}),
+    )
+    assert by_service.status_code == 201, by_service.text
+    assert by_service.json()["for"] == {"group": "class"}
+    assert hubs.hub.api("DELETE", f"/gpuhub/bookings/{by_service.json()['id']}").status_code == 204
     # Cancelling: another's 403, unknown 404.
     refused(hubs.call("bob", "DELETE", f"/{mine['id']}"), 403, "Only whoever made booking")
     refused(hubs.call("ann", "DELETE", "/b-nothere"), 404, 'There is no booking "b-nothere".')

@@ -60,6 +60,10 @@ class BookingsHandler(BoundedAPIHandler):
         return current
 
     def _fleet_admin(self) -> bool:
+        """Fleet admins: JupyterHub admins and holders of the fleet scope; a service, with
+        JupyterHub's admin role (``admin:users`` on every user)."""
+        if getattr(self.current_user, "kind", "") == "service":
+            return may_see_all(self) or "admin:users" in self.parsed_scopes
         return may_see_all(self)
 
     def _groups(self) -> frozenset[str]:
@@ -80,8 +84,14 @@ class BookingsHandler(BoundedAPIHandler):
         """The hub's book, with the rules of ``user``'s spawner (any hub user's: the same
         config), and that spawner."""
         found = self.find_user(user.name) if getattr(user, "kind", "") == "user" else None
+        if found is None:  # a service: the spawner of the hub's monitor, or of any user
+            monitor = gpu_monitor.current()
+            if monitor is not None:
+                return attach(monitor.spawner), monitor.spawner
+            first = self.db.query(orm.User).first()
+            found = self.find_user(first.name) if first is not None else None
         spawner = found.spawner if found is not None else None
-        if spawner is None:  # a service: the book as the monitor opened it
+        if spawner is None:
             from gpuhub.hub.ledger.booking_book import BOOKINGS
 
             return BOOKINGS, None
@@ -91,7 +101,11 @@ class BookingsHandler(BoundedAPIHandler):
         """403 unless the caller is a user with their full access (a token that only
         identifies them does not book nor cancel)."""
         if getattr(user, "kind", "") != "user":
-            raise web.HTTPError(403, f"Only hub users {what}; this token is a service's.")
+            if self._fleet_admin():
+                return  # an admin service books and cancels for users and groups
+            raise web.HTTPError(
+                403, f"Only hub users and fleet admins {what}; this token is a service's."
+            )
         found = self.find_user(user.name)
         if found is None or not self.reaches_servers_of(found):
             raise web.HTTPError(
@@ -171,7 +185,9 @@ class BookingsHandler(BoundedAPIHandler):
             return None
         if booking.for_user != spawner.user.name:
             found = self.find_user(booking.for_user)
-            spawner = found.spawner if found is not None else spawner
+            if found is None:
+                return None
+            spawner = found.spawner
         return spawner.gpu_quota_limit()
 
 
