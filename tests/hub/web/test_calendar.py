@@ -108,6 +108,10 @@ def test_fleet_admins_read_names_escaped(hub: Hub) -> None:
         week = bar_words(html, "week")
         assert len(bar_words(html)) == 24 and len(week) == 28
         assert '<div class="gpuhub-cal-period-view" data-period="week" hidden>' in html
+        # Their home page is everyone's, without others' names, with a link to the names.
+        home = calendar_of(held_now(hub, hub.login(admin), "/hub/home"))
+        assert "img src=x" not in home and "Others hold 1 of these GPUs now" in home
+        assert 'href="/hub/gpuhub/calendar">With names</a>' in home
 
 
 def test_users_read_the_calendar_on_the_home_page_without_others_names(hub: Hub) -> None:
@@ -116,6 +120,7 @@ def test_users_read_the_calendar_on_the_home_page_without_others_names(hub: Hub)
     calendar = calendar_of(html)
     assert "img src=x" not in calendar and "onerror" not in html
     assert "Others hold 1 of these GPUs now (in use)." in calendar
+    assert "With names" not in calendar
     assert bar_words(html)[0].endswith("1 in use, 0 booked, 1 likely free of 2")
     # The calendar page itself says the same to a user, without names either.
     own = calendar_of(page(hub, bob, "/hub/gpuhub/calendar?view=week"))
