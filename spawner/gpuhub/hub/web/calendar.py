@@ -609,23 +609,38 @@ def _fleet_admin_of(user: Any) -> bool:
         return False
 
 
-def home_calendar(user: Any) -> Markup:
-    """The calendar on the hub's home page (template_vars ``gpuhub_calendar``): others'
-    lines without names, the user's own named, with Book where they may."""
-    if user is None:
-        return Markup("")
-    if gpu_monitor.current() is None:
-        user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
-    monitor = gpu_monitor.current()
-    if monitor is None:
-        return Markup("")
-    groups = [g.name for g in getattr(user, "groups", ())]
-    hub = (getattr(user, "settings", None) or {}).get("hub")
-    hub_url = getattr(hub, "base_url", "/hub/")
-    found = facts(monitor)
-    if not found.types:  # a hub without GPUs (or before its first look at them): nothing
-        return Markup("")
-    return render(found, user.name, groups, _fleet_admin_of(user), False, "day", hub_url)
+def home_calendar(user: Any) -> HomeCalendar:
+    """The calendar on the hub's home page (template_vars ``gpuhub_calendar``), drawn only
+    where a page shows it (:class:`HomeCalendar`)."""
+    return HomeCalendar(user)
+
+
+class HomeCalendar:
+    """The home page's calendar for ``user``: others' lines without names, the user's own
+    named, with Book where they may. JupyterHub works out every template variable for every
+    page it renders (the spawn form too): this one is drawn only when a template writes it
+    (``__html__``), which gpuhub's home.html alone does."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+
+    def __html__(self) -> str:
+        user = self.user
+        if user is None:
+            return ""
+        if gpu_monitor.current() is None:
+            user.spawner  # noqa: B018 - a gpuhub spawner starts the monitor
+        monitor = gpu_monitor.current()
+        if monitor is None:
+            return ""
+        found = facts(monitor)
+        if not found.types:  # a hub without GPUs (or before its first look at them): nothing
+            return ""
+        groups = [g.name for g in getattr(user, "groups", ())]
+        hub = (getattr(user, "settings", None) or {}).get("hub")
+        hub_url = getattr(hub, "base_url", "/hub/")
+        admin = _fleet_admin_of(user)
+        return str(render(found, user.name, groups, admin, False, "day", hub_url))
 
 
 class CalendarHandler(BaseHandler):
