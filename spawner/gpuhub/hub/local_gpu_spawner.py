@@ -591,7 +591,8 @@ class LocalGPUSpawner(GPUSpawnerMixin, LocalProcessSpawner):
         return (
             f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
             f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
-            f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}. "
+            f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}"
+            f"{LINE.booked_words(ticket)}. "
             f"{self._line_passed(ticket)}{self._line_estimate(ticket)}"
             f"gpuhub waits until {deadline}, "
             f"{words.duration(self.gpu_queue_timeout)} after you joined."

@@ -86,6 +86,7 @@ def test_a_running_booking_sets_its_gpus_aside_and_its_users_pass_the_line() -> 
         book.release(server_key("bob", ""))
         line.serve()
         assert not carol.granted.done()
+        assert line.booked_words(carol) == "; 1 free GPU is booked for others"
         # A student asks after carol and gets it at once, past the line.
         got = line.take_now(
             server_key("student1", ""), 1, "sim", devices, holder("student1"), frozenset({"class"})

@@ -181,6 +181,19 @@ class GPULine:
                 aside += owed
         return aside, first
 
+    def booked_words(self, ticket: Ticket) -> str:
+        """ "; 1 free GPU is booked for others": why a waiting request is not served although
+        GPUs are free (a clause of the spawn page's line message; "" when none is)."""
+        aside, _ = self.set_aside(
+            ticket.type_key, ticket.candidates, ticket.holder.user, ticket.groups
+        )
+        free = len(self.book.free(ticket.candidates))
+        held_back = min(aside, free)
+        if not held_back:
+            return ""
+        verb = "is" if held_back == 1 else "are"
+        return f"; {held_back} free {words.gpu_noun('', held_back)} {verb} booked for others"
+
     def _allocate(
         self, key: HolderKey, gpus: int, candidates: list[int], holder: Holder, aside: int
     ) -> list[int]:
