@@ -4,12 +4,16 @@ Response::
 
     {"available": bool, "reason": str|null, "quota": int|null, "held": int, "waiting": int,
      "holdings": [{"kind": "server"|"job", "name", "label", "gpus", "share", "gpu_memory", "text", "gpu_type", "devices",
-                   "since", "waiting"}],
+                   "since", "waiting", "estimate", "estimate_text"}],
      "budgets": [{"scope", "name", "shared", "hours", "extra_hours", "used_hours", "left_hours",
                   "period", "resets_at", "resets", "state", "at_limit", "grants", "text"}]}
 
 ``held`` counts GPUs given; ``waiting`` what waits for them (in line, in Kueue's queue),
 which counts against the quota but is never held (a holding's ``waiting`` says where).
+A waiting holding's ``estimate`` (``{"likely", "by", "latest", "because"}``, the hub's estimated
+start, docs/architecture.md "When, not only where") comes with ``estimate_text``, the spawn
+page's sentence for it (:func:`gpuhub.core.words.start_estimate`), so the sidebar and
+``%jobs`` say it in the hub's words rather than re-deriving them; null where there is none.
 ``budgets``: the user's GPU-hour budget as the hub says it (docs/architecture.md, "GPU-hour
 budgets"), [] when none applies or the hub cannot be asked.
 
@@ -90,9 +94,21 @@ class HubHoldings:
             "quota": data.get("quota"),
             "held": data.get("held", 0),
             "waiting": data.get("waiting", 0),
-            "holdings": data.get("holdings") or [],
+            "holdings": with_estimates(data.get("holdings") or [], time.time()),
             "budgets": [b for b in data.get("budgets") or [] if isinstance(b, dict)],
         }
+
+
+def with_estimates(holdings: list[Any], now: float) -> list[Any]:
+    """The hub's holdings, each waiting one with its estimate in words (``estimate_text``),
+    written once per shared answer rather than by every reader."""
+    said = []
+    for holding in holdings:
+        if isinstance(holding, dict):
+            text = words.start_estimate(holding.get("estimate"), now)
+            holding = {**holding, "estimate_text": text}
+        said.append(holding)
+    return said
 
 
 class HoldingsHandler(APIHandler):

@@ -102,3 +102,42 @@ def iso(epoch: float) -> str:
     """ "2026-11-27T01:26:05Z": an instant for machines (``<time datetime>``, JSON)."""
     stamp = datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
     return stamp.replace("+00:00", "Z")
+
+
+def start_estimate(estimate: object, now: float) -> str | None:
+    """ "Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC, and no later than
+    15:40 UTC.": a waiting holding's ``estimate`` JSON (docs/architecture.md, "When, not only
+    where") in the words the spawn page uses, for readers that get only the JSON (the lab,
+    ``%jobs``); None when ``estimate`` is not one."""
+    if not isinstance(estimate, dict):
+        return None
+    try:
+        likely, by = _epoch(estimate["likely"]), _epoch(estimate["by"])
+        latest = None if estimate.get("latest") is None else _epoch(estimate["latest"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if by <= now + 1:
+        return "Likely to start within moments."
+    at_latest = f", and no later than {_clock(latest, now)}" if latest is not None else ""
+    return (
+        f"Likely to start around {_clock(likely, now)}, 4 times in 5 by "
+        f"{_clock(by, now)}{at_latest}."
+    )
+
+
+def _epoch(stamp: object) -> float:
+    """Seconds since the epoch of an ISO-8601 instant with its zone ("...Z")."""
+    if not isinstance(stamp, str):
+        raise TypeError(f"an ISO-8601 instant was expected, {stamp!r} was given")
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        raise ValueError(f"an instant with its time zone was expected, {stamp!r} was given")
+    return when.timestamp()
+
+
+def _clock(epoch: float, now: float) -> str:
+    """ "14:30 UTC" today, "30 Nov 2026, 09:15 UTC" on another day."""
+    when = datetime.fromtimestamp(epoch, UTC)
+    if when.date() == datetime.fromtimestamp(now, UTC).date():
+        return f"{when:%H:%M} UTC"
+    return moment_utc(epoch)
