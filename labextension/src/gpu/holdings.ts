@@ -31,6 +31,22 @@ export interface IHolding {
   since: number | null;
   /** Where it waits for its GPUs ("waiting in line"); null once it holds them. */
   waiting?: string | null;
+  /** The hub's estimated start of a waiting holding; null once held or before the first. */
+  estimate?: IEstimate | null;
+  /** That estimate in the spawn page's words, written by the lab server (one home). */
+  estimate_text?: string | null;
+}
+
+/** When a wait likely ends (docs/architecture.md, "When, not only where"): ISO-8601 instants. */
+export interface IEstimate {
+  /** The median. */
+  likely: string;
+  /** The 80th percentile. */
+  by: string;
+  /** From hard facts only; null when nothing bounds the wait. */
+  latest: string | null;
+  /** Why, in sentences. */
+  because: string[];
 }
 
 export interface IHoldings {
@@ -88,6 +104,40 @@ export function summary(data: IHoldings): string {
   return data.quota === null
     ? `You hold ${plural(data.held, 'GPU')} on this hub.`
     : `You hold ${data.held} of your ${plural(data.quota, 'GPU')}.`;
+}
+
+/** A holding's key across polls: which estimate's reasons the reader left open. */
+function holdingKey(holding: IHolding): string {
+  return `${holding.kind}/${holding.name}`;
+}
+
+/**
+ * A waiting holding's estimated start, in the hub's words, with its reasons
+ * one keyboard stop away (a native `<details>`); null when there is none.
+ */
+export function estimateNode(
+  holding: IHolding,
+  open = false,
+  onToggle?: (open: boolean) => void
+): HTMLElement | null {
+  const text = holding.waiting ? holding.estimate_text : null;
+  if (!text) {
+    return null;
+  }
+  const because = (holding.estimate?.because ?? []).filter(
+    reason => typeof reason === 'string' && reason
+  );
+  if (!because.length) {
+    return h('p', { className: 'gpuhub-Holdings-estimate' }, text);
+  }
+  const details = h(
+    'details',
+    { className: 'gpuhub-Holdings-estimate', open },
+    h('summary', {}, text),
+    h('ul', {}, ...because.map(reason => h('li', {}, reason)))
+  );
+  details.addEventListener('toggle', () => onToggle?.(details.open));
+  return details;
 }
 
 export class HoldingsSection {
@@ -160,7 +210,14 @@ export class HoldingsSection {
             ? holding.text
             : `${holding.gpus} x${type}${devices}`) +
             (holding.waiting ? `, ${holding.waiting}` : '')
-        )
+        ),
+        estimateNode(holding, this._open.has(holdingKey(holding)), open => {
+          if (open) {
+            this._open.add(holdingKey(holding));
+          } else {
+            this._open.delete(holdingKey(holding));
+          }
+        })
       );
     });
     this._list.replaceChildren(...rows);
@@ -170,6 +227,8 @@ export class HoldingsSection {
   }
 
   private _active = false;
+  /** Holdings whose estimate's reasons are open: kept open across polls. */
+  private _open = new Set<string>();
   private _onData?: (data: IHoldings) => void;
   private _budgets = new BudgetList();
   private _list: HTMLElement;

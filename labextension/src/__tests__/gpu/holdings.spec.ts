@@ -208,6 +208,83 @@ describe('HoldingsSection', () => {
     );
   });
 
+  const WAITING = holding({
+    label: "server 'big'",
+    name: 'big',
+    devices: [],
+    waiting: 'waiting in line',
+    estimate: {
+      likely: '2026-11-29T14:30:00Z',
+      by: '2026-11-29T15:10:00Z',
+      latest: null,
+      because: ['You are 2nd in line.', "<b>bob</b>'s server stops by 14:20."]
+    },
+    estimate_text:
+      'Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC.'
+  });
+
+  it("says a waiting holding's estimated start, its reasons behind a summary", async () => {
+    section = new HoldingsSection();
+    await shown(
+      holdings({
+        held: 1,
+        waiting: 1,
+        holdings: [
+          // A held one says no estimate, whatever it carries.
+          holding({ estimate_text: 'Likely to start within moments.' }),
+          WAITING
+        ]
+      })
+    );
+    const estimates = section.node.querySelectorAll(
+      '.gpuhub-Holdings-estimate'
+    );
+    expect(estimates).toHaveLength(1);
+    const details = estimates[0] as HTMLDetailsElement;
+    expect(details.tagName).toBe('DETAILS');
+    expect(details.open).toBe(false);
+    expect(details.querySelector('summary')!.textContent).toBe(
+      'Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC.'
+    );
+    const reasons = Array.from(details.querySelectorAll('li'));
+    expect(reasons.map(li => li.textContent)).toEqual(
+      WAITING.estimate!.because
+    );
+    expect(details.querySelector('b')).toBeNull(); // a name is text, never markup
+  });
+
+  it('keeps the reasons open across polls', async () => {
+    section = new HoldingsSection();
+    await shown(holdings({ waiting: 1, holdings: [WAITING] }));
+    const first = section.node.querySelector('details')!;
+    first.open = true;
+    first.dispatchEvent(new Event('toggle'));
+    section.setActive(false);
+    await shown(holdings({ waiting: 1, holdings: [WAITING] }));
+    const again = section.node.querySelector('details')!;
+    expect(again).not.toBe(first);
+    expect(again.open).toBe(true);
+  });
+
+  it('says the estimate as a line where the hub gives no reasons', async () => {
+    section = new HoldingsSection();
+    await shown(
+      holdings({
+        waiting: 1,
+        holdings: [
+          { ...WAITING, estimate: { ...WAITING.estimate!, because: [] } },
+          holding({ name: 'x', waiting: 'waiting in line', estimate: null })
+        ]
+      })
+    );
+    const estimates = section.node.querySelectorAll(
+      '.gpuhub-Holdings-estimate'
+    );
+    expect(estimates).toHaveLength(1);
+    expect(estimates[0].tagName).toBe('P');
+    expect(estimates[0].textContent).toBe(WAITING.estimate_text);
+  });
+
   it('marks itself empty when nothing is held', async () => {
     section = new HoldingsSection();
     await shown(holdings({ held: 0, quota: null }));
