@@ -40,7 +40,7 @@ from gpuhub.hub.monitor.gpu_monitor import GPUMonitor
 from gpuhub.hub.monitor.reclaim import ReclaimRule
 from gpuhub.hub.monitor.usage import UsageStore
 from gpuhub.hub.monitor.utilization import GPUSample, UtilizationSource, holding_key
-from gpuhub.hub.web import calendar
+from gpuhub.hub.web import calendar, calendar_facts
 
 HOLDERS, TOTAL, WAITING, BOOKINGS, GROUPS = 5000, 6000, 1000, 200, 10
 BUDGET_MS = 50.0
@@ -128,7 +128,7 @@ async def measure(renders: int) -> dict[str, list[float]]:
     refresh: list[float] = []
     calendar._CACHE.clear()
     calendar._LINES.clear()
-    calendar._HELD.clear()
+    calendar_facts._HELD.clear()
     started = time.perf_counter()
     monitor.waiting = waiting(time.time())
     calendar.render(calendar.facts(monitor, book), "root", [], True, True)

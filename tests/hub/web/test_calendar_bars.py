@@ -3,7 +3,8 @@ line reads for a fleet admin, the item's owner and anyone else, escaped."""
 
 from __future__ import annotations
 
-from gpuhub.hub.web.calendar import PERIODS, Item, TypeFacts, bars, line, line_html
+from gpuhub.hub.web.calendar_draw import bars, line, line_html
+from gpuhub.hub.web.calendar_facts import PERIODS, Item, TypeFacts
 
 DAY, WEEK = PERIODS
 HOUR = 3600.0
