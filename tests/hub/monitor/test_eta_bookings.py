@@ -3,7 +3,7 @@ whose GPUs may go to a booking's users first is never given a ``latest`` it coul
 
 from __future__ import annotations
 
-from gpuhub.hub.monitor.eta import Durations, Held, Line, Waiter, estimate
+from gpuhub.hub.monitor.eta import Durations, Held, Line, Waiter, by_booking, estimate
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0
@@ -38,3 +38,19 @@ def test_a_booking_before_the_hard_end_takes_latest_away_and_says_why() -> None:
         booked=((NOW + 5 * HOUR, NOW + 6 * HOUR, 1),),
     )
     assert estimate(later, NOW)[0]["bob"].latest is not None
+
+
+def test_a_wait_its_own_booking_covers_starts_by_the_booking_at_the_latest() -> None:
+    curve = Durations().curve("u", [], "A6000")
+    line = Line("A6000", 1, (Held(1, NOW - HOUR, curve),), (Waiter("ann", 1, NOW, curve),))
+    found = estimate(line, NOW)[0]["ann"]
+    assert found.latest is None  # nothing that holds the GPU has to end
+    ann = by_booking(found, NOW + HOUR, NOW + 3 * HOUR, NOW, 60)
+    assert ann.latest == NOW + HOUR + 60
+    assert ann.likely <= ann.by <= ann.latest
+    assert ann.because[-1] == (
+        "By 09:01 UTC at the latest: your booking from 09:00 UTC to 11:00 UTC gives you these GPUs."
+    )
+    assert not any(s.startswith("No later time") for s in ann.because)
+    # A hard fact that comes sooner stays.
+    assert by_booking(ann, NOW + 2 * HOUR, NOW + 3 * HOUR, NOW, 60) == ann

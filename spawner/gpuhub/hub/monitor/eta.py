@@ -439,6 +439,21 @@ def estimate(
 _NEWCOMER = object()
 
 
+def by_booking(found: Estimate, start: float, end: float, now: float, slack: float) -> Estimate:
+    """The estimate of a wait whose user's own booking covers it: it starts by the booking's
+    start at the latest (work on its GPUs is stopped then, and the request passes the line),
+    a hard fact; ``slack``: the stop and the tick that sees it."""
+    hard = max(start, now) + slack
+    if found.latest is not None and found.latest <= hard:
+        return found
+    because = [s for s in found.because if not s.startswith(("No later time", "By "))]
+    because.append(
+        f"By {clock(hard, now)} at the latest: your booking from {clock(start, now)} to "
+        f"{clock(end, now)} gives you these GPUs."
+    )
+    return Estimate(min(found.likely, hard), min(found.by, hard), hard, tuple(because))
+
+
 def _quantile(row: Sequence[float], p: float) -> float:
     finite = [x for x in row if math.isfinite(x)]
     if not finite:

@@ -30,6 +30,7 @@ from gpuhub.hub.monitor.eta import (
     Held,
     Line,
     Waiter,
+    by_booking,
     estimate,
 )
 
@@ -123,6 +124,7 @@ class EtaFeed:
             estimates.update(found)
             if newcomer is not None:
                 free_at[name] = newcomer
+        self._own_bookings(monitor, held, estimates, now)
         self.estimates, self.free_at = estimates, free_at
         if self._dirty and time.monotonic() - self._saved >= SAVE_EVERY:
             self.save()
@@ -212,6 +214,37 @@ class EtaFeed:
                 ),
             )
         return lines
+
+    def _own_bookings(
+        self,
+        monitor: Any,
+        held: Mapping[HoldingKey, Holding],
+        estimates: dict[HoldingKey, Estimate],
+        now: float,
+    ) -> None:
+        """A wait that its user's own booking covers (its GPUs beside what they hold of the
+        type) starts by the booking's start at the latest (:func:`gpuhub.hub.monitor.eta.by_booking`)."""
+        if not BOOKINGS.bookings:
+            return
+        slack = HARD_SLACK + float(getattr(monitor, "interval", 0) or 0)
+        for key, waiting in monitor.waiting.items():
+            if key not in estimates:
+                continue
+            name = waiting.gpu_type or "GPU"
+            holds = sum(
+                h.gpus for h in held.values() if h.user == waiting.user and h.gpu_type == name
+            )
+            covering = [
+                b
+                for b in BOOKINGS.bookings.values()
+                if b.for_user == waiting.user
+                and (b.type_name or "GPU") == name
+                and b.gpus >= waiting.gpus + holds
+                and b.end > now
+            ]
+            if covering:
+                first = min(covering, key=lambda b: b.start)
+                estimates[key] = by_booking(estimates[key], first.start, first.end, now, slack)
 
     def _booked(
         self,
