@@ -111,6 +111,40 @@ def with_estimates(holdings: list[Any], now: float) -> list[Any]:
     return said
 
 
+def job_estimates(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """By job id, the estimated start of each of the user's jobs that waits for GPUs (in
+    Kueue's queue or the hub's line): ``{"estimate", "estimate_text"}``. A waiting job
+    holding names its job by id (unique across kinds and users, docs/architecture.md
+    "Training jobs today"), or, a workstation's job hold, the jobs it holds for."""
+    found: dict[str, dict[str, Any]] = {}
+    for holding in answer.get("holdings") or []:
+        if not isinstance(holding, dict) or holding.get("kind") != "job":
+            continue
+        if not holding.get("waiting") or not holding.get("estimate_text"):
+            continue
+        said = {"estimate": holding.get("estimate"), "estimate_text": holding["estimate_text"]}
+        jobs = holding.get("jobs")
+        for job_id in [holding.get("name"), *(jobs if isinstance(jobs, list) else [])]:
+            if isinstance(job_id, str) and job_id:
+                found[job_id] = said
+    return found
+
+
+def with_job_estimates(jobs: list[dict[str, Any]], answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """``jobs`` (the jobs API's JSON), each still to start given its estimated start from the
+    hub's holdings ``answer`` (null where the hub gives none)."""
+    estimates = job_estimates(answer)
+    return [
+        {**job, **estimates.get(str(job.get("id")), {"estimate": None, "estimate_text": None})}
+        if job.get("status") in WAITING_STATUSES
+        else job
+        for job in jobs
+    ]
+
+
+WAITING_STATUSES = frozenset({"queued", "pending"})
+
+
 class HoldingsHandler(APIHandler):
     auth_resource = "gpuhub"  # Jupyter's authorizer decides who may read it
 

@@ -170,12 +170,23 @@ class JobsHandlerBase(JobsJSONMixin, APIHandler):
             return None, None
         return holdings.quota_room(await source.get())
 
+    async def with_estimates(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``jobs`` with each waiting one's estimated start, from the shared holdings answer
+        (one hub request per few seconds, whatever the number of callers); unchanged when no
+        job waits or this server has no hub to ask."""
+        source = self.settings.get(holdings.SETTINGS_KEY)
+        if not isinstance(source, holdings.HubHoldings) or not any(
+            job.get("status") in holdings.WAITING_STATUSES for job in jobs
+        ):
+            return jobs
+        return holdings.with_job_estimates(jobs, await source.get())
+
 
 class JobsHandler(JobsHandlerBase):
     @_json_errors
     async def get(self) -> None:
         records = await self.jobs.router.list(self.owner)
-        self.reply({"jobs": [r.to_json() for r in records]})
+        self.reply({"jobs": await self.with_estimates([r.to_json() for r in records])})
 
     @_json_errors
     async def post(self) -> None:
@@ -247,7 +258,7 @@ class JobHandler(JobsHandlerBase):
     @_json_errors
     async def get(self, job_id: str) -> None:
         record = await self.jobs.router.get(self.owner, job_id)
-        self.reply(record.to_json())
+        self.reply((await self.with_estimates([record.to_json()]))[0])
 
     @_json_errors
     async def delete(self, job_id: str) -> None:

@@ -237,6 +237,14 @@ class JobTable:
             return ""
         return str(job.get("error") or "The job failed; %job logs shows why.")
 
+    @staticmethod
+    def _estimate(job: dict[str, Any]) -> str:
+        """When a job waiting for GPUs likely starts, in the hub's words, for the line under
+        its row ("" for any other job)."""
+        if job.get("status") not in ("queued", "pending"):
+            return ""
+        return str(job.get("estimate_text") or "")
+
     def __repr__(self) -> str:
         if not self.jobs:
             return "No jobs yet. Submit this notebook with %submit, or a cell with %%train."
@@ -251,6 +259,8 @@ class JobTable:
             lines.append(line(row))
             if failure := self._failure(job):  # on its row's next line, not apart
                 lines.append(f"  ↳ {failure}")
+            if estimate := self._estimate(job):
+                lines.append(f"  ↳ {estimate}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -269,6 +279,11 @@ class JobTable:
                     f"<tr class='gpuhub-jobs-failure'><td></td><td colspan='{len(row) - 1}' "
                     "style='text-align:left;color:var(--jp-error-color1,#c00)'>"
                     f"↳ {html.escape(failure)}</td></tr>"
+                )
+            if estimate := self._estimate(job):
+                body.append(
+                    f"<tr class='gpuhub-jobs-estimate'><td></td><td colspan='{len(row) - 1}' "
+                    f"style='text-align:left'>↳ {html.escape(estimate)}</td></tr>"
                 )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
@@ -433,6 +448,8 @@ class JobMagics(Magics):
         if job.get("output"):
             line += f"; output notebook: {job['output']}"
         print(line + ".")
+        if estimate := JobTable._estimate(job):
+            print(estimate)
         if status == "failed":
             print(job.get("error") or "The job failed.", file=sys.stderr)
             cell = job.get("failed_cell") or {}
