@@ -10,7 +10,7 @@ import { Dialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { h } from '../dom';
+import { h, setText } from '../dom';
 import {
   elapsedSeconds,
   formatDuration,
@@ -270,6 +270,14 @@ class JobItem {
     this._summary = h('div', { className: 'gpuhub-Job-summary' });
     this._message = h('div', { className: 'gpuhub-Job-message' });
     this._failure = h('div', { className: 'gpuhub-Job-failure', hidden: true });
+    this._estimateText = h('summary', {});
+    this._estimateWhy = h('ul', {});
+    this._estimate = h(
+      'details',
+      { className: 'gpuhub-Job-estimate', hidden: true },
+      this._estimateText,
+      this._estimateWhy
+    );
     this._progress = h('progress', {
       className: 'gpuhub-Job-progress',
       max: 1,
@@ -319,6 +327,7 @@ class JobItem {
       this._meta,
       this._progress,
       this._message,
+      this._estimate,
       this._failure,
       this._details,
       this._actions
@@ -364,6 +373,7 @@ class JobItem {
     this._message.hidden = !this._message.textContent;
     this._message.classList.toggle('gpuhub-mod-error', job.status === 'failed');
 
+    this._renderEstimate(job);
     this._renderFailure(job);
     this._renderDetails(job);
 
@@ -504,6 +514,30 @@ class JobItem {
     );
   }
 
+  /**
+   * Waiting for GPUs: when it likely starts, in the hub's words, its reasons
+   * behind the summary (one keyboard stop); updated in place, so an open one
+   * stays open across polls.
+   */
+  private _renderEstimate(job: IJob): void {
+    const waiting = job.status === 'queued' || job.status === 'pending';
+    const text = waiting ? (job.estimate_text ?? '') : '';
+    this._estimate.hidden = !text;
+    setText(this._estimateText, text);
+    const because = text
+      ? (job.estimate?.because ?? []).filter(
+          reason => typeof reason === 'string' && reason
+        )
+      : [];
+    const key = because.join('\n');
+    if (this._estimateWhy.dataset.key !== key) {
+      this._estimateWhy.dataset.key = key;
+      this._estimateWhy.replaceChildren(
+        ...because.map(reason => h('li', {}, reason))
+      );
+    }
+    this._estimateWhy.hidden = !because.length;
+  }
   private _renderFailure(job: IJob): void {
     const cell = job.status === 'failed' ? job.failed_cell : null;
     this._failure.hidden = cell === null;
@@ -599,6 +633,9 @@ class JobItem {
   private _cancel: HTMLButtonElement;
   private _details: HTMLDetailsElement;
   private _detailsKey = '';
+  private _estimate: HTMLDetailsElement;
+  private _estimateText: HTMLElement;
+  private _estimateWhy: HTMLElement;
   private _detailsList: HTMLElement;
   private _failure: HTMLElement;
   private _failureKey = '';

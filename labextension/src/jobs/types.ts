@@ -3,6 +3,8 @@
  * `gpuhub.jobs.model.JobRecord.to_json`).
  */
 
+import type { IEstimate } from '../gpu/holdings';
+
 /**
  * A job kind's name ("job", "pytorchjob", ...): the server's, as its options
  * list them (`IKindOption`); the lab names none itself.
@@ -69,6 +71,10 @@ export interface IJob {
   queue_position?: number | null;
   /** The server's words on the state, e.g. why a job is queued. */
   message: string | null;
+  /** Waiting for GPUs (queued, pending): the hub's estimated start, null where it has none. */
+  estimate?: IEstimate | null;
+  /** That estimate in the hub's words ("Likely to start around 14:30 UTC, ..."). */
+  estimate_text?: string | null;
   error: string | null;
   failed_cell: IFailedCell | null;
   progress: { done: number; total: number } | null;

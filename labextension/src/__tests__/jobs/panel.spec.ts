@@ -174,6 +174,40 @@ describe('JobsPanel', () => {
     );
   });
 
+  it('says when a job waiting for GPUs likely starts, and why', () => {
+    const said = 'Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC.';
+    const estimate = {
+      likely: '2026-11-29T14:30:00Z',
+      by: '2026-11-29T15:10:00Z',
+      latest: null,
+      because: [
+        'You are 2nd in line.',
+        '<img src=x onerror=alert(1)> stops soon.'
+      ]
+    };
+    model.set([
+      job({ status: 'queued', estimate, estimate_text: said }),
+      job({ id: 'j2', status: 'running', estimate_text: said })
+    ]);
+    const shown = $('.gpuhub-Job-estimate', item('j1')) as HTMLDetailsElement;
+    expect(shown.hidden).toBe(false);
+    expect($('summary', shown).textContent).toBe(said);
+    expect(
+      Array.from(shown.querySelectorAll('li')).map(li => li.textContent)
+    ).toEqual(estimate.because);
+    expect(shown.querySelector('img')).toBeNull();
+    expect(($('.gpuhub-Job-estimate', item('j2')) as HTMLElement).hidden).toBe(
+      true
+    );
+    // Open, it stays open as the job is polled again; once running, it is gone.
+    shown.open = true;
+    model.set([job({ status: 'queued', estimate, estimate_text: said })]);
+    expect($('.gpuhub-Job-estimate', item('j1'))).toBe(shown);
+    expect(shown.open).toBe(true);
+    model.set([job({ status: 'running', estimate: null })]);
+    expect(shown.hidden).toBe(true);
+  });
+
   it('shows kind, GPUs and run time, the kind once the options are known', () => {
     const now = Date.parse('2025-03-01T10:10:00Z');
     const clock = jest.spyOn(Date, 'now').mockReturnValue(now);
