@@ -242,7 +242,30 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
     assert spawn(hub, "dave", {"gpus": 1}).status_code in (201, 202)
     wait_ready(hub, "dave")
     assert pending(hubs, "eve"), hub.user_model("eve")
-    # When the booking is cancelled and bob stops, eve is next as ever.
-    assert hubs.call("root", "DELETE", f"/{booking}").status_code == 204
-    stop(hub, "bob")
+    # ann books one for herself from a little later and asks now: her wait starts by her
+    # booking's start at the latest, and then she passes eve too (bob makes way).
+    start = time.time() + 40
+    own = hubs.call("ann", "POST", json=body(start=at(40), end=at(3600)))
+    assert own.status_code == 201, own.text
+    assert spawn(hub, "ann", {"gpus": 1}).status_code == 202
+    estimate = until("ann's wait is estimated", lambda: waiting_estimate(hubs, "ann"), hub)
+    latest = datetime.fromisoformat(estimate["latest"]).timestamp()
+    assert start - 2 <= latest <= start + 120, estimate
+    assert "your booking from" in estimate["because"][-1], estimate
+    wait_ready(hub, "ann", timeout=150)
+    assert [n for n in notices(hubs, "bob") if n["by"] == "booking" and n["kind"] == "server"]
+    assert pending(hubs, "eve"), hub.user_model("eve")
+    # With the bookings cancelled, eve is next as ever.
+    for user, made_id in (("root", booking), ("ann", own.json()["id"])):
+        assert hubs.call(user, "DELETE", f"/{made_id}").status_code == 204
+    stop(hub, "dave")
     wait_ready(hub, "eve")
+
+
+def waiting_estimate(hubs: Hubs, user: str) -> dict[str, Any] | None:
+    answer = hubs.hub.api("GET", f"/gpuhub/holdings/{user}")
+    assert answer.status_code == 200, answer.text
+    for holding in answer.json()["holdings"]:
+        if holding.get("waiting") and holding.get("estimate"):
+            return holding["estimate"]
+    return None
