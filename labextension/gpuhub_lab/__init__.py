@@ -39,6 +39,9 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     from .holdings import setup_holdings
 
     setup_holdings(server_app)
+    from .bookings import setup_bookings
+
+    setup_bookings(server_app)
     from .reclaim_api import setup_reclaim
 
     setup_reclaim(server_app)
