@@ -11,6 +11,7 @@ import { Poll } from '@lumino/polling';
 
 import { requestAPI } from '../api';
 import { h } from '../dom';
+import { BookingCard, IBookings } from './booking';
 import { BudgetList, IBudget } from './budgets';
 
 export interface IHolding {
@@ -160,7 +161,13 @@ export class HoldingsSection {
       'aria-live': 'polite'
     });
     this._list = h('ul', { className: 'gpuhub-Holdings-list' });
-    this.node.append(title, this._summary, this._budgets.node, this._list);
+    this.node.append(
+      title,
+      this._summary,
+      this._budgets.node,
+      this._list,
+      this._booking.node
+    );
     this._poll = new Poll({
       auto: true,
       factory: () => this._refresh(),
@@ -185,8 +192,21 @@ export class HoldingsSection {
   }
 
   private async _refresh(): Promise<void> {
+    // The next booking beside the holdings, asked in the same tick; its failure
+    // is said in its card and does not hold the holdings back.
+    const booking = requestAPI<IBookings>('bookings').then(
+      data => this._booking.update(data),
+      () =>
+        this._booking.update({
+          available: false,
+          reason: 'Your bookings cannot be read right now.',
+          book_url: null,
+          bookings: []
+        })
+    );
     const data = await requestAPI<IHoldings>('holdings');
     this._render(data);
+    await booking;
   }
 
   private _render(data: IHoldings): void {
@@ -230,6 +250,7 @@ export class HoldingsSection {
   /** Holdings whose estimate's reasons are open: kept open across polls. */
   private _open = new Set<string>();
   private _onData?: (data: IHoldings) => void;
+  private _booking = new BookingCard();
   private _budgets = new BudgetList();
   private _list: HTMLElement;
   private _poll: Poll;

@@ -285,6 +285,27 @@ describe('HoldingsSection', () => {
     expect(estimates[0].textContent).toBe(WAITING.estimate_text);
   });
 
+  it('shows the next booking beside the holdings, or why it cannot', async () => {
+    section = new HoldingsSection();
+    let asked!: () => void;
+    const done = new Promise<void>(resolve => (asked = resolve));
+    request.mockImplementation(async (path: string) => {
+      if (path === 'bookings') {
+        throw new Error('no hub');
+      }
+      setTimeout(asked);
+      return holdings() as any;
+    });
+    section.setActive(true);
+    await done;
+    expect(request).toHaveBeenCalledWith('bookings');
+    const card = section.node.querySelector('.gpuhub-Booking')!;
+    expect(card.textContent).toContain(
+      'Your bookings cannot be read right now.'
+    );
+    expect(section.node.textContent).toContain('You hold none of your 4 GPUs.');
+  });
+
   it('marks itself empty when nothing is held', async () => {
     section = new HoldingsSection();
     await shown(holdings({ held: 0, quota: null }));
