@@ -116,12 +116,18 @@ def start_estimate(estimate: object, now: float) -> str | None:
         latest = None if estimate.get("latest") is None else _epoch(estimate["latest"])
     except (KeyError, TypeError, ValueError):
         return None
+    return start_sentence(likely, by, latest, now)
+
+
+def start_sentence(likely: float, by: float, latest: float | None, now: float) -> str:
+    """ "Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC, and no later than
+    15:40 UTC.": an estimated start in words, wherever it is said (the spawn page, the form,
+    the lab, ``%jobs``)."""
     if by <= now + 1:
         return "Likely to start within moments."
-    at_latest = f", and no later than {_clock(latest, now)}" if latest is not None else ""
+    at_latest = f", and no later than {clock(latest, now)}" if latest is not None else ""
     return (
-        f"Likely to start around {_clock(likely, now)}, 4 times in 5 by "
-        f"{_clock(by, now)}{at_latest}."
+        f"Likely to start around {clock(likely, now)}, 4 times in 5 by {clock(by, now)}{at_latest}."
     )
 
 
@@ -135,8 +141,9 @@ def _epoch(stamp: object) -> float:
     return when.timestamp()
 
 
-def _clock(epoch: float, now: float) -> str:
-    """ "14:30 UTC" today, "30 Nov 2026, 09:15 UTC" on another day."""
+def clock(epoch: float, now: float) -> str:
+    """ "14:30 UTC" today, "30 Nov 2026, 09:15 UTC" on another day: the hub's one way to
+    write a moment (:func:`moment_utc`), short where the day is today's."""
     when = datetime.fromtimestamp(epoch, UTC)
     if when.date() == datetime.fromtimestamp(now, UTC).date():
         return f"{when:%H:%M} UTC"

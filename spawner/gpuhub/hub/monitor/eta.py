@@ -29,10 +29,10 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from gpuhub.core import words
+from gpuhub.core.words import clock
 
 # Hold durations are counted in log-spaced bins: [0, 60 s), then each bin 25 % longer than
 # the last, up to about a month; the last bin is open (read as up to 4x its start).
@@ -365,24 +365,8 @@ class Estimate:
         }
 
     def sentence(self, now: float) -> str:
-        """ "Likely to start around 14:30 UTC, 4 times in 5 by 15:10 UTC, and no later than
-        15:40 UTC.": the estimate in words (a waiting page, a form)."""
-        if self.by <= now + 1:
-            return "Likely to start within moments."
-        latest = f", and no later than {clock(self.latest, now)}" if self.latest is not None else ""
-        return (
-            f"Likely to start around {clock(self.likely, now)}, 4 times in 5 by "
-            f"{clock(self.by, now)}{latest}."
-        )
-
-
-def clock(epoch: float, now: float) -> str:
-    """ "14:30 UTC" today, "30 Nov 2026, 09:15 UTC" on another day: the hub's one way to
-    write a moment (:func:`gpuhub.core.words.moment_utc`), short where the day is today's."""
-    when = datetime.fromtimestamp(epoch, UTC)
-    if when.date() == datetime.fromtimestamp(now, UTC).date():
-        return f"{when:%H:%M} UTC"
-    return words.moment_utc(epoch)
+        """The estimate in words (a waiting page, a form): :func:`gpuhub.core.words.start_sentence`."""
+        return words.start_sentence(self.likely, self.by, self.latest, now)
 
 
 def about(seconds: float) -> str:
