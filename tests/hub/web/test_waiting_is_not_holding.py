@@ -148,6 +148,18 @@ def test_a_spawn_waiting_in_line_is_waiting_on_every_screen(hub: Hub) -> None:
         assert sorted(held_rows) == ["alice", "bob"]
         # By group: what the students hold, not what they wait for.
         assert '<td>students</td><td class="text-end">4</td>' in admin
+        # And when she likely starts, in the spawn page's words, once the monitor estimated.
+        estimated = until_says(
+            "the fleet page says when carol likely starts",
+            lambda: root.get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text,
+            lambda page: "gpuhub-estimate" in page,
+        )
+        row = re.search(r'<tr[^>]*data-user="carol"[^>]*>.*?</tr>', estimated, re.S)
+        assert row and re.search(
+            r'class="small text-body-secondary gpuhub-estimate">Likely to start (within '
+            r"moments|around \d\d:\d\d UTC)",
+            row.group(0),
+        ), row.group(0) if row else estimated[-3000:]
         # Her own view of the page says the same of her.
         own = hub.login("carol").get(f"{hub.url}/hub/gpuhub/fleet", timeout=30).text
         assert 'data-state="waiting"' in own and "waiting in line" in own

@@ -20,10 +20,11 @@ from gpuhub.core.holdings import Holding
 from gpuhub.core.quantity import human_memory
 from gpuhub.hub.ledger.budget_usage import BudgetState, BudgetView
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree
+from gpuhub.hub.monitor.eta import Estimate
 from gpuhub.hub.monitor.gpu_monitor import HISTORY_SECONDS, GPUMonitor
 from gpuhub.hub.monitor.reclaim import ReclaimRule
 from gpuhub.hub.monitor.usage import gpu_hours
-from gpuhub.hub.monitor.utilization import GPUSample, Unexplained
+from gpuhub.hub.monitor.utilization import GPUSample, Unexplained, holding_key
 from gpuhub.hub.web.sparkline import sparkline
 
 
@@ -57,6 +58,9 @@ class Row:
     # counts in its type's Waiting, never in Held, Free or GPU-hours.
     waiting: str = ""
     since_iso: str = ""  # <time datetime>: the browser writes it in the reader's zone
+    # A waiting row's estimated start in the spawn page's words ("Likely to start around
+    # 14:30 UTC, ..."); "" once held, or before the monitor's first estimate.
+    estimate: str = ""
 
 
 @dataclass
@@ -189,6 +193,8 @@ class Snapshot:
     hourly: Mapping[int, Mapping[tuple[str, str], float]]  # UsageStore.hourly, as of now
     groups_of: Mapping[str, list[str]]
     waiting: tuple[Holding, ...] = ()  # GPUMonitor.waiting: what waits for GPUs
+    # GPUMonitor.eta.estimates: each wait's estimated start (a dict replaced, never changed)
+    estimates: Mapping[tuple[str, str, str], Estimate] = field(default_factory=dict)
     unexplained: tuple[Unexplained, ...] = ()  # GPUMonitor.unexplained (an immutable tuple)
     ended: tuple[str, ...] = ()  # GPUMonitor.strays_ended: processes ended, for admins
     ends: bool = False  # such processes are ended (GPUMonitor.strays), not only shown
@@ -218,6 +224,7 @@ def snapshot(monitor: GPUMonitor, groups_of: Mapping[str, list[str]]) -> Snapsho
         hourly=monitor.store.hourly_snapshot(),
         groups_of=groups_of,
         waiting=tuple(monitor.waiting.values()),
+        estimates=monitor.eta.estimates,
         unexplained=monitor.unexplained,
         ended=monitor.strays_ended,
         ends=monitor.strays is not None,
@@ -270,9 +277,9 @@ def _row(track: TrackCopy, now: float) -> Row:
     )
 
 
-def _waiting_row(h: Holding) -> Row:
+def _waiting_row(h: Holding, estimate: Estimate | None, now: float) -> Row:
     """A server or job that waits for its GPUs: what it asked for, where it waits, since
-    when; nothing sampled (it has no GPU to sample)."""
+    when and when it likely starts; nothing sampled (it has no GPU to sample)."""
     return Row(
         user=h.user,
         kind=h.kind,
@@ -288,6 +295,7 @@ def _waiting_row(h: Holding) -> Row:
         since_iso=words.iso(h.since) if h.since else "",
         label=h.label,
         waiting=h.waiting_words,
+        estimate=estimate.sentence(now) if estimate is not None else "",
         unsampled_text="",
         amount=float(h.amount),
         gpus_text=h.gpus_text,
@@ -303,7 +311,7 @@ def fleet_view(snap: Snapshot) -> FleetView:
     )
     # What waits comes after what holds, first come first.
     waiting = sorted(
-        (_waiting_row(h) for h in snap.waiting),
+        (_waiting_row(h, snap.estimates.get(holding_key(h)), now) for h in snap.waiting),
         key=lambda r: (r.since or 0.0, r.user, r.kind, r.name),
     )
     day = gpu_hours(snap.hourly, now - 86_400)
