@@ -6,11 +6,14 @@ how busy those GPUs are from the utilization source, then
 * adds GPU-seconds per user to the usage store (persisted beside the hub database), and
   charges the same seconds to the user's GPU-hour budget (:mod:`gpuhub.hub.ledger.budget_usage`);
 * tells users at 80 % and 100 % of their budget, and stops GPU work past its grace
-  (:mod:`gpuhub.hub.monitor.budget_watch`);
-* keeps 30 minutes of utilization per holding, for the fleet page's sparklines;
-* runs the idle clocks of :mod:`gpuhub.hub.monitor.reclaim` and stops servers whose warning ran out,
-  through the hub's own proxy and ``User.stop`` (as the hub's REST API does), so the
-  database, the proxy and the ledger stay right, and records why for the user's next visit.
+  (:mod:`gpuhub.hub.monitor.budget_stops`, the grace clocks in :mod:`gpuhub.hub.monitor.budget_watch`);
+* keeps 30 minutes of utilization per holding, for the fleet page's sparklines
+  (:mod:`gpuhub.hub.monitor.track`);
+* runs the idle clocks of :mod:`gpuhub.hub.monitor.reclaim` (:mod:`gpuhub.hub.monitor.idle_stops`)
+  and watches shares of a GPU over their memory (:mod:`gpuhub.hub.monitor.share_stops`);
+* stops servers whose warning ran out (:mod:`gpuhub.hub.monitor.stopping`) through the hub's
+  own proxy and ``User.stop`` (as the hub's REST API does), so the database, the proxy and the
+  ledger stay right, and records why for the user's next visit.
 
 It starts with the first gpuhub spawner the hub creates (at start-up for running servers,
 else at the first page that shows one), since JupyterHub has no start-up hook for it.
@@ -25,36 +28,31 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC
 from fractions import Fraction
 from typing import Any
 
-from gpuhub.core import words
-from gpuhub.core.budgets import BudgetConfig, this_period
-from gpuhub.core.budgets import hours_words as words_hours
 from gpuhub.core.holdings import Holding, gpu_type_names, named
-from gpuhub.core.quantity import human_memory as words_memory
 from gpuhub.hub.ledger import booking_book
-from gpuhub.hub.ledger.budget_usage import (
-    AccountKey,
-    BudgetState,
-    BudgetUsage,
-    BudgetView,
-    ExtraHours,
-    budget_view,
-    state_for,
-)
+from gpuhub.hub.ledger.budget_usage import BudgetUsage, BudgetView
 from gpuhub.hub.ledger.gpu_capacity import DeviceFree
 from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor import booking_watch
+from gpuhub.hub.monitor.budget_stops import BudgetStops
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
 from gpuhub.hub.monitor.eta_feed import EtaFeed, durations_path
+from gpuhub.hub.monitor.idle_stops import IdleStops
 from gpuhub.hub.monitor.overshare import ShareWatch, StrayWatch
-from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
-from gpuhub.hub.monitor.usage import BUDGET, SHARE_OVERUSE, Notice, UsageStore
+from gpuhub.hub.monitor.reclaim import IdleClocks, ReclaimRule
+from gpuhub.hub.monitor.share_stops import ShareStops
+from gpuhub.hub.monitor.stopping import Stopping
+
+# HISTORY_SECONDS: re-exported for the fleet page, which imports it from here (it lives in
+# track.py with the tracks it bounds).
+from gpuhub.hub.monitor.track import HISTORY_SECONDS as HISTORY_SECONDS
+from gpuhub.hub.monitor.track import HoldingKey, Track
+from gpuhub.hub.monitor.usage import UsageStore
 from gpuhub.hub.monitor.utilization import (
-    GPUSample,
     NoUtilization,
     Unexplained,
     UtilizationSource,
@@ -63,33 +61,12 @@ from gpuhub.hub.monitor.utilization import (
 
 log = logging.getLogger("gpuhub.hub.monitor.gpu_monitor")
 
-HISTORY_SECONDS = 30 * 60
 SAMPLE_TIMEOUT = 20.0
 
-HoldingKey = tuple[str, str, str]  # (user, kind, name)
-LaunchKey = tuple[str, str, str, str]  # (user, kind, name, since): one idle clock
 
-
-@dataclass
-class Track:
-    """What the monitor knows of one holding: recent samples and its idle clock's key."""
-
-    holding: Holding
-    # (time, mean 0..1). Tuples, replaced (never changed) each tick, like ``samples``: the
-    # fleet page reads them in a thread without copying (gpuhub.hub.web.fleet.snapshot).
-    history: tuple[tuple[float, float], ...] = ()
-    samples: tuple[GPUSample, ...] = ()
-    idle_since: float | None = None  # below the threshold (or 0 % without a rule) since
-
-    def launch(self) -> LaunchKey:
-        """The idle clock's key: a new launch of a server (or a new job hold) starts a new
-        clock; a server and the job hold its earlier launch left never share one."""
-        h = self.holding
-        return (h.user, h.kind, h.name, f"{h.since or 0:.3f}")
-
-
-class GPUMonitor:
-    """Samples, accounts and reclaims (see the module docstring)."""
+class GPUMonitor(BudgetStops, IdleStops, ShareStops, Stopping):
+    """Samples, accounts and reclaims (see the module docstring); budgets, idle reclaim,
+    shares and stopping are its parts, each in a module of its own."""
 
     def __init__(
         self,
@@ -363,261 +340,6 @@ class GPUMonitor:
             holdings.setdefault(holding_key(holding), holding)
         self._account(list(holdings.values()), time.time(), time.monotonic())
 
-    # -- GPU-hour budgets -----------------------------------------------------------------
-    @property
-    def budget_config(self) -> BudgetConfig | None:
-        """The admin's ``gpu_hours`` (None: none, or not valid: said at hub start)."""
-        try:
-            config: BudgetConfig | None = self.spawner.gpu_budget_config()
-        except Exception:
-            return None
-        return config
-
-    def _members(self, user: str, group: str) -> list[str]:
-        """The members of ``group``, as ``user`` (one of them) sees it in the hub's database."""
-        found = self._user(user)
-        for g in getattr(found, "groups", ()):
-            if g.name == group:
-                return sorted({user, *(u.name for u in getattr(g, "users", ()))})
-        return [user]
-
-    def _groups(self, name: str) -> list[str]:
-        user = self._user(name)
-        return [g.name for g in user.groups] if user is not None else []
-
-    def budget_state(
-        self, user: str, groups: list[str] | None = None, now: float | None = None
-    ) -> BudgetState | None:
-        """Where ``user``'s budget stands (None: no budget applies)."""
-        now = time.time() if now is None else now
-        groups = self._groups(user) if groups is None else groups
-        return state_for(user, groups, self.budget_config, self.budgets, now)
-
-    def grant_hours(
-        self, user: str, groups: list[str], hours: float, reason: str, by: str, group: str = ""
-    ) -> BudgetState:
-        """Extra GPU-hours for ``user``'s budget this period (its shared pool if it draws on
-        one: then ``group``, if given, must name it), with a reason the user reads in a
-        notice. Raises ``ValueError`` with the sentence when no budget applies."""
-        now = time.time()
-        state = self.budget_state(user, groups, now)
-        if state is None:
-            raise ValueError(f"No GPU-hour budget applies to {user}, so there is none to add to.")
-        pool = state.budget.name if state.budget.shared else ""
-        if group and group != pool:
-            whose = f"the {pool} group's shared pool" if pool else "their own budget"
-            raise ValueError(
-                f"{user}'s GPU-hours come from {whose}, not from a shared budget of group "
-                f'"{group}"; leave group out to add to it.'
-            )
-        self.budgets.grant(state.account, ExtraHours(hours, reason, by, now))
-        state = self.budget_state(user, groups, now)
-        assert state is not None
-        self._lift_budget_notices(user, state)
-        extra = words_hours(hours)
-        to = f"{state.budget.label} ({pool} group)" if pool else "your budget"
-        self.store.notify(
-            user,
-            Notice(
-                f"grant:{state.account[2]}:{now:.6f}",
-                now,
-                f"{by} granted {extra} extra GPU-hours to {to} {this_period(state.budget.per)}: "
-                f"{reason.rstrip('.')}. Now {state.text}.",
-                0,
-                "",
-                by=BUDGET,
-                kind="budget",
-            ),
-        )
-        log.info("gpuhub: %s granted %s %s extra GPU-hours: %s", by, user, extra, reason)
-        self.refresh_budgets(now)
-        self._changed()
-        return state
-
-    def _lift_budget_notices(self, user: str, state: BudgetState) -> None:
-        """After a grant: the 80 % and 100 % notices the budget is no longer at go (from
-        every member of a shared pool); the grant starts them over (``BudgetUsage.grant``),
-        so they are given again should it get there again."""
-        level = 100 if state.over else 80 if state.state == "warning" else 0
-        scope, name, period = state.account
-        told = self._members(user, name) if state.budget.shared else [user]
-        for stale in (80, 100):
-            if stale > level:
-                for member in told:
-                    self.store.clear_notice(member, f"{scope}:{name}:{period}:{stale}", "budget")
-        if not state.over and self.budget_watch is not None:
-            for member in told:  # no grace runs: nothing stops (stops_at) from now
-                self.budget_watch.over_since.pop(member, None)
-
-    def refresh_budgets(self, now: float | None = None) -> None:
-        """Build :attr:`budget_view` (on the event loop: it reads users' groups)."""
-        config = self.budget_config
-        if config is None:
-            self.budget_view = BudgetView()
-            return
-        now = time.time() if now is None else now
-        holders = {t.holding.user for t in self.tracks.values()}
-        holders |= {h.user for h in self.waiting.values()}
-        names = self.budgets.users_seen() | holders
-        view = budget_view({n: self._groups(n) for n in names}, config, self.budgets, now)
-        # Users whose budget this period is untouched and who hold nothing are left out.
-        users = tuple(s for s in view.users if s.own_seconds or s.extra_hours or s.user in holders)
-        self.budget_view = BudgetView(users, view.groups, view.since)
-
-    async def _watch_budgets(self, now: float, mono: float) -> None:
-        """Notices at 80 % and 100 % (once per period), and stops past the grace."""
-        assert self.budget_watch is not None
-        watch = self.budget_watch
-        config = self.budget_config
-        if config is None:
-            return
-        watch.grace, watch.at_limit = config.grace, config.at_limit
-        held = [t.holding for t in self.tracks.values()]
-        users = {h.user for h in held} | {h.user for h in self.waiting.values()}
-        states = {}
-        for user in users:
-            state = self.budget_state(user, now=now)
-            if state is None:
-                continue
-            states[user] = state
-            level = 100 if state.over else 80 if state.state == "warning" else 0
-            if level and self.budgets.tell(state.account, level):
-                self._budget_notice(user, state, level, now)
-        for holding in watch.observe(
-            states, held, self.waiting.values(), mono, self._ran_out(states, mono)
-        ):
-            key = holding_key(holding)
-            if key in self._stopping:
-                continue
-            state = states[holding.user]
-            reason = (
-                f"you used all {words_hours(state.allowed_hours)} GPU-hours of "
-                f"{state.budget.label} {this_period(state.budget.per)} ({state.text}) and the grace "
-                f"of {words.duration(config.grace) if config.grace else 'no time'} ran out"
-            )
-            if config.at_limit == "idle_only":
-                reason += ", and someone within their budget waits for these GPUs"
-            task = asyncio.ensure_future(self._stop_over_budget(holding, reason, state))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _ran_out(self, states: dict[str, BudgetState], mono: float) -> dict[str, float]:
-        """When (monotonic) each budget over now ran out, from how far over it is and the
-        GPUs its users held since the last accounting: the grace runs from that moment, not
-        from the tick that saw it, so work stops within a tick of its budget and grace."""
-        rates: dict[AccountKey, float] = {}
-        last: dict[AccountKey, float] = {}  # what the last accounting charged each budget
-        for user, state in states.items():
-            rate, seconds = self._rates.get(user, (0.0, 0.0))
-            rates[state.account] = rates.get(state.account, 0.0) + rate
-            last[state.account] = last.get(state.account, 0.0) + seconds
-        out = {}
-        for user, state in states.items():
-            rate = rates[state.account]
-            over = state.used_seconds - state.allowed_seconds
-            # Only a budget that the last accounting took over ran out since: one over
-            # before (work started over budget, as idle_only allows) starts its grace now.
-            if state.over and rate > 0 and 0 <= over <= last[state.account]:
-                out[user] = mono - over / rate
-        return out
-
-    def stops(self, user: str, now: float | None = None) -> dict[HoldingKey, tuple[float, str]]:
-        """``user``'s holdings that will be stopped unless something changes: (when, as epoch
-        seconds, and why: ``"budget"`` for a budget's grace, ``"idle"`` for idle reclaim's
-        warning, ``"share"`` for a share over its memory), the earliest for each. The
-        holdings answer's ``stops_at``, which the lab counts down and saves notebooks by."""
-        now = time.time() if now is None else now
-        found: dict[HoldingKey, tuple[float, str]] = {}
-
-        def add(key: HoldingKey, when: float, why: str) -> None:
-            if key not in found or when < found[key][0]:
-                found[key] = (when, why)
-
-        watch = self.budget_watch
-        deadline = watch.deadline(user, time.monotonic(), now) if watch is not None else None
-        if watch is not None and deadline is not None:
-            mine = [(k, t.holding) for k, t in self.tracks.items() if k[0] == user]
-            if watch.at_limit == "idle_only":  # stopped only for someone within budget
-                wanted = set()
-                for holding in self.waiting.values():
-                    state = self.budget_state(holding.user, now=now)
-                    if state is None or not state.over:
-                        wanted.add(holding.gpu_type)
-                mine = [(k, h) for k, h in mine if h.gpu_type in wanted]
-            for key, _ in mine:
-                add(key, deadline, BUDGET)
-        if self.clocks is not None:
-            for key, track in self.tracks.items():
-                clock = self.clocks.clocks.get(track.launch()) if key[0] == user else None
-                if clock is not None and clock.deadline is not None and not clock.reclaimed:
-                    add(key, clock.deadline, "idle")
-        if self.shares is not None:
-            for key in self.shares.over:
-                if key[0] == user and key in self.tracks:
-                    add(key, self.shares.deadline(key), SHARE_OVERUSE)
-        return found
-
-    def next_stop(self, mono: float) -> float | None:
-        """Seconds until the next grace runs out (None: none runs out after ``mono``; one
-        that has run out is the ticks' business)."""
-        watch = self.budget_watch
-        if watch is None:
-            return None
-        left = [since + watch.grace - mono for since in watch.over_since.values()]
-        return min((s for s in left if s > 0), default=None)
-
-    async def stop_due(self) -> None:
-        """Between ticks, when a grace runs out: charge up to now and stop what is due, as
-        a tick would (without sampling utilization, which may take a while)."""
-        if self.budget_watch is None:
-            return
-        self.settle()
-        await self._watch_budgets(time.time(), time.monotonic())
-
-    def _budget_notice(self, user: str, state: BudgetState, level: int, now: float) -> None:
-        """The 80 % or 100 % notice, one per budget and period: to the user, or to every
-        member of a shared pool."""
-        grace = self.budget_watch.grace if self.budget_watch is not None else 0.0
-        scope, name, period = state.account
-        told = self._members(user, name) if state.budget.shared else [user]
-        for member in told:
-            self.store.notify(
-                member,
-                Notice(
-                    f"{scope}:{name}:{period}:{level}",
-                    now,
-                    state.notice(level, grace),
-                    0,
-                    "",
-                    by=BUDGET,
-                    kind="budget",
-                ),
-            )
-        log.info("gpuhub: %s reached %s%% of their GPU-hour budget: %s", user, level, state.text)
-
-    async def _stop_over_budget(self, holding: Holding, reason: str, state: BudgetState) -> None:
-        """Stop (or cancel) ``holding``; its notice then says what the 100 % notice warned
-        would happen, which goes, so that the user reads it once."""
-        from gpuhub.hub.monitor.cancel import CancelRefused
-
-        if holding.kind == "job":
-            try:
-                await self.cancel_job(holding.user, holding.name, reason, by=BUDGET)
-            except CancelRefused as exc:
-                log.warning(
-                    "gpuhub: could not end %s's %s over budget: %s",
-                    holding.user,
-                    holding.label,
-                    exc,
-                )
-                return
-        else:
-            user = self._user(holding.user)
-            if user is None or not await self.stop_server(user, holding.name, reason, by=BUDGET):
-                return
-        scope, name, period = state.account
-        self.store.clear_notice(holding.user, f"{scope}:{name}:{period}:100", "budget")
-
     def _remember(self, track: Track, now: float) -> None:
         if not track.samples:
             track.idle_since = None
@@ -666,306 +388,6 @@ class GPUMonitor:
             for key, c in capacity.items()
             if key in types and c.dra_devices
         }
-
-    # -- reclaim --------------------------------------------------------------------------
-    def _users(self) -> dict[str, Any]:
-        """The hub's loaded users by name (every user with a running server is loaded)."""
-        users = self.spawner.user.settings.get("users")
-        if users is None:
-            return {}
-        return {u.name: u for u in users.values()}
-
-    def _user(self, name: str) -> Any:
-        """The hub's user ``name`` (loaded from the database if need be), or None."""
-        users = self.spawner.user.settings.get("users")
-        try:
-            return users[name] if users is not None else None
-        except KeyError:
-            return None
-
-    async def _reclaim(self, now: float) -> None:
-        assert self.clocks is not None and self.rule is not None
-        users = self._users()
-        launches = []
-        for track in self.tracks.values():
-            holding = track.holding
-            if holding.kind == "server":
-                user = users.get(holding.user)
-                if user is None:
-                    continue
-                spawner = user.spawners.get(holding.name)
-                if spawner is None or not spawner.ready:
-                    continue  # starting or stopping: not this loop's business now
-            elif holding.processes:
-                # A job hold: processes a stopped server left running on its GPUs. They
-                # are reclaimed like a server; a cluster job (no processes here) ends by
-                # itself or is cancelled by an admin.
-                user = users.get(holding.user) or self._user(holding.user)
-                if (holding.user, "job", holding.name) in self._stopping:
-                    continue
-            else:
-                continue
-            if user is not None and self.rule.exempt(g.name for g in user.groups):
-                continue
-            launch = track.launch()
-            launches.append(launch)
-            idle = bool(track.samples) and all(
-                s.utilization < self.rule.utilization_below for s in track.samples
-            )
-            action = self.clocks.observe(launch, idle, now)
-            if action is Action.WARN:
-                log.info(
-                    "gpuhub: %s's %s idle on %s GPUs since %.0fs; %s in %.0fs unless kept",
-                    holding.user,
-                    holding.label,
-                    holding.gpus,
-                    self.rule.after,
-                    "stops" if holding.kind == "server" else "its processes end",
-                    self.rule.warn,
-                )
-            elif action is Action.LIFT:
-                log.info(
-                    "gpuhub: %s's %s is busy again; warning lifted", holding.user, holding.label
-                )
-            elif action is Action.STOP:
-                task = asyncio.ensure_future(self._stop_idle(user, holding))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-        self.clocks.forget_except(launches)
-
-    def _watch_shares(self, now: float) -> None:
-        """Warn a server whose share of a GPU is over its memory; stop it once it has been
-        over for the grace period (gpuhub.hub.monitor.overshare)."""
-        assert self.shares is not None
-        warned, stop = self.shares.observe(
-            ((key, t.holding, t.samples) for key, t in self.tracks.items()), now
-        )
-        for key in warned:
-            holding = self.tracks[key].holding
-            log.warning(
-                "gpuhub: %s's %s is over its share: %s",
-                holding.user,
-                holding.label,
-                self.shares.warning(holding, key),
-            )
-        users = self._users() if stop else {}
-        for key in stop:
-            holding = self.tracks[key].holding
-            user = users.get(holding.user)
-            if user is None:
-                continue
-            reason = self.shares.reason(holding, key)
-            task = asyncio.ensure_future(
-                self.stop_server(user, holding.name, reason, by=SHARE_OVERUSE)
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _tell_unexplained(self, now: tuple[Unexplained, ...]) -> None:
-        """Log the admin a line when a shared GPU's memory stops being explained (once,
-        not every tick)."""
-        before = {u.gpu for u in self.unexplained if u.used}
-        for entry in now:
-            if entry.used and entry.gpu not in before:
-                log.warning(
-                    "gpuhub: %s of GPU %s is used by processes %s that prove no holder of it "
-                    "(no launch grant, another OS account's, or another GPU's); charged to "
-                    "nobody",
-                    words_memory(entry.used),
-                    entry.gpu,
-                    ", ".join(map(str, entry.pids)),
-                )
-
-    async def _end_strays(self, unexplained: tuple[Unexplained, ...], now: float) -> None:
-        """End each process whose memory on a shared GPU has proved no holder for the grace
-        (:class:`gpuhub.hub.monitor.overshare.StrayWatch`), and tell the fleet admins: the
-        log, and the fleet page (:attr:`strays_ended`). The ending waits in a task of its
-        own, not in the tick."""
-        assert self.strays is not None
-        for pid in self.strays.observe(unexplained, now):
-            account = self.strays.seen[pid].account
-            said = self.strays.ended(pid, now)
-            task = asyncio.ensure_future(self._end_stray(pid, account, said))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _end_stray(self, pid: int, account: str, said: str) -> None:
-        if not await asyncio.to_thread(_end_process, pid, account):
-            return
-        log.warning("gpuhub: %s", said)
-        self.strays_ended = (*self.strays_ended, said)[-20:]
-        self._changed()
-
-    def share_warnings(self, user: str) -> list[tuple[Holding, float, str]]:
-        """``user``'s servers over their share of a GPU now: (holding, when it is stopped,
-        the warning)."""
-        if self.shares is None:
-            return []
-        return [
-            (
-                self.tracks[key].holding,
-                self.shares.deadline(key),
-                self.shares.warning(self.tracks[key].holding, key),
-            )
-            for key in self.shares.over
-            if key[0] == user and key in self.tracks
-        ]
-
-    def clock_of(self, user: str, name: str, kind: str = "server") -> tuple[Track, Any] | None:
-        """The track and idle clock of ``user``'s server (or job hold) ``name`` (None: no
-        GPU holding, or none on the clock)."""
-        track = self.tracks.get((user, kind, name))
-        if track is None or self.clocks is None:
-            return None
-        clock = self.clocks.clocks.get(track.launch())
-        return (track, clock) if clock is not None else None
-
-    def postpone(self, user: str, name: str, now: float, kind: str = "server") -> str | None:
-        """ "Keep my GPUs": None when postponed, else the sentence saying why not."""
-        if self.clocks is None:
-            return "GPU reclaim is off on this hub."
-        track = self.tracks.get((user, kind, name))
-        if track is None:
-            return f"This {'server' if kind == 'server' else 'job'} holds no GPUs that are being reclaimed."
-        return self.clocks.postpone(track.launch(), now)
-
-    def warnings_for(self, user: str, now: float | None = None) -> list[tuple[Holding, float]]:
-        """``user``'s job holds that are warned now, with when their processes end: the hub
-        pages say so (a server's warning shows in its JupyterLab)."""
-        if self.clocks is None:
-            return []
-        now = time.time() if now is None else now
-        out = []
-        for (name, kind, _), track in self.tracks.items():
-            if name != user or kind != "job":
-                continue
-            clock = self.clocks.clocks.get(track.launch())
-            if clock is not None and clock.deadline is not None and not clock.reclaimed:
-                out.append((track.holding, clock.deadline))
-        return out
-
-    async def _stop_idle(self, user: Any, holding: Holding) -> None:
-        assert self.rule is not None
-        rule = self.rule
-        reason = (
-            f"{'its' if holding.kind == 'server' else 'their'} "
-            f"{_held(holding)} stayed below "
-            f"{rule.utilization_below:.0%} utilization for {words.duration(rule.after)} and "
-            f"nobody kept them during the {words.duration(rule.warn)} warning"
-        )
-        if holding.kind == "job":
-            from gpuhub.hub.monitor.cancel import CancelRefused
-
-            try:
-                await self.cancel_job(holding.user, holding.name, reason, by="idle")
-            except CancelRefused as exc:
-                log.warning(
-                    "gpuhub: could not end %s's idle %s: %s", holding.user, holding.label, exc
-                )
-                return
-        elif user is None or not await self.stop_server(user, holding.name, reason, by="idle"):
-            return
-        self.store.count_reclaim(holding.gpu_type or "GPU")
-
-    async def stop_server(
-        self, user: Any, server: str, reason: str, *, by: str, notify: bool = True
-    ) -> bool:
-        """Stop ``user``'s server as the hub's REST API does, and leave the user a notice
-        (``notify``: unless they stopped it themselves, and know)."""
-        key = (user.name, "server", server)
-        if key in self._stopping:
-            return False
-        spawner = user.spawners.get(server)
-        if spawner is None or not spawner.active or spawner.pending:
-            return False
-        held = self.tracks.get((user.name, "server", server))
-        gpus, gpu_type = (held.holding.gpus, held.holding.gpu_type) if held else (0, "")
-        self._stopping.add(key)
-        try:
-            log.warning("gpuhub: stopping %s's server %r: %s", user.name, server, reason)
-            proxy = user.settings.get("proxy")
-            if proxy is not None:
-                await proxy.delete_user(user, server)
-            await user.stop(server)
-        except Exception:
-            log.exception("gpuhub: could not stop %s's server %r", user.name, server)
-            return False
-        finally:
-            self._stopping.discard(key)
-        self.settle()  # its GPUs were held until now
-        # The notice first: the user's lab asks why as soon as the hub says it stopped.
-        if notify:
-            self.store.notify(
-                user.name, Notice(server, time.time(), reason, gpus, gpu_type or "GPU", by)
-            )
-        self.tracks.pop((user.name, "server", server), None)  # gone now, not at the next tick
-        self.waiting = {k: h for k, h in self.waiting.items() if k != key}
-        await self._refresh_now()
-        self._changed(removed=(user.name, "server", server))
-        return True
-
-    async def cancel_job(self, user: str, name: str, reason: str, *, by: str) -> list[str]:
-        """Cancel ``user``'s GPU job ``name`` (a fleet page row) with the hub's own means
-        (:mod:`gpuhub.hub.monitor.cancel`), and leave the user a notice with ``reason``. Returns the job
-        ids cancelled; raises :class:`gpuhub.hub.monitor.cancel.CancelRefused` with a sentence."""
-        from gpuhub.hub.monitor.cancel import CancelRefused, cancel_kube, cancel_local
-
-        key = (user, "job", name)
-        track = self.tracks.get(key)
-        # A job queued in Kueue holds no GPU yet, but its place: it may be cancelled too.
-        holding = track.holding if track is not None else self.waiting.get(key)
-        if holding is None:
-            raise CancelRefused(404, f"{user} has no job {name!r} holding or waiting for GPUs.")
-        if key in self._stopping:
-            raise CancelRefused(409, "That job is being cancelled already.")
-        self._stopping.add(key)
-        try:
-            log.warning("gpuhub: %s cancels %s's %s: %s", by, user, holding.label, reason)
-            core_api = getattr(self.spawner, "api", None)
-            if core_api is not None:
-                namespace = getattr(self.spawner, "namespace", None)
-                job_ids = await cancel_kube(core_api, holding, reason, by, namespace)
-            else:
-                book = getattr(self.spawner, "_book", None)
-                if book is None:
-                    raise CancelRefused(409, "This hub's spawner cannot cancel jobs.")
-                job_ids = await cancel_local(book, holding)
-        finally:
-            self._stopping.discard(key)
-        self.settle()  # its GPUs were held until now
-        # A queued job held its GPUs by a grant; the jobs service stops renewing it once
-        # the job is gone, but it would count until it expires.
-        self.ledger.release_job_grant(user, name)
-        self.tracks.pop(key, None)  # gone now, not at the next tick
-        self.waiting = {k: h for k, h in self.waiting.items() if k != key}
-        await self._refresh_now()
-        self._changed(removed=(user, "job", name))
-        self.store.notify(
-            user,
-            Notice(
-                name,
-                time.time(),
-                reason,
-                holding.gpus,
-                holding.gpu_type or "GPU",
-                by,
-                kind="job",
-                jobs=tuple(job_ids),
-            ),
-        )
-        return job_ids
-
-
-def _gpus(count: int, gpu_type: str) -> str:
-    name = f"{gpu_type} GPU" if gpu_type and "GPU" not in gpu_type else (gpu_type or "GPU")
-    return f"{count} {name}{'s' if count != 1 else ''}"
-
-
-def _held(holding: Holding) -> str:
-    """ "2 A100 GPUs", "8 GB share of T4": what a holding holds, after "its"."""
-    if holding.share is None:
-        return _gpus(holding.gpus, holding.gpu_type)
-    return holding.held_words
 
 
 def gpus_free(gpu_type: Any, capacity: Any) -> tuple[float, float]:
@@ -1118,32 +540,3 @@ def ensure_started(spawner: Any) -> None:
 
     _STARTING = asyncio.ensure_future(_start(spawner))
     _STARTING.add_done_callback(done)
-
-
-def _end_process(pid: int, account: str) -> bool:
-    """End process ``pid`` if it still runs as ``account`` (a pid may have been reused):
-    SIGTERM, then SIGKILL after 5 seconds. Blocking (runs in a thread). Never the hub."""
-    import os
-
-    import psutil
-
-    from gpuhub.hub.monitor.utilization import account_name
-
-    if pid in (os.getpid(), os.getppid()):
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if account and account_name(proc.uids().real) != account:
-            return False
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except psutil.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    except psutil.NoSuchProcess:
-        return True
-    except (psutil.Error, OSError) as exc:
-        log.warning("gpuhub: could not end process %s (OS account %s): %s", pid, account, exc)
-        return False
-    return True

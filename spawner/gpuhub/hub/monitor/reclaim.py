@@ -119,7 +119,7 @@ class IdleClock:
 @dataclass
 class IdleClocks:
     """Idle clocks of all GPU servers and job holds of a hub, keyed by a tuple naming one
-    launch (:meth:`gpuhub.hub.monitor.gpu_monitor.Track.launch`: user, kind, name, start)."""
+    launch (:meth:`gpuhub.hub.monitor.track.Track.launch`: user, kind, name, start)."""
 
     rule: ReclaimRule
     clocks: dict[tuple[str, ...], IdleClock] = field(default_factory=dict)
