@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 from traitlets.config import Config
 
-from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner, is_loopback, public_host
+from gpuhub.hub.local_account import is_loopback, public_host
+from gpuhub.hub.local_gpu_spawner import LocalGPUSpawner
 from harness.hub.process import Hub, spawn_json, start_hub
 
 EXPOSED = """
