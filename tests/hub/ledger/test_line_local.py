@@ -93,13 +93,15 @@ def test_spawns_wait_in_line_and_start_when_the_gpu_comes_back(hub: Hub) -> None
     wait_until("carol's wait ended", lambda: server(hub, "carol") is None)
     assert "1 person waiting" in hub.login("dave").get(f"{hub.url}/hub/spawn", timeout=30).text
 
-    # alice stops: bob gets GPU 0 within seconds, past JupyterHub's own start_timeout if need be.
+    # alice stops: the line gives bob GPU 0 within seconds (it is served every second), past
+    # JupyterHub's own start_timeout if need be; then his server starts, however long that
+    # takes on a busy machine (not the line's to answer for).
     stopped = time.monotonic()
     hub.stop_server("alice")
-    wait_until("bob ready", lambda: (server(hub, "bob") or {}).get("ready"), timeout=60)
-    assert time.monotonic() - stopped < 30
-    assert server(hub, "bob")["state"]["gpus"] == [0]
     wait_until("bob's page saw the GPU assigned", lambda: bob.said("GPU 0 (RTX A6000) assigned"))
+    assert time.monotonic() - stopped < 30
+    wait_until("bob ready", lambda: (server(hub, "bob") or {}).get("ready"), timeout=90)
+    assert server(hub, "bob")["state"]["gpus"] == [0]
 
 
 def test_a_wait_that_runs_out_ends_with_a_sentence(hub: Hub) -> None:
