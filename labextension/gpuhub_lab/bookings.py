@@ -17,11 +17,9 @@ tabs cost one hub request per period. Outside JupyterHub the answer says there i
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -32,6 +30,7 @@ from tornado import web
 
 from gpuhub.core.hub_client import HubClient, HubUnreachable
 from gpuhub.jobs.policy_env import read_policy_env
+from gpuhub_lab.hub_answer import SharedHubAnswer
 
 SETTINGS_KEY = "gpuhub_bookings"
 TTL = 15.0  # seconds an answer is shared: bookings change seldom
@@ -64,7 +63,7 @@ def _groups(environ: Mapping[str, str]) -> frozenset[str]:
         return frozenset()
 
 
-class HubBookings:
+class HubBookings(SharedHubAnswer):
     """Asks the hub's bookings, at most once per ``ttl``, whatever the number of callers."""
 
     def __init__(self, environ: Mapping[str, str] | None = None, ttl: float = TTL) -> None:
@@ -72,23 +71,13 @@ class HubBookings:
         hub = HubClient.from_env(env)
         self.user = hub.user if hub is not None else ""
         # The bookings endpoint is the hub's, not one user's: no user in its path.
-        self.hub = None if hub is None else dataclasses.replace(hub, user="")
+        super().__init__(None if hub is None else dataclasses.replace(hub, user=""), ttl)
         self.groups = _groups(env)
         base = env.get("JUPYTERHUB_BASE_URL") or "/"
         self.book_url = url_path_join(base, "hub/home") if hub is not None else None
-        self.ttl = ttl
-        self._answer: tuple[float, dict[str, Any]] | None = None
-        self._lock = asyncio.Lock()
 
-    async def get(self) -> dict[str, Any]:
-        if self.hub is None:
-            return _unavailable("This server was not started by JupyterHub: no hub to ask.")
-        async with self._lock:
-            if self._answer is not None and time.monotonic() - self._answer[0] < self.ttl:
-                return self._answer[1]
-            answer = await self._ask(self.hub)
-            self._answer = (time.monotonic(), answer)
-            return answer
+    def _unavailable(self, reason: str) -> dict[str, Any]:
+        return _unavailable(reason, self.book_url)
 
     async def _ask(self, hub: HubClient) -> dict[str, Any]:
         try:

@@ -26,7 +26,6 @@ Outside JupyterHub (a plain ``jupyter lab``) the answer says there is no hub to 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
@@ -40,6 +39,7 @@ from tornado import web
 
 from gpuhub.core import words
 from gpuhub.core.hub_client import HubClient, HubUnreachable
+from gpuhub_lab.hub_answer import SharedHubAnswer
 
 SETTINGS_KEY = "gpuhub_holdings"
 TTL = 5.0  # seconds an answer is shared
@@ -57,24 +57,14 @@ def _unavailable(reason: str) -> dict[str, Any]:
     }
 
 
-class HubHoldings:
+class HubHoldings(SharedHubAnswer):
     """Asks the hub's ledger, at most once per ``ttl``, whatever the number of callers."""
 
     def __init__(self, environ: dict[str, str] | None = None, ttl: float = TTL) -> None:
-        self.hub = HubClient.from_env(environ)
-        self.ttl = ttl
-        self._answer: tuple[float, dict[str, Any]] | None = None
-        self._lock = asyncio.Lock()
+        super().__init__(HubClient.from_env(environ), ttl)
 
-    async def get(self) -> dict[str, Any]:
-        if self.hub is None:
-            return _unavailable("This server was not started by JupyterHub: no hub to ask.")
-        async with self._lock:
-            if self._answer is not None and time.monotonic() - self._answer[0] < self.ttl:
-                return self._answer[1]
-            answer = await self._ask(self.hub)
-            self._answer = (time.monotonic(), answer)
-            return answer
+    def _unavailable(self, reason: str) -> dict[str, Any]:
+        return _unavailable(reason)
 
     async def _ask(self, hub: HubClient) -> dict[str, Any]:
         try:
