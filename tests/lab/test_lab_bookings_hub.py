@@ -17,7 +17,7 @@ import requests
 
 from gpuhub_lab.bookings import HubBookings, own_bookings
 from harness.hub.process import Hub, start_hub
-from tests.hub.web.test_bookings_hub import CONFIG
+from tests.support.hub.bookings import CONFIG
 
 pytestmark = pytest.mark.e2e
 

@@ -18,30 +18,10 @@ import pytest
 import requests
 
 from harness.hub.process import Hub, spawn, start_hub, stop, wait_ready
+from tests.support.hub.bookings import CONFIG
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-c.JupyterHub.spawner_class = "gpu-local"
-c.LocalGPUSpawner.run_as_hub_user = True
-c.LocalGPUSpawner.gpu_devices = "simulated:2"
-c.LocalGPUSpawner.gpu_types = {"sim": {"display_name": "Simulated GPU", "devices": [0, 1], "max_gpus": 2}}
-c.LocalGPUSpawner.default_limits = {"max_gpus": 2}
-c.LocalGPUSpawner.gpu_quota = {"default": 2}
-c.LocalGPUSpawner.gpu_queue_timeout = 300
-c.LocalGPUSpawner.gpu_monitor_interval = 0.5
-c.LocalGPUSpawner.bookings = {
-    "groups": {"staff": {"max_gpus": 1, "max_hours": 2, "days_ahead": 1}},
-    "admins_book_for_groups": True,
-    "warn_before": 60,
-}
-c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 1}
-c.LocalGPUSpawner.cpu_range = {"min": 0.5, "max": 2, "default": 0.5}
-c.LocalGPUSpawner.memory_range = {"min": "512Mi", "max": "4G", "default": "1G"}
-from gpuhub.hub.web.api import configure_hub
-
-configure_hub(c)
-"""
 USERS = ("ann", "bob", "carol", "dave", "eve", "root")
 GROUPS = {"staff": ["ann"], "class": ["dave"]}
 
