@@ -14,7 +14,7 @@ What is real: :class:`gpuhub.hub.ledger.device_book.GPUAllocator` and
 :class:`gpuhub.hub.ledger.line.GPULine` (first come, first served) hand out the GPUs;
 :class:`gpuhub.hub.monitor.reclaim.IdleClocks` warns and stops idle holds;
 :class:`gpuhub.hub.monitor.budget_watch.BudgetWatch` runs the graces; the estimates are
-:func:`gpuhub.hub.monitor.eta.estimate` with :class:`~gpuhub.hub.monitor.eta.Durations`
+:func:`gpuhub.hub.monitor.eta.estimate` with :class:`~gpuhub.hub.monitor.hold_durations.Durations`
 learned as the week goes, fed each minute (the monitor's tick) as the hub's feed would.
 Each request's first estimate (the tick after it joined) is compared with when the line
 gave it its GPUs. The cost: the estimates of 1,000 waiting requests over 10 types with 4,000
@@ -38,7 +38,8 @@ from benchmarks import percentile, write_section
 from gpuhub.hub.ledger.device_book import GPUAllocator, Holder, server_key
 from gpuhub.hub.ledger.line import GPULine, Ticket
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
-from gpuhub.hub.monitor.eta import Durations, Estimate, Held, Line, Waiter, estimate
+from gpuhub.hub.monitor.eta import Estimate, Held, Line, Waiter, estimate
+from gpuhub.hub.monitor.hold_durations import Durations
 from gpuhub.hub.monitor.reclaim import Action, IdleClocks, ReclaimRule
 
 TICK = 60.0

@@ -15,9 +15,6 @@ from pathlib import Path
 import pytest
 
 from gpuhub.hub.monitor.eta import (
-    PRIOR_MEDIAN,
-    Curve,
-    Durations,
     Held,
     Line,
     Waiter,
@@ -25,6 +22,7 @@ from gpuhub.hub.monitor.eta import (
     estimate,
 )
 from gpuhub.hub.monitor.eta_feed import EtaFeed, durations_path
+from gpuhub.hub.monitor.hold_durations import PRIOR_MEDIAN, Curve, Durations
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0

@@ -3,7 +3,8 @@ whose GPUs may go to a booking's users first is never given a ``latest`` it coul
 
 from __future__ import annotations
 
-from gpuhub.hub.monitor.eta import Durations, Held, Line, Waiter, by_booking, estimate
+from gpuhub.hub.monitor.eta import Held, Line, Waiter, by_booking, estimate
+from gpuhub.hub.monitor.hold_durations import Durations
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 HOUR = 3600.0

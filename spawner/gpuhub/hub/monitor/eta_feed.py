@@ -3,7 +3,7 @@
 Each monitor tick (and each refresh after a stop or a start) hands the facts of every GPU
 type's line to :func:`gpuhub.hub.monitor.eta.estimate` (pure) and keeps the answers for the
 holdings API, the spawn page and the form. Holds that ended since the last look teach
-:class:`gpuhub.hub.monitor.eta.Durations`, kept in a state file beside ``gpu_usage_file``
+:class:`gpuhub.hub.monitor.hold_durations.Durations`, kept in a state file beside ``gpu_usage_file``
 (written atomically, as the ledger's and usage files are; a damaged one is set aside and
 learning starts again from the prior). docs/architecture.md, "When, not only where".
 """
@@ -24,8 +24,6 @@ from gpuhub.hub.monitor.booking_watch import plan
 from gpuhub.hub.monitor.eta import (
     HARD_SLACK,
     STOP_LAG,
-    Curve,
-    Durations,
     Estimate,
     Held,
     Line,
@@ -33,6 +31,7 @@ from gpuhub.hub.monitor.eta import (
     by_booking,
     estimate,
 )
+from gpuhub.hub.monitor.hold_durations import Curve, Durations
 
 log = logging.getLogger("gpuhub.hub.monitor.eta_feed")
 

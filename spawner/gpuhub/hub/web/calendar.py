@@ -11,7 +11,7 @@ admins' list) is rendered once per gathering; a viewer's own lines are rendered 
 
 * A holding is held until its known stop (``stops_at``: an idle reclaim's warning, a
   budget's grace, a share over its memory), else until its likely end: its median of what
-  is left, given how long it has lasted (:meth:`gpuhub.hub.monitor.eta.Curve.median_left`).
+  is left, given how long it has lasted (:meth:`gpuhub.hub.monitor.hold_durations.Curve.median_left`).
 * A waiting request takes GPUs from its estimated start (``likely``) for a likely hold.
 * A booking takes its GPUs from its start to its end.
 * What is left is likely free.
