@@ -117,6 +117,50 @@ def test_gpus_booked_soon_are_lent_no_more() -> None:
         assert line.take_now(server_key("bob", ""), 1, "sim", [0, 1], holder("bob")) is None
         assert line.set_aside("sim", [0, 1], "ann") == (0, False)  # not running yet
         bookings.remove("soon")
-        assert line.take_now(server_key("bob", ""), 1, "sim", [0, 1], holder("bob")) == [0]
+        # "later" needs both GPUs from two hours on: bob's server, which would still hold one
+        # then, gets none; his work gone in an hour, or idle_only work (until 0), gets one.
+        assert line.take_now(server_key("bob", ""), 1, "sim", [0, 1], holder("bob")) is None
+        gone = now + HOUR
+        assert line.take_now(server_key("bob", ""), 1, "sim", [0, 1], holder("bob"), None, gone)
+        assert line.take_now(server_key("eve", ""), 1, "sim", [0, 1], holder("eve"), None, 0.0)
+
+    asyncio.run(run())
+
+
+def test_free_booked_gpus_are_lent_only_to_work_gone_in_time() -> None:
+    async def run() -> None:
+        book = GPUAllocator()
+        bookings = BookingBook()
+        bookings.rules = BookingRules(warn_before=60)
+        bookings.groups_of = lambda user: ("class",) if user == "dave" else ()
+        line = GPULine(book, bookings=bookings)
+        now = time.time()
+        # One GPU, booked for the class from an hour on: eve's server waits, with words.
+        bookings.add(booking("c", now + HOUR, now + 2 * HOUR, for_group="class"))
+        eve = Ticket(server_key("eve", ""), holder("eve"), "sim", "Simulated GPU", 1, [0])
+        line.join(eve)
+        assert not eve.granted.done()
+        said = line.booked_words(eve)
+        assert said.startswith("; 1 free Simulated GPU is booked from "), said
+        assert said.endswith(", and this server would still hold it then"), said
+        assert [b.id for b in line.in_the_way(eve)] == ["c"]
+        # Bookings one after another share their GPUs: two of one GPU each set one aside.
+        bookings.add(booking("d", now + 3 * HOUR, now + 4 * HOUR, for_group="class"))
+        assert line.set_aside("sim", [0, 1], "eve") == (1, False)
+        assert line.set_aside("sim", [0, 1], "eve", until=now + 2.5 * HOUR) == (1, False)
+        assert line.set_aside("sim", [0, 1], "eve", until=now + HOUR / 2) == (0, False)
+        # Work gone in time passes eve, whom the booked GPU is held back from anyway; so
+        # does the class's own request: the booking's GPUs are theirs.
+        assert line.set_aside("sim", [0], "dave") == (0, False)
+        quick = Ticket(
+            server_key("bob", ""), holder("bob"), "sim", "Simulated GPU", 1, [0], until=now + 60
+        )
+        line.join(quick)
+        assert quick.granted.result() == [0] and not eve.granted.done()
+        book.release(server_key("bob", ""))
+        dave = holder("dave")
+        assert line.take_now(server_key("dave", ""), 1, "sim", [0], dave, frozenset({"class"}))
+        assert not eve.granted.done()
+        line.leave(eve)
 
     asyncio.run(run())

@@ -133,6 +133,18 @@ class BookingBook:
             if b.gpu_type == gpu_type and b.start - lead <= now < b.end
         ]
 
+    def in_the_way(self, gpu_type: str, now: float, until: float) -> list[Booking]:
+        """The bookings of a type (its key) whose GPUs work gone by ``until`` may not take
+        now: those running, and those whose GPUs are lent no more (from :meth:`lead` before
+        their start) at some instant up to ``until``. Work of unknown end gives
+        ``math.inf``: every booking not yet ended is in its way."""
+        lead = self.lead()
+        return [
+            b
+            for b in self.bookings.values()
+            if b.gpu_type == gpu_type and b.start - lead <= max(until, now) and now < b.end
+        ]
+
     def is_for(self, booking: Booking, user: str, groups: Collection[str] | None = None) -> bool:
         """Whether ``user`` (in ``groups``, looked up when not given) is whom it is for."""
         if booking.for_user:

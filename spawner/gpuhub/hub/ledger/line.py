@@ -24,23 +24,28 @@ but it holds nothing (``Holding.waiting``): the fleet page, the metrics and GPU-
 as waiting.
 gpuhub's own wait is always a *line*; a *queue* is Kueue's (:mod:`gpuhub.k8s.kueue`).
 
-Bookings (:mod:`gpuhub.hub.ledger.booking_book`): while a booking runs, and from ``warn_before``
-ahead of its start, the free GPUs it still needs (its GPUs less those its user or group hold
-now) are set aside: nobody else's request takes them (:meth:`GPULine.set_aside`). A request of
-whom a running booking is for, with GPUs still owed, passes the line: it is served as soon as
-enough are free, ahead of those who joined before it (docs/architecture.md, "Bookings").
+Bookings (:mod:`gpuhub.hub.ledger.booking_book`): the free GPUs a booking still needs (its
+GPUs less those its user or group hold now) are set aside from others' requests
+(:meth:`GPULine.set_aside`) from ``warn_before`` ahead of its start to its end, and before that
+from every request not known to be gone by then: free booked GPUs are lent only to work that
+ends in time (``Ticket.until``) or to ``idle_only`` work, which the booking's start stops. The
+decision is made here, where the line hands its head to the book. A request of whom a running
+booking is for, with GPUs still owed, passes the line: it is served as soon as enough are
+free, ahead of those who joined before it (docs/architecture.md, "Bookings").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpuhub.core import words
+from gpuhub.core.bookings import Booking
 from gpuhub.core.holdings import Holding
 from gpuhub.core.line_order import LineOrder, fair_key, hours
 from gpuhub.hub.ledger.booking_book import BOOKINGS, BookingBook
@@ -65,6 +70,10 @@ class Ticket:
     )
     awaited: bool = False  # the spawn's start() waits for it (not only accepted yet)
     groups: frozenset[str] | None = None  # its user's groups (None: looked up), for bookings
+    # When its work is known to be gone (epoch seconds): free booked GPUs are lent only to
+    # work gone before the booking needs them. math.inf: not known (a server); 0: whenever a
+    # booking needs them (``idle_only`` work, stopped at the booking's start).
+    until: float = math.inf
 
 
 def no_usage(_user: str) -> float:
@@ -137,14 +146,18 @@ class GPULine:
         candidates: list[int],
         holder: Holder,
         groups: frozenset[str] | None = None,
+        until: float = math.inf,
     ) -> list[int] | None:
         """The devices, if this request is served at once: nobody of its type waits (or a
         running booking for its user still owes GPUs: it passes the line) and enough are
-        free that are not set aside for others' bookings. None: it must wait in line
-        (:meth:`join`)."""
-        aside, first = self.set_aside(type_key, candidates, holder.user, groups)
+        free that are not set aside for others' bookings (``until``: see
+        :attr:`Ticket.until`). None: it must wait in line (:meth:`join`)."""
+        aside, first = self.set_aside(type_key, candidates, holder.user, groups, until=until)
         if self.lines.get(type_key) and not first:
-            return None  # the line comes before the book: it joins those already waiting
+            room = self._held_back(type_key) if self.bookings.bookings else None
+            if room is None:
+                return None  # the line comes before the book: it joins those already waiting
+            aside = max(aside, room)  # it may take only what bookings hold back from the head
         try:
             return self._allocate(key, gpus, candidates, holder, aside)
         except NotEnoughGPUs:
@@ -157,12 +170,15 @@ class GPULine:
         user: str,
         groups: frozenset[str] | None = None,
         now: float | None = None,
+        until: float = math.inf,
     ) -> tuple[int, bool]:
         """``(aside, first)``: how many of the type's GPUs bookings for others still need
-        (``user`` may not take them), and whether a running booking for ``user`` still owes
+        (``user`` may not take them for work gone by ``until``: the most those bookings need
+        at once, from now to then), and whether a running booking for ``user`` still owes
         GPUs (its requests pass the line). A booking owes its GPUs less those whom it is for
         hold now."""
-        bookings = self.bookings.setting_aside(type_key, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        bookings = self.bookings.in_the_way(type_key, now, until)
         if not bookings:
             return 0, False
         mine = set(candidates)
@@ -171,27 +187,55 @@ class GPULine:
             count = sum(1 for d in holding.devices if d in mine)
             if count:
                 held[holding.user] = held.get(holding.user, 0) + count
-        aside, first = 0, False
+        first, lead = False, self.bookings.lead()
+        windows: list[tuple[float, float, int]] = []  # others' (from, to, owed)
         for booking in bookings:
             used = sum(n for u, n in held.items() if self.bookings.is_for(booking, u))
             owed = max(booking.gpus - used, 0)
             if self.bookings.is_for(booking, user, groups):
-                first = first or (owed > 0 and booking.active(time.time() if now is None else now))
-            else:
-                aside += owed
+                first = first or (owed > 0 and booking.active(now))
+            elif owed:
+                windows.append((max(booking.start - lead, now), booking.end, owed))
+        # The most owed at any one instant: bookings one after another share their GPUs.
+        aside = max((sum(n for s, e, n in windows if s <= t < e) for t, _, _ in windows), default=0)
         return aside, first
+
+    def in_the_way(self, ticket: Ticket, now: float | None = None) -> list[Booking]:
+        """Others' bookings of the ticket's type not running yet whose GPUs its work would
+        still hold when they are needed, soonest first (the words of its wait)."""
+        now = time.time() if now is None else now
+        lead = self.bookings.lead()
+        return sorted(
+            (
+                b
+                for b in self.bookings.in_the_way(ticket.type_key, now, ticket.until)
+                if b.start - lead > now
+                and not self.bookings.is_for(b, ticket.holder.user, ticket.groups)
+            ),
+            key=lambda b: (b.start, b.id),
+        )
 
     def booked_words(self, ticket: Ticket) -> str:
         """ "; 1 free GPU is booked for others": why a waiting request is not served although
         GPUs are free (a clause of the spawn page's line message; "" when none is)."""
+        now = time.time()
         aside, _ = self.set_aside(
-            ticket.type_key, ticket.candidates, ticket.holder.user, ticket.groups
+            ticket.type_key, ticket.candidates, ticket.holder.user, ticket.groups, now, ticket.until
         )
         free = len(self.book.free(ticket.candidates))
         held_back = min(aside, free)
         if not held_back:
             return ""
         verb = "is" if held_back == 1 else "are"
+        later = self.in_the_way(ticket, now)
+        if later and not self.bookings.setting_aside(ticket.type_key, now):
+            booking, pronoun = later[0], "it" if held_back == 1 else "them"
+            return (
+                f"; {held_back} free {words.gpu_noun(ticket.type_name, held_back)} {verb} "
+                f"booked from {words.clock(booking.start, now)} to "
+                f"{words.clock(booking.end, now)}, and this {ticket.holder.kind} would still "
+                f"hold {pronoun} then"
+            )
         return f"; {held_back} free {words.gpu_noun('', held_back)} {verb} booked for others"
 
     def _allocate(
@@ -288,19 +332,55 @@ class GPULine:
             if self.bookings.bookings:
                 for ticket in self.ordered(type_key):
                     aside, first = self.set_aside(
-                        type_key, ticket.candidates, ticket.holder.user, ticket.groups
+                        type_key,
+                        ticket.candidates,
+                        ticket.holder.user,
+                        ticket.groups,
+                        until=ticket.until,
                     )
                     if first:
                         self._grant(line, ticket, aside)
             while line:
                 head = self.ordered(type_key)[0]
                 aside = (
-                    self.set_aside(type_key, head.candidates, head.holder.user, head.groups)[0]
+                    self.set_aside(
+                        type_key, head.candidates, head.holder.user, head.groups, until=head.until
+                    )[0]
                     if self.bookings.bookings
                     else 0
                 )
                 if not self._grant(line, head, aside):
                     break
+            if line and self.bookings.bookings:
+                self._serve_behind(type_key, line)
+
+    def _held_back(self, type_key: str) -> int | None:
+        """The free GPUs the head of the line may take, when bookings for others hold some
+        back from it (None: nothing is held back from it). Those held back may go to
+        requests behind it that bookings lend them to: taking them never delays the head,
+        which may not have them before the booking's end anyway."""
+        line = self.lines.get(type_key)
+        if not line:
+            return None
+        head = self.ordered(type_key)[0]
+        aside = self.set_aside(
+            type_key, head.candidates, head.holder.user, head.groups, until=head.until
+        )[0]
+        if not aside or head.holder.shared:
+            return None
+        return max(len(self.book.free(head.candidates)) - aside, 0)
+
+    def _serve_behind(self, type_key: str, line: list[Ticket]) -> None:
+        """Serve, behind a head held back by bookings, those the held-back GPUs are lent to
+        (the booking's own users, work gone in time), leaving the head what it may take."""
+        for ticket in self.ordered(type_key)[1:]:
+            room = self._held_back(type_key)
+            if room is None:
+                return
+            aside = self.set_aside(
+                type_key, ticket.candidates, ticket.holder.user, ticket.groups, until=ticket.until
+            )[0]
+            self._grant(line, ticket, max(aside, room))
 
     def _grant(self, line: list[Ticket], ticket: Ticket, aside: int) -> bool:
         """Serve ``ticket`` if enough are free; whether it was."""

@@ -83,7 +83,8 @@ class Line:
     lag: float = STOP_LAG  # seconds from a hold's end to its GPUs being given again
     slack: float = HARD_SLACK  # the most that may pass from a hard end to the GPUs given
     # Bookings of the type not yet ended, (start, end, GPUs): their GPUs go to their users
-    # first, so they bound no wait of others (a running one's users are among ``held``).
+    # first, so they bound no wait of others (a running one's users are among ``held``);
+    # before the start they are lent only to a wait whose hold ends in time (``hard_hold``).
     booked: tuple[tuple[float, float, int], ...] = ()
 
 
@@ -197,6 +198,7 @@ def _replay(
     free = max(total - sum(h.gpus for h in line.held), 0)
     starts = [[0.0] * samples for _ in waiting]
     lag, top = line.lag, TABLE - 1
+    future = _future(line, now)
     held = []
     for h in line.held:
         table, base, age = h.curve.sampler(max(now - h.since, 0.0))
@@ -232,24 +234,101 @@ def _replay(
             else:
                 frees.extend([end] * gpus)
         heapq.heapify(frees)
+        slots = _booked_slots(frees, future)
         previous = now
         for i, w in enumerate(waiting):
             need = w.gpus if w.gpus < total else total
-            if need <= 0 or len(frees) < need:
+            if need <= 0 or len(frees) + len(slots) < need:
                 starts[i][s] = math.inf if need > 0 else previous
                 continue
-            for _ in range(need):
-                last = pop(frees)
+            table, bound, offset = fresh[i]
+            if slots:  # some GPUs are booked later: lent only to a hold that ends in time
+                last, taken = _take_booked(frees, slots, need, bound, lag, False)
+            else:
+                for _ in range(need):
+                    last = pop(frees)
             start = last if last > previous else previous  # only the head is served
             previous = start
             starts[i][s] = start
-            table, bound, offset = fresh[i]
             u = ((s + offset) % samples + uniform()) / samples
             hold = table[min(int(u * TABLE), top)]
             freed = start + (hold if hold < bound else bound) + lag
-            for _ in range(need):
-                push(frees, freed)
+            if slots:
+                _give_back(frees, slots, taken, freed, need)
+            else:
+                for _ in range(need):
+                    push(frees, freed)
     return starts
+
+
+def _future(line: Line, now: float) -> list[tuple[float, float, int]]:
+    """The type's bookings not started yet, soonest first (running ones are held)."""
+    return sorted(b for b in line.booked if b[0] > now and b[2] > 0)
+
+
+def _booked_slots(
+    frees: list[float], future: Sequence[tuple[float, float, int]]
+) -> list[list[float]]:
+    """The GPUs later bookings take, ``[free at, booking's start, end]`` each: the soonest
+    free ones, as the line sets free GPUs aside for them (taken out of ``frees``)."""
+    slots = []
+    for start, end, gpus in future:
+        for _ in range(min(gpus, len(frees))):
+            slots.append([heapq.heappop(frees), start, end])
+    return slots
+
+
+def _when(slot: list[float], hold: float, pad: float, hard: bool) -> float:
+    """When a booked GPU may start a hold of at most ``hold`` seconds: when it is free, if
+    the hold ends (plus ``pad``) before the booking starts or the booking has ended by then;
+    else after the booking's end (``hard``: never, as its users may hold it on)."""
+    free, start, end = slot
+    if free >= end or free + hold + pad <= start:
+        return free
+    return math.inf if hard else end + pad
+
+
+def _take_booked(
+    frees: list[float],
+    slots: list[list[float]],
+    need: int,
+    hold: float,
+    pad: float,
+    hard: bool,
+) -> tuple[float, list[list[float] | None]]:
+    """Take the ``need`` GPUs that come soonest for a hold of at most ``hold``, free ones
+    (``frees``) and booked ones (``slots``) alike; when the last of them comes, and which
+    were taken (a booked slot, or None for a free one)."""
+    pool: list[tuple[float, list[float] | None]] = [
+        (heapq.heappop(frees), None) for _ in range(min(need, len(frees)))
+    ]
+    pool.extend((_when(slot, hold, pad, hard), slot) for slot in slots)
+    pool.sort(key=lambda item: item[0])
+    chosen, rest = pool[:need], pool[need:]
+    for when, slot in rest:
+        if slot is None:
+            heapq.heappush(frees, when)
+    taken = [slot for _, slot in chosen]
+    for slot in taken:
+        if slot is not None:
+            slots.remove(slot)
+    return chosen[-1][0], taken
+
+
+def _give_back(
+    frees: list[float],
+    slots: list[list[float]],
+    taken: Sequence[list[float] | None],
+    freed: float,
+    need: int,
+) -> None:
+    """The GPUs a hold took come back at ``freed``: a booked one stays booked until its
+    booking ends."""
+    for slot in taken[:need]:
+        if slot is not None and freed < slot[2]:
+            slots.append([freed, slot[1], slot[2]])
+        else:
+            heapq.heappush(frees, freed)
 
 
 def _latest(line: Line, waiting: Sequence[Waiter], total: int, now: float) -> list[float | None]:
@@ -262,21 +341,28 @@ def _latest(line: Line, waiting: Sequence[Waiter], total: int, now: float) -> li
         end = math.inf if h.hard_end is None else max(h.hard_end, now) + line.slack
         frees.extend([end] * h.gpus)
     heapq.heapify(frees)
+    slots = _booked_slots(frees, _future(line, now))
     out: list[float | None] = []
     previous = now
     for w in waiting:
         need = min(w.gpus, total)
-        if need <= 0 or len(frees) < need:
+        if need <= 0 or len(frees) + len(slots) < need:
             out.append(None)
             previous = math.inf
             continue
-        taken = [heapq.heappop(frees) for _ in range(need)]
-        start = max(taken[-1], previous)
+        hold = math.inf if w.hard_hold is None else w.hard_hold + line.slack
+        if slots:
+            last, booked = _take_booked(frees, slots, need, hold, STOP_LAG, True)
+        else:
+            last = max(heapq.heappop(frees) for _ in range(need))
+        start = max(last, previous)
         previous = start
         out.append(start + STOP_LAG if math.isfinite(start) else None)
-        hold = math.inf if w.hard_hold is None else w.hard_hold + line.slack
-        for _ in range(need):
-            heapq.heappush(frees, start + hold)
+        if slots:
+            _give_back(frees, slots, booked, start + hold, need)
+        else:
+            for _ in range(need):
+                heapq.heappush(frees, start + hold)
     return out
 
 
@@ -311,10 +397,17 @@ def _reasons(line: Line, now: float) -> list[str]:
         )
     for start, end, gpus in sorted(b for b in line.booked if b[1] > now)[:1]:
         booked = words.gpus(gpus, line.name)
+        lent = (
+            f" Until then {'it is' if gpus == 1 else 'they are'} lent only to work that will be "
+            f"gone by {clock(start, now)}, so a server waits for {'it' if gpus == 1 else 'them'}"
+            f" until {clock(end, now)}."
+            if start > now
+            else ""
+        )
         out.append(
             f"{booked} {'is' if gpus == 1 else 'are'} booked from {clock(start, now)} to "
             f"{clock(end, now)}: {'it goes' if gpus == 1 else 'they go'} to the booking's users "
-            "first, and work on them is stopped at the start."
+            f"first, and work on them is stopped at the start.{lent}"
         )
     deadlines = sorted(
         h.hard_end for h in line.held if h.hard_end is not None and h.hard_why == "deadline"
