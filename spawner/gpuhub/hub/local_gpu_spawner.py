@@ -302,8 +302,10 @@ class LocalGPUSpawner(
         LINE.configure(self.gpu_line_order(), line_usage(self.gpu_line_order()))
         groups = frozenset(self.user_groups())  # a booking for one of them lets it pass
         attach_bookings(self)
+        until = self._gone_by()  # free booked GPUs are lent only to work gone in time
         # The line comes before the book: served at once only if nobody of this type waits.
-        if LINE.take_now(key, options.gpus, gpu_type.key, candidates, holder, groups) is not None:
+        got = LINE.take_now(key, options.gpus, gpu_type.key, candidates, holder, groups, until)
+        if got is not None:
             return
         if self.gpu_queue_timeout <= 0:
             waiting = LINE.waiting(gpu_type.key)
@@ -338,6 +340,7 @@ class LocalGPUSpawner(
             options.gpus,
             candidates,
             groups=groups,
+            until=until,
         )
         LINE.join(self._gpuhub_ticket)
         # Where it joined: the spawn page's progress moves from there to the head.

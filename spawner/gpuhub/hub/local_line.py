@@ -8,6 +8,7 @@ and the notice a user gets when the hub's shutdown ends the wait.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,21 @@ class WorkstationLine(_Spawner):
             LINE.leave(ticket)  # out of the line, whatever happened (served, stopped, timed out)
             self._gpuhub_ticket = None
             self.restore_start_timeout()
+
+    def _gone_by(self) -> float:
+        """When this spawn's server is known to be gone, for bookings not yet started
+        (:attr:`gpuhub.hub.ledger.line.Ticket.until`): 0 for ``idle_only`` work (its user is
+        over a GPU-hour budget whose ``at_limit`` is ``idle_only``: a booking's start stops
+        it), else never known (``math.inf``): a server has no time limit."""
+        config = self.gpu_budget_config()
+        monitor = current()
+        if config is None or config.at_limit != "idle_only" or monitor is None:
+            return math.inf
+        try:
+            state = monitor.budget_state(self.user.name, self.user_groups())
+        except Exception:  # no figures: lend it nothing booked
+            return math.inf
+        return 0.0 if state is not None and state.over else math.inf
 
     _gpuhub_joined_at = 1
 
