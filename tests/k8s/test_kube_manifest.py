@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from tornado import web
 
-from gpuhub.hub.spawner_mixin import apply_gpuhub_options
+from gpuhub.hub.spawn_options import apply_gpuhub_options
 from tests.support.manifests import make_spawner, manifest
 
 pytestmark = pytest.mark.usefixtures("no_cluster")

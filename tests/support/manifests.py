@@ -22,7 +22,7 @@ from kubespawner import clients as kubespawner_clients
 from traitlets.config import Config
 
 from gpuhub import GPUSpawner
-from gpuhub.hub.spawner_mixin import apply_gpuhub_options
+from gpuhub.hub.spawn_options import apply_gpuhub_options
 from tests.support.policies import DESIGN_CONFIG
 
 # The Kubernetes release whose schema every manifest is validated against.

@@ -32,7 +32,8 @@ from gpuhub.hub.kube_progress import SpawnProgress
 from gpuhub.hub.kube_queue import KueueLine
 from gpuhub.hub.monitor.utilization import NoUtilization, PrometheusUtilization
 from gpuhub.hub.progress import timeout_message
-from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
+from gpuhub.hub.refusals import log_name, refusal
+from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
 from gpuhub.k8s.labels import QUEUE_NAME_LABEL
 from gpuhub.k8s.pods import SHM_VOLUME, gpu_env, gpu_resources, placement, shm_volume
 

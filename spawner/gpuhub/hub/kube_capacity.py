@@ -26,7 +26,7 @@ from gpuhub.hub.ledger.capacity import (
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Grant, Ledger
-from gpuhub.hub.spawner_mixin import log_name, refusal
+from gpuhub.hub.refusals import log_name, refusal
 from gpuhub.k8s.dra import unreadable_words
 
 if TYPE_CHECKING:  # the spawner these parts are mixed into (GPUSpawner)

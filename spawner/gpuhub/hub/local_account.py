@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from gpuhub.hub.spawner_mixin import log_name, refusal
+from gpuhub.hub.refusals import log_name, refusal
 
 if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
     from jupyterhub.spawner import LocalProcessSpawner

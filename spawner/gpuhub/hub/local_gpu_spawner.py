@@ -54,7 +54,8 @@ from gpuhub.hub.local_line import LEDGER, LINE, WorkstationLine, likely_free, li
 from gpuhub.hub.local_processes import ServerProcesses
 from gpuhub.hub.monitor.gpu_monitor import holdings_changed
 from gpuhub.hub.monitor.utilization import NVMLUtilization, SimulatedUtilization, UtilizationSource
-from gpuhub.hub.spawner_mixin import GPUSpawnerMixin, log_name, refusal
+from gpuhub.hub.refusals import log_name, refusal
+from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
 
 SIMULATED_PREFIX = "simulated:"
 SIMULATED_NAME = "Simulated GPU"

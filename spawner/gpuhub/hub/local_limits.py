@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tornado import web
 
 from gpuhub.hub import cgroups
-from gpuhub.hub.spawner_mixin import log_name, refusal
+from gpuhub.hub.refusals import log_name, refusal
 
 if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
     from jupyterhub.spawner import LocalProcessSpawner

@@ -22,7 +22,7 @@ from gpuhub.hub.ledger.line import GPULine, Ticket
 from gpuhub.hub.monitor.eta import clock
 from gpuhub.hub.monitor.gpu_monitor import current
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN
-from gpuhub.hub.spawner_mixin import log_name, refusal
+from gpuhub.hub.refusals import log_name, refusal
 
 if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
     from jupyterhub.spawner import LocalProcessSpawner

@@ -20,7 +20,7 @@ from gpuhub.hub.ledger.device_book import HeldProcess, Holder, jobs_key
 from gpuhub.hub.ledger.launches import Process, Proof, command_line, device_set
 from gpuhub.hub.local_line import LINE
 from gpuhub.hub.monitor.gpu_monitor import holdings_changed
-from gpuhub.hub.spawner_mixin import log_name
+from gpuhub.hub.refusals import log_name
 
 if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
     from jupyterhub.spawner import LocalProcessSpawner

@@ -4,7 +4,8 @@ JupyterHub calls, in order: ``options_form`` (render), ``options_from_form`` (re
 posted fields; ``options_from_query`` for a spawn link's ``?opt-…`` options), then
 ``apply_user_options`` (validate and apply, JupyterHub >= 5.3). The REST API skips the first
 two and lands in the same ``apply_user_options``, so the form, links and the API cannot
-disagree. Refusals are ``HTTPError(400)`` carrying one sentence for the user.
+disagree (:mod:`gpuhub.hub.spawn_options`). Refusals are ``HTTPError(400)`` carrying one
+sentence for the user (:mod:`gpuhub.hub.refusals`).
 
 Only options that started a server are kept as the user's next defaults: JupyterHub stores a
 spawn's options before any validation, so a refused request's are put back to the last
@@ -15,19 +16,12 @@ with what it asks for, and the user's own submit (with JupyterHub's XSRF token) 
 from __future__ import annotations
 
 import html
-import inspect
 import json
-import logging
-import posixpath
-import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from copy import deepcopy
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
-from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 from traitlets import Any as TraitAny
 from traitlets import Bool, Dict, Float, Type, Unicode, Union, default, observe
@@ -42,7 +36,6 @@ from gpuhub.core.options import (
     OptionsError,
     check_json_value,
     check_options_object,
-    parse_launch_options,
 )
 from gpuhub.core.policy import Policy
 from gpuhub.core.policy_traits import HubPolicyTraits
@@ -51,11 +44,9 @@ from gpuhub.core.sharing import Platform
 from gpuhub.hub.form import (
     Preset,
     QuotaView,
-    Refusal,
     options_from_formdata,
     options_from_querydata,
     render_form,
-    said_in_place,
 )
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Ledger
@@ -63,287 +54,20 @@ from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.gpu_monitor import ensure_started
 from gpuhub.hub.monitor.reclaim import ReclaimRule
 from gpuhub.hub.monitor.utilization import NVMLUtilization, UtilizationSource
+from gpuhub.hub.refusals import log_refusal, refusal, refused_server
+from gpuhub.hub.spawn_options import (
+    apply_gpuhub_options,
+    hold_link,
+    hub_prefix,
+    link_from_the_hub,
+    reshape,
+)
 from gpuhub.jobs.policy_env import policy_env
 
 _POLICY_CACHE: dict[str, Policy] = {}
 _QUOTA_CACHE: dict[str, GPUQuota] = {}
 _RECLAIM_CACHE: dict[str, ReclaimRule | None] = {}
 _BUDGET_CACHE: dict[str, BudgetConfig | None] = {}
-
-
-def refusal(message: str, status: int = 400) -> web.HTTPError:
-    """An HTTPError whose one sentence reaches the user in the form and the REST API alike."""
-    error = web.HTTPError(status, "%s", message)
-    error.jupyterhub_message = message  # type: ignore[attr-defined]  # read by JupyterHub's pages
-    return error
-
-
-class QuietRefusals(logging.Filter):
-    """Keep a refused request to the one warning gpuhub logs.
-
-    JupyterHub logs a spawn that ``apply_user_options`` refused up to four more times, three
-    of them as ``[E]`` with a traceback (spawner, pages, user), though a refusal is the user's
-    input, not the hub's error. Records at ERROR that carry a recent refusal's sentence, in
-    their message or their exception, are dropped; everything else passes.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.recent: deque[str] = deque(maxlen=64)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR or not self.recent:
-            return True
-        exc = record.exc_info[1] if record.exc_info else None
-        texts = [record.getMessage(), str(exc) if exc is not None else ""]
-        return not any(refused in text for refused in self.recent for text in texts)
-
-
-def _quiet_refusals(log: Any) -> QuietRefusals:
-    """The filter on JupyterHub's logger (the spawner's ``log``) and on tornado's application
-    logger (JupyterHub's ``User`` logs there), added once."""
-    for existing in getattr(log, "filters", []):
-        if isinstance(existing, QuietRefusals):
-            return existing
-    quiet = QuietRefusals()
-    for logger in (log, logging.getLogger("tornado.application")):
-        if hasattr(logger, "addFilter"):
-            logger.addFilter(quiet)
-    return quiet
-
-
-# How long a refused submit is remembered for the form JupyterHub renders right after it.
-REFUSAL_SECONDS = 5.0
-
-
-def _remember_refusal(
-    spawner: Any,
-    options: object,
-    problems: tuple[tuple[str, str], ...],
-    notice: str = "",
-    *,
-    pages: bool = False,
-) -> bool:
-    """Keep what a refused form submit (or spawn link) said and asked for, for the form
-    JupyterHub renders next: it renders it with the *default* server's spawner
-    (``user.spawner``) whichever server was refused, so the refused one is found among the
-    user's spawners. A REST request renders no form: its refusal is not kept (``pages``:
-    the caller knows it is the hub's pages, before JupyterHub hands the spawner its handler).
-    True when kept."""
-    if not pages and not _from_hub_pages(spawner):
-        return False
-    typed = dict(options) if isinstance(options, Mapping) else {}
-    spawner._gpuhub_refused = Refusal(typed, problems, time.monotonic(), notice)
-    return True
-
-
-def _said_once(error: Any, kept: bool, problems: tuple[tuple[str, str], ...]) -> Any:
-    """A refusal the next form says next to its fields is not said again in JupyterHub's
-    red message above the form (its REST answer is unchanged): one sentence, once."""
-    if kept and said_in_place(problems):
-        error.jupyterhub_message = ""
-    return error
-
-
-def _from_hub_pages(spawner: Any) -> bool:
-    """Whether this spawn comes from the hub's pages (the form, a spawn link), which render
-    the form again after a refusal, rather than from the REST API, which does not."""
-    handler = getattr(spawner, "handler", None)
-    return handler is not None and not isinstance(handler, APIHandler)
-
-
-def _forget_refused_options(spawner: Any) -> None:
-    """Put back the options the user last started a server with (or none), in the database
-    and on the spawner: JupyterHub stored the refused ones as the next defaults before any
-    check, and the next form would offer them again ("16 GB" refused through the REST API,
-    then pre-filled). A refused form submit is still shown as typed, once (``Refusal``)."""
-    if spawner._gpuhub_accepted is None:  # no handler ever set: JupyterHub stored nothing
-        return
-    accepted = deepcopy(spawner._gpuhub_accepted)
-    orm = getattr(spawner, "orm_spawner", None)
-    if orm is not None and orm.user_options != accepted:
-        orm.user_options = accepted
-        if spawner.db is not None:
-            spawner.db.commit()
-    spawner.user_options = accepted
-
-
-def link_from_the_hub(request: Any, hub_prefix: str) -> bool:
-    """Whether a spawn link was followed from one of the hub's own pages: the page it was on
-    (``Referer``) is under the hub's prefix (``/hub/``) on the hub's own host.
-
-    Browsers say where a navigation comes from in ``Sec-Fetch-Site``: ``cross-site`` and
-    ``same-site`` are other sites, ``none`` a typed address or a bookmark. ``same-origin`` is
-    not enough: without ``subdomain_host`` every user's server shares the hub's origin, so
-    ``/user/carol/files/evil.html`` is same-origin too; only the ``Referer`` says which page
-    it was, and a link whose page is not said (no Referer) is not the hub's. The scheme is
-    left out, as a TLS proxy in front of the hub need not say it. (A page on the hub's
-    origin can also script the hub's own pages; only ``subdomain_host`` keeps servers off
-    it: docs/admin-guide.md.)"""
-    headers = getattr(request, "headers", None)
-    if headers is None:
-        return False
-    site = headers.get("Sec-Fetch-Site")
-    if site is not None and site.strip().lower() != "same-origin":
-        return False
-    referer = urlparse(headers.get("Referer", ""))
-    host = str(getattr(request, "host", "") or "")
-    if not referer.netloc or referer.netloc.lower() != host.lower():
-        return False
-    # "/hub/../user/carol/x" and its %-escaped spellings are not under the prefix.
-    path = posixpath.normpath(unquote(referer.path))
-    prefix = hub_prefix.rstrip("/")
-    return bool(prefix) and (path == prefix or path.startswith(prefix + "/"))
-
-
-def _hub_prefix(spawner: Any) -> str:
-    """The path the hub's own pages are under (``/hub/``, or ``/<base_url>/hub/``)."""
-    hub = getattr(spawner, "hub", None)
-    return str(getattr(hub, "base_url", "") or "/hub/")
-
-
-async def _hold_link(spawner: Any, options: Mapping[str, Any]) -> web.HTTPError:
-    """A spawn link from outside the hub: nothing starts. The form JupyterHub renders next
-    shows what the link asks for and says why nothing started; the user's own submit, which
-    carries JupyterHub's XSRF token, starts it. Options no submit could start are refused
-    here as they would be there, naming the field."""
-    try:
-        await _parse(spawner, options)
-    except OptionsError as exc:
-        _log_refusal(spawner, exc.message)
-        _remember_refusal(spawner, options, exc.problems, pages=True)
-        return refusal(exc.message)
-    server = f"your server {spawner.name!r}" if spawner.name else "your server"
-    notice = (
-        f"Nothing has started yet: this link to start {server} came from outside the hub. "
-        "Check the options below and press Start to start it with them."
-    )
-    _quiet_refusals(spawner.log).recent.append(notice)
-    headers = getattr(getattr(spawner.handler, "request", None), "headers", {}) or {}
-    spawner.log.info(
-        "Spawn link for %s from outside the hub (Sec-Fetch-Site: %s): the form asks first",
-        log_name(spawner),
-        headers.get("Sec-Fetch-Site", "absent"),
-    )
-    _remember_refusal(spawner, options, (), notice, pages=True)
-    # JupyterHub renders the form after a failed link with the error's status and message:
-    # 200 and no message of its own (the notice is in the form, not in red as an error).
-    held = web.HTTPError(200, "%s", notice)
-    held.jupyterhub_message = ""  # type: ignore[attr-defined]
-    return held
-
-
-def _refused_server(spawner: Any) -> tuple[Any, Refusal | None]:
-    """The user's spawner refused a moment ago (this one or a named sibling) and what it
-    was told, taken once; else ``spawner`` itself and None."""
-    user = getattr(spawner, "user", None)
-    candidates = [spawner, *getattr(user, "spawners", {}).values()] if user else [spawner]
-    now = time.monotonic()
-    recent = [
-        s
-        for s in candidates
-        if (r := getattr(s, "_gpuhub_refused", None)) is not None and now - r.when < REFUSAL_SECONDS
-    ]
-    if not recent:
-        return spawner, None
-    chosen = max(recent, key=lambda s: s._gpuhub_refused.when)
-    refused = chosen._gpuhub_refused
-    for s in recent:
-        s._gpuhub_refused = None
-    return chosen, refused
-
-
-def log_name(spawner: Any) -> str:
-    """``user`` or ``user:server``: how JupyterHub names a spawner in its log lines (as its
-    private ``Spawner._log_name`` does), from public attributes only."""
-    user = getattr(spawner, "user", None)
-    user_name = user.name if user else "(no user)"
-    name = getattr(spawner, "name", "")
-    return f"{user_name}:{name}" if name else user_name
-
-
-def _log_refusal(spawner: GPUSpawnerMixin, message: str) -> None:
-    _quiet_refusals(spawner.log).recent.append(message)
-    spawner.log.warning("Refused options for %s: %s", log_name(spawner), message)
-
-
-async def _parse(spawner: Any, user_options: object) -> LaunchOptions:
-    """The one validation path, with this spawner's policy, groups and presets."""
-    return parse_launch_options(
-        user_options,
-        spawner.gpu_policy,
-        spawner.user_groups(),
-        presets={p.slug: p.values for p in await spawner.profile_presets()},
-        ignore=spawner.extra_option_keys(),
-    )
-
-
-async def apply_gpuhub_options(spawner: GPUSpawnerMixin, user_options: Mapping[str, Any]) -> None:
-    """Default ``Spawner.apply_user_options``: validate against the policy, then apply."""
-    try:
-        options = await _parse(spawner, user_options)
-    except OptionsError as exc:
-        _log_refusal(spawner, exc.message)
-        kept = _remember_refusal(spawner, user_options, exc.problems)
-        _forget_refused_options(spawner)
-        raise _said_once(refusal(exc.message), kept, exc.problems) from None
-    try:
-        await check_named_server_limit(spawner)
-        await check_budget(spawner, options)
-        await spawner.reserve_launch(options)
-    except BaseException as exc:
-        message = getattr(exc, "jupyterhub_message", None)
-        if isinstance(exc, web.HTTPError) and message:
-            _log_refusal(spawner, message)
-            field = "gpus" if exc.status_code in (403, 409) else ""
-            problems = ((field, message),)
-            _said_once(exc, _remember_refusal(spawner, user_options, problems), problems)
-        _forget_refused_options(spawner)
-        raise
-    spawner.launch_options = options
-    spawner.apply_launch_options(options)
-    spawner._gpuhub_accepted = deepcopy(user_options)
-
-
-async def check_budget(spawner: Any, options: LaunchOptions) -> None:
-    """Refuse a GPU spawn (403) over the user's GPU-hour budget
-    (:meth:`GPUSpawnerMixin.gpu_budget_refusal`); CPU-only servers are never refused."""
-    if options.gpu_type is None or not options.gpus:
-        return
-    message = await spawner.gpu_budget_refusal(options.gpu_type.key, options.gpus)
-    if message is not None:
-        raise refusal(message, status=403)
-
-
-async def check_named_server_limit(spawner: Any) -> None:
-    """Refuse a named server beyond ``JupyterHub.named_server_limit_per_user`` running or
-    waiting to start (in line for GPUs too). JupyterHub checks it only when the REST API
-    creates a server's record, not when the form starts one or starts it again, so without
-    this a user could fill the GPU line with as many named servers as they like."""
-    user = getattr(spawner, "user", None)
-    if not spawner.name or user is None:
-        return
-    limit = user.settings.get("named_server_limit_per_user", 0)
-    if callable(limit):
-        handler = getattr(spawner, "handler", None)
-        if handler is None:
-            return  # JupyterHub's own check asks the callable with the request
-        limit = limit(handler)
-        if inspect.isawaitable(limit):
-            limit = await limit
-    if not isinstance(limit, int) or limit <= 0:
-        return
-    others = [
-        name
-        for name, other in getattr(user, "spawners", {}).items()
-        if name and name != spawner.name and other.active
-    ]
-    if len(others) >= limit:
-        raise refusal(
-            f"You already have {words.plural(len(others), 'named server')} running or "
-            f"waiting to start ({', '.join(sorted(others))}), the most this hub allows at "
-            f"once; stop one before starting {spawner.name!r}."
-        )
 
 
 class GPUSpawnerMixin(HubPolicyTraits, Configurable):
@@ -481,7 +205,7 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
 
     @default("options_from_form")
     def _gpuhub_options_from_form(self) -> Any:
-        return _options_from_form
+        return options_from_form
 
     @default("apply_user_options")
     def _gpuhub_apply_user_options(self) -> Any:
@@ -497,10 +221,10 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         was not followed from the hub's own pages (:func:`link_from_the_hub`) starts nothing
         and the form asks first, whatever it asks for (a CPU-only link starts a process too).
         """
-        options = _reshape(options_from_querydata, query_data, self)
+        options = reshape(options_from_querydata, query_data, self)
         handler = getattr(self, "handler", None)
-        if not link_from_the_hub(getattr(handler, "request", None), _hub_prefix(self)):
-            raise await _hold_link(self, options)
+        if not link_from_the_hub(getattr(handler, "request", None), hub_prefix(self)):
+            raise await hold_link(self, options)
         return options
 
     @observe("handler")
@@ -514,7 +238,7 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         starts a server with the last options: a body that is no object is refused here.
         """
         # Before JupyterHub stores this spawn's options over them: the ones last accepted,
-        # put back should this spawn be refused (_forget_refused_options).
+        # put back should this spawn be refused (refusals.forget_refused_options).
         orm = getattr(self, "orm_spawner", None)
         if orm is not None:
             self._gpuhub_accepted = deepcopy(orm.user_options or {})
@@ -530,7 +254,7 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
                 check_options_object(body)
             check_json_value(body, "user_options")
         except OptionsError as exc:
-            _log_refusal(self, exc.message)
+            log_refusal(self, exc.message)
             # JupyterHub has just recorded a server for this spawn: take it back (its own
             # setter deletes the record), so that nothing is left half-made.
             self.server = None
@@ -760,7 +484,7 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
 async def _render_options_form(spawner: GPUSpawnerMixin) -> str:
     # After a refused submit: that server's form, with what the user typed and what they
     # hold now, each sentence next to its field.
-    target, refused = _refused_server(spawner)
+    target, refused = refused_server(spawner)
     capacity, note = await target.gpu_capacity()
     return render_form(
         target.gpu_policy,
@@ -787,22 +511,6 @@ def _ready_event(spawner: GPUSpawnerMixin, event: dict[str, Any]) -> dict[str, A
     return event
 
 
-def _options_from_form(formdata: Mapping[str, list[str]], spawner: Any = None) -> dict[str, Any]:
-    return _reshape(options_from_formdata, formdata, spawner)
-
-
-def _reshape(
-    reshape: Callable[[Mapping[str, list[str]]], dict[str, Any]],
-    formdata: Mapping[str, list[str]],
-    spawner: Any,
-) -> dict[str, Any]:
-    """Posted fields or a link's options to raw ``user_options``; a refusal here (an empty
-    custom image) is said and remembered for the form as the validation's are."""
-    try:
-        return reshape(formdata)
-    except OptionsError as exc:
-        if spawner is not None:
-            _log_refusal(spawner, exc.message)
-            typed = {k: v[0] for k, v in formdata.items() if v and isinstance(v[0], str)}
-            _remember_refusal(spawner, typed, exc.problems, pages=True)
-        raise refusal(exc.message) from None
+def options_from_form(formdata: Mapping[str, list[str]], spawner: Any = None) -> dict[str, Any]:
+    """The form's posted fields to raw ``user_options`` (the default ``options_from_form``)."""
+    return reshape(options_from_formdata, formdata, spawner)

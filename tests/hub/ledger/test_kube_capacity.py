@@ -293,7 +293,7 @@ async def test_spawner_counts_only_nodes_its_pods_may_use(kube, monkeypatch):
 
     from gpuhub import GPUSpawner
     from gpuhub.hub.ledger.capacity import shared_capacity
-    from gpuhub.hub.spawner_mixin import apply_gpuhub_options
+    from gpuhub.hub.spawn_options import apply_gpuhub_options
 
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kube.kubeconfig))
     default = Configuration.get_default_copy()
