@@ -2,7 +2,8 @@
 fleet admins read whose each line is at /hub/gpuhub/calendar, everyone else reads it on the
 home page without others' names; every name is escaped (a user named like an HTML tag holds
 a GPU); the bars say in words what they show; and in Chromium the calendar is used with the
-keyboard alone and reads in the light and the dark theme."""
+keyboard alone, reads in the light and the dark theme, and says its times in the reader's
+time zone."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import requests
@@ -23,6 +25,7 @@ from tests.support.wait import until
 pytestmark = pytest.mark.e2e
 
 HOSTILE = "<img src=x onerror=alert(1)>"
+ZONE = "Asia/Kolkata"  # 5:30 ahead of UTC: no hour of it reads as the same hour in UTC
 CALENDAR = f"""
 c.Authenticator.admin_users = {{"root"}}
 c.JupyterHub.load_groups = {{"staff": {{"users": ["alice", {HOSTILE!r}]}}, "students": {{"users": ["bob"]}}}}
@@ -258,7 +261,7 @@ def test_the_calendar_with_the_keyboard_alone(hub: Hub, scheme: str) -> None:
     held_now(hub, hub.login("bob"), "/hub/home")
     with chromium() as browser:
         context: Any = browser.new_context(  # type: ignore[attr-defined]
-            color_scheme=scheme, viewport={"width": 1200, "height": 900}
+            color_scheme=scheme, timezone_id=ZONE, viewport={"width": 1200, "height": 900}
         )
         tab = context.new_page()
         try:
@@ -266,6 +269,21 @@ def test_the_calendar_with_the_keyboard_alone(hub: Hub, scheme: str) -> None:
             tab.goto(f"{hub.url}/hub/home")
             tab.wait_for_selector("#gpuhub-calendar")
             assert tab.get_attribute("html", "data-bs-theme") == scheme
+            # The axis, the table and each bar's words are in the reader's zone, not UTC.
+            axis = tab.evaluate(
+                "Array.from(document.querySelectorAll('.gpuhub-cal-axis time'))"
+                ".map(t => [t.getAttribute('datetime'), t.textContent, t.dataset.format])"
+            )
+            assert len(axis) >= 8, axis
+            for when, text, kind in axis:
+                moment = local(when)
+                assert text == moment.strftime("%H:%M" if kind == "clock" else "%a %H:%M"), axis
+                assert text.endswith(":30"), axis
+            row = tab.evaluate(
+                "document.querySelector('.gpuhub-cal-table tbody th').textContent.trim()"
+            )
+            assert re.fullmatch(r"\w{3} \d\d:30 to \d\d:30", row), row
+            assert "times in your time zone" in tab.inner_text("#gpuhub-calendar")
             # Tab reaches the period switch, then the strip: one stop, its bar says itself.
             focused = ""
             for _ in range(60):
@@ -283,7 +301,9 @@ def test_the_calendar_with_the_keyboard_alone(hub: Hub, scheme: str) -> None:
             )
             tab.keyboard.press("Tab")
             label = tab.evaluate("document.activeElement.getAttribute('aria-label')")
-            assert re.match(r"NVIDIA GPU, \w{3} \d\d \w{3} \d\d:00 to ", label), label
+            start = local(tab.evaluate("document.activeElement.dataset.start"))
+            assert label.startswith(f"NVIDIA GPU, {start:%a %d %b %H:%M} to "), label
+            assert "UTC" not in label and label == tab.evaluate("document.activeElement.title")
             tab.keyboard.press("ArrowRight")
             second = tab.evaluate("document.activeElement.getAttribute('aria-label')")
             assert second != label and second.startswith("NVIDIA GPU, ")
@@ -304,3 +324,8 @@ def test_the_calendar_with_the_keyboard_alone(hub: Hub, scheme: str) -> None:
         finally:
             tab.screenshot(path=str(artifact(f"calendar-bob-{scheme}.png")), full_page=True)
             context.close()
+
+
+def local(iso_time: str) -> datetime:
+    """A moment the page wrote (ISO-8601, UTC) in the browser's zone, :data:`ZONE`."""
+    return datetime.fromisoformat(iso_time.replace("Z", "+00:00")).astimezone(ZoneInfo(ZONE))

@@ -35,6 +35,15 @@ class Bar:
     def percent(self, part: float) -> float:
         return round(100.0 * part / self.total, 2) if self.total > 0 else 0.0
 
+    @property
+    def start_iso(self) -> str:
+        return words.iso(self.start)
+
+    @property
+    def end_iso(self) -> str:
+        return words.iso(self.end)
+
+
 
 def bars(facts: TypeFacts, period: Period, now: float) -> list[Bar]:
     """The strip of one type: each bar counts what overlaps it (a holding that ends within
