@@ -25,6 +25,7 @@ from gpuhub.core import words
 from gpuhub.core.bookings import Booking
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.booking_book import BOOKINGS, BookingBook
+from gpuhub.hub.monitor import booking_queues
 from gpuhub.hub.monitor.usage import Notice, UsageStore
 
 
@@ -129,9 +130,18 @@ async def watch(
     monitor: GPUMonitor, now: float | None = None, book: BookingBook = BOOKINGS
 ) -> None:
     """Warn and stop what stands in bookings' way (see the module docstring); a failure is
-    logged, never stops the monitor's tick."""
+    logged, never stops the monitor's tick. On a hub whose GPU servers wait in Kueue, Kueue
+    keeps the bookings instead: their quota is moved into queues of their own
+    (:mod:`gpuhub.hub.monitor.booking_queues`) and Kueue preempts what borrows it, so gpuhub
+    neither warns nor stops work there itself."""
+    now = time.time() if now is None else now
+    spawner = getattr(monitor, "spawner", None)
+    if booking_queues.is_kueue_hub(spawner):
+        book.prune(now)
+        await booking_queues.watch(spawner, list(book.bookings.values()), now)
+        return
     try:
-        _watch(monitor, time.time() if now is None else now, book)
+        _watch(monitor, now, book)
     except Exception:
         log.exception("gpuhub: could not look at what stands in bookings' way")
 
