@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuhub.core import words
 from gpuhub.core.options import LaunchOptions
+from gpuhub.hub.ledger.booking_book import BOOKINGS
+from gpuhub.hub.monitor.booking_queues import queue_for
 from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
 
 if TYPE_CHECKING:  # the spawner these parts are mixed into (GPUSpawner)
@@ -55,19 +57,49 @@ class KueueLine(_Spawner):
     # -- a fair queue: one LocalQueue per user (line_order = "fair", gpuhub.k8s.kueue) -------
     _gpuhub_user_queue = ""  # this spawn's own LocalQueue ("": the admin's queue)
 
+    _gpuhub_booked_queue = ""  # the LocalQueue of a booking for this user in force now
+
     async def _choose_queue(self) -> None:
-        """With ``line_order = "fair"`` where Kueue offers admission fair sharing, this
+        """The LocalQueue of a booking for this user and GPU type in force now, where there
+        is one (its ClusterQueue holds the booked GPUs: :mod:`gpuhub.hub.monitor.booking_queues`).
+        Else, with ``line_order = "fair"`` where Kueue offers admission fair sharing, this
         user's own LocalQueue (made on first use): Kueue orders LocalQueues by past usage.
         Elsewhere the admin's queue, first come, first served; the hub says why once."""
         self._gpuhub_user_queue = ""
+        self._gpuhub_booked_queue = await self._booked_queue()
+        if self._gpuhub_booked_queue:
+            return
         if self.gpu_line_order().fair:
             self._gpuhub_user_queue = await shared_kueue(self.api.api_client).own_queue(
                 self.namespace, self.kueue_queue_name, self.user.name, "GPU servers", self.log
             )
 
+    async def _booked_queue(self) -> str:
+        """The LocalQueue of a booking in force now for this user (or a group of theirs) and
+        this spawn's GPU type, once the hub has made it; "" where there is none."""
+        options = self.launch_options
+        if options is None or options.gpu_type is None or not BOOKINGS.bookings:
+            return ""
+        groups = [g.name for g in getattr(self.user, "groups", ())]
+        try:
+            return await queue_for(
+                self.api.api_client,
+                self.namespace,
+                list(BOOKINGS.bookings.values()),
+                lambda booking, user: BOOKINGS.is_for(booking, user, groups),
+                self.user.name,
+                options.gpu_type.key,
+            )
+        except Exception as exc:  # an apiserver hiccup: the admin's queue, and why
+            self.log.warning(
+                "Cannot tell whether %s has a booking's queue: %s", self.user.name, exc
+            )
+            return ""
+
     def _waits_in(self) -> str:
-        """The LocalQueue this spawn's pod waits in: the user's own, or the admin's."""
-        return self._gpuhub_user_queue or self.kueue_queue_name
+        """The LocalQueue this spawn's pod waits in: a booking's, the user's own, or the
+        admin's."""
+        return self._gpuhub_booked_queue or self._gpuhub_user_queue or self.kueue_queue_name
 
     # -- waiting in Kueue's line (kueue_queue_name) ------------------------------------------
     _gpuhub_asked_at = 0.0  # when this spawn started: the line's deadline counts from it
