@@ -148,3 +148,45 @@ def test_the_guides_values_reach_the_hub_as_the_guide_writes_the_trait(
     }
     guide = GUIDE.read_text()
     assert '"students": {"max_gpus": 1, "max_hours": 2, "days_ahead": 3}},' in guide
+
+
+def rules_for(role: dict[str, Any], resource: str) -> list[str]:
+    (rule,) = [r for r in role["rules"] if resource in r["resources"]]
+    return sorted(rule["verbs"])
+
+
+def test_bookings_on_kueue_let_the_hub_move_quota_between_queues(chart: Path) -> None:
+    """With servers in Kueue (kueue_queue_name), bookings move quota between ClusterQueues
+    and make a LocalQueue per booking (gpuhub.hub.monitor.booking_queues); without bookings
+    the hub only reads them."""
+    spawner: dict[str, Any] = {"kueue_queue_name": "gpus"}
+    values: dict[str, Any] = {"jupyterhub": {"hub": {"config": {"GPUSpawner": spawner}}}}
+    plain = render(chart, values=values)
+    assert rules_for(
+        by_kind(plain, "ClusterRole", "jhub-gpuhub-gpuhub-hub-kueue"), "clusterqueues"
+    ) == ["get"]
+    assert rules_for(by_kind(plain, "Role", "jhub-gpuhub-gpuhub-hub-kueue"), "localqueues") == [
+        "get"
+    ]
+    booked = render(chart, values={**values, "bookings": {"groups": {"staff": STAFF}}})
+    cluster = by_kind(booked, "ClusterRole", "jhub-gpuhub-gpuhub-hub-kueue")
+    assert rules_for(cluster, "clusterqueues") == [
+        "create",
+        "delete",
+        "get",
+        "list",
+        "patch",
+        "update",
+    ]
+    assert rules_for(cluster, "resourceflavors") == ["list"]
+    local = by_kind(booked, "Role", "jhub-gpuhub-gpuhub-hub-kueue")
+    assert rules_for(local, "localqueues") == ["create", "delete", "get", "list"]
+    # Bookings set in the hub's own config count the same.
+    spawner["bookings"] = {"groups": {"staff": {"max_gpus": 1, "max_hours": 1, "days_ahead": 1}}}
+    own = render(chart, values=values)
+    assert rules_for(by_kind(own, "Role", "jhub-gpuhub-gpuhub-hub-kueue"), "localqueues") == [
+        "create",
+        "delete",
+        "get",
+        "list",
+    ]
