@@ -1,9 +1,14 @@
-"""The test tree's one rule for sharing: a test module imports no other test module.
+"""The house's structural rules, checked from the source.
 
-What tests share (helpers, constants, fixtures) lives in ``tests/support/``; fixtures reach a
-folder through its ``conftest.py``. A module that imported another test module would run that
+The test tree's one rule for sharing: a test module imports no other test module. What tests
+share (helpers, constants, fixtures) lives in ``tests/support/``; fixtures reach a folder
+through its ``conftest.py``. A module that imported another test module would run that
 module's tests' imports (and, for pytest, make its autouse fixtures and module-level state
 part of the importer), and moving either file would break the other.
+
+Rooms a newcomer can hold: no module of gpuhub over 600 lines, no class over 400 (issue 40).
+A file past them holds several jobs; split it along its seams into modules named for what
+they do.
 """
 
 from __future__ import annotations
@@ -82,4 +87,58 @@ def test_no_test_module_imports_another_test_module() -> None:
     assert not offences, (
         "a test module imports another test module; move what they share into tests/support/ "
         "(fixtures: a support module the folder's conftest.py imports):\n" + "\n".join(offences)
+    )
+
+
+# -- sizes -------------------------------------------------------------------------------------
+PACKAGE = REPO / "spawner" / "gpuhub"
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 400
+
+
+def oversized(source: str, where: str) -> list[str]:
+    """What of ``source`` passes the limits: the module itself over ``MAX_MODULE_LINES`` lines,
+    and each class (nested ones too) over ``MAX_CLASS_LINES``, from its ``class`` line to its
+    last."""
+    found = []
+    lines = len(source.splitlines())
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{where}: {lines} lines, over {MAX_MODULE_LINES}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+            size = node.end_lineno - node.lineno + 1
+            if size > MAX_CLASS_LINES:
+                found.append(f"{where}:{node.lineno}: class {node.name}, {size} lines")
+    return found
+
+
+def _class_of(lines: int) -> str:
+    return "class C:\n" + "    x = 0\n" * (lines - 1)
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("x = 0\n" * 600, []),
+        ("x = 0\n" * 601, ["m.py: 601 lines, over 600"]),
+        (_class_of(400), []),
+        (_class_of(401), ["m.py:1: class C, 401 lines"]),
+        ("def f():\n    " + _class_of(401).replace("\n", "\n    "), ["m.py:2: class C, 401 lines"]),
+    ],
+)
+def test_the_size_rule_sees_long_modules_and_classes(source: str, found: list[str]) -> None:
+    assert oversized(source, "m.py") == found
+
+
+def test_no_module_of_gpuhub_passes_600_lines_nor_a_class_400() -> None:
+    offences = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "__pycache__" not in path.parts
+        for hit in oversized(path.read_text(), str(path.relative_to(REPO)))
+    ]
+    assert not offences, (
+        "a module or class of gpuhub is past the house's limits (600 lines a module, 400 a "
+        "class); split it along its seams into modules named for what they do:\n"
+        + "\n".join(offences)
     )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tornado import web
 from traitlets import Any as TraitAny
-from traitlets import Bool, Dict, Float, Type, Unicode, Union, default, observe
+from traitlets import Dict, Float, Unicode, Union, default, observe
 from traitlets.config import Configurable
 
 from gpuhub.core import words
@@ -53,7 +53,7 @@ from gpuhub.hub.ledger.ledger import Ledger
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.gpu_monitor import ensure_started
 from gpuhub.hub.monitor.reclaim import ReclaimRule
-from gpuhub.hub.monitor.utilization import NVMLUtilization, UtilizationSource
+from gpuhub.hub.monitor.traits import MonitorTraits
 from gpuhub.hub.refusals import log_refusal, refusal, refused_server
 from gpuhub.hub.spawn_options import (
     apply_gpuhub_options,
@@ -70,9 +70,10 @@ _RECLAIM_CACHE: dict[str, ReclaimRule | None] = {}
 _BUDGET_CACHE: dict[str, BudgetConfig | None] = {}
 
 
-class GPUSpawnerMixin(HubPolicyTraits, Configurable):
+class GPUSpawnerMixin(HubPolicyTraits, MonitorTraits, Configurable):
     """Traits and behaviour common to both gpuhub spawners (mixed in before the Spawner); the
-    admin's policy traits are :class:`gpuhub.core.policy_traits.HubPolicyTraits`."""
+    admin's policy traits are :class:`gpuhub.core.policy_traits.HubPolicyTraits`, the GPU
+    monitor's :class:`gpuhub.hub.monitor.traits.MonitorTraits`."""
 
     # JupyterHub assigns the REST body to user_options before apply_user_options sees it, so
     # any JSON value can arrive here; a non-object must reach the validation and be refused
@@ -83,31 +84,6 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         so that a bad REST body is refused with 400 by the validation).""",
     )
 
-    gpu_utilization_source = Type(
-        NVMLUtilization,
-        klass=UtilizationSource,
-        config=True,
-        help="""Class (or import string) the hub reads GPU utilization from, a
-        :class:`gpuhub.hub.monitor.utilization.UtilizationSource`: NVML on this machine for
-        LocalGPUSpawner, the cluster's Prometheus (dcgm-exporter) for GPUSpawner.""",
-    )
-    gpu_share_grace = Float(
-        120.0,
-        config=True,
-        help="""Workstation, GPU types shared by memory without the CUDA MPS daemon: seconds a
-        server may use more GPU memory than its share (warned at once) before it is stopped,
-        saying why. 0 turns the check off.""",
-    )
-    gpu_share_end_unexplained = Bool(
-        True,
-        config=True,
-        help="""Workstation, GPU types shared by memory (with ``gpu_share_grace``): end a process
-        whose memory on such a GPU proves no holder of it (no launch grant, and no share of
-        that GPU held by the user its OS account is named for) once it has lasted
-        ``gpu_share_grace``, telling the fleet admins its pid and account (log, fleet page).
-        False: such memory is only shown (fleet page, ``/hub/metrics``), for a machine whose
-        shared GPUs other software uses too.""",
-    )
     gpu_queue_timeout = Float(
         1800,
         config=True,
@@ -116,24 +92,6 @@ class GPUSpawnerMixin(HubPolicyTraits, Configurable):
         first served per GPU type (0: refuse at once with HTTP 409 when too few are free).
         GPUSpawner: Kueue's queue, when ``kueue_queue_name`` is set (0: within
         ``start_timeout`` only).""",
-    )
-    gpu_monitor_interval = Float(
-        30.0,
-        config=True,
-        help="""Seconds between the hub's samples of held GPUs (reclaim, metrics, GPU-hours).""",
-    )
-    gpu_usage_file = Unicode(
-        "gpuhub-usage.json",
-        config=True,
-        help="""Where the hub keeps GPU-seconds per user and reclaim notices across restarts;
-        relative to the hub's working directory, like its database. "" keeps them in memory.""",
-    )
-    gpu_budget_file = Unicode(
-        "gpuhub-budgets.json",
-        config=True,
-        help="""Where the hub keeps what each GPU-hour budget has used this period, extra hours
-        granted and the usage the fair line orders by (``gpu_hours``); relative to the hub's
-        working directory. "" keeps them in memory.""",
     )
     bookings = Dict(
         config=True,
