@@ -242,7 +242,7 @@ async def main(args: argparse.Namespace) -> None:
             apiserver_port=int(args.server.rsplit(":", 1)[1]),
             cluster_dns=args.cluster_dns,
             names_file=Path(args.dns_names) if args.dns_names else None,
-            shim=shim.build(Path(args.state)),
+            shim=shim.install(shim.build(Path(args.state))),
         )
         agent.refresh_names()  # CoreDNS reads the file from the start
         runner = web.AppRunner(make_app(agent), access_log=None)

@@ -871,6 +871,7 @@ class ProcessNode:
                     run.folder / "hosts",
                     run.folder / "resolv.conf",
                     pod_hostname(run.pod),
+                    stage=run.folder / "mounts" / container.name,
                 )
             )
             # Its own mount namespace (volumes) and UTS namespace (the pod's host name).

@@ -232,6 +232,7 @@ def mount_script(
     hosts: Path,
     resolv: Path,
     hostname: str | None = None,
+    stage: Path | None = None,
 ) -> str:
     """The shell lines that, inside a private mount namespace, bind the pod's hosts file at
     ``/etc/hosts`` and its resolver configuration at ``/etc/resolv.conf`` (cluster DNS), each
@@ -239,7 +240,13 @@ def mount_script(
     command runs. Given a ``hostname`` (the container then has a UTS namespace of its own,
     ``unshare --uts``), it becomes the kernel's host name, as a pod's is its own name: a
     program asking ``gethostname()`` (KubeSpawner's test hub) gets a name its hosts file
-    answers, not the machine's."""
+    answers, not the machine's.
+
+    Every volume's folder is found before any is mounted, as a kubelet resolves them on the
+    host, not in the container: each is first bound into ``stage`` (a folder of the
+    container's own), which the script holds open, and mounted from there. A pod that mounts
+    an emptyDir over a folder holding the cluster's own (``/tmp`` of a cluster rooted in
+    ``/tmp``) then still gets its other volumes."""
     lines = ["set -e"]
     if hostname:
         lines.append(f"printf %s {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
@@ -247,6 +254,7 @@ def mount_script(
         f"mount --bind {shlex.quote(str(hosts))} /etc/hosts",
         f"mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf",
     ]
+    mounts: list[tuple[Path, dict[str, Any]]] = []
     for mount in container.get("volumeMounts") or []:
         source = volumes.get(mount["name"])
         if source is None:
@@ -255,14 +263,33 @@ def mount_script(
             source = source / mount["subPath"]
             if not source.exists():
                 source.mkdir(parents=True)
+        mounts.append((source, mount))
+    if mounts and stage is not None:
+        stage.mkdir(parents=True, exist_ok=True)
+        for index, (source, _) in enumerate(mounts):
+            placeholder = stage / str(index)
+            if source.is_dir():
+                placeholder.mkdir(exist_ok=True)
+            else:
+                placeholder.touch()
+            lines.append(f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(placeholder))}")
+        # fd 9 reaches the staged folders whatever the pod mounts over the path to them;
+        # mount is told not to turn /proc/self/fd/9 back into that (maybe hidden) path.
+        lines.append(f"exec 9< {shlex.quote(str(stage))}")
+    for index, (source, mount) in enumerate(mounts):
         target = shlex.quote(mount["mountPath"])
         if source.is_dir():
             lines.append(f"mkdir -p {target}")
         else:
             lines.append(f"mkdir -p $(dirname {target}); [ -e {target} ] || touch {target}")
-        lines.append(f"mount --bind {shlex.quote(str(source))} {target}")
+        if stage is not None:
+            lines.append(f"mount --no-canonicalize --bind /proc/self/fd/9/{index} {target}")
+        else:
+            lines.append(f"mount --bind {shlex.quote(str(source))} {target}")
         if mount.get("readOnly"):
             lines.append(f"mount -o remount,bind,ro {target}")
+    if mounts and stage is not None:
+        lines.append("exec 9<&-")
     if workdir:
         lines.append(f"mkdir -p {shlex.quote(workdir)} && cd {shlex.quote(workdir)}")
     lines.append('exec "$@"')

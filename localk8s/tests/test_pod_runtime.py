@@ -13,7 +13,7 @@ import pytest
 
 from harness.cluster import Kube
 
-from .pod_specs import phase, pod
+from .pod_specs import finished, phase, pod
 
 pytestmark = pytest.mark.e2e  # a real kube-apiserver and the process node
 
@@ -139,3 +139,59 @@ def test_a_jupyter_image_that_would_not_run_as_root_starts_its_server(kube: Kube
     )
     kube.wait_for(lambda: ready(kube, "lab") or phase(kube, "lab") == "Failed", timeout=120)
     assert ready(kube, "lab"), kube.logs("lab")
+
+
+# Binds the wildcard address and prints what it got, the mounted ConfigMap's key, and what
+# the folder the emptyDir covers holds.
+HIDDEN = (
+    "import os, socket, sys\n"
+    "s = socket.socket()\n"
+    "s.bind(('0.0.0.0', 0))\n"
+    "print(s.getsockname()[0])\n"
+    "print(open('/etc/gpuhub-test/greeting').read())\n"
+    "print(len(os.listdir(sys.argv[1])))\n"
+)
+
+
+def test_an_emptydir_over_the_clusters_folder_hides_nothing_the_pod_needs(kube: Kube) -> None:
+    """A pod may mount an emptyDir at ``/tmp`` (many images' charts do) on a cluster rooted
+    there (``--root /tmp/...``): its other volumes and the wildcard-bind shim, which the node
+    keeps in the cluster's folder or outside it, must still reach its programs. On a cluster
+    rooted elsewhere the emptyDir covers the cluster's folder itself, the same case."""
+    kube.require_local("the process node")
+    root = kube.kubeconfig.parent
+    if not (root / "node-agent").is_dir():
+        pytest.skip(f"the cluster's folder is not the kubeconfig's ({kube.kubeconfig})")
+    over = "/tmp" if root.is_relative_to("/tmp") else str(root)
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "settings"},
+            "data": {"greeting": "hello"},
+        }
+    )
+    kube.create(
+        pod(
+            "covered",
+            "",
+            container={
+                "command": ["python", "-c", HIDDEN, over],
+                "volumeMounts": [
+                    {"name": "scratch", "mountPath": over},
+                    {"name": "settings", "mountPath": "/etc/gpuhub-test", "readOnly": True},
+                ],
+            },
+            volumes=[
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "settings", "configMap": {"name": "settings"}},
+            ],
+        )
+    )
+    done = finished(kube, "covered")
+    logs = kube.logs("covered")
+    assert done["status"]["phase"] == "Succeeded", logs
+    assert "LD_PRELOAD" not in logs, logs  # ld.so's "cannot be preloaded"
+    # The wildcard became the pod's own address (the shim ran), the ConfigMap mounted after
+    # the emptyDir is there, and the emptyDir covering the cluster's folder is empty.
+    assert logs.split() == [done["status"]["podIP"], "hello", "0"], logs
