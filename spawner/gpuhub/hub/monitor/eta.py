@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,8 @@ class Line:
     # first, so they bound no wait of others (a running one's users are among ``held``);
     # before the start they are lent only to a wait whose hold ends in time (``hard_hold``).
     booked: tuple[tuple[float, float, int], ...] = ()
+    # How long the booking's users hold what they take at its start (None: until its end).
+    booked_curve: Curve | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,13 @@ def _replay(
     starts = [[0.0] * samples for _ in waiting]
     lag, top = line.lag, TABLE - 1
     future = _future(line, now)
+    held_for: Callable[[], float] | None = None
+    if line.booked_curve is not None and future:
+        booked_table = line.booked_curve.table
+
+        def held_for() -> float:  # the booking's users hold on as long as holds last
+            return booked_table[min(int(uniform() * TABLE), top)]
+
     held = []
     for h in line.held:
         table, base, age = h.curve.sampler(max(now - h.since, 0.0))
@@ -234,7 +243,7 @@ def _replay(
             else:
                 frees.extend([end] * gpus)
         heapq.heapify(frees)
-        slots = _booked_slots(frees, future)
+        slots = _booked_slots(frees, future, lag, False, held_for) if future else []
         previous = now
         for i, w in enumerate(waiting):
             need = w.gpus if w.gpus < total else total
@@ -242,7 +251,8 @@ def _replay(
                 starts[i][s] = math.inf if need > 0 else previous
                 continue
             table, bound, offset = fresh[i]
-            if slots:  # some GPUs are booked later: lent only to a hold that ends in time
+            booked = bool(slots)  # some GPUs are booked later: lent to holds ending in time
+            if booked:
                 last, taken = _take_booked(frees, slots, need, bound, lag, False)
             else:
                 for _ in range(need):
@@ -253,8 +263,8 @@ def _replay(
             u = ((s + offset) % samples + uniform()) / samples
             hold = table[min(int(u * TABLE), top)]
             freed = start + (hold if hold < bound else bound) + lag
-            if slots:
-                _give_back(frees, slots, taken, freed, need)
+            if booked:
+                _give_back(frees, slots, taken, freed, lag, False)
             else:
                 for _ in range(need):
                     push(frees, freed)
@@ -266,67 +276,93 @@ def _future(line: Line, now: float) -> list[tuple[float, float, int]]:
     return sorted(b for b in line.booked if b[0] > now and b[2] > 0)
 
 
+# A GPU a later booking takes: (when work of no set end may have it, free at, the booking's
+# start, until when it is booked). A heap on the first, so most takes cost a pop.
+Slot = tuple[float, float, float, float]
+
+
+def _slot(free: float, start: float, end: float, pad: float, hard: bool) -> Slot:
+    """The booked GPU free at ``free``: work of no set end has it once the booking is over
+    (``hard``: never, as the booking's users may hold it on)."""
+    if free >= end:
+        return (free, free, start, end)
+    return (math.inf if hard else end + pad, free, start, end)
+
+
 def _booked_slots(
-    frees: list[float], future: Sequence[tuple[float, float, int]]
-) -> list[list[float]]:
-    """The GPUs later bookings take, ``[free at, booking's start, end]`` each: the soonest
-    free ones, as the line sets free GPUs aside for them (taken out of ``frees``)."""
+    frees: list[float],
+    future: Sequence[tuple[float, float, int]],
+    pad: float,
+    hard: bool,
+    held_for: Callable[[], float] | None = None,
+) -> list[Slot]:
+    """The GPUs later bookings take: the soonest free ones, as the line sets free GPUs
+    aside for them (taken out of ``frees``); ``held_for``: how long the booking's users hold
+    what they take at its start (they may hold on past its end)."""
     slots = []
     for start, end, gpus in future:
         for _ in range(min(gpus, len(frees))):
-            slots.append([heapq.heappop(frees), start, end])
+            until = end if held_for is None else max(end, start + held_for())
+            slots.append(_slot(heapq.heappop(frees), start, until, pad, hard))
+    heapq.heapify(slots)
     return slots
-
-
-def _when(slot: list[float], hold: float, pad: float, hard: bool) -> float:
-    """When a booked GPU may start a hold of at most ``hold`` seconds: when it is free, if
-    the hold ends (plus ``pad``) before the booking starts or the booking has ended by then;
-    else after the booking's end (``hard``: never, as its users may hold it on)."""
-    free, start, end = slot
-    if free >= end or free + hold + pad <= start:
-        return free
-    return math.inf if hard else end + pad
 
 
 def _take_booked(
     frees: list[float],
-    slots: list[list[float]],
+    slots: list[Slot],
     need: int,
     hold: float,
     pad: float,
     hard: bool,
-) -> tuple[float, list[list[float] | None]]:
+) -> tuple[float, list[Slot | None]]:
     """Take the ``need`` GPUs that come soonest for a hold of at most ``hold``, free ones
     (``frees``) and booked ones (``slots``) alike; when the last of them comes, and which
-    were taken (a booked slot, or None for a free one)."""
-    pool: list[tuple[float, list[float] | None]] = [
+    were taken (a booked slot, or None for a free one). A booked GPU is lent to a hold that
+    ends (plus ``pad``) before the booking starts."""
+    taken: list[Slot | None] = []
+    last = 0.0
+    if math.isinf(hold):  # no set end: the two heaps' tops
+        for _ in range(need):
+            if slots and (not frees or slots[0][0] < frees[0]):
+                slot = heapq.heappop(slots)
+                last = max(last, slot[0])
+                taken.append(slot)
+            else:
+                last = max(last, heapq.heappop(frees))
+                taken.append(None)
+        return last, taken
+    pool: list[tuple[float, Slot | None]] = [
         (heapq.heappop(frees), None) for _ in range(min(need, len(frees)))
     ]
-    pool.extend((_when(slot, hold, pad, hard), slot) for slot in slots)
+    for slot in slots:
+        free, start = slot[1], slot[2]
+        pool.append((free if free + hold + pad <= start else slot[0], slot))
     pool.sort(key=lambda item: item[0])
-    chosen, rest = pool[:need], pool[need:]
-    for when, slot in rest:
-        if slot is None:
+    for when, other in pool[need:]:
+        if other is None:
             heapq.heappush(frees, when)
-    taken = [slot for _, slot in chosen]
-    for slot in taken:
-        if slot is not None:
-            slots.remove(slot)
-    return chosen[-1][0], taken
+    chosen = pool[:need]
+    gone = {id(slot) for _, slot in chosen if slot is not None}
+    if gone:
+        slots[:] = [slot for slot in slots if id(slot) not in gone]
+        heapq.heapify(slots)
+    return chosen[-1][0], [slot for _, slot in chosen]
 
 
 def _give_back(
     frees: list[float],
-    slots: list[list[float]],
-    taken: Sequence[list[float] | None],
+    slots: list[Slot],
+    taken: Sequence[Slot | None],
     freed: float,
-    need: int,
+    pad: float,
+    hard: bool,
 ) -> None:
     """The GPUs a hold took come back at ``freed``: a booked one stays booked until its
-    booking ends."""
-    for slot in taken[:need]:
-        if slot is not None and freed < slot[2]:
-            slots.append([freed, slot[1], slot[2]])
+    booking is over."""
+    for slot in taken:
+        if slot is not None and freed < slot[3]:
+            heapq.heappush(slots, _slot(freed, slot[2], slot[3], pad, hard))
         else:
             heapq.heappush(frees, freed)
 
@@ -341,7 +377,7 @@ def _latest(line: Line, waiting: Sequence[Waiter], total: int, now: float) -> li
         end = math.inf if h.hard_end is None else max(h.hard_end, now) + line.slack
         frees.extend([end] * h.gpus)
     heapq.heapify(frees)
-    slots = _booked_slots(frees, _future(line, now))
+    slots = _booked_slots(frees, _future(line, now), STOP_LAG, True)
     out: list[float | None] = []
     previous = now
     for w in waiting:
@@ -351,15 +387,16 @@ def _latest(line: Line, waiting: Sequence[Waiter], total: int, now: float) -> li
             previous = math.inf
             continue
         hold = math.inf if w.hard_hold is None else w.hard_hold + line.slack
-        if slots:
+        lent = bool(slots)
+        if lent:
             last, booked = _take_booked(frees, slots, need, hold, STOP_LAG, True)
         else:
             last = max(heapq.heappop(frees) for _ in range(need))
         start = max(last, previous)
         previous = start
         out.append(start + STOP_LAG if math.isfinite(start) else None)
-        if slots:
-            _give_back(frees, slots, booked, start + hold, need)
+        if lent:
+            _give_back(frees, slots, booked, start + hold, STOP_LAG, True)
         else:
             for _ in range(need):
                 heapq.heappush(frees, start + hold)

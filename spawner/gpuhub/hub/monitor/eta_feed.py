@@ -211,6 +211,7 @@ class EtaFeed:
                 booked=tuple(
                     (b.start, b.end, b.gpus) for b in bookings if (b.type_name or "GPU") == name
                 ),
+                booked_curve=self.durations.curve("", [], name),
             )
         return lines
 
