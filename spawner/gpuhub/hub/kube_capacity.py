@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.holdings import QuotaExceeded
@@ -27,19 +27,8 @@ from gpuhub.hub.ledger.capacity import (
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.ledger.ledger import Grant, Ledger
 from gpuhub.hub.refusals import log_name, refusal
+from gpuhub.hub.spawner_parts import KubePart
 from gpuhub.k8s.dra import unreadable_words
-
-if TYPE_CHECKING:  # the spawner these parts are mixed into (GPUSpawner)
-    from kubespawner import KubeSpawner
-
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, KubeSpawner):
-        pass
-
-else:
-    _Spawner = object
-
 
 QUOTA_UNAVAILABLE = (
     "Your GPU quota cannot be checked right now (the cluster did not answer); "
@@ -83,7 +72,7 @@ def _unavailable(cache: Any, loading: str, failed: str) -> str:
     return failed if getattr(cache, "error", "") is not None else loading
 
 
-class LiveCapacity(_Spawner):
+class LiveCapacity(KubePart):
     """The cluster's GPUs as the form shows them, and the checks before a pod exists."""
 
     async def gpu_capacity(self) -> tuple[dict[str, GPUCapacity], str]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.core.policy import GPUType
+from gpuhub.hub.spawner_parts import KubePart
 from gpuhub.k8s.dra import (
     TEMPLATE_SUFFIX,
     ClaimTemplates,
@@ -34,18 +35,6 @@ from gpuhub.k8s.labels import (
     SERVER_COMPONENT,
 )
 
-if TYPE_CHECKING:  # the spawner these parts are mixed into (GPUSpawner)
-    from kubespawner import KubeSpawner
-
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, KubeSpawner):
-        pass
-
-else:
-    _Spawner = object
-
-
 # DRA types whose missing DeviceClass the log has said, (type key, class): once per process.
 _LOGGED_MISSING: set[tuple[str, str]] = set()
 
@@ -61,7 +50,7 @@ def _age(meta: dict[str, Any]) -> float:
     return time.time() - made.timestamp()
 
 
-class DRAClaims(_Spawner):
+class DRAClaims(KubePart):
     """The DRA claims of a server's pod: made with its manifest, created before it, owned
     by it, deleted with the server."""
 

@@ -8,25 +8,15 @@ holds the pod, and the "N free now" figure kept current while it waits for GPUs.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.hub.ledger.capacity import CapacityUnavailable, shared_capacity
 from gpuhub.hub.ledger.gpu_capacity import GPUCapacity
 from gpuhub.hub.progress import SpawnRequest, Step, describe, waiting_for_gpus
-
-if TYPE_CHECKING:  # the spawner these parts are mixed into (GPUSpawner)
-    from kubespawner import KubeSpawner
-
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, KubeSpawner):
-        pass
-
-else:
-    _Spawner = object
+from gpuhub.hub.spawner_parts import KubePart
 
 
-class SpawnProgress(_Spawner):
+class SpawnProgress(KubePart):
     """What the hub's progress bar says while a server starts."""
 
     _gpuhub_last_step: Step | None = None  # the last step told, for a timeout's words

@@ -7,27 +7,17 @@ place in line and the spawn page's words while it waits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.options import LaunchOptions
 from gpuhub.hub.ledger.booking_book import BOOKINGS
 from gpuhub.hub.monitor.booking_queues import queue_for
+from gpuhub.hub.spawner_parts import KubePart
 from gpuhub.k8s.kueue import Pending, gated, shared_kueue, waiting_words
 
-if TYPE_CHECKING:  # the spawner these parts are mixed into (GPUSpawner)
-    from kubespawner import KubeSpawner
 
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, KubeSpawner):
-        pass
-
-else:
-    _Spawner = object
-
-
-class KueueLine(_Spawner):
+class KueueLine(KubePart):
     """A GPU server's wait in Kueue's line: its queue, its place, what the page says."""
 
     def _queued(self, options: LaunchOptions | None) -> bool:

@@ -10,23 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from gpuhub.hub.refusals import log_name, refusal
-
-if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
-    from jupyterhub.spawner import LocalProcessSpawner
-
-    from gpuhub.hub import cgroups
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, LocalProcessSpawner):
-        # What the limits part keeps (local_limits).
-        _gpuhub_cgroup: cgroups.ServerCgroup | None
-
-else:
-    _Spawner = object
+from gpuhub.hub.spawner_parts import LocalPart
 
 SHARED_ACCOUNT_WARNING = (
     "All users' servers run as one OS account, so every user can read every other user's "
@@ -34,7 +22,7 @@ SHARED_ACCOUNT_WARNING = (
 )
 
 
-class SharedAccount(_Spawner):
+class SharedAccount(LocalPart):
     """Home, environment and arguments of a server run as the hub's own account."""
 
     @property

@@ -7,26 +7,14 @@ enforced, and each launch's cgroup made and removed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tornado import web
 
 from gpuhub.hub import cgroups
 from gpuhub.hub.refusals import log_name, refusal
-
-if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
-    from jupyterhub.spawner import LocalProcessSpawner
-
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, LocalProcessSpawner):
-        pass
-
-else:
-    _Spawner = object
+from gpuhub.hub.spawner_parts import LocalPart
 
 
-class WorkstationLimits(_Spawner):
+class WorkstationLimits(LocalPart):
     """A server's cgroup: where it can be made, made for a launch, removed when it ends."""
 
     _gpuhub_cgroup: cgroups.ServerCgroup | None = None

@@ -11,7 +11,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.core import words
 from gpuhub.core.line_order import LineOrder
@@ -23,17 +23,7 @@ from gpuhub.hub.monitor.eta import clock
 from gpuhub.hub.monitor.gpu_monitor import current
 from gpuhub.hub.monitor.usage import HUB_SHUTDOWN
 from gpuhub.hub.refusals import log_name, refusal
-
-if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
-    from jupyterhub.spawner import LocalProcessSpawner
-
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, LocalProcessSpawner):
-        pass
-
-else:
-    _Spawner = object
+from gpuhub.hub.spawner_parts import LocalPart
 
 # The ledger of this hub's workstation: what the device book says users hold, plus the
 # spawns waiting in line for GPUs.
@@ -65,7 +55,7 @@ def line_usage(order: LineOrder) -> Callable[[str], float]:
     return usage_of
 
 
-class WorkstationLine(_Spawner):
+class WorkstationLine(LocalPart):
     """A spawn's wait in the workstation's line: the wait, its words, its end by the hub."""
 
     _gpuhub_ticket: Ticket | None = None

@@ -12,7 +12,7 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuhub.core.env import JOB_ID_ENV, LAUNCH_ENV, SERVER_ID_ENV
 from gpuhub.hub import cgroups
@@ -21,23 +21,10 @@ from gpuhub.hub.ledger.launches import Process, Proof, command_line, device_set
 from gpuhub.hub.local_line import LINE
 from gpuhub.hub.monitor.gpu_monitor import holdings_changed
 from gpuhub.hub.refusals import log_name
-
-if TYPE_CHECKING:  # the spawner these parts are mixed into (LocalGPUSpawner)
-    from jupyterhub.spawner import LocalProcessSpawner
-
-    from gpuhub.hub.ledger.line import Ticket
-    from gpuhub.hub.spawner_mixin import GPUSpawnerMixin
-
-    class _Spawner(GPUSpawnerMixin, LocalProcessSpawner):
-        # What the other parts keep (local_line, local_limits).
-        _gpuhub_ticket: Ticket | None
-        _gpuhub_cgroup: cgroups.ServerCgroup | None
-
-else:
-    _Spawner = object
+from gpuhub.hub.spawner_parts import LocalPart
 
 
-class ServerProcesses(_Spawner):
+class ServerProcesses(LocalPart):
     """A launch's id, its stop, the processes that outlive it, and its saved state."""
 
     _gpuhub_stopping = False
