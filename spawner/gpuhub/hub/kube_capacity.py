@@ -112,7 +112,7 @@ class LiveCapacity(KubePart):
         await self._check_fit(gpu_type, options)
         if self._queued(options):
             await self._expect_kueue()
-            await self._choose_queue()
+            await self._choose_queue(options)
             # The time in Kueue's line comes on top of the time to start, and JupyterHub
             # waits for start() that long too (set before it starts waiting).
             self.extend_start_timeout()

@@ -49,14 +49,14 @@ class KueueLine(KubePart):
 
     _gpuhub_booked_queue = ""  # the LocalQueue of a booking for this user in force now
 
-    async def _choose_queue(self) -> None:
+    async def _choose_queue(self, options: LaunchOptions | None = None) -> None:
         """The LocalQueue of a booking for this user and GPU type in force now, where there
         is one (its ClusterQueue holds the booked GPUs: :mod:`gpuhub.hub.monitor.booking_queues`).
         Else, with ``line_order = "fair"`` where Kueue offers admission fair sharing, this
         user's own LocalQueue (made on first use): Kueue orders LocalQueues by past usage.
         Elsewhere the admin's queue, first come, first served; the hub says why once."""
         self._gpuhub_user_queue = ""
-        self._gpuhub_booked_queue = await self._booked_queue()
+        self._gpuhub_booked_queue = await self._booked_queue(options or self.launch_options)
         if self._gpuhub_booked_queue:
             return
         if self.gpu_line_order().fair:
@@ -64,10 +64,9 @@ class KueueLine(KubePart):
                 self.namespace, self.kueue_queue_name, self.user.name, "GPU servers", self.log
             )
 
-    async def _booked_queue(self) -> str:
+    async def _booked_queue(self, options: LaunchOptions | None) -> str:
         """The LocalQueue of a booking in force now for this user (or a group of theirs) and
-        this spawn's GPU type, once the hub has made it; "" where there is none."""
-        options = self.launch_options
+        the GPU type of ``options``, once the hub has made it; "" where there is none."""
         if options is None or options.gpu_type is None or not BOOKINGS.bookings:
             return ""
         groups = [g.name for g in getattr(self.user, "groups", ())]
