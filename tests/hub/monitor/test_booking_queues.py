@@ -101,6 +101,7 @@ class Ticker:
         self.ahead = 0.0  # seconds the clock is moved on
         self.errors: list[BaseException] = []
         self.runs = 0
+        self.takes = True  # whether the hub takes bookings (its ``bookings`` trait is set)
 
     def now(self) -> float:
         return time.time() + self.ahead
@@ -109,7 +110,13 @@ class Ticker:
         while True:
             try:
                 await booking_queues.reconcile(
-                    self.api, self.namespace, QUEUE, list(self.bookings), TYPES, self.now()
+                    self.api,
+                    self.namespace,
+                    QUEUE,
+                    list(self.bookings),
+                    TYPES,
+                    self.now(),
+                    self.takes,
                 )
             except Exception as exc:  # kept: the test fails on it, rather than hiding it
                 self.errors.append(exc)
@@ -244,3 +251,15 @@ async def test_a_booking_deleted_early_gives_its_quota_back(
     await until(lambda: gpu_quota(kube, main) == 2)
     await until(lambda: kube.get("ClusterQueue", name, api_version=KUEUE) is None)
     assert kube.get("LocalQueue", name, api_version=KUEUE) is None
+
+    # A hub restarted without bookings (the trait unset, the file gone) still gives back
+    # what a booking of its last run had moved out, as the hub's ClusterQueue records it.
+    again = booking(time.time() - 1, time.time() + 3600, user="cy")
+    ticker.bookings.append(again)
+    await until(lambda: gpu_quota(kube, main) == 1)
+    ticker.takes = False
+    ticker.bookings.clear()
+    await until(lambda: gpu_quota(kube, main) == 2)
+    await until(
+        lambda: kube.get("ClusterQueue", kb.queue_name(again.id), api_version=KUEUE) is None
+    )

@@ -60,15 +60,19 @@ async def reconcile(
     bookings: Iterable[Booking],
     types: Mapping[str, Any],
     now: float | None = None,
+    takes: bool = True,
 ) -> dict[str, kb.Move]:
     """Make Kueue's queues match the ``bookings`` in force at ``now``: the quota of each is in
     its own ClusterQueue (with its LocalQueue in ``namespace``), taken from the ClusterQueue
     that ``local_queue`` points at; the quota of any other is back. ``types``: the hub's GPU
     types by key (their ``resource_name`` and ``node_selector``). Returns what is moved out
-    now. Raises the apiserver's errors (the caller logs them; the next run tries again)."""
+    now. ``takes``: whether the hub takes bookings; on a hub that does not, a run only
+    reads the hub's ClusterQueue (what the chart then allows) and gives back anything still
+    moved out. Raises the apiserver's errors (the caller logs them; the next run tries
+    again)."""
     lock = _LOCK.setdefault(id(api), asyncio.Lock())
     async with lock:
-        return await _reconcile(api, namespace, local_queue, list(bookings), types, now)
+        return await _reconcile(api, namespace, local_queue, list(bookings), types, now, takes)
 
 
 async def _reconcile(
@@ -78,6 +82,7 @@ async def _reconcile(
     bookings: list[Booking],
     types: Mapping[str, Any],
     now: float | None,
+    takes: bool,
 ) -> dict[str, kb.Move]:
     now = time.time() if now is None else now
     version = await shared_kueue(api).version()
@@ -88,6 +93,8 @@ async def _reconcile(
     name = str((local.get("spec") or {}).get("clusterQueue") or "")
     main = await get_json(api, f"{base}/clusterqueues/{name}")
     had = kb.booked_out(main)
+    if not takes and not had:
+        return {}
     want = await _wanted(api, base, main, had, bookings, types, now)
     # Booking queues no longer wanted give their quota up first, so that the cohort never
     # counts a booking's GPUs twice (its queue's and, given back, the hub's queue's).
@@ -282,7 +289,9 @@ def is_kueue_hub(spawner: Any) -> bool:
     return bool(getattr(spawner, "kueue_queue_name", "")) and hasattr(spawner, "api")
 
 
-async def watch(spawner: Any, bookings: Collection[Booking], now: float) -> None:
+async def watch(
+    spawner: Any, bookings: Collection[Booking], now: float, takes: bool = True
+) -> None:
     """:func:`reconcile` for the hub's spawner, on a Kueue hub; a failure is logged (the next
     tick tries again), never raised into the monitor."""
     if not is_kueue_hub(spawner):
@@ -295,6 +304,7 @@ async def watch(spawner: Any, bookings: Collection[Booking], now: float) -> None
             bookings,
             kueue_types(spawner),
             now,
+            takes,
         )
     except Exception as exc:
         log.warning("gpuhub: could not make Kueue's queues match the bookings: %s", exc)

@@ -138,7 +138,8 @@ async def watch(
     spawner = getattr(monitor, "spawner", None)
     if booking_queues.is_kueue_hub(spawner):
         book.prune(now)
-        await booking_queues.watch(spawner, list(book.bookings.values()), now)
+        bookings = list(book.bookings.values())
+        await booking_queues.watch(spawner, bookings, now, book.rules is not None)
         return
     try:
         _watch(monitor, now, book)
