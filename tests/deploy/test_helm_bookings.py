@@ -181,6 +181,15 @@ def test_bookings_on_kueue_let_the_hub_move_quota_between_queues(chart: Path) ->
     assert rules_for(cluster, "resourceflavors") == ["list"]
     local = by_kind(booked, "Role", "jhub-gpuhub-gpuhub-hub-kueue")
     assert rules_for(local, "localqueues") == ["create", "delete", "get", "list"]
+    # The jobs service lists them, for a booker's jobs.
+    jobs = {**values, "jobs": {"kueue": {"queueName": "gpus"}}}
+    assert rules_for(
+        by_kind(render(chart, values=jobs), "Role", "gpuhub-service"), "localqueues"
+    ) == ["get"]
+    jobs["bookings"] = {"groups": {"staff": STAFF}}
+    assert rules_for(
+        by_kind(render(chart, values=jobs), "Role", "gpuhub-service"), "localqueues"
+    ) == ["get", "list"]
     # Bookings set in the hub's own config count the same.
     spawner["bookings"] = {"groups": {"staff": {"max_gpus": 1, "max_hours": 1, "days_ahead": 1}}}
     own = render(chart, values=values)

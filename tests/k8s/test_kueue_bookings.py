@@ -185,10 +185,29 @@ def test_booking_cluster_queue_has_only_the_booked_gpus_and_reclaims_them() -> N
         assert kb.has_quota(queue)
         assert not kb.has_quota(kb.without_quota(queue))
 
-    local = kb.booking_local_queue("b-1", "hub", "v1beta2")
+    local = kb.booking_local_queue("b-1", "hub", "v1beta2", for_user="Ada", gpu_type="a100")
     assert local["metadata"] == {
         "name": "gpuhub-booking-b-1",
         "namespace": "hub",
         "labels": {"app.kubernetes.io/managed-by": "gpuhub", kb.BOOKING_LABEL: "b-1"},
+        "annotations": {kb.BOOKING_USER: "Ada", kb.BOOKING_GPU_TYPE: "a100"},
     }
     assert local["spec"] == {"clusterQueue": "gpuhub-booking-b-1"}
+    group = kb.booking_local_queue("b-2", "hub", "v1beta2", for_group="staff", gpu_type="a100")
+    assert group["metadata"]["annotations"][kb.BOOKING_GROUP] == "staff"
+
+
+def test_a_jobs_queue_is_its_owners_booking_of_its_type() -> None:
+    queues = [
+        kb.booking_local_queue("b-2", "hub", "v1beta2", for_user="ada", gpu_type="h100"),
+        kb.booking_local_queue("b-1", "hub", "v1beta2", for_user="ada", gpu_type="a100"),
+        kb.booking_local_queue("b-3", "hub", "v1beta2", for_group="staff", gpu_type="a100"),
+    ]
+    assert kb.job_queue(queues, "ada", "a100") == "gpuhub-booking-b-1"
+    assert kb.job_queue(queues, "ada", "h100") == "gpuhub-booking-b-2"
+    assert kb.job_queue(queues, "ada", "v100") == ""
+    assert kb.job_queue(queues, "bob", "a100") == ""  # a group's booking: not from here yet
+    going = kb.booking_local_queue("b-1", "hub", "v1beta2", for_user="ada", gpu_type="a100")
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
+    assert kb.job_queue([going], "ada", "a100") == ""
+    assert kb.job_queue([{"metadata": {"name": "team", "annotations": {}}}], "ada", "a100") == ""

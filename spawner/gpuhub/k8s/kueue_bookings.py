@@ -38,6 +38,10 @@ BOOKING_LABEL = "gpuhub.io/booking"  # on a booking's queues: the booking's id (
 BOOKING_OF_ANNOTATION = "gpuhub.io/booking-of"  # on a booking's ClusterQueue: the hub's one
 BOOKED_OUT = "gpuhub.io/booked-out"  # on the hub's ClusterQueue: what bookings took (JSON)
 AS_WRITTEN = "gpuhub.io/quota-as-written"  # and its quotas as they were written (JSON)
+# On a booking's LocalQueue: whom it is for (a user's exact name, or a group) and its GPU type.
+BOOKING_USER = "gpuhub.io/booking-user"
+BOOKING_GROUP = "gpuhub.io/booking-group"
+BOOKING_GPU_TYPE = "gpuhub.io/gpu-type"
 PREFIX = "gpuhub-booking-"
 GROUP = "kueue.x-k8s.io"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -375,15 +379,43 @@ def booking_cluster_queue(main: Mapping[str, Any], move: Move, version: str) -> 
     }
 
 
-def booking_local_queue(booking_id: str, namespace: str, version: str) -> dict[str, Any]:
-    """A booking's LocalQueue in the hub's ``namespace``: the booker's servers wait in it."""
+def booking_local_queue(
+    booking_id: str,
+    namespace: str,
+    version: str,
+    *,
+    for_user: str = "",
+    for_group: str = "",
+    gpu_type: str = "",
+) -> dict[str, Any]:
+    """A booking's LocalQueue in the hub's ``namespace``: the booker's servers wait in it, and
+    their jobs (the jobs service's namespace is the servers'), which the service finds by the
+    annotations saying whom it is for and of which GPU type (:func:`job_queue`)."""
     name = queue_name(booking_id)
+    whom = {BOOKING_USER: for_user} if for_user else {BOOKING_GROUP: for_group}
+    meta = {"name": name, "namespace": namespace, "labels": _labels(booking_id)}
     return {
         "apiVersion": f"{GROUP}/{version}",
         "kind": "LocalQueue",
-        "metadata": {"name": name, "namespace": namespace, "labels": _labels(booking_id)},
+        "metadata": {**meta, "annotations": {**whom, BOOKING_GPU_TYPE: gpu_type}},
         "spec": {"clusterQueue": name},
     }
+
+
+def job_queue(local_queues: Any, owner: str, gpu_type: str) -> str:
+    """The booking's LocalQueue (of those the hub made, :func:`booking_local_queue`) a job of
+    ``owner`` asking for GPUs of ``gpu_type`` (a type key) waits in: one booked for them, the
+    first by name; "" for none. A group's booking is not told from here yet (the service
+    does not hand its backend the owner's groups), so its members' jobs wait in the admin's
+    queue."""
+    for queue in sorted(local_queues or [], key=lambda q: str(q["metadata"]["name"])):
+        meta = queue.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        if not (meta.get("labels") or {}).get(BOOKING_LABEL) or meta.get("deletionTimestamp"):
+            continue
+        if notes.get(BOOKING_USER) == owner and notes.get(BOOKING_GPU_TYPE) == gpu_type:
+            return str(meta["name"])
+    return ""
 
 
 def without_quota(cluster_queue: Mapping[str, Any]) -> dict[str, Any]:

@@ -93,6 +93,7 @@ async def _reconcile(
     name = str((local.get("spec") or {}).get("clusterQueue") or "")
     main = await get_json(api, f"{base}/clusterqueues/{name}")
     had = kb.booked_out(main)
+    by_id = {b.id: b for b in bookings}
     if not takes and not had:
         return {}
     want = await _wanted(api, base, main, had, bookings, types, now)
@@ -129,7 +130,14 @@ async def _reconcile(
         await _create(
             api,
             f"{base}/namespaces/{namespace}/localqueues",
-            kb.booking_local_queue(move.booking, namespace, version),
+            kb.booking_local_queue(
+                move.booking,
+                namespace,
+                version,
+                for_user=by_id[move.booking].for_user,
+                for_group=by_id[move.booking].for_group,
+                gpu_type=by_id[move.booking].gpu_type,
+            ),
         )
     locals_ = await get_json(
         api, f"{base}/namespaces/{namespace}/localqueues", [("labelSelector", SELECTOR)]

@@ -58,7 +58,8 @@ class Creating(Records):
                 await quota.reserve(owner, job_id, request)
             created = utcnow().isoformat().replace("+00:00", "Z")
             configmap = m.input_configmap(request, owner, job_id, self.settings, notebook, key)
-            queue = await self._job_queue(owner)
+            gpu_type = request.resources.gpu_type
+            queue = await self._job_queue(owner, gpu_type.key if gpu_type else "")
             workload = m.workload(
                 request, owner, job_id, self.settings, key=key, created=created, queue=queue
             )

@@ -12,7 +12,9 @@ from typing import Any
 from gpuhub.jobs.k8s.reading import WorkloadReader
 from gpuhub.jobs.k8s.resources import workload_gpus, workload_resources, workload_share
 from gpuhub.jobs.k8s.status import Obj, kueue_says, queue_of
+from gpuhub.k8s.kueue import GROUP as KUEUE_GROUP
 from gpuhub.k8s.kueue import QueueUse, positions
+from gpuhub.k8s.kueue_bookings import BOOKING_LABEL, job_queue
 from gpuhub.k8s.labels import (
     KIND_LABEL,
     KUEUE_JOB_UID_LABEL,
@@ -21,6 +23,7 @@ from gpuhub.k8s.labels import (
     QUEUE_NAME_LABEL,
     USERNAME_ANNOTATION,
 )
+from gpuhub.k8s.rawapi import get_json
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +127,49 @@ class QueueReading(WorkloadReader):
             if uid
         }
 
-    async def _job_queue(self, owner: str) -> str:
-        """The LocalQueue ``owner``'s new job waits in: with ``kueue_fair`` where Kueue
-        offers admission fair sharing, their own (made on first use); else the admin's
+    async def _job_queue(self, owner: str, gpu_type: str = "") -> str:
+        """The LocalQueue ``owner``'s new job waits in: that of a booking for them of the
+        job's ``gpu_type`` in force now (the hub makes it for the window,
+        :mod:`gpuhub.k8s.kueue_bookings`); else, with ``kueue_fair`` where Kueue offers
+        admission fair sharing, their own (made on first use); else the admin's
         (``kueue_queue``, "" for none). Whether Kueue offers it is asked once and logged."""
         queue = self.settings.kueue_queue
-        if not queue or not self.settings.kueue_fair:
+        if not queue:
+            return queue
+        if gpu_type:
+            booked = await self._booked_queue(owner, gpu_type)
+            if booked:
+                return booked
+        if not self.settings.kueue_fair:
             return queue
         return await self.kueue.own_queue(self.namespace, queue, owner, "jobs") or queue
+
+    _bookings_refused = False  # the service may not list LocalQueues (said once)
+
+    async def _booked_queue(self, owner: str, gpu_type: str) -> str:
+        """The LocalQueue of a booking for ``owner`` of ``gpu_type`` in force now, or ""
+        (none, or the service may not list LocalQueues: said once in the log)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        version = await self.kueue.version()
+        if version is None:
+            return ""
+        path = f"/apis/{KUEUE_GROUP}/{version}/namespaces/{self.namespace}/localqueues"
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{BOOKING_LABEL}"
+        try:
+            found = await get_json(self.kueue.api, path, [("labelSelector", selector)])
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            if not self._bookings_refused:
+                self._bookings_refused = True
+                log.warning(
+                    "gpuhub: cannot list Kueue's LocalQueues (HTTP %s): jobs do not wait in "
+                    "their bookings' queues",
+                    exc.status,
+                )
+            return ""
+        return job_queue(found.get("items") or [], owner, gpu_type)
 
 
 @dataclass(frozen=True)
