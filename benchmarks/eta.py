@@ -119,10 +119,12 @@ async def replay(days: int, gpus: int, seed: int) -> dict[str, Any]:
         held_now: Any = [SimpleNamespace(user=h.user, gpu_type=TYPE) for h in holds.values()]
         for stopped in watch.observe(states, held_now, [], t):
             ending += [k for k, h in holds.items() if h.user == stopped.user]
+        reclaimed = set()
         for key, hold in holds.items():
             action = clocks.observe((str(key),), t >= hold.idle_at, t)
             if action is Action.STOP:
                 ending.append(key)
+                reclaimed.add(key)
         # The class books a day ahead; at its start the watch stops what is in its way.
         if booking.id not in bookings.bookings and BOOKED_AT <= t < booking.end:
             bookings.add(booking)
@@ -134,7 +136,8 @@ async def replay(days: int, gpus: int, seed: int) -> dict[str, Any]:
         for key in dict.fromkeys(ending):
             hold = holds.pop(key)
             book.release(key)
-            durations.learn(hold.user, [users[hold.user][0]], TYPE, t - hold.start)
+            group = [users[hold.user][0]]
+            durations.learn(hold.user, group, TYPE, t - hold.start, cut_short=key in reclaimed)
         # The feed renews once a minute (each tick here), holds still running included.
         durations.renew([(h.user, [users[h.user][0]], TYPE, t - h.start) for h in holds.values()])
         for hold in holds.values():

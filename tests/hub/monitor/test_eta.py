@@ -162,3 +162,18 @@ def test_bad_counts_are_named() -> None:
     _, problems = Durations.from_json(data)
     assert problems and "numbers of 0 or more" in problems[0]
     assert math.isfinite(Durations.from_json(good.as_json())[0].curve("a", [], "T").quantile(0.5))
+
+
+def test_a_hold_idle_reclaim_cut_short_is_learned_as_a_longer_one() -> None:
+    ended, cut = Durations(), Durations()
+    for _ in range(30):
+        ended.learn("ann", ["lab"], "A6000", HOUR)
+        cut.learn("ann", ["lab"], "A6000", HOUR, cut_short=True)
+    ended.renew()
+    cut.renew()
+    # Ended by its owner: an hour is how long ann's holds last. Cut short by reclaim: they
+    # would have lasted longer, so no busy hold of hers is expected to end at an hour.
+    assert ended.curve("ann", ["lab"], "A6000").quantile(0.5) == pytest.approx(HOUR, rel=0.15)
+    assert cut.curve("ann", ["lab"], "A6000").quantile(0.5) > 1.5 * HOUR
+    assert cut.curve("ann", ["lab"], "A6000").at(HOUR) < 0.05
+    assert sum(cut.counts["user\x1fann\x1fA6000"]) == pytest.approx(30.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,8 @@ class EtaFeed:
         self.durations = Durations()
         self.estimates: dict[HoldingKey, Estimate] = {}  # replaced, never changed
         self.free_at: dict[str, Estimate] = {}  # GPU type display name -> a newcomer's start
-        self._seen: dict[HoldingKey, tuple[float, str]] = {}  # held now: since, GPU type
+        # Held now: since, GPU type, and whether idle reclaim is stopping it.
+        self._seen: dict[HoldingKey, tuple[float, str, bool]] = {}
         self._dirty = False
         self._saved = self._renewed = time.monotonic()
         if path is not None:
@@ -79,17 +80,28 @@ class EtaFeed:
             return
         self._dirty, self._saved = False, time.monotonic()
 
-    def learn(self, held: Mapping[HoldingKey, Holding], now: float, groups_of: Any) -> None:
+    def learn(
+        self,
+        held: Mapping[HoldingKey, Holding],
+        now: float,
+        groups_of: Any,
+        reclaimed: Callable[[HoldingKey], bool] = lambda key: False,
+    ) -> None:
         """Holds seen before and gone now (or launched again) ended: learn how long they
-        lasted, per user, group and GPU type."""
-        for key, (since, gpu_type) in self._seen.items():
+        lasted, per user, group and GPU type; one that idle reclaim was stopping when last
+        seen (``reclaimed``) was cut short (:meth:`Durations.learn`)."""
+        for key, (since, gpu_type, cut_short) in self._seen.items():
             holding = held.get(key)
             if holding is not None and holding.since == since:
                 continue
-            self.durations.learn(key[0], groups_of(key[0]), gpu_type, now - since)
+            self.durations.learn(
+                key[0], groups_of(key[0]), gpu_type, now - since, cut_short=cut_short
+            )
             self._dirty = True
         self._seen = {
-            key: (h.since, h.gpu_type or "GPU") for key, h in held.items() if h.since is not None
+            key: (h.since, h.gpu_type or "GPU", reclaimed(key))
+            for key, h in held.items()
+            if h.since is not None
         }
 
     def observe(self, monitor: Any, now: float, mono: float) -> None:
@@ -106,7 +118,7 @@ class EtaFeed:
             return groups[user]
 
         held = {key: track.holding for key, track in monitor.tracks.items()}
-        self.learn(held, now, groups_of)
+        self.learn(held, now, groups_of, _reclaimed(monitor))
         if time.monotonic() - self._renewed >= RENEW_EVERY:
             running = [
                 (h.user, groups_of(h.user), h.gpu_type or "GPU", max(now - h.since, 0.0))
@@ -283,6 +295,18 @@ class EtaFeed:
         """The estimate of one waiting request in words ("" when there is none yet)."""
         found = self.estimates.get(key)
         return found.sentence(time.time() if now is None else now) if found else ""
+
+
+def _reclaimed(monitor: Any) -> Callable[[HoldingKey], bool]:
+    """Whether idle reclaim is stopping a holding now (its clock says so)."""
+    clocks = getattr(monitor, "clocks", None)
+
+    def reclaimed(key: HoldingKey) -> bool:
+        track = monitor.tracks.get(key)
+        clock = clocks.clocks.get(track.launch()) if clocks is not None and track else None
+        return bool(clock is not None and clock.reclaimed)
+
+    return reclaimed
 
 
 def _order(monitor: Any) -> tuple[list[HoldingKey], bool]:

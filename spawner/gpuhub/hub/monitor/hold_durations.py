@@ -165,14 +165,33 @@ class Durations:
             f"user\x1f{user}\x1f{gpu_type}",
         ]
 
-    def learn(self, user: str, groups: Iterable[str], gpu_type: str, seconds: float) -> None:
-        """A hold of ``gpu_type`` by ``user`` ended after ``seconds``."""
+    def learn(
+        self,
+        user: str,
+        groups: Iterable[str],
+        gpu_type: str,
+        seconds: float,
+        *,
+        cut_short: bool = False,
+    ) -> None:
+        """A hold of ``gpu_type`` by ``user`` ended after ``seconds``. ``cut_short``: gpuhub
+        ended it (idle reclaim), not its owner, so it is learned as a hold that would have
+        lasted longer, shaped as the curve says (as a hold still running is): the estimate
+        reckons with reclaim by its own clocks, and a curve that had learned reclaimed holds
+        as ended would count reclaim twice for a holder that is busy."""
         if not math.isfinite(seconds) or seconds < 0:
             return
-        k = bin_of(seconds)
+        groups = list(groups)
+        if cut_short:
+            mass = self.curve(user, groups, gpu_type).above(seconds)
+        else:
+            mass = [0.0] * NBINS
+            mass[bin_of(seconds)] = 1.0
         for key in self.keys(user, groups, gpu_type):
             counts = self.counts.setdefault(key, [0.0] * NBINS)
-            counts[k] += 1.0
+            for j, m in enumerate(mass):
+                if m:
+                    counts[j] += m
             total = sum(counts)
             if total > MAX_COUNT:
                 self.counts[key] = [c * MAX_COUNT / total for c in counts]
