@@ -137,6 +137,16 @@ class GpuhubAPIHandler(BoundedAPIHandler):
             )
         raise others
 
+    def require_holder_access(self, name: str) -> Any:
+        """The caller, who reaches ``name``'s servers or is a GPU fleet admin: who may read
+        or keep a user's GPUs (their idle clocks, "Keep my GPUs", their notices)."""
+        return self.require_access(
+            name,
+            "reading or keeping their GPUs",
+            web.HTTPError(403, f"Only {name} and GPU fleet admins may see this."),
+            scope=FLEET_SCOPE,
+        )
+
     async def _ledger_for(self, name: str) -> tuple[Any, Ledger, int | None]:
         user = self.find_user(name)
         if user is None:

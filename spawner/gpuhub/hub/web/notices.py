@@ -42,7 +42,7 @@ from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
 from gpuhub.hub.monitor.booking_watch import BOOKING
 from gpuhub.hub.monitor.usage import BUDGET, HUB_SHUTDOWN, SHARE_OVERUSE
-from gpuhub.hub.web.access import FLEET_SCOPE, GpuhubAPIHandler
+from gpuhub.hub.web.access import GpuhubAPIHandler
 
 
 def notices_for(user: Any) -> list[dict[str, str]]:
@@ -169,12 +169,7 @@ class NoticesHandler(GpuhubAPIHandler):
     SUPPORTED_METHODS: tuple[str, ...] = ("GET", "OPTIONS")
 
     def get(self, name: str) -> None:
-        self.require_access(
-            name,
-            "reading or keeping their GPUs",
-            web.HTTPError(403, f"Only {name} and GPU fleet admins may see this."),
-            scope=FLEET_SCOPE,
-        )
+        self.require_holder_access(name)
         monitor = gpu_monitor.for_handler(self)
         found = monitor.store.notices_for(name) if monitor is not None else []
         warned = monitor.warnings_for(name) if monitor is not None else []

@@ -20,30 +20,17 @@ from tornado import web
 
 from gpuhub.core.options import as_given
 from gpuhub.hub.monitor import gpu_monitor
-from gpuhub.hub.web.access import FLEET_SCOPE, GpuhubAPIHandler
+from gpuhub.hub.web.access import GpuhubAPIHandler
 
 
-class ReclaimAPIHandler(GpuhubAPIHandler):
-    """What the reclaim endpoints share: who may reach a user's clocks."""
-
-    def require_reclaim_access(self, name: str) -> None:
-        """The user's own access to their servers, or a GPU fleet admin's."""
-        self.require_access(
-            name,
-            "reading or keeping their GPUs",
-            web.HTTPError(403, f"Only {name} and GPU fleet admins may see this."),
-            scope=FLEET_SCOPE,
-        )
-
-
-class ReclaimHandler(ReclaimAPIHandler):
+class ReclaimHandler(GpuhubAPIHandler):
     """``GET /hub/api/gpuhub/reclaim/<user>``: idle clocks of the user's GPU servers and job
     holds."""
 
     SUPPORTED_METHODS: tuple[str, ...] = ("GET", "OPTIONS")
 
     def get(self, name: str) -> None:
-        self.require_reclaim_access(name)
+        self.require_holder_access(name)
         monitor = gpu_monitor.for_handler(self)
         now = time.time()
         clocks: dict[str, dict[str, Any]] = {"server": {}, "job": {}}
@@ -60,14 +47,14 @@ class ReclaimHandler(ReclaimAPIHandler):
         )
 
 
-class KeepHandler(ReclaimAPIHandler):
+class KeepHandler(GpuhubAPIHandler):
     """``POST /hub/api/gpuhub/reclaim/<user>/keep``, "Keep my GPUs": restart the idle clock
     of one of the user's servers or job holds."""
 
     SUPPORTED_METHODS: tuple[str, ...] = ("POST", "OPTIONS")
 
     def post(self, name: str) -> None:
-        self.require_reclaim_access(name)
+        self.require_holder_access(name)
         body = self.get_json_body() or {}
         if not isinstance(body, dict):
             raise web.HTTPError(400, "Send a JSON object with the server's name.")
