@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gpuhub.core import words
 from gpuhub.core.budgets import hours_words
@@ -245,9 +245,7 @@ def _row(track: TrackCopy, now: float) -> Row:
     used = sum(memory) if memory else None
     last = track.history[-1][0] if track.history else None
     return Row(
-        since_text=words.moment_utc(h.since) if h.since else "—",
-        since_iso=words.iso(h.since) if h.since else "",
-        label=h.label,
+        **_holding_fields(h),
         idle_text=ago(idle_for),
         # As the lab's cards say it, per GPU; a holding of several says the sum is theirs.
         memory_text=(
@@ -260,45 +258,45 @@ def _row(track: TrackCopy, now: float) -> Row:
         util_text=f"{round(utilization * 100)} % now" if utilization is not None else "",
         left_text=ago(left) if left is not None else "",
         unsampled_text=f"no samples: {track.unsampled}" if track.unsampled else "no samples",
-        user=h.user,
-        kind=h.kind,
-        name=h.name,
-        gpu_type=h.gpu_type or "GPU",
-        gpus=h.gpus,
-        since=h.since,
         spark=sparkline(track.history, last, HISTORY_SECONDS) if last is not None else "",
         utilization=utilization,
         memory_used=used,
         idle_for=idle_for,
         warned=warned,
         seconds_left=left,
-        amount=float(h.amount),
-        gpus_text=h.gpus_text,
     )
+
+
+def _holding_fields(h: Holding) -> dict[str, Any]:
+    """What every row says of its holding, held or waiting: whose, what, since when, and
+    how many GPUs it counts as."""
+    return {
+        "user": h.user,
+        "kind": h.kind,
+        "name": h.name,
+        "gpu_type": h.gpu_type or "GPU",
+        "gpus": h.gpus,
+        "since": h.since,
+        "since_text": words.moment_utc(h.since) if h.since else "—",
+        "since_iso": words.iso(h.since) if h.since else "",
+        "label": h.label,
+        "amount": float(h.amount),
+        "gpus_text": h.gpus_text,
+    }
 
 
 def _waiting_row(h: Holding, estimate: Estimate | None, now: float) -> Row:
     """A server or job that waits for its GPUs: what it asked for, where it waits, since
     when and when it likely starts; nothing sampled (it has no GPU to sample)."""
     return Row(
-        user=h.user,
-        kind=h.kind,
-        name=h.name,
-        gpu_type=h.gpu_type or "GPU",
-        gpus=h.gpus,
-        since=h.since,
+        **_holding_fields(h),
         spark="",
         utilization=None,
         memory_used=None,
         idle_for=None,
-        since_text=words.moment_utc(h.since) if h.since else "—",
-        since_iso=words.iso(h.since) if h.since else "",
-        label=h.label,
         waiting=h.waiting_words,
         estimate=estimate.sentence(now) if estimate is not None else "",
         unsampled_text="",
-        amount=float(h.amount),
-        gpus_text=h.gpus_text,
     )
 
 
