@@ -143,12 +143,19 @@ class WorkstationLine(LocalPart):
         free = len(ticket.candidates) - busy
         # Enough may be free for this one while an earlier, bigger request waits: say why.
         first = self._line_rule(ticket) if position > 1 and free >= ticket.gpus else ""
-        deadline = words.moment_utc(self._line_deadline(ticket))
         return (
             f"Waiting for {words.gpus(ticket.gpus, ticket.type_name)}: you are "
             f"{words.ordinal(position)} in line; {busy} of {len(ticket.candidates)} are held "
             f"(servers and jobs of {users} user{'s' if users != 1 else ''}){first}"
             f"{LINE.booked_words(ticket)}. "
+            f"{self._line_after(ticket)}"
+        )
+
+    def _line_after(self, ticket: Ticket) -> str:
+        """How every wait's message ends, whole or a share: who passed it, its estimated
+        start, and until when gpuhub waits."""
+        deadline = words.moment_utc(self._line_deadline(ticket))
+        return (
             f"{self._line_passed(ticket)}{self._line_estimate(ticket)}"
             f"gpuhub waits until {deadline}, "
             f"{words.duration(self.gpu_queue_timeout)} after you joined."
@@ -184,14 +191,11 @@ class WorkstationLine(LocalPart):
         room = LINE.book.room(ticket.candidates, holder.device_memory)
         most = max(room.values(), default=0)
         first = self._line_rule(ticket) if position > 1 and most >= holder.gpu_memory else ""
-        deadline = words.moment_utc(self._line_deadline(ticket))
         return (
             f"Waiting for {human_memory(holder.gpu_memory)} of one {ticket.type_name}: you are "
             f"{words.ordinal(position)} in line; the most free on one GPU is "
             f"{human_memory(most)} of {human_memory(holder.device_memory)}{first}. "
-            f"{self._line_passed(ticket)}{self._line_estimate(ticket)}"
-            f"gpuhub waits until {deadline}, "
-            f"{words.duration(self.gpu_queue_timeout)} after you joined."
+            f"{self._line_after(ticket)}"
         )
 
     async def poll(self) -> int | None:
