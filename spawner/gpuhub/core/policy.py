@@ -10,7 +10,7 @@ sees a form.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -297,6 +297,7 @@ class Policy:
 
 
 _Choice = TypeVar("_Choice", ImageChoice, GPUType)
+_T = TypeVar("_T")
 
 
 def _default_first(items: Iterable[_Choice]) -> list[_Choice]:
@@ -468,6 +469,15 @@ _DRA_REFUSED = {
 }
 
 
+def _said_as_policy(check: Callable[[], _T]) -> _T:
+    """What ``check`` returns; a DRA or sharing setting it refuses is refused as the policy's,
+    in the same one sentence."""
+    try:
+        return check()
+    except (DRAConfigError, SharingConfigError) as exc:
+        raise PolicyConfigError(str(exc)) from None
+
+
 def _dra(name: str, entry: Mapping[str, Any]) -> DRAType | None:
     """A type's ``dra`` (gpuhub.core.dra), with what only the type can say about it."""
     value = entry.get("dra")
@@ -477,10 +487,7 @@ def _dra(name: str, entry: Mapping[str, Any]) -> DRAType | None:
         for key, reason in _DRA_REFUSED.items():
             if key in value:
                 raise PolicyConfigError(f"{name}.dra.{key} is not offered: it {reason}")
-    try:
-        dra = DRAType.from_config(f"{name}.dra", value)
-    except DRAConfigError as exc:
-        raise PolicyConfigError(str(exc)) from None
+    dra = _said_as_policy(lambda: DRAType.from_config(f"{name}.dra", value))
     if dra is None:
         return None
     sharing = entry.get("sharing")
@@ -508,10 +515,7 @@ def _sharing(
     name: str, value: Any, resource: str, max_gpus: int, dra: DRAType | None = None
 ) -> Sharing | None:
     """A type's ``sharing`` (gpuhub.core.sharing), with what only the type can say about it."""
-    try:
-        sharing = Sharing.from_config(f"{name}.sharing", value)
-    except SharingConfigError as exc:
-        raise PolicyConfigError(str(exc)) from None
+    sharing = _said_as_policy(lambda: Sharing.from_config(f"{name}.sharing", value))
     if sharing is None:
         return None
     if dra is not None:
