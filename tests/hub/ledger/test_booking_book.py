@@ -164,3 +164,28 @@ def test_free_booked_gpus_are_lent_only_to_work_gone_in_time() -> None:
         line.leave(eve)
 
     asyncio.run(run())
+
+
+def test_behind_a_held_back_head_only_what_is_lent_is_taken() -> None:
+    async def run() -> None:
+        book = GPUAllocator()
+        bookings = BookingBook()
+        bookings.rules = BookingRules(warn_before=60)
+        bookings.groups_of = lambda user: ("class",) if user == "dave" else ()
+        line = GPULine(book, bookings=bookings)
+        now = time.time()
+        devices = [0, 1, 2]
+        bookings.add(booking("c", now + HOUR, now + 2 * HOUR, for_group="class"))
+        # carol wants all three; one is booked later, so she waits for the booking's end.
+        carol = Ticket(server_key("carol", ""), holder("carol"), "sim", "Simulated GPU", 3, devices)
+        line.join(carol)
+        assert not carol.granted.done() and line._held_back("sim") == 2
+        # bob's server may not take the booked GPU, nor those carol may have: none for him.
+        assert line.take_now(server_key("bob", ""), 1, "sim", devices, holder("bob")) is None
+        # dave's request takes the booked one, and only that.
+        dave = holder("dave")
+        assert line.take_now(server_key("dave", ""), 1, "sim", devices, dave) is not None
+        assert line.take_now(server_key("dave", "x"), 1, "sim", devices, dave) is None
+        line.leave(carol)
+
+    asyncio.run(run())

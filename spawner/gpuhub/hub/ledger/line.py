@@ -157,7 +157,9 @@ class GPULine:
             room = self._held_back(type_key) if self.bookings.bookings else None
             if room is None:
                 return None  # the line comes before the book: it joins those already waiting
-            aside = max(aside, room)  # it may take only what bookings hold back from the head
+            # It may take only what bookings hold back from the head and lend to it: it
+            # leaves the head's share and what is booked for others from its view.
+            aside += room
         try:
             return self._allocate(key, gpus, candidates, holder, aside)
         except NotEnoughGPUs:
@@ -380,7 +382,7 @@ class GPULine:
             aside = self.set_aside(
                 type_key, ticket.candidates, ticket.holder.user, ticket.groups, until=ticket.until
             )[0]
-            self._grant(line, ticket, max(aside, room))
+            self._grant(line, ticket, aside + room)
 
     def _grant(self, line: list[Ticket], ticket: Ticket, aside: int) -> bool:
         """Serve ``ticket`` if enough are free; whether it was."""
