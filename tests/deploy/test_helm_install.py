@@ -254,8 +254,8 @@ def test_upgrade_restarts_the_hub_alone(release: Release) -> None:
     running = after["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
     took = time.time() - datetime.fromisoformat(running.replace("Z", "+00:00")).timestamp()
     print(f"the new hub knew alice's holdings {took:.1f} s after it started")
-    # The budget (docs/architecture.md) is 15 s; a machine shared with other work gets a margin.
-    assert took < RESTART_BUDGET * 2, f"the new hub knew alice's holdings after {took:.1f} s"
+    # The budget (docs/architecture.md), as it is: 3 to 7 s measured on a 2-core machine at load 5.
+    assert took < RESTART_BUDGET, f"the new hub knew alice's holdings after {took:.1f} s"
     assert holdings["held"] == 2, holdings
     assert sorted(h["kind"] for h in holdings["holdings"]) == ["job", "server"], holdings
     # Servers, jobs and the jobs service went on: the same pods, still running.
