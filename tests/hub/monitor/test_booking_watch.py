@@ -36,6 +36,15 @@ def test_free_gpus_pay_first_then_the_newest_holder_not_booked_for() -> None:
     assert [h.user for _, h in found] == ["carol", "bob"]
 
 
+def test_idle_only_work_is_stopped_first_then_the_newest() -> None:
+    holders = [held("bob", 600), held("carol", 60)]
+    ann = booked(0, 1, for_user="ann")
+    assert [h.user for _, h in plan([ann], holders, {SIM: 0}, NOW, 60, is_for)] == ["carol"]
+    # bob is over an idle_only budget: his borrowed GPU goes back first, though older.
+    found = plan([ann], holders, {SIM: 0}, NOW, 60, is_for, lambda user: user == "bob")
+    assert [h.user for _, h in found] == ["bob"]
+
+
 def test_only_within_warn_before_of_the_start_and_until_its_end() -> None:
     holders = [held("bob", 600)]
     assert plan([booked(120, for_user="ann")], holders, {SIM: 0}, NOW, 60, is_for) == []

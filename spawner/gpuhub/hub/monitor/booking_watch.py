@@ -49,6 +49,10 @@ class GPUMonitor(Protocol):
 
     def _user(self, name: str) -> Any: ...
 
+    def budget_state(
+        self, user: str, groups: list[str] | None = None, now: float | None = None
+    ) -> Any: ...  # a BudgetState, or None where no budget applies
+
     async def stop_server(self, user: Any, server: str, reason: str, *, by: str) -> bool: ...
 
     async def cancel_job(self, user: str, name: str, reason: str, *, by: str) -> list[str]: ...
@@ -68,9 +72,12 @@ def plan(
     now: float,
     lead: float,
     is_for: Callable[[Booking, str], bool],
+    borrows: Callable[[str], bool] = lambda user: False,
 ) -> list[tuple[Booking, Holding]]:
     """The holdings in the way of bookings running now or starting within ``lead`` seconds,
-    each with the booking it is in the way of. ``free``: free GPUs by type display name."""
+    each with the booking it is in the way of. ``free``: free GPUs by type display name.
+    ``borrows(user)``: whether the user's work runs ``idle_only`` (over an ``idle_only``
+    GPU-hour budget), which is stopped first; then the newest."""
     near = sorted(
         (b for b in bookings if b.start - lead <= now < b.end), key=lambda b: (b.start, b.id)
     )
@@ -93,7 +100,7 @@ def plan(
             if (h.user, h.kind, h.name) not in taken
             and not any(is_for(b, h.user) for b in booked_for)
         ]
-        for holding in sorted(others, key=lambda h: -(h.since or 0.0)):
+        for holding in sorted(others, key=lambda h: (not borrows(h.user), -(h.since or 0.0))):
             if short <= 0:
                 break
             taken.add((holding.user, holding.kind, holding.name))
@@ -147,11 +154,39 @@ async def watch(
         log.exception("gpuhub: could not look at what stands in bookings' way")
 
 
+def _borrows(monitor: GPUMonitor, now: float) -> Callable[[str], bool]:
+    """Whether a user's work runs ``idle_only``: over a GPU-hour budget whose ``at_limit``
+    is ``idle_only`` (its GPUs are lent, reclaimed first; docs/architecture.md, "Bookings")."""
+    watch = getattr(monitor, "budget_watch", None)
+    if watch is None or watch.at_limit != "idle_only":
+        return lambda user: False
+    found: dict[str, bool] = {}
+
+    def borrows(user: str) -> bool:
+        if user not in found:
+            try:
+                state = monitor.budget_state(user, now=now)
+            except Exception:
+                state = None
+            found[user] = bool(state is not None and state.over)
+        return found[user]
+
+    return borrows
+
+
 def _watch(monitor: GPUMonitor, now: float, book: BookingBook) -> None:
     book.prune(now)
     held = [track.holding for track in monitor.tracks.values()]
     free = {name: int(figures[0]) for name, figures in monitor.capacity.items()}
-    found = plan(book.bookings.values(), held, free, now, book.lead(), _is_for(monitor, book))
+    found = plan(
+        book.bookings.values(),
+        held,
+        free,
+        now,
+        book.lead(),
+        _is_for(monitor, book),
+        _borrows(monitor, now),
+    )
     warned_now: set[tuple[str, str]] = set()
     for booking, holding in found:
         if now >= booking.start:
