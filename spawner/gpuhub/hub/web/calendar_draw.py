@@ -44,7 +44,6 @@ class Bar:
         return words.iso(self.end)
 
 
-
 def bars(facts: TypeFacts, period: Period, now: float) -> list[Bar]:
     """The strip of one type: each bar counts what overlaps it (a holding that ends within
     the bar still uses its GPUs in it), in use first, then booked, the rest likely free."""
