@@ -301,7 +301,8 @@ async def watch(
     spawner: Any, bookings: Collection[Booking], now: float, takes: bool = True
 ) -> None:
     """:func:`reconcile` for the hub's spawner, on a Kueue hub; a failure is logged (the next
-    tick tries again), never raised into the monitor."""
+    tick tries again; on a hub that takes no bookings, only at debug level: its queue is
+    read only to give back what an earlier run moved), never raised into the monitor."""
     if not is_kueue_hub(spawner):
         return
     try:
@@ -315,4 +316,5 @@ async def watch(
             takes,
         )
     except Exception as exc:
-        log.warning("gpuhub: could not make Kueue's queues match the bookings: %s", exc)
+        level = logging.WARNING if takes else logging.DEBUG
+        log.log(level, "gpuhub: could not make Kueue's queues match the bookings: %s", exc)
