@@ -79,7 +79,9 @@ export function countdownText(stop: IStop, nowS: number): string {
       ? 'your GPU-hour budget is used up and its grace runs out'
       : stop.why === 'share'
         ? 'it uses more GPU memory than its share'
-        : '';
+        : stop.why === 'booking'
+          ? 'its GPUs are booked from then'
+          : '';
   if (!why) {
     return '';
   }

@@ -195,8 +195,9 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
     assert spawn(hub, "eve", {"gpus": 1}).status_code == 202  # eve waits in line
     until("eve waits", lambda: pending(hubs, "eve"), hub)
     # The class books one GPU from a few seconds from now: carol is warned, then stopped.
+    starts = time.time() + 20
     made = hubs.call(
-        "root", "POST", json=body(start=at(8), end=at(1800), **{"for": {"group": "class"}})
+        "root", "POST", json=body(start=at(20), end=at(1800), **{"for": {"group": "class"}})
     )
     assert made.status_code == 201, made.text
     booking = made.json()["id"]
@@ -206,6 +207,11 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
         hub,
     )
     assert booking in warned[0]["text"] and "will be stopped on" in warned[0]["text"]
+    # Her holding says when and why it stops, as a reclaim's does: her lab counts down to it
+    # and saves her open notebooks before.
+    [held] = [h for h in holdings(hubs, "carol") if h["kind"] == "server"]
+    assert held["stops_why"] == "booking", held
+    assert abs(held["stops_at"] - starts) <= 2, (held["stops_at"], starts)
     assert not [n for n in notices(hubs, "bob") if n["kind"] == "booking"]
     stopped = until(
         "carol is stopped at the start, the booking named",
@@ -242,10 +248,14 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
     wait_ready(hub, "eve")
 
 
-def waiting_estimate(hubs: Hubs, user: str) -> dict[str, Any] | None:
+def holdings(hubs: Hubs, user: str) -> list[dict[str, Any]]:
     answer = hubs.hub.api("GET", f"/gpuhub/holdings/{user}")
     assert answer.status_code == 200, answer.text
-    for holding in answer.json()["holdings"]:
+    return answer.json()["holdings"]
+
+
+def waiting_estimate(hubs: Hubs, user: str) -> dict[str, Any] | None:
+    for holding in holdings(hubs, user):
         if holding.get("waiting") and holding.get("estimate"):
             return holding["estimate"]
     return None

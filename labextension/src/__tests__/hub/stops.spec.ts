@@ -118,6 +118,9 @@ describe('countdownText', () => {
     expect(countdownText({ at: 1600, why: 'share' }, 1000)).toContain(
       'stops in 10 min: it uses more GPU memory than its share.'
     );
+    expect(countdownText({ at: 1300, why: 'booking' }, 1000)).toContain(
+      'stops in 5 min: its GPUs are booked from then'
+    );
   });
 
   it('never counts below zero', () => {

@@ -63,6 +63,14 @@ log = logging.getLogger(__name__)
 BOOKING = "booking"  # a notice's ``by`` (stopped for a booking) and a warning's ``kind``
 # (user, server or job name) -> the booking it was warned for, in this hub process
 _WARNED: dict[tuple[str, str], str] = {}
+# (user, kind, name) of what was warned -> when its booking starts, when it will be stopped
+_DUE: dict[tuple[str, str, str], float] = {}
+
+
+def due(user: str) -> dict[tuple[str, str, str], float]:
+    """``user``'s holdings warned to make way for a booking: when each will be stopped (the
+    booking's start, epoch seconds), for the holdings answer's ``stops_at``."""
+    return {key: when for key, when in _DUE.items() if key[0] == user}
 
 
 def plan(
@@ -193,6 +201,7 @@ def _watch(monitor: GPUMonitor, now: float, book: BookingBook) -> None:
             _later(monitor, _stop(monitor, booking, holding))
             continue
         warned_now.add((holding.user, holding.name))
+        _DUE[(holding.user, holding.kind, holding.name)] = booking.start
         if _WARNED.get((holding.user, holding.name)) != booking.id:
             _WARNED[(holding.user, holding.name)] = booking.id
             log.warning(
@@ -217,6 +226,8 @@ def _watch(monitor: GPUMonitor, now: float, book: BookingBook) -> None:
     for key in [k for k in _WARNED if k not in warned_now]:
         del _WARNED[key]  # no longer in the way (or stopped): its warning goes
         monitor.store.clear_notice(key[0], key[1], BOOKING)
+    for due_key in [k for k in _DUE if (k[0], k[2]) not in warned_now]:
+        del _DUE[due_key]
 
 
 def _is_for(monitor: GPUMonitor, book: BookingBook) -> Callable[[Booking, str], bool]:
@@ -256,4 +267,5 @@ async def _stop(monitor: GPUMonitor, booking: Booking, holding: Holding) -> None
         if user is None or not await monitor.stop_server(user, holding.name, why, by=BOOKING):
             return
     _WARNED.pop((holding.user, holding.name), None)
+    _DUE.pop((holding.user, holding.kind, holding.name), None)
     monitor.store.clear_notice(holding.user, holding.name, BOOKING)

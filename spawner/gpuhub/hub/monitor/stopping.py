@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuhub.core.holdings import Holding
 from gpuhub.hub.ledger.budget_usage import BudgetState
 from gpuhub.hub.ledger.ledger import Ledger
+from gpuhub.hub.monitor import booking_watch
 from gpuhub.hub.monitor.budget_watch import BudgetWatch
 from gpuhub.hub.monitor.overshare import ShareWatch
 from gpuhub.hub.monitor.reclaim import IdleClocks
@@ -63,7 +64,8 @@ class Stopping:
     def stops(self, user: str, now: float | None = None) -> dict[HoldingKey, tuple[float, str]]:
         """``user``'s holdings that will be stopped unless something changes: (when, as epoch
         seconds, and why: ``"budget"`` for a budget's grace, ``"idle"`` for idle reclaim's
-        warning, ``"share"`` for a share over its memory), the earliest for each. The
+        warning, ``"share"`` for a share over its memory, ``"booking"`` for a booking's
+        start), the earliest for each. The
         holdings answer's ``stops_at``, which the lab counts down and saves notebooks by."""
         now = time.time() if now is None else now
         found: dict[HoldingKey, tuple[float, str]] = {}
@@ -94,6 +96,9 @@ class Stopping:
             for key in self.shares.over:
                 if key[0] == user and key in self.tracks:
                     add(key, self.shares.deadline(key), SHARE_OVERUSE)
+        for key, when in booking_watch.due(user).items():
+            if key in self.tracks:
+                add(key, when, booking_watch.BOOKING)
         return found
 
     async def stop_server(

@@ -12,7 +12,8 @@ service they log in to.
   "stops_why", "estimate"}]}`` (``estimate``, on a waiting holding: ``{"likely", "by",
   "latest", "because"}``, :mod:`gpuhub.hub.monitor.eta`; ``stops_at``: when a holding that
   will be stopped stops, epoch seconds,
-  and ``stops_why`` why, ``"budget"`` (a budget's grace), ``"idle"`` or ``"share"``; null
+  and ``stops_why`` why, ``"budget"`` (a budget's grace), ``"idle"``, ``"share"`` or
+  ``"booking"`` (the start of a booking of its GPUs); null
   for what nothing stops) (a share of a GPU:
   ``share`` what it counts as, ``gpu_memory`` its bytes, ``text`` "8 GB of GPU 3 (T4), 0.5
   GPU" as the fleet page says it; claimed through DRA, ``device_names`` its devices, "GPU 3
@@ -102,7 +103,8 @@ def holding_json(
         "processes": [{"pid": p, "command": c} for p, c in h.processes],
         "jobs": list(h.jobs),
         "waiting": h.waiting_words or None,
-        # Will be stopped (a budget's grace, idle reclaim, a share over its memory): when
+        # Will be stopped (a budget's grace, idle reclaim, a share over its memory, a
+        # booking's start): when
         # (epoch seconds) and why; else null.
         "stops_at": stops.get((h.user, h.kind, h.name), (None,))[0],
         "stops_why": stops.get((h.user, h.kind, h.name), (None, None))[1],
