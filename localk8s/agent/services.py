@@ -13,7 +13,6 @@ ports are not proxied (cluster DNS listens on its own ClusterIP).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ipaddress
 import itertools
@@ -191,12 +190,18 @@ class ServiceProxy:
             return
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
+            try:
                 while data := await src.read(65536):
                     dst.write(data)
                     await dst.drain()
                 if dst.can_write_eof():
-                    dst.write_eof()
+                    dst.write_eof()  # a half-close passes on; the other way goes on
+            except OSError:
+                # A reset on one side resets the other, as through kube-proxy: a client
+                # whose pod went mid-request (a hub pod deleted by `helm upgrade`) would
+                # otherwise wait out its own timeout on a connection nothing answers.
+                for side in (writer, up_writer):
+                    side.transport.abort()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         for w in (writer, up_writer):

@@ -6,6 +6,7 @@ real processes, and the launcher's address ranges and Corefile."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -159,6 +160,35 @@ async def test_the_service_proxy_forwards_a_cluster_ip_to_a_ready_endpoint() -> 
         await asyncio.wait_for(_listening(proxy, (ip, 8081), False), 10)
         with pytest.raises(OSError):
             await asyncio.open_connection(ip, 8081)
+    finally:
+        await proxy.close()
+        backend.close()
+
+
+async def test_a_reset_from_the_pod_ends_the_clients_connection_too() -> None:
+    """A pod that ends while a request through its Service waits (a hub pod deleted by
+    ``helm upgrade``) resets its side; the client must see its connection end then, not wait
+    for its own timeout, as it would through kube-proxy, which passes the reset on."""
+    import struct
+
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()  # the request has come through; then the pod goes
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # closed with linger 0: the kernel sends a reset
+
+    backend = await asyncio.start_server(reset, "127.0.0.1", 0)
+    backend_port = backend.sockets[0].getsockname()[1]
+    proxy = ServiceProxy(lambda service, port: [("127.0.0.1", backend_port)])
+    ip = "127.250.0.8"
+    proxy.update([a_service("hub", ip, [{"port": 8081}], selector={"a": "b"})])
+    try:
+        await asyncio.wait_for(_listening(proxy, (ip, 8081)), 10)
+        reader, writer = await asyncio.open_connection(ip, 8081)
+        writer.write(b"GET /hub/api HTTP/1.1\r\nHost: hub\r\n\r\n")  # and wait for an answer
+        with contextlib.suppress(ConnectionResetError):
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
     finally:
         await proxy.close()
         backend.close()
