@@ -29,6 +29,9 @@ class MetricsStats(APIHandler):
         fake = sys.modules.get("harness.fake_nvml")
         stats: dict[str, Any] = {
             "samples_taken": sampler.samples_taken,
+            # When the newest sample was taken: a test that counts from here knows which
+            # samples still on their way to the sockets were taken before it.
+            "latest_time": sampler._latest.time if sampler._latest is not None else None,
             "samples_on_loop": sampler.samples_on_loop,
             "ticks_skipped": sampler.ticks_skipped,
             "sampler_cpu_seconds": sampler.cpu_seconds,
