@@ -6,7 +6,6 @@ the hub's estimate and, in ``estimate_text``, the very sentence her spawn page s
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from gpuhub_lab.holdings import HubHoldings
 from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.hub.progress import Progress
+from tests.support.wait import hub_until
 
 pytestmark = pytest.mark.e2e
 
@@ -49,14 +49,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         hub.stop()
 
 
-def until(what: str, check: Any, hub: Hub, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what}\n{hub.log()[-3000:]}"
-        time.sleep(0.2)
-    return value
-
-
 def test_the_labs_holdings_say_the_spawn_pages_estimate(hub: Hub) -> None:
     assert spawn(hub, "bob", {"gpus": 2, "gpu_type": "sim"}).status_code in (201, 202)
     wait_ready(hub, "bob")
@@ -83,7 +75,7 @@ def test_the_labs_holdings_say_the_spawn_pages_estimate(hub: Hub) -> None:
                 return dict(holding)
         return None
 
-    waiting = until("alice's lab says what her spawn page says", said_alike, hub)
+    waiting = hub_until("alice's lab says what her spawn page says", said_alike, hub)
     assert waiting["estimate_text"].startswith("Likely to start around ")
     assert waiting["estimate"]["because"], waiting
     assert waiting["kind"] == "server" and waiting["gpus"] == 1

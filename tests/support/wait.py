@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 
 def until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.3) -> Any:
@@ -14,6 +14,20 @@ def until(what: str, check: Callable[[], Any], timeout: float = 60, every: float
     while not (found := check()):
         assert time.monotonic() < deadline, f"no {what} in {timeout} s"
         time.sleep(every)
+    return found
+
+
+class HasLog(Protocol):
+    def log(self) -> str: ...
+
+
+def hub_until(what: str, check: Callable[[], Any], hub: HasLog, timeout: float = 90) -> Any:
+    """:func:`until` for a test of a real hub: its failure ends with the last of the hub's
+    log, which usually says why the condition never came."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what}\n{hub.log()[-3000:]}"
+        time.sleep(0.25)
     return found
 
 

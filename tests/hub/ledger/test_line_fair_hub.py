@@ -9,15 +9,14 @@ while heavy waits on.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import requests
 
 from harness.hub.process import API_TOKEN, Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.progress import Progress
+from tests.support.wait import hub_until
 
 pytestmark = pytest.mark.e2e
 
@@ -56,14 +55,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         hub.stop()
 
 
-def until(what: str, check: Any, hub: Hub, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what}\n{hub.log()[-3000:]}"
-        time.sleep(0.25)
-    return value
-
-
 def gpu_seconds(hub: Hub, user: str) -> float:
     """``gpuhub_gpu_seconds_total`` of ``user``, all GPU types, from the hub's /hub/metrics."""
     text = requests.get(
@@ -81,7 +72,7 @@ def test_who_used_least_goes_first_and_the_page_says_why(hub: Hub) -> None:
     # heavy runs on both GPUs until the hub has counted a minute of GPU time.
     assert spawn(hub, "heavy", {"gpus": 2}).status_code in (201, 202)
     wait_ready(hub, "heavy")
-    until("heavy has used GPUs", lambda: gpu_seconds(hub, "heavy") >= HEAVY_USE, hub)
+    hub_until("heavy has used GPUs", lambda: gpu_seconds(hub, "heavy") >= HEAVY_USE, hub)
     stop(hub, "heavy")
     # carol and dave hold both GPUs now.
     for user in ("carol", "dave"):
@@ -90,11 +81,11 @@ def test_who_used_least_goes_first_and_the_page_says_why(hub: Hub) -> None:
     # heavy asks first, light (no GPU time at all) after: light is first in line.
     assert spawn(hub, "heavy", {"gpus": 1}).status_code == 202
     heavy = Progress(hub, "heavy")
-    until("heavy waits", lambda: heavy.said("you are 1st in line"), hub)
+    hub_until("heavy waits", lambda: heavy.said("you are 1st in line"), hub)
     assert spawn(hub, "light", {"gpus": 1}).status_code == 202
     light = Progress(hub, "light")
-    until("light is first in line", lambda: light.said("you are 1st in line"), hub)
-    said = until(
+    hub_until("light is first in line", lambda: light.said("you are 1st in line"), hub)
+    said = hub_until(
         "heavy is told who went first and why",
         lambda: next((m for m in heavy.messages if "you are 2nd in line" in m), ""),
         hub,

@@ -19,6 +19,7 @@ import pytest
 
 from harness.hub.process import Hub, spawn, start_hub, wait_ready
 from tests.support.hub.progress import Progress
+from tests.support.wait import hub_until
 
 pytestmark = pytest.mark.e2e
 
@@ -54,14 +55,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         hub.stop()
 
 
-def until(what: str, check: Any, hub: Hub, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what}\n{hub.log()[-3000:]}"
-        time.sleep(0.2)
-    return value
-
-
 def waiting_estimate(hub: Hub, user: str) -> dict[str, Any] | None:
     answer = hub.api("GET", f"/gpuhub/holdings/{user}")
     assert answer.status_code == 200, answer.text
@@ -88,7 +81,7 @@ def test_a_wait_carries_an_estimate_that_the_reclaim_clock_pulls_in(hub: Hub) ->
             return found
         return None
 
-    estimate = until("bob's estimate names alice's idle GPU", from_the_clock, hub)
+    estimate = hub_until("bob's estimate names alice's idle GPU", from_the_clock, hub)
     assert "You are first in line for 1 Simulated GPU." in estimate["because"]
     assert all("alice" not in s for s in estimate["because"])
     likely, by = epoch(estimate["likely"]), epoch(estimate["by"])
@@ -97,7 +90,7 @@ def test_a_wait_carries_an_estimate_that_the_reclaim_clock_pulls_in(hub: Hub) ->
     assert any("No later time is certain" in s for s in estimate["because"])
 
     bob = Progress(hub, "bob")
-    until("bob's page says when", lambda: bob.said("Likely to start around "), hub)
+    hub_until("bob's page says when", lambda: bob.said("Likely to start around "), hub)
     # The form says when the type likely has a GPU free again, to someone who has not asked.
     page = hub.login("carol").get(f"{hub.url}/hub/spawn", timeout=30).text
     assert re.search(r"0 of 1 free now; 1 person waiting; likely free around \d\d:\d\d UTC", page)

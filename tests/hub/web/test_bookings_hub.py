@@ -19,6 +19,7 @@ import requests
 
 from harness.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.bookings import CONFIG
+from tests.support.wait import hub_until
 
 pytestmark = pytest.mark.e2e
 
@@ -81,14 +82,6 @@ def body(**fields: Any) -> dict[str, Any]:
 def refused(answer: requests.Response, status: int, said: str) -> None:
     assert answer.status_code == status, answer.text
     assert said in answer.json()["message"], answer.json()["message"]
-
-
-def until(what: str, check: Any, hub: Hub, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what}\n{hub.log()[-3000:]}"
-        time.sleep(0.25)
-    return value
 
 
 def test_rules_refusals_names_and_a_restart(hubs: Hubs, tmp_path_factory: Any) -> None:
@@ -193,7 +186,7 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
         assert spawn(hub, user, {"gpus": 1}).status_code in (201, 202)
         wait_ready(hub, user)
     assert spawn(hub, "eve", {"gpus": 1}).status_code == 202  # eve waits in line
-    until("eve waits", lambda: pending(hubs, "eve"), hub)
+    hub_until("eve waits", lambda: pending(hubs, "eve"), hub)
     # The class books one GPU from a few seconds from now: carol is warned, then stopped.
     starts = time.time() + 20
     made = hubs.call(
@@ -201,7 +194,7 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
     )
     assert made.status_code == 201, made.text
     booking = made.json()["id"]
-    warned = until(
+    warned = hub_until(
         "carol is warned",
         lambda: [n for n in notices(hubs, "carol") if n["kind"] == "booking"],
         hub,
@@ -213,7 +206,7 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
     assert held["stops_why"] == "booking", held
     assert abs(held["stops_at"] - starts) <= 2, (held["stops_at"], starts)
     assert not [n for n in notices(hubs, "bob") if n["kind"] == "booking"]
-    stopped = until(
+    stopped = hub_until(
         "carol is stopped at the start, the booking named",
         lambda: [
             n for n in notices(hubs, "carol") if n["by"] == "booking" and n["kind"] == "server"
@@ -234,7 +227,7 @@ def test_the_class_gets_the_booked_gpu_at_once_ahead_of_an_earlier_waiter(hubs: 
     own = hubs.call("ann", "POST", json=body(start=at(40), end=at(3600)))
     assert own.status_code == 201, own.text
     assert spawn(hub, "ann", {"gpus": 1}).status_code == 202
-    estimate = until("ann's wait is estimated", lambda: waiting_estimate(hubs, "ann"), hub)
+    estimate = hub_until("ann's wait is estimated", lambda: waiting_estimate(hubs, "ann"), hub)
     latest = datetime.fromisoformat(estimate["latest"]).timestamp()
     assert start - 2 <= latest <= start + 120, estimate
     assert "your booking from" in estimate["because"][-1], estimate

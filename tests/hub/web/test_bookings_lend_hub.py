@@ -19,6 +19,7 @@ import pytest
 from gpuhub.core.words import clock
 from harness.hub.process import Hub, spawn, start_hub, stop, wait_ready
 from tests.support.hub.bookings import CONFIG
+from tests.support.wait import hub_until
 
 pytestmark = pytest.mark.e2e
 
@@ -42,14 +43,6 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 
 def at(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
-
-
-def until(what: str, check: Any, hub: Hub, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"{what}\n{hub.log()[-3000:]}"
-        time.sleep(0.25)
-    return value
 
 
 def waiting(hub: Hub, user: str) -> dict[str, Any] | None:
@@ -80,7 +73,7 @@ def test_a_server_waits_for_gpus_booked_later_and_the_booker_gets_them(hub: Hub)
     assert made.status_code == 201, made.text
     # Both GPUs are free, but eve's server would still hold one when the class starts.
     assert spawn(hub, "eve", {"gpus": 1}).status_code == 202
-    held = until("eve's wait is estimated", lambda: waiting(hub, "eve"), hub)
+    held = hub_until("eve's wait is estimated", lambda: waiting(hub, "eve"), hub)
     estimate = held["estimate"]
     said = " ".join(estimate["because"])
     assert "2 Simulated GPUs are booked from " in said, said
