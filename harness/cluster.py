@@ -375,9 +375,21 @@ class Kube:
 
         Namespace first: a pod on a node the test added ends while kwok still runs that node;
         with the node gone first it would wait for the pod garbage collector (about a minute).
+        Then its pods and Workloads, at once: the namespace controller waits 5 s before it empties a
+        terminating namespace (``namespaceDeletionGracePeriod``), and a terminating namespace
+        admits no new pod, so no controller can make one again in their place.
         """
         with contextlib.suppress(KubeError):
             self.delete("Namespace", self.namespace, propagationPolicy="Background")
+        # Its Kueue Workloads too, which hold their ClusterQueue's quota until they go (404:
+        # a cluster without Kueue).
+        for kind in ("Pod", "Workload"):
+            with contextlib.suppress(KubeError):
+                self.api.request(
+                    "DELETE",
+                    self._path(kind),
+                    json={"apiVersion": "v1", "kind": "DeleteOptions"},
+                )
         with contextlib.suppress(AssertionError, KubeError):
             self.wait_for(lambda: not self.list("Pod"), timeout=90, interval=0.25)
         for version, ref in reversed(self._cluster_scoped):
