@@ -214,13 +214,18 @@ def test_hub_registration_and_token_scope(chart: Path) -> None:
     assert set(role["scopes"]) == {"read:users:name", "read:users:groups", "custom:gpuhub:grants"}
 
 
-def z2jh_hub_config(hub: dict[str, Any], service_url: str) -> str:
-    """What z2jh's jupyterhub_config.py makes of hub.services/loadRoles/config, as Python."""
+def z2jh_hub_config(
+    hub: dict[str, Any], service_url: str, service_timeout: int | None = None
+) -> str:
+    """What z2jh's jupyterhub_config.py makes of hub.services/loadRoles/config, as Python;
+    ``service_timeout``: how long the hub waits for the services when it starts."""
     services = []
     for name, service in hub["services"].items():
         services.append(
             {**service, "name": name, "url": service_url, "api_token": "gpuhub-svc-" + "x" * 32}
         )
+        if service_timeout is not None:
+            services[-1]["timeout"] = service_timeout
     roles = [{**role, "name": name} for name, role in hub["loadRoles"].items()]
     return "\n".join(
         [
@@ -246,7 +251,9 @@ def test_real_hub_gives_user_servers_access_to_the_service(chart: Path, tmp_path
     hub_config = hub_values(render(chart))["hub"]
     scopes = hub_config["config"]["Spawner"]["server_token_scopes"]
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens: only the scopes are tested
-    with running_hub(tmp_path / "hub", z2jh_hub_config(hub_config, url)) as hub:
+    # ...so the hub need not wait for it (JupyterHub 6 waits up to a service's timeout, 30 s).
+    config = z2jh_hub_config(hub_config, url, service_timeout=1)
+    with running_hub(tmp_path / "hub", config) as hub:
         # alice exists: load_groups made her, in group staff.
         made = hub.api("POST", "/users/alice/tokens", json={"scopes": scopes})
         assert made.status_code == 201, made.text

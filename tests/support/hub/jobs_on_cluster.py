@@ -169,7 +169,11 @@ def _hub_settings(
 
 
 def start_chart_hub(
-    kube: Kube, workdir: Path, extra: str = "", chart_values: dict[str, Any] | None = None
+    kube: Kube,
+    workdir: Path,
+    extra: str = "",
+    chart_values: dict[str, Any] | None = None,
+    port: int | None = None,
 ) -> Hub:
     """A hub with GPUSpawner spawning into the test's namespace as the chart runs it: under
     z2jh's ``hub`` ServiceAccount with the chart's roles (installed here unless they are)."""
@@ -177,7 +181,10 @@ def start_chart_hub(
         install_chart_rbac(kube, workdir / "chart", chart_values)
     config = account_kubeconfig(kube, HUB_SERVICE_ACCOUNT, workdir / "hub-kubeconfig")
     return start_hub(
-        workdir / "hub", hub_config(kube.namespace, extra), env={"KUBECONFIG": str(config)}
+        workdir / "hub",
+        hub_config(kube.namespace, extra),
+        port=port,
+        env={"KUBECONFIG": str(config)},
     )
 
 
@@ -210,18 +217,12 @@ def jobs_on_cluster(
         "job_image": JOB_IMAGE,
         **service_config,
     }
-    port = free_port()
+    port, hub_port = free_port(), free_port()
     token = secrets.token_hex(24)
     settings = _hub_settings(port, token, users, ledger, config.get("gpu_quota"))
     with ExitStack() as stack:
-        if ledger:
-            hub = start_chart_hub(kube, workdir, settings + textwrap.dedent(hub_extra))
-        else:
-            hub = start_hub(workdir / "hub", settings + textwrap.dedent(hub_extra))
-        stack.callback(hub.stop)
-        for user in users:
-            created = hub.api("POST", f"/users/{user}")
-            assert created.status_code in (201, 409), created.text
+        # The service first, as its pod is up before a restarted hub's: JupyterHub 6 waits
+        # for each service with a URL when it starts (up to the service's ``timeout``, 30 s).
         service_kubeconfig = account_kubeconfig(
             kube, SERVICE_ACCOUNT, workdir / "service-kubeconfig"
         )
@@ -233,11 +234,20 @@ def jobs_on_cluster(
             jobs_service(
                 workdir / "service",
                 config,
-                hub_api_url=hub.api_url,
+                hub_api_url=f"http://127.0.0.1:{hub_port}/hub/api",
                 token=token,
                 port=port,
                 kubeconfig=proxy.kubeconfig if proxy else service_kubeconfig,
                 extra_env=service_env,
             )
         )
+        extra = settings + textwrap.dedent(hub_extra)
+        if ledger:
+            hub = start_chart_hub(kube, workdir, extra, port=hub_port)
+        else:
+            hub = start_hub(workdir / "hub", extra, port=hub_port)
+        stack.callback(hub.stop)
+        for user in users:
+            created = hub.api("POST", f"/users/{user}")
+            assert created.status_code in (201, 409), created.text
         yield JobsOnCluster(hub, running, kube, token, service_kubeconfig, proxy)
